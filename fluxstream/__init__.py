@@ -1,0 +1,100 @@
+"""fluxstream: correct, fast asyncio streaming of LLM replies from OpenAI-style endpoints.
+
+Layers, each usable alone (lower layers never import higher ones):
+
+* :mod:`fluxstream.sse` - sans-IO ``text/event-stream`` decoder (WHATWG rules, linear time).
+* :mod:`fluxstream.formats` - wire formats -> normalized, format-neutral :mod:`~fluxstream.events`.
+* :mod:`fluxstream.assembly` - normalized events -> the :class:`~fluxstream.reply.Reply`.
+* :mod:`fluxstream.parser` - the three composed: bytes in, events out, reply kept; ``replay()``.
+* :mod:`fluxstream.client` / :mod:`fluxstream.stream` - httpx transport, cancellation, timeouts.
+* :mod:`fluxstream.server` - an embedded OpenAI-compatible streaming server for demos and tests.
+"""
+
+from .client import AsyncClient, Secret
+from .errors import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    ArgumentsError,
+    AuthenticationError,
+    ContentTypeError,
+    EventTooLargeError,
+    FluxstreamError,
+    FrameDecodeError,
+    IdleTimeoutError,
+    NotFoundError,
+    RateLimitError,
+    StallTimeoutError,
+    StreamError,
+    StreamFailedError,
+    StreamTruncatedError,
+)
+from .events import (
+    End,
+    ErrorEvent,
+    Event,
+    Finish,
+    Outcome,
+    ReasoningDelta,
+    RefusalDelta,
+    Reset,
+    SkippedFrame,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+    UsageUpdate,
+)
+from .parser import StreamParser, replay
+from .reply import Choice, ErrorInfo, Reply, ToolCall, Usage
+from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
+from .stream import ReplyStream, StreamStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "ArgumentsError",
+    "AsyncClient",
+    "AuthenticationError",
+    "Choice",
+    "ContentTypeError",
+    "End",
+    "ErrorEvent",
+    "ErrorInfo",
+    "Event",
+    "EventTooLargeError",
+    "Finish",
+    "FluxstreamError",
+    "FrameDecodeError",
+    "IdleTimeoutError",
+    "NotFoundError",
+    "Outcome",
+    "RateLimitError",
+    "ReasoningDelta",
+    "RefusalDelta",
+    "Reply",
+    "ReplyStream",
+    "Reset",
+    "SSEDecoder",
+    "Secret",
+    "ServerSentEvent",
+    "SkippedFrame",
+    "StallTimeoutError",
+    "StreamError",
+    "StreamFailedError",
+    "StreamParser",
+    "StreamStats",
+    "StreamTruncatedError",
+    "TextDelta",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallDone",
+    "Usage",
+    "UsageUpdate",
+    "__version__",
+    "aiter_events",
+    "iter_events",
+    "replay",
+]

@@ -1,0 +1,171 @@
+"""What the transport layer needs to know about the HTTP client it was handed.
+
+fluxstream works with ``httpx.AsyncClient``, its maintained fork ``httpx2.AsyncClient`` and
+clients built on them (``httpx_aiohttp.HttpxAiohttpClient``). The forks raise their own
+exception classes, so the classes to catch are looked up on the library the client comes from
+instead of being imported from ``httpx`` alone.
+
+Also here: turning an error response into a typed exception (status first, then the provider's
+JSON error or a short excerpt of an HTML/text body), and reaching below a response to abort its
+connection synchronously, which is what makes :meth:`ReplyStream.cancel` immediate without a
+cancel scope around every read.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from .errors import (
+    APIStatusError,
+    AuthenticationError,
+    NotFoundError,
+    RateLimitError,
+)
+
+__all__ = ["HttpErrors", "abort_connection", "status_error"]
+
+_EXCERPT_CHARS = 300
+
+
+@dataclass(frozen=True)
+class HttpErrors:
+    """The exception classes of one httpx-compatible library."""
+
+    timeout: type[BaseException]
+    connect: type[BaseException]
+    connect_timeout: type[BaseException]
+    pool_timeout: type[BaseException]
+    read_timeout: type[BaseException]
+    transport: type[BaseException]
+
+    @classmethod
+    def for_client(cls, client: Any) -> HttpErrors:
+        module = _library_of(type(client))
+        return cls(
+            timeout=module.TimeoutException,
+            connect=module.ConnectError,
+            connect_timeout=module.ConnectTimeout,
+            pool_timeout=module.PoolTimeout,
+            read_timeout=module.ReadTimeout,
+            transport=module.TransportError,
+        )
+
+
+def _library_of(client_type: type) -> ModuleType:
+    """The httpx-like top-level module a client class (or one of its bases) comes from."""
+    for klass in client_type.__mro__:
+        root = klass.__module__.partition(".")[0]
+        module = sys.modules.get(root)
+        if module is not None and hasattr(module, "TransportError") and hasattr(
+            module, "AsyncClient"
+        ):
+            return module
+    import httpx
+
+    return httpx
+
+
+def abort_connection(response: Any) -> bool:
+    """Close the connection under ``response`` at once, from synchronous code.
+
+    A pending read on it then ends immediately (EOF or an error) instead of waiting for the next
+    bytes, and the server sees the disconnect. Returns False when the transport offers no way to
+    do that (the caller then relies on the read ending by itself).
+    """
+    stream = response.extensions.get("network_stream") if hasattr(response, "extensions") else None
+    if stream is not None:
+        sock = stream.get_extra_info("socket")
+        if isinstance(sock, socket.socket):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            return True
+    aio = getattr(getattr(response, "stream", None), "_aiohttp_response", None)
+    if aio is not None and hasattr(aio, "close"):
+        aio.close()  # aiohttp's ClientResponse.close() is synchronous and drops the connection
+        return True
+    return False
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait, from ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_error(status: int, headers: Any, body: bytes) -> APIStatusError:
+    """A typed exception for a non-2xx response; never includes request headers (the key)."""
+    message, etype, code, param, parsed, excerpt = _describe_body(body, headers)
+    kwargs: dict[str, Any] = {
+        "type": etype,
+        "code": code,
+        "param": param,
+        "body": parsed,
+        "body_excerpt": excerpt,
+        "request_id": headers.get("x-request-id"),
+    }
+    if status in (401, 403):
+        return AuthenticationError(status, message, **kwargs)
+    if status == 404:
+        return NotFoundError(status, message, **kwargs)
+    if status == 429:
+        return RateLimitError(status, message, retry_after=parse_retry_after(headers), **kwargs)
+    return APIStatusError(status, message, **kwargs)
+
+
+def _describe_body(
+    body: bytes, headers: Any
+) -> tuple[str, str | None, str | None, str | None, Any, str | None]:
+    text = body.decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text) if text.strip() else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        err = parsed.get("error", parsed)
+        if isinstance(err, str):
+            return err, None, None, None, parsed, None
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("detail") or parsed.get("detail")
+            if message is None:
+                message = json.dumps(err)[:_EXCERPT_CHARS]
+            return (
+                str(message),
+                _opt_str(err.get("type")),
+                _opt_str(err.get("code")),
+                _opt_str(err.get("param")),
+                parsed,
+                None,
+            )
+    excerpt = " ".join(text.split())[:_EXCERPT_CHARS]
+    ctype = headers.get("content-type", "unknown content type")
+    message = f"non-JSON error body ({ctype})" + (f": {excerpt}" if excerpt else "")
+    return message, None, None, None, None, excerpt or None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,386 @@
+"""Normalized events -> the assembled :class:`~fluxstream.reply.Reply`, and the outcome.
+
+``ReplyAssembler`` is the one place that decides how a stream ended (the transport only
+reports "bytes ended", "cancelled" or "failed with X"). It is sans-IO and format-neutral: it
+sees only :mod:`fluxstream.events`.
+
+Why it looks the way it does:
+
+* **Fragments, not ``str +=``.** Text and tool-call arguments are kept as lists of fragments
+  (folded into one string every ``_FOLD`` fragments so memory follows the size of the reply,
+  not the number of chunks) and joined only when a snapshot is taken.
+* **Cheap snapshots.** :meth:`ReplyAssembler.snapshot` rebuilds only the choices that changed
+  since the last snapshot (``model_construct``, no re-validation) and returns the same object
+  when nothing changed.
+* **Lazy incremental partial JSON.** Each tool call owns a :class:`~fluxstream.partial_json.
+  PartialJSON`, created on the first :meth:`~fluxstream.reply.ToolCall.partial_arguments`
+  call and fed only the text that arrived since the previous one.
+* **Outcome, never guessed.** ``done`` on the sentinel, ``finished`` when the bytes ended but
+  every choice has a finish reason, ``truncated`` otherwise (including a payload cut by the
+  end of the bytes), ``failed`` whenever an error payload arrived (``Reply.stream_end`` keeps
+  how the bytes ended), ``cancelled``/``failed`` for transport-driven ends.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from .events import (
+    End,
+    ErrorEvent,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    Reset,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+    UsageUpdate,
+)
+from .partial_json import PartialJSON
+from .reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage
+
+__all__ = ["ReplyAssembler"]
+
+M = TypeVar("M", bound=BaseModel)
+
+_FOLD = 256  # fragments kept before folding them into one string
+
+_setattr = object.__setattr__
+
+
+def _construct(cls: type[M], values: dict[str, Any], private: dict[str, Any] | None = None) -> M:
+    """``cls.model_construct(**values)`` for values the assembler produced itself, without its
+    per-call overhead (it dominated snapshot time). ``values`` must hold every field."""
+    obj = cls.__new__(cls)
+    _setattr(obj, "__dict__", values)
+    _setattr(obj, "__pydantic_fields_set__", set(values))
+    _setattr(obj, "__pydantic_extra__", None)
+    _setattr(obj, "__pydantic_private__", private)
+    return obj
+
+
+class _Text:
+    """A growing string kept as fragments; folded periodically, joined on demand."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def add(self, text: str) -> None:
+        parts = self.parts
+        parts.append(text)
+        if len(parts) > _FOLD:
+            self.parts = ["".join(parts)]
+
+    def value(self) -> str:
+        parts = self.parts
+        if len(parts) > 1:
+            self.parts = parts = ["".join(parts)]
+        return parts[0] if parts else ""
+
+
+class _Call:
+    """One tool call being assembled; also the incremental partial-JSON source."""
+
+    __slots__ = ("args", "done", "id", "index", "name", "partial", "pending")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.args = _Text()
+        self.done = False
+        # Created on the first request for partial arguments; from then on every fragment is
+        # also queued in ``pending`` until the next request feeds it (O(fragment) each).
+        self.partial: PartialJSON | None = None
+        self.pending: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.args.add(text)
+        if self.partial is not None:
+            self.pending.append(text)
+
+    def model(self) -> ToolCall:
+        return _construct(
+            ToolCall,
+            {"index": self.index, "id": self.id, "name": self.name,
+             "arguments": self.args.value()},
+            {"_source": self},
+        )
+
+    def current(self) -> PartialJSON:
+        """The incremental parser, fed with everything that arrived so far."""
+        partial = self.partial
+        if partial is None:
+            partial = self.partial = PartialJSON()
+            partial.feed(self.args.value())
+        elif self.pending:
+            partial.feed("".join(self.pending))
+            self.pending = []
+        return partial
+
+    def value_at(self, arguments: str) -> Any:
+        """:class:`~fluxstream.reply.PartialSource` for the call's reply snapshots."""
+        partial = self.current()
+        if partial.consumed != len(arguments):
+            raise LookupError("the snapshot is older than the incremental state")
+        return partial.value()
+
+
+class _Choice:
+    __slots__ = ("calls", "dirty", "finish", "index", "model", "reasoning", "refusal", "text")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.text = _Text()
+        self.reasoning = _Text()
+        self.refusal = _Text()
+        self.calls: dict[int, _Call] = {}
+        self.finish: str | None = None
+        self.dirty = True
+        self.model: Choice | None = None
+
+    def build(self) -> Choice:
+        if self.dirty or self.model is None:
+            self.model = _construct(
+                Choice,
+                {
+                    "index": self.index,
+                    "text": self.text.value(),
+                    "reasoning": self.reasoning.value() or None,
+                    "refusal": self.refusal.value() or None,
+                    "tool_calls": [self.calls[i].model() for i in sorted(self.calls)],
+                    "finish_reason": self.finish,
+                },
+            )
+            self.dirty = False
+        return self.model
+
+
+class ReplyAssembler:
+    """Feed normalized events; read the reply; end it once.
+
+    :meth:`feed` returns the events to pass on: the input, with a
+    :class:`~fluxstream.events.ToolCallDone` inserted after a choice's first
+    :class:`~fluxstream.events.Finish` for each of its calls.
+    """
+
+    def __init__(self, content_key: str) -> None:
+        self.key = content_key
+        self._choices: dict[int, _Choice] = {}
+        self.usage: Usage | None = None
+        self.error: ErrorInfo | None = None
+        self.outcome: Outcome | None = None
+        self.stream_end: Outcome | None = None
+        self.end_reason: str | None = None
+        #: Any text, reasoning, refusal or tool-call delta so far.
+        self.saw_content = False
+        self._version = 0
+        self._snapshot_version = -1
+        self._choice_models: list[Choice] = []
+
+    @property
+    def finished(self) -> bool:
+        """An ``End`` was emitted."""
+        return self.outcome is not None
+
+    @property
+    def all_finished(self) -> bool:
+        """At least one choice, and every choice has a finish reason."""
+        choices = self._choices.values()
+        return bool(choices) and all(st.finish is not None for st in choices)
+
+    def _choice(self, index: int) -> _Choice:
+        st = self._choices.get(index)
+        if st is None:
+            st = self._choices[index] = _Choice(index)
+        return st
+
+    def add_choices(self, indexes: list[int]) -> None:
+        """Choices that appeared in the stream, with or without content."""
+        for index in indexes:
+            if index not in self._choices:
+                self._choices[index] = _Choice(index)
+                self._version += 1
+
+    # ------------------------------------------------------------------ events
+
+    def feed(self, events: list[Event]) -> list[Event]:
+        """Apply events in order; return them plus any ``ToolCallDone`` they caused."""
+        if not events:
+            return events
+        self._version += 1
+        choices = self._choices
+        out: list[Event] | None = None
+        for position, ev in enumerate(events):
+            cls = ev.__class__
+            if cls is TextDelta or cls is ReasoningDelta or cls is RefusalDelta:
+                st = choices.get(ev.choice)  # type: ignore[union-attr]
+                if st is None:
+                    st = self._choice(ev.choice)  # type: ignore[union-attr]
+                if cls is TextDelta:
+                    st.text.add(ev.text)  # type: ignore[union-attr]
+                elif cls is ReasoningDelta:
+                    st.reasoning.add(ev.text)  # type: ignore[union-attr]
+                else:
+                    st.refusal.add(ev.text)  # type: ignore[union-attr]
+                st.dirty = True
+                self.saw_content = True
+            elif cls is ToolCallDelta:
+                assert isinstance(ev, ToolCallDelta)
+                self._tool_delta(ev)
+            elif cls is Finish:
+                assert isinstance(ev, Finish)
+                done = self._finish(ev)
+                if done:
+                    if out is None:
+                        out = list(events[:position])
+                    out.append(ev)
+                    out += done
+                    continue
+            elif cls is UsageUpdate:
+                assert isinstance(ev, UsageUpdate)
+                self.usage = ev.usage
+            elif cls is ErrorEvent:
+                assert isinstance(ev, ErrorEvent)
+                self.error = ErrorInfo.model_construct(
+                    message=ev.message, code=ev.code, type=ev.error_type, param=ev.param,
+                    raw=ev.raw,
+                )
+            if out is not None:
+                out.append(ev)
+        return events if out is None else out
+
+    def _tool_delta(self, ev: ToolCallDelta) -> None:
+        st = self._choices.get(ev.choice) or self._choice(ev.choice)
+        call = st.calls.get(ev.call)
+        if call is None:
+            call = st.calls[ev.call] = _Call(ev.call)
+        if ev.id is not None and call.id is None:
+            call.id = ev.id
+        if ev.name is not None and call.name is None:
+            call.name = ev.name
+        if ev.arguments:
+            call.add(ev.arguments)
+            call.done = False
+        st.dirty = True
+        self.saw_content = True
+
+    def _finish(self, ev: Finish) -> list[Event]:
+        st = self._choices.get(ev.choice) or self._choice(ev.choice)
+        st.finish = ev.reason
+        st.dirty = True
+        return self._calls_done(st)
+
+    def _calls_done(self, st: _Choice) -> list[Event]:
+        done: list[Event] = []
+        for index in sorted(st.calls):
+            call = st.calls[index]
+            if not call.done:
+                call.done = True
+                done.append(ToolCallDone(self.key, st.index, call.model()))
+        return done
+
+    # ------------------------------------------------------------------ ends
+
+    def end(self, *, sentinel: bool, cut: bool, reason: str) -> list[Event]:
+        """The bytes ended (or the sentinel / a complete body arrived): decide the outcome."""
+        if self.finished:
+            return []
+        if sentinel:
+            stream_end = Outcome.DONE
+        elif not cut and self.all_finished:
+            stream_end = Outcome.FINISHED
+        else:
+            stream_end = Outcome.TRUNCATED
+        out: list[Event] = []
+        if self.error is not None:
+            outcome = Outcome.FAILED
+            reason = f"error payload ({reason})"
+        else:
+            outcome = stream_end
+            if stream_end is not Outcome.TRUNCATED:
+                for index in sorted(self._choices):
+                    out += self._calls_done(self._choices[index])
+        return out + self._end(outcome, stream_end, reason)
+
+    def cancel(self, reason: str) -> list[Event]:
+        if self.finished:
+            return []
+        return self._end(Outcome.CANCELLED, Outcome.CANCELLED, reason)
+
+    def fail(self, reason: str) -> list[Event]:
+        if self.finished:
+            return []
+        return self._end(Outcome.FAILED, Outcome.FAILED, reason)
+
+    def _end(self, outcome: Outcome, stream_end: Outcome, reason: str) -> list[Event]:
+        self.outcome = outcome
+        self.stream_end = stream_end
+        self.end_reason = reason
+        self._version += 1
+        return [End(outcome, reason)]
+
+    def reset(self, attempt: int, reason: str) -> list[Event]:
+        """A restarted generation: forget the content, announce it with a ``Reset``."""
+        self._choices = {}
+        self.usage = None
+        self.error = None
+        self.outcome = self.stream_end = None
+        self.end_reason = None
+        self.saw_content = False
+        self._version += 1
+        return [Reset(self.key, attempt, reason)]
+
+    # ------------------------------------------------------------------ snapshots
+
+    def partial_arguments(self, choice: int, call: int) -> Any:
+        """Best-effort JSON value of a call's arguments so far, without taking a snapshot
+        (no join of the whole argument string): the cheapest way to render them live."""
+        st = self._choices.get(choice)
+        entry = st.calls.get(call) if st is not None else None
+        if entry is None:
+            raise KeyError(f"no tool call {call} in choice {choice}")
+        return entry.current().value()
+
+    def choices(self) -> list[Choice]:
+        """The choices, ordered by index (rebuilt only where something changed)."""
+        if self._snapshot_version != self._version:
+            self._choice_models = [self._choices[i].build() for i in sorted(self._choices)]
+            self._snapshot_version = self._version
+        return self._choice_models
+
+    def snapshot(
+        self,
+        *,
+        id: str | None,
+        model: str | None,
+        events: int,
+        skipped_frames: int,
+        heartbeats: int,
+        bytes: int,
+    ) -> Reply:
+        """A :class:`~fluxstream.reply.Reply`, with the id, model and counters given."""
+        return _construct(
+            Reply,
+            {
+                "id": id,
+                "model": model,
+                "choices": list(self.choices()),
+                "usage": self.usage,
+                "error": self.error,
+                "outcome": self.outcome,
+                "stream_end": self.stream_end,
+                "end_reason": self.end_reason,
+                "content_key": self.key,
+                "events": events,
+                "skipped_frames": skipped_frames,
+                "heartbeats": heartbeats,
+                "bytes": bytes,
+            },
+        )

@@ -1,0 +1,319 @@
+"""The ``fluxstream`` command line: ``demo``, ``chat``, ``serve``, ``capture``, ``replay``.
+
+Errors are one clear line on stderr, never a traceback. Exit codes tell the outcome apart so
+scripts can act on them:
+
+====  ==============================================================
+0     the reply ended well (``done`` or ``finished``)
+1     failure: an error payload, an HTTP error, a connection failure
+2     bad usage (wrong arguments, unreadable file)
+3     the reply was ``truncated``
+4     cancelled (Ctrl-C)
+====  ==============================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+
+from .client import AsyncClient
+from .errors import FluxstreamError
+from .events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
+from .reply import Outcome, Reply
+from .stream import ReplyStream
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
+CAPTURE_FORMAT = "fluxstream-capture/1"
+DEFAULT_PROMPT = "Tell me how fluxstream streams a reply, token by token."
+
+
+def _exit_code(outcome: Outcome | None) -> int:
+    if outcome in (Outcome.DONE, Outcome.FINISHED):
+        return EXIT_OK
+    if outcome is Outcome.TRUNCATED:
+        return EXIT_TRUNCATED
+    if outcome is Outcome.CANCELLED:
+        return EXIT_CANCELLED
+    return EXIT_FAILED
+
+
+class _Session:
+    """Holds the live stream so Ctrl-C can still report what arrived."""
+
+    stream: ReplyStream | None = None
+
+
+# ---------------------------------------------------------------------------- printing
+
+
+def _print_live(event: object, out: TextIO, state: dict[str, str]) -> None:
+    kind = type(event)
+    if kind is TextDelta or kind is ReasoningDelta or kind is RefusalDelta:
+        channel = {TextDelta: "text", ReasoningDelta: "reasoning", RefusalDelta: "refusal"}[kind]
+        if state.get("channel") != channel:
+            if state.get("channel"):
+                out.write("\n")
+            if channel != "text":
+                out.write(f"[{channel}] ")
+            state["channel"] = channel
+        out.write(event.text)  # type: ignore[attr-defined]
+        out.flush()
+    elif kind is ToolCallDone:
+        call = event.call  # type: ignore[attr-defined]
+        out.write(f"\n[tool call {call.index}] {call.name}({call.arguments})")
+        state["channel"] = "tool"
+        out.flush()
+
+
+def _summary(reply: Reply, stream: ReplyStream | None, out: TextIO) -> None:
+    out.write("\n\n")
+    out.write(f"outcome:        {reply.outcome.value if reply.outcome else 'unknown'}\n")
+    for choice in reply.choices:
+        out.write(f"finish reason:  {choice.finish_reason} (choice {choice.index})\n")
+    if reply.error is not None:
+        out.write(f"error:          {reply.error.message}\n")
+    if reply.usage is not None:
+        u = reply.usage
+        out.write(
+            f"usage:          prompt {u.prompt_tokens}, completion {u.completion_tokens}, "
+            f"total {u.total_tokens}\n"
+        )
+    if stream is not None:
+        stats = stream.stats
+        if stats.time_to_first_token is not None:
+            out.write(f"first token:    {stats.time_to_first_token * 1000:.1f} ms\n")
+        if stats.duration and stats.time_to_first_token is not None:
+            tokens = reply.usage.completion_tokens if reply.usage else None
+            span = stats.duration - stats.time_to_first_token
+            if tokens and span > 0:
+                out.write(f"tokens/s:       {tokens / span:.0f}\n")
+        out.write(f"bytes/events:   {stats.bytes} / {stats.events}")
+        out.write(f" (heartbeats {stats.heartbeats}, skipped {stats.skipped_frames})\n")
+    if stream is not None and stream.cause is not None and reply.outcome is not Outcome.CANCELLED:
+        out.write(f"cause:          {type(stream.cause).__name__}: {stream.cause}\n")
+    out.flush()
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+async def _stream_to_terminal(
+    client: AsyncClient, session: _Session, model: str, prompt: str, headers: dict[str, str],
+    tools: list[dict[str, Any]] | None,
+) -> int:
+    out = sys.stdout
+    stream = client.chat.stream(
+        model=model,
+        messages=[{"role": "user", "content": prompt}],
+        tools=tools,
+        extra_headers=headers,
+    )
+    session.stream = stream
+    state: dict[str, str] = {}
+    async with stream:
+        async for event in stream:
+            _print_live(event, out, state)
+            if isinstance(event, Finish):
+                state.setdefault("finished", event.reason)
+    _summary(stream.reply, stream, out)
+    return _exit_code(stream.reply.outcome)
+
+
+_DEMO_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+]
+
+
+async def _demo(args: argparse.Namespace, session: _Session) -> int:
+    from .server import serve
+
+    headers: dict[str, str] = {}
+    if args.profile:
+        headers["X-Fluxstream-Profile"] = args.profile
+    if args.fault:
+        headers["X-Fluxstream-Fault"] = ",".join(args.fault)
+    async with serve(port=0) as server:
+        sys.stdout.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
+        async with AsyncClient(base_url=server.base_url, api_key="demo-key") as client:
+            return await _stream_to_terminal(
+                client, session, args.model, args.prompt, headers,
+                _DEMO_TOOLS if args.tools else None,
+            )
+
+
+async def _chat(args: argparse.Namespace, session: _Session) -> int:
+    async with AsyncClient(base_url=args.base_url, api_key=args.api_key) as client:
+        return await _stream_to_terminal(client, session, args.model, args.prompt, {}, None)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from .server import run_forever
+
+    def ready(url: str) -> None:
+        sys.stdout.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
+        sys.stdout.flush()
+
+    await run_forever(
+        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready
+    )
+    return EXIT_OK
+
+
+async def _capture(args: argparse.Namespace) -> int:
+    """Record a real response's raw bytes with read boundaries and timing (see ``replay``)."""
+    client = AsyncClient(base_url=args.base_url, api_key=args.api_key)
+    body = {
+        "model": args.model,
+        "messages": [{"role": "user", "content": args.prompt}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    request = client._build_request("chat/completions", body, {})
+    reads: list[dict[str, Any]] = []
+    start = time.monotonic()
+    try:
+        response = await client.http_client.send(request, stream=True)
+        try:
+            async for chunk in response.aiter_raw():
+                reads.append(
+                    {"t": round(time.monotonic() - start, 6),
+                     "b64": base64.b64encode(chunk).decode("ascii")}
+                )
+        finally:
+            await response.aclose()
+    finally:
+        await client.aclose()
+    record = {
+        "format": CAPTURE_FORMAT,
+        "request": {"path": "chat/completions", "body": body},
+        "status": response.status_code,
+        "content_type": response.headers.get("content-type"),
+        "reads": reads,
+    }
+    Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    size = sum(len(base64.b64decode(r["b64"])) for r in reads)
+    sys.stdout.write(f"captured {len(reads)} reads, {size} bytes, to {args.output}\n")
+    return EXIT_OK if 200 <= response.status_code < 300 else EXIT_FAILED
+
+
+def load_fixture(path: str) -> list[bytes]:
+    """The reads of a capture file, or a plain ``.sse`` body as one read."""
+    raw = Path(path).read_bytes()
+    if raw.lstrip()[:1] == b"{":
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and record.get("format") == CAPTURE_FORMAT:
+            return [base64.b64decode(r["b64"]) for r in record["reads"]]
+    return [raw]
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .parser import replay
+
+    reads = load_fixture(args.file)
+    if args.read_size:
+        body = b"".join(reads)
+        reads = [body[i : i + args.read_size] for i in range(0, len(body), args.read_size)]
+    reply = replay(reads)
+    if args.json:
+        sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
+    else:
+        for choice in reply.choices:
+            if choice.reasoning:
+                sys.stdout.write(f"[reasoning {choice.index}] {choice.reasoning}\n")
+            if choice.text:
+                sys.stdout.write(f"[text {choice.index}] {choice.text}\n")
+            if choice.refusal:
+                sys.stdout.write(f"[refusal {choice.index}] {choice.refusal}\n")
+            for call in choice.tool_calls:
+                sys.stdout.write(f"[tool call {call.index}] {call.name}({call.arguments})\n")
+        _summary(reply, None, sys.stdout)
+    return _exit_code(reply.outcome)
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fluxstream", description="Stream LLM replies correctly from OpenAI-style endpoints."
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="stream a reply live from the embedded server")
+    demo.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
+    demo.add_argument("--model", default="flux-demo")
+    demo.add_argument("--profile", help="quirk profile(s), e.g. azure,heartbeats")
+    demo.add_argument("--fault", action="append", help="a fault, e.g. drop-after=200 (repeatable)")
+    demo.add_argument("--tools", action="store_true", help="ask for parallel tool calls")
+
+    chat = sub.add_parser("chat", help="stream a reply from any OpenAI-style endpoint")
+    chat.add_argument("prompt")
+    chat.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
+    chat.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
+    chat.add_argument("--api-key", default=None, help="defaults to OPENAI_API_KEY")
+
+    serve = sub.add_parser("serve", help="run the embedded server for other clients")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8787)
+    serve.add_argument("--profile", default="openai")
+    serve.add_argument("--api-key", default=None, help="require this key")
+
+    cap = sub.add_parser("capture", help="record a response's raw bytes to a fixture file")
+    cap.add_argument("prompt")
+    cap.add_argument("-o", "--output", required=True)
+    cap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
+    cap.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
+    cap.add_argument("--api-key", default=None)
+
+    rep = sub.add_parser("replay", help="run a fixture (capture or .sse) through the parser")
+    rep.add_argument("file")
+    rep.add_argument("--read-size", type=int, default=0, help="re-split into reads of N bytes")
+    rep.add_argument("--json", action="store_true", help="print the reply as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    session = _Session()
+    try:
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "serve":
+            return int(anyio.run(_serve, args))
+        runner = {"demo": _demo, "chat": _chat, "capture": _capture}[args.command]
+        if args.command == "capture":
+            return int(anyio.run(_capture, args))
+        return int(anyio.run(runner, args, session))
+    except KeyboardInterrupt:
+        stream = session.stream
+        if stream is not None:
+            _summary(stream.reply, stream, sys.stdout)
+            return _exit_code(stream.reply.outcome)
+        sys.stderr.write("fluxstream: interrupted\n")
+        return EXIT_CANCELLED
+    except FluxstreamError as exc:
+        sys.stderr.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        return EXIT_FAILED
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"fluxstream: {exc}\n")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

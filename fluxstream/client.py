@@ -1,0 +1,303 @@
+"""``AsyncClient``: the object services hold. Configuration, requests, nothing else.
+
+It follows the ecosystem's conventions: ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` when not given,
+an injected ``httpx.AsyncClient`` (or ``httpx2.AsyncClient``, or ``httpx_aiohttp``'s client)
+used as it is and never closed by us, ``httpx.Timeout`` for connect/read/write/pool, stdlib
+``logging`` under the ``fluxstream`` logger.
+
+The API key is kept in a :class:`Secret`, whose ``repr`` and ``str`` are masked; it is only
+turned into a header when a request is built, and error messages are built from responses,
+never from requests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from ._http import HttpErrors
+from .parser import StreamParser
+from .reply import Reply
+from .sse import DEFAULT_MAX_EVENT_BYTES
+from .retry import ResumePolicy, RetryPolicy
+from .stream import RESUME_TOKEN_VERSION, ReplyStream, RequestSpec
+
+__all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
+
+logger = logging.getLogger("fluxstream")
+
+#: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes.
+DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+#: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
+DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+_USER_AGENT = "fluxstream/0.1"
+
+
+class Secret:
+    """A string that never shows itself in a repr, a log line or an exception's text."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+class AsyncClient:
+    """An async session for streaming chat replies from an OpenAI-style endpoint.
+
+    :param base_url: e.g. ``"https://api.openai.com/v1"``; with or without a trailing slash.
+        Falls back to ``OPENAI_BASE_URL``, then to OpenAI's.
+    :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
+    :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
+        it is and never closed by fluxstream.
+    :param transport: ``"httpx"`` (default) or ``"aiohttp"`` (needs ``fluxstream[aiohttp]``;
+        asyncio only; several times less CPU per byte). Ignored when ``http_client`` is given.
+    :param timeout: an ``httpx.Timeout`` or seconds, for connect/write/pool and, unless
+        ``idle_timeout`` is given, for the gap between reads.
+    :param idle_timeout: seconds without any byte before the stream ends with
+        :class:`~fluxstream.errors.IdleTimeoutError`.
+    :param stall_timeout: seconds in which bytes may arrive (heartbeats, comments) without any
+        content before the stream ends with :class:`~fluxstream.errors.StallTimeoutError`.
+    :param headers: extra headers for every request.
+    :param max_event_bytes: the largest SSE event accepted (default 16 MiB).
+    :param retry: retries before any content (:class:`~fluxstream.retry.RetryPolicy`; pass
+        ``RetryPolicy.off()`` to disable).
+    :param resume: what to do when a stream drops after content arrived
+        (:class:`~fluxstream.retry.ResumePolicy`; ``Last-Event-ID`` by default).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        http_client: Any = None,
+        transport: str = "httpx",
+        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        idle_timeout: float | None = None,
+        stall_timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+    ) -> None:
+        base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self.base_url = base.rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._api_key = Secret(key) if key else None
+        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        if idle_timeout is None and stall_timeout is not None and self.timeout.read is None:
+            idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
+        self.idle_timeout = idle_timeout
+        self.stall_timeout = stall_timeout
+        self.max_event_bytes = max_event_bytes
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.resume = resume if resume is not None else ResumePolicy()
+        self._headers = dict(headers or {})
+        self._owns_http = http_client is None
+        if http_client is None:
+            http_client = _make_http_client(transport)
+        self._http = http_client
+        self._errors = HttpErrors.for_client(http_client)
+        self.chat = Chat(self)
+
+    def __repr__(self) -> str:
+        key = "set" if self._api_key else "none"
+        return f"<fluxstream.AsyncClient base_url={self.base_url!r} api_key={key}>"
+
+    @property
+    def http_client(self) -> Any:
+        return self._http
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client if fluxstream created it; a caller's client is left open."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    # ------------------------------------------------------------------ request building
+
+    def _build_request(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        all_headers = {
+            "accept": "text/event-stream",
+            "content-type": "application/json",
+            "user-agent": _USER_AGENT,
+            **self._headers,
+            **headers,
+        }
+        if self._api_key:
+            all_headers["authorization"] = f"Bearer {self._api_key.reveal()}"
+        timeout = self.timeout
+        if self.idle_timeout is not None:
+            timeout = httpx.Timeout(
+                connect=timeout.connect,
+                read=self.idle_timeout,
+                write=timeout.write,
+                pool=timeout.pool,
+            )
+        return self._http.build_request(
+            "POST",
+            f"{self.base_url}/{path}",
+            content=json.dumps(body, separators=(",", ":")).encode(),
+            headers=all_headers,
+            timeout=timeout,
+        )
+
+
+class Chat:
+    """``client.chat``: Chat Completions streaming."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        include_usage: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        **params: Any,
+    ) -> ReplyStream:
+        """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
+
+        ``stream: true`` is always set, and ``stream_options.include_usage`` unless
+        ``include_usage=False``. Other keyword arguments go into the request body as they are.
+        ``content_key`` names the logical request for resumable rendering (generated if None);
+        ``retry`` and ``resume`` override the client's policies for this request.
+        """
+        body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
+        if tools is not None:
+            body["tools"] = list(tools)
+        body["stream"] = True
+        if include_usage:
+            options = dict(body.get("stream_options") or {})
+            options.setdefault("include_usage", True)
+            body["stream_options"] = options
+        return self._open(
+            body,
+            content_key=content_key or uuid.uuid4().hex,
+            headers=dict(extra_headers or {}),
+            strict=strict,
+            retry=retry,
+            resume=resume,
+        )
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> ReplyStream:
+        """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
+        restart): the same content key, offsets that go on where they stopped, and the partial
+        reply already in ``stream.reply``; only events after the token's are delivered."""
+        if token.get("version") != RESUME_TOKEN_VERSION:
+            raise ValueError(f"unsupported resume token version {token.get('version')!r}")
+        parser = StreamParser.from_token(token, max_event_bytes=self._client.max_event_bytes)
+        return self._open(
+            dict(token["body"]),
+            content_key=str(token["key"]),
+            headers=dict(extra_headers or {}),
+            strict=False,
+            retry=retry,
+            resume=resume,
+            parser=parser,
+            path=str(token.get("path") or "chat/completions"),
+        )
+
+    def _open(
+        self,
+        body: dict[str, Any],
+        *,
+        content_key: str,
+        headers: dict[str, str],
+        strict: bool,
+        retry: RetryPolicy | None,
+        resume: ResumePolicy | None,
+        parser: StreamParser | None = None,
+        path: str = "chat/completions",
+    ) -> ReplyStream:
+        client = self._client
+        logger.debug("chat stream model=%s key=%s", body.get("model"), content_key)
+        spec = RequestSpec(
+            path=path,
+            body=body,
+            build=client._build_request,
+            http=client._http,
+            errors=client._errors,
+            headers=headers,
+        )
+        resuming = parser is not None
+        if parser is None:
+            parser = StreamParser(
+                content_key=content_key, max_event_bytes=client.max_event_bytes, strict=strict
+            )
+        return ReplyStream(
+            spec,
+            parser,
+            retry=retry or client.retry,
+            resume=resume or client.resume,
+            stall_timeout=client.stall_timeout,
+            idle_timeout=client.idle_timeout,
+            resuming=resuming,
+        )
+
+    async def complete(self, **kwargs: Any) -> Reply:
+        """Stream underneath and return the whole reply.
+
+        Raises :class:`~fluxstream.errors.StreamTruncatedError` or
+        :class:`~fluxstream.errors.StreamFailedError` (each carrying the partial reply as
+        ``error.reply``) unless the stream ended ``done`` or ``finished``.
+        """
+        async with self.stream(**kwargs) as stream:
+            return await stream.complete()
+
+
+def _make_http_client(transport: str) -> Any:
+    if transport == "httpx":
+        return httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=DEFAULT_TIMEOUT)
+    if transport == "aiohttp":
+        try:
+            from httpx_aiohttp import HttpxAiohttpClient
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "transport='aiohttp' needs the optional extra: pip install 'fluxstream[aiohttp]'"
+            ) from exc
+        return HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=DEFAULT_TIMEOUT)
+    raise ValueError(f"transport must be 'httpx' or 'aiohttp', not {transport!r}")

@@ -1,0 +1,181 @@
+"""Every exception fluxstream raises, in one place.
+
+All of them derive from :class:`FluxstreamError`, so a service can catch the library's failures
+with one ``except`` without also catching its own bugs. The lowest layers (the SSE decoder, the
+wire formats, the assembler) import from here, and so do the highest (client, server, CLI): this
+module imports nothing from the package and must stay that way.
+
+Errors that end a stream carry the partial reply (``error.reply``) so that nothing that already
+arrived is lost. Error texts never include an API key: the client builds them from the status,
+the provider's message and a short excerpt of the body, never from request headers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .reply import Reply
+
+__all__ = [
+    "APIConnectionError",
+    "APIStatusError",
+    "APITimeoutError",
+    "ArgumentsError",
+    "AuthenticationError",
+    "ContentTypeError",
+    "EventTooLargeError",
+    "FluxstreamError",
+    "FrameDecodeError",
+    "IdleTimeoutError",
+    "NotFoundError",
+    "RateLimitError",
+    "StallTimeoutError",
+    "StreamError",
+    "StreamFailedError",
+    "StreamTruncatedError",
+]
+
+
+class FluxstreamError(Exception):
+    """Base class of every error raised by fluxstream."""
+
+
+# --------------------------------------------------------------------------- sans-IO layers
+
+
+class EventTooLargeError(FluxstreamError):
+    """An SSE event (or one unterminated line) grew past the decoder's ``max_event_bytes``.
+
+    Raised by :meth:`fluxstream.sse.SSEDecoder.feed` instead of buffering without bound. The
+    decoder stays failed afterwards: every later ``feed``/``close`` raises the same error.
+    """
+
+    def __init__(self, limit: int, size: int) -> None:
+        self.limit = limit
+        self.size = size
+        super().__init__(
+            f"SSE event exceeds max_event_bytes={limit} (at least {size} bytes buffered); "
+            "raise the limit if this endpoint legitimately sends events this large"
+        )
+
+
+class FrameDecodeError(FluxstreamError):
+    """A data frame's payload is not valid JSON (raised only in strict mode).
+
+    In the default lenient mode such a frame is skipped and counted instead.
+    """
+
+    def __init__(self, message: str, data: str) -> None:
+        self.data = data
+        excerpt = data if len(data) <= 200 else data[:200] + "..."
+        super().__init__(f"{message}: {excerpt!r}")
+
+
+class ArgumentsError(FluxstreamError, ValueError):
+    """A tool call's assembled arguments are not valid JSON, or fail the given model.
+
+    Raised only when the caller asks for parsed arguments, never while streaming.
+    """
+
+    def __init__(self, message: str, *, name: str | None, arguments: str) -> None:
+        self.name = name
+        self.arguments = arguments
+        super().__init__(message)
+
+
+# --------------------------------------------------------------------------- HTTP status
+
+
+class APIConnectionError(FluxstreamError):
+    """The request could not be sent or the connection failed before a response arrived."""
+
+
+class APITimeoutError(APIConnectionError):
+    """Connecting, or waiting for the response head, took longer than the configured timeout."""
+
+
+class APIStatusError(FluxstreamError):
+    """The endpoint answered with a non-2xx status (checked before any SSE parsing).
+
+    ``message``, ``type`` and ``code`` come from the provider's JSON error body when there is
+    one; ``body_excerpt`` holds the start of a non-JSON body (a proxy's HTML error page).
+    """
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        type: str | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        body: Any = None,
+        body_excerpt: str | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        self.status_code = status_code
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+        self.body = body
+        self.body_excerpt = body_excerpt
+        self.request_id = request_id
+        super().__init__(f"HTTP {status_code}: {message}")
+
+
+class AuthenticationError(APIStatusError):
+    """401 or 403: the key is missing, wrong or not allowed to use this model."""
+
+
+class NotFoundError(APIStatusError):
+    """404: wrong base URL or path, or an unknown model."""
+
+
+class RateLimitError(APIStatusError):
+    """429: too many requests; ``retry_after`` (seconds) is parsed from the headers when given."""
+
+    def __init__(self, status_code: int, message: str, *, retry_after: float | None = None,
+                 **kwargs: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(status_code, message, **kwargs)
+
+
+class ContentTypeError(FluxstreamError):
+    """A 2xx response whose content type is neither ``text/event-stream`` nor JSON."""
+
+    def __init__(self, content_type: str, excerpt: str = "") -> None:
+        self.content_type = content_type
+        self.excerpt = excerpt
+        detail = f"; body starts {excerpt!r}" if excerpt else ""
+        super().__init__(
+            f"expected text/event-stream or application/json, got {content_type!r}{detail}"
+        )
+
+
+# --------------------------------------------------------------------------- ended streams
+
+
+class StreamError(FluxstreamError):
+    """A stream ended badly; ``reply`` holds everything that arrived before the end."""
+
+    def __init__(self, message: str, reply: Reply | None = None) -> None:
+        self.reply = reply
+        super().__init__(message)
+
+
+class StreamTruncatedError(StreamError):
+    """The connection ended before the sentinel and before every choice had a finish reason."""
+
+
+class StreamFailedError(StreamError):
+    """The stream carried an error payload, or failed at the transport or protocol level."""
+
+
+class IdleTimeoutError(StreamError):
+    """No bytes at all arrived for ``idle_timeout`` seconds."""
+
+
+class StallTimeoutError(StreamError):
+    """Bytes kept arriving (heartbeats, comments) but no content for ``stall_timeout`` seconds."""

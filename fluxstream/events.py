@@ -1,0 +1,183 @@
+"""Normalized, format-neutral stream events.
+
+Why frozen slotted dataclasses and not pydantic models: one event is created per delta on the
+hot path, and a frozen ``BaseModel`` costs several times more to create. pydantic still
+validates and serialises them: :data:`Event` is the union annotated with the ``type``
+discriminator, so::
+
+    adapter = pydantic.TypeAdapter(Event)
+    adapter.validate_python(adapter.dump_python(event)) == event
+
+Idempotent rendering: every text-like delta carries ``(key, choice, offset)``; ``offset`` counts
+the code points already delivered on that channel (text / reasoning / refusal) of that choice,
+so ``buf[offset:offset + len(text)] = text`` never shows text twice, even across a replayed
+connection.
+
+``ToolCallDelta.id`` and ``.name`` are set only on the delta where they first become known
+(``None`` on every other delta), so a consumer may concatenate nothing but ``arguments``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, Union
+
+from pydantic import Field
+
+from .reply import Outcome, ToolCall, Usage
+
+__all__ = [
+    "End",
+    "ErrorEvent",
+    "Event",
+    "Finish",
+    "Outcome",
+    "ReasoningDelta",
+    "RefusalDelta",
+    "Reset",
+    "SkippedFrame",
+    "TextDelta",
+    "ToolCallDelta",
+    "ToolCallDone",
+    "TypedEvent",
+    "UsageUpdate",
+]
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """Assistant text of one choice."""
+
+    key: str
+    choice: int
+    offset: int
+    text: str
+    type: Literal["text"] = field(default="text", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning / thinking text (``reasoning_content``, ``reasoning``, Mistral thinking)."""
+
+    key: str
+    choice: int
+    offset: int
+    text: str
+    type: Literal["reasoning"] = field(default="reasoning", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalDelta:
+    """Refusal text (``delta.refusal``)."""
+
+    key: str
+    choice: int
+    offset: int
+    text: str
+    type: Literal["refusal"] = field(default="refusal", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A fragment of tool call ``call`` (the provider's tool-call index) of a choice."""
+
+    key: str
+    choice: int
+    call: int
+    id: str | None
+    name: str | None
+    arguments: str
+    offset: int
+    type: Literal["tool_call_delta"] = field(default="tool_call_delta", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDone:
+    """A tool call is complete: its choice finished, or the stream ended cleanly."""
+
+    key: str
+    choice: int
+    call: ToolCall
+    type: Literal["tool_call_done"] = field(default="tool_call_done", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """A choice's finish reason arrived (or changed): the raw provider string."""
+
+    key: str
+    choice: int
+    reason: str
+    type: Literal["finish"] = field(default="finish", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageUpdate:
+    """A non-null ``usage`` object arrived; the last one wins."""
+
+    usage: Usage
+    type: Literal["usage"] = field(default="usage", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorEvent:
+    """An error payload inside the stream (after HTTP 200)."""
+
+    message: str
+    code: str | None
+    error_type: str | None
+    param: str | None
+    raw: object
+    type: Literal["error"] = field(default="error", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFrame:
+    """A data frame that could not be used (invalid JSON, not an object); the stream goes on."""
+
+    reason: str
+    data: str
+    type: Literal["skipped"] = field(default="skipped", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """A new generation replaces what was shown so far (restart after a failure)."""
+
+    key: str
+    attempt: int
+    reason: str
+    type: Literal["reset"] = field(default="reset", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """The stream ended; exactly one per stream, always the last event."""
+
+    outcome: Outcome
+    reason: str | None
+    type: Literal["end"] = field(default="end", init=False)
+
+
+#: The union of every event, discriminated by ``type`` so that ``pydantic.TypeAdapter(Event)``
+#: validates a dumped event back into the right class (a plain union would pick the first class
+#: whose fields fit, e.g. a ``TextDelta`` for a dumped ``ReasoningDelta``). For static typing
+#: ``Annotated`` is transparent: ``Event`` is the ``Union``.
+Event = Annotated[
+    Union[  # noqa: UP007 - the contract spells it Union[...]; same type as X | Y
+        TextDelta,
+        ReasoningDelta,
+        RefusalDelta,
+        ToolCallDelta,
+        ToolCallDone,
+        Finish,
+        UsageUpdate,
+        ErrorEvent,
+        SkippedFrame,
+        Reset,
+        End,
+    ],
+    Field(discriminator="type"),
+]
+
+#: Alias of :data:`Event` (kept for readability where the discriminator matters).
+TypedEvent = Event

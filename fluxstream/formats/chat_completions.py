@@ -1,0 +1,410 @@
+"""The OpenAI Chat Completions stream format (and the many servers that imitate it).
+
+``ChatCompletionsFormat`` turns SSE events, or chunk objects another SDK already decoded, into
+normalized :mod:`fluxstream.events`. It keeps only the small per-choice state that the events
+themselves need (offsets, tool-call identity, the last finish reason); the text itself is
+assembled by :mod:`fluxstream.assembly`.
+
+Why it reads dicts and not :mod:`fluxstream.wire` models: one chunk is decoded per SSE event,
+and ``pydantic_core.from_json`` plus a few ``dict.get`` calls is several times cheaper than
+validating into models (numbers in ``benchmarks/README.md``). Every access is defensive
+(``null``, missing keys, wrong types) because providers disagree about nearly everything; the
+quirks handled here are listed in ``/shared/fixtures/QUIRKS.md`` and each has a test.
+
+Rules, in short:
+
+* only non-empty strings are text; ``role`` (once, on every chunk, ``""`` or never) is ignored;
+* choices are keyed by ``choices[].index`` (array position only when the index is missing);
+* reasoning comes from ``reasoning_content``, else ``reasoning``; Mistral's list content gives
+  text parts to text and ``thinking`` parts to reasoning;
+* a finish reason is read wherever it appears; ``null`` never clears it; ``Finish`` is emitted
+  when it first arrives and again only if it changes;
+* tool calls are keyed by their ``index``; a fragment without one opens a new call when it
+  carries a non-empty id different from the current call's id (or, having no id, a name while
+  the current call already has a name), else it continues the most recently touched call;
+  ``id``/``name`` are taken from the first non-empty value; an ``arguments`` object is
+  serialised to compact JSON;
+* an error payload (``{"error": ...}``, ``{"object": "error", ...}`` or ``event: error``)
+  becomes an :class:`~fluxstream.events.ErrorEvent`; the stream goes on to its end;
+* ``[DONE]`` (after trimming whitespace) is the sentinel, never JSON; nothing after it counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+from pydantic import ValidationError
+
+from ..errors import FrameDecodeError
+from ..events import (
+    ErrorEvent,
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    SkippedFrame,
+    TextDelta,
+    ToolCallDelta,
+    UsageUpdate,
+)
+from ..sse import ServerSentEvent
+from ..wire import Usage
+
+__all__ = ["ChatCompletionsFormat"]
+
+_loads = pydantic_core.from_json
+_EXCERPT = 200
+
+
+class _Call:
+    """What the format must remember about one tool call: identity and delivered length."""
+
+    __slots__ = ("id", "length", "name")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.length = 0
+
+
+class _Choice:
+    """Per-choice offsets (code points delivered per channel), finish reason and calls."""
+
+    __slots__ = ("calls", "finish", "last_call", "reasoning", "refusal", "text")
+
+    def __init__(self) -> None:
+        self.text = 0
+        self.reasoning = 0
+        self.refusal = 0
+        self.finish: str | None = None
+        self.calls: dict[int, _Call] = {}
+        self.last_call: int | None = None
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _opt_str(value: object) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+class ChatCompletionsFormat:
+    """Sans-IO: SSE events / decoded chunks in, normalized events out.
+
+    :param key: the content key stamped on every keyed event.
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
+        not a JSON object, instead of skipping and counting it.
+
+    Attributes the parser reads: ``id`` and ``model`` (first non-empty values), ``done``
+    (sentinel seen), ``done_reason``, ``cut`` (a payload cut by the end of the bytes was
+    dropped), ``skipped`` (frames skipped), ``new_choices`` (choice indexes first seen since
+    the list was last cleared, so that a choice without any content still exists).
+    """
+
+    __slots__ = (
+        "_choices",
+        "cut",
+        "done",
+        "done_reason",
+        "id",
+        "key",
+        "model",
+        "new_choices",
+        "skipped",
+        "strict",
+    )
+
+    def __init__(self, key: str, *, strict: bool = False) -> None:
+        self.key = key
+        self.strict = strict
+        self.id: str | None = None
+        self.model: str | None = None
+        self.done = False
+        self.done_reason: str | None = None
+        self.cut = False
+        self.skipped = 0
+        self.new_choices: list[int] = []
+        self._choices: dict[int, _Choice] = {}
+
+    def reset(self) -> None:
+        """Forget per-choice state (a restarted generation starts at offset 0 again)."""
+        self._choices = {}
+        self.new_choices = []
+        self.done = False
+        self.done_reason = None
+        self.cut = False
+
+    # ------------------------------------------------------------------ SSE events
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
+        """One SSE event. ``at_eof``: the event was flushed by the end of the bytes, so a
+        payload that does not parse was cut by the connection and is dropped silently."""
+        if self.done:
+            return []
+        data = sse.data
+        if sse.event == "error":
+            return self._error_event(data)
+        if data[:1] == "{":
+            try:
+                obj = _loads(data)
+            except ValueError as exc:
+                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            return self.feed_chunk(obj)
+        stripped = data.strip()
+        if stripped == "[DONE]":
+            self.done = True
+            self.done_reason = "sentinel"
+            return []
+        if not stripped:
+            return []  # an empty data frame: a keep-alive, not an error
+        try:
+            obj = _loads(data)
+        except ValueError as exc:
+            return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+        if not isinstance(obj, dict):
+            return self._bad_frame(data, "not a JSON object", False)
+        return self.feed_chunk(obj)
+
+    def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
+        if at_eof:
+            self.cut = True
+            return []
+        if self.strict:
+            raise FrameDecodeError(reason, data)
+        self.skipped += 1
+        return [SkippedFrame(reason, data[:_EXCERPT])]
+
+    def _error_event(self, data: str) -> list[Event]:
+        payload: object = data
+        with contextlib.suppress(ValueError):
+            payload = _loads(data)
+        if isinstance(payload, dict):
+            if "error" in payload or payload.get("object") == "error":
+                return self.feed_chunk(payload)
+            return [self._error(payload, payload)]
+        return [ErrorEvent(data or "error event", None, None, None, data)]
+
+    # ------------------------------------------------------------------ chunks
+
+    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
+        """One decoded chunk (a dict, as ``json.loads`` gives it)."""
+        if self.done:
+            return []
+        out: list[Event] = []
+        if self.id is None:
+            rid = obj.get("id")
+            if rid and isinstance(rid, str):
+                self.id = rid
+        if self.model is None:
+            model = obj.get("model")
+            if model and isinstance(model, str):
+                self.model = model
+        choices = obj.get("choices")
+        if choices:
+            key = self.key
+            states = self._choices
+            position = 0
+            for choice in choices:
+                if not isinstance(choice, dict):
+                    position += 1
+                    continue
+                index = choice.get("index")
+                if index.__class__ is not int:
+                    index = position
+                position += 1
+                st = states.get(index)
+                if st is None:
+                    st = states[index] = _Choice()
+                    self.new_choices.append(index)
+                delta = choice.get("delta")
+                if delta and delta.__class__ is dict:
+                    content = delta.get("content")
+                    if content.__class__ is str:
+                        if content:
+                            out.append(TextDelta(key, index, st.text, content))
+                            st.text += len(content)
+                    elif content:
+                        self._parts(content, index, st, out)
+                    if len(delta) > 1 or content is None:
+                        self._other_channels(delta, index, st, out)
+                reason = choice.get("finish_reason")
+                if reason is not None and reason != st.finish:
+                    reason = _opt_str(reason)
+                    if reason:
+                        st.finish = reason
+                        out.append(Finish(key, index, reason))
+        usage = obj.get("usage")
+        if usage and isinstance(usage, dict):
+            out.append(UsageUpdate(_usage(usage)))
+        error = obj.get("error")
+        if error:
+            out.append(self._error(error, obj))
+        elif obj.get("object") == "error":
+            out.append(self._error(obj, obj))
+        return out
+
+    def _other_channels(
+        self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event]
+    ) -> None:
+        """Reasoning, refusal and tool calls (skipped for the common content-only delta)."""
+        key = self.key
+        reasoning = delta.get("reasoning_content")
+        if not reasoning or reasoning.__class__ is not str:
+            reasoning = delta.get("reasoning")
+        if reasoning and reasoning.__class__ is str:
+            out.append(ReasoningDelta(key, index, st.reasoning, reasoning))
+            st.reasoning += len(reasoning)
+        refusal = delta.get("refusal")
+        if refusal and refusal.__class__ is str:
+            out.append(RefusalDelta(key, index, st.refusal, refusal))
+            st.refusal += len(refusal)
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            self._tool_calls(tool_calls, index, st, out)
+
+    def _parts(self, parts: object, index: int, st: _Choice, out: list[Event]) -> None:
+        """Mistral list content: ``text`` parts are text, ``thinking`` parts reasoning."""
+        if not isinstance(parts, list):
+            return
+        key = self.key
+        for part in parts:
+            if not isinstance(part, dict):
+                continue
+            kind = part.get("type")
+            if kind == "text":
+                text = part.get("text")
+                if text and isinstance(text, str):
+                    out.append(TextDelta(key, index, st.text, text))
+                    st.text += len(text)
+            elif kind == "thinking":
+                thinking = part.get("thinking")
+                pieces = [thinking] if isinstance(thinking, str) else thinking
+                if not isinstance(pieces, list):
+                    continue
+                for piece in pieces:
+                    text = piece if isinstance(piece, str) else None
+                    if isinstance(piece, dict) and piece.get("type", "text") == "text":
+                        text = piece.get("text")
+                    if text and isinstance(text, str):
+                        out.append(ReasoningDelta(key, index, st.reasoning, text))
+                        st.reasoning += len(text)
+
+    def _tool_calls(self, fragments: object, index: int, st: _Choice, out: list[Event]) -> None:
+        if not isinstance(fragments, list):
+            return
+        calls = st.calls
+        for frag in fragments:
+            if not isinstance(frag, dict):
+                continue
+            fn = frag.get("function")
+            if not isinstance(fn, dict):
+                fn = {}
+            cid = frag.get("id")
+            cid = cid if cid and isinstance(cid, str) else None
+            name = fn.get("name")
+            name = name if name and isinstance(name, str) else None
+            args = fn.get("arguments")
+            if args is None:
+                args = ""
+            elif args.__class__ is not str:
+                args = _compact(args)
+            number = frag.get("index")
+            if number.__class__ is not int:
+                number = self._resolve(st, cid, name)
+            call = calls.get(number)
+            fresh = call is None
+            if call is None:
+                call = calls[number] = _Call()
+            st.last_call = number
+            new_id = None
+            if cid is not None and call.id is None:
+                call.id = new_id = cid
+            new_name = None
+            if name is not None and call.name is None:
+                call.name = new_name = name
+            if args or fresh or new_id is not None or new_name is not None:
+                out.append(
+                    ToolCallDelta(self.key, index, number, new_id, new_name, args, call.length)
+                )
+                call.length += len(args)
+
+    @staticmethod
+    def _resolve(st: _Choice, cid: str | None, name: str | None) -> int:
+        """Index for a fragment that has none (Mistral, Gemini)."""
+        calls = st.calls
+        current = calls.get(st.last_call) if st.last_call is not None else None
+        if current is not None:
+            opens = (cid is not None and cid != current.id) or (
+                cid is None and name is not None and current.name is not None
+            )
+            if not opens:
+                assert st.last_call is not None
+                return st.last_call
+        return max(calls) + 1 if calls else 0
+
+    # ------------------------------------------------------------------ errors
+
+    @staticmethod
+    def _error(error: object, raw: object) -> ErrorEvent:
+        if isinstance(error, dict):
+            message = error.get("message")
+            if not isinstance(message, str) or not message:
+                message = _compact(error) if message is None else str(message)
+            return ErrorEvent(
+                message,
+                _opt_str(error.get("code")),
+                _opt_str(error.get("type")),
+                _opt_str(error.get("param")),
+                raw,
+            )
+        return ErrorEvent(str(error), None, None, None, raw)
+
+    # ------------------------------------------------------------------ whole bodies
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
+        """A non-streaming ``chat.completion`` body: each ``message`` is read as one delta.
+
+        Marks the format done (a complete body is as final as the sentinel).
+        """
+        chunk: dict[str, Any] = {k: v for k, v in obj.items() if k != "choices"}
+        choices = obj.get("choices")
+        if isinstance(choices, list):
+            converted = []
+            for position, choice in enumerate(choices):
+                if not isinstance(choice, dict):
+                    continue
+                message = choice.get("message")
+                delta = dict(message) if isinstance(message, dict) else {}
+                calls = delta.get("tool_calls")
+                if isinstance(calls, list):
+                    delta["tool_calls"] = [
+                        {"index": i, **c} if isinstance(c, dict) and "index" not in c else c
+                        for i, c in enumerate(calls)
+                    ]
+                converted.append(
+                    {
+                        "index": choice.get("index", position),
+                        "delta": delta,
+                        "finish_reason": choice.get("finish_reason"),
+                    }
+                )
+            chunk["choices"] = converted
+        events = self.feed_chunk(chunk)
+        self.done = True
+        self.done_reason = "completion"
+        return events
+
+
+def _usage(raw: dict[str, Any]) -> Usage:
+    try:
+        return Usage.model_validate(raw)
+    except ValidationError:
+        # Odd types (strings for counts ...): keep what arrived rather than lose it.
+        return Usage.model_construct(**raw)

@@ -1,0 +1,274 @@
+"""``StreamParser``: the one sans-IO pipeline, bytes in, normalized events out, reply kept.
+
+It composes :class:`~fluxstream.sse.SSEDecoder`, the wire format
+(:class:`~fluxstream.formats.chat_completions.ChatCompletionsFormat`) and
+:class:`~fluxstream.assembly.ReplyAssembler`. Everything that has bytes drives this one object
+(:func:`replay`, the HTTP stream, the CLI), and so does code that already has decoded chunks
+from another SDK (:meth:`StreamParser.feed_chunk`), so there is no second copy of the wiring.
+
+Exactly one :class:`~fluxstream.events.End` is emitted over a parser's life, always last:
+
+* by :meth:`~StreamParser.feed` / :meth:`~StreamParser.feed_sse` when the sentinel arrives
+  (the transport can stop reading at once: :attr:`~StreamParser.finished` turns true),
+* else by :meth:`~StreamParser.close` (the bytes ended), :meth:`~StreamParser.cancel` or
+  :meth:`~StreamParser.fail`; these return ``[]`` when the ``End`` was already emitted.
+
+No asyncio here: the parser runs the same under asyncio, trio, or a plain loop.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .assembly import ReplyAssembler
+from .events import Event
+from .formats import FORMATS
+from .reply import Reply
+from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
+
+__all__ = ["StreamParser", "replay"]
+
+
+class StreamParser:
+    """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
+
+    :param content_key: stable key of the logical request, stamped on every keyed event
+        (generated when not given).
+    :param format: the wire format; only ``"chat_completions"`` for now.
+    :param max_event_bytes: cap on one SSE event (see :class:`~fluxstream.sse.SSEDecoder`).
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame whose
+        payload is not a JSON object, instead of skipping and counting it.
+    """
+
+    def __init__(
+        self,
+        *,
+        content_key: str | None = None,
+        format: str = "chat_completions",
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        strict: bool = False,
+    ) -> None:
+        try:
+            format_cls = FORMATS[format]
+        except KeyError:
+            raise ValueError(
+                f"unknown format {format!r}; known: {', '.join(sorted(FORMATS))}"
+            ) from None
+        self.content_key = content_key or uuid.uuid4().hex
+        self.max_event_bytes = max_event_bytes
+        self.strict = strict
+        self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+        self._format = format_cls(self.content_key, strict=strict)
+        self._assembler = ReplyAssembler(self.content_key)
+        self._events = 0
+        # Counters and SSE state of the connections before the current one.
+        self._old_bytes = 0
+        self._old_comments = 0
+        self._old_last_event_id = ""
+        self._old_reconnection_time: int | None = None
+        self._ignored_bytes = 0
+
+    def __repr__(self) -> str:
+        state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
+        return f"<StreamParser {state} key={self.content_key!r}>"
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, data: bytes) -> list[Event]:
+        """One read of the body; returns the events it completed (may be ``[]``).
+
+        Bytes after the sentinel (or after any ``End``) are counted and ignored.
+        """
+        if self._format.done or self._assembler.finished:
+            self._ignored_bytes += len(data)
+            return []
+        sses = self._decoder.feed(data)
+        if not sses:
+            return []
+        self._events += len(sses)
+        fmt_feed = self._format.feed
+        if len(sses) == 1:
+            return self._apply(fmt_feed(sses[0]))
+        batch: list[Event] = []
+        for sse in sses:
+            events = fmt_feed(sse)
+            if events:
+                batch += events
+        return self._apply(batch)
+
+    def feed_sse(self, event: ServerSentEvent) -> list[Event]:
+        """One SSE event decoded elsewhere (e.g. by ``httpx-sse``)."""
+        if self._assembler.finished:
+            return []
+        self._events += 1
+        return self._apply(self._format.feed(event))
+
+    def feed_chunk(self, obj: Mapping[str, Any] | Any) -> list[Event]:
+        """One chunk another SDK already decoded: a mapping, or an object with ``model_dump()``
+        (openai-python's ``ChatCompletionChunk``). Without bytes there is no sentinel, so end
+        with :meth:`close` (outcome ``finished`` when every choice finished)."""
+        if self._assembler.finished:
+            return []
+        return self._apply(self._format.feed_chunk(_as_mapping(obj)))
+
+    def feed_completion(self, obj: Mapping[str, Any] | Any) -> list[Event]:
+        """A whole non-streaming ``chat.completion`` body; :meth:`close` then ends ``done``."""
+        if self._assembler.finished:
+            return []
+        return self._apply(self._format.feed_completion(_as_mapping(obj)), end=False)
+
+    def _apply(self, events: list[Event], *, end: bool = True) -> list[Event]:
+        fmt = self._format
+        asm = self._assembler
+        if fmt.new_choices:
+            asm.add_choices(fmt.new_choices)
+            fmt.new_choices.clear()
+        if events:
+            events = asm.feed(events)
+        if end and fmt.done:
+            ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
+            events = events + ended if events else ended
+        return events
+
+    # ------------------------------------------------------------------ ends
+
+    def close(self, *, cause: BaseException | None = None) -> list[Event]:
+        """The bytes ended (``cause``: the transport error that ended them, if any).
+
+        Flushes a pending event (an unterminated final ``data:`` line still counts; a payload
+        cut mid-JSON is dropped silently and makes the stream ``truncated``), then ends with
+        the ``End``. Returns ``[]`` if an ``End`` was already emitted.
+        """
+        asm = self._assembler
+        if asm.finished:
+            return []
+        fmt = self._format
+        events: list[Event] = []
+        decoder = self._decoder
+        if not fmt.done:
+            sses = decoder.close()
+            self._events += len(sses)
+            for sse in sses:
+                events += fmt.feed(sse, at_eof=True)
+            events = self._apply(events, end=False)
+        if fmt.done:
+            reason = fmt.done_reason or "sentinel"
+        elif decoder.ended_mid_event:
+            reason = "eof mid-event"
+        else:
+            reason = "eof"
+        if cause is not None and not fmt.done:
+            reason = f"{reason}: {type(cause).__name__}: {cause}"
+        return events + asm.end(sentinel=fmt.done, cut=fmt.cut, reason=reason)
+
+    def cancel(self, reason: str) -> list[Event]:
+        """The caller cancelled: outcome ``cancelled``, everything received is kept."""
+        return self._assembler.cancel(reason)
+
+    def fail(self, reason: str, error: BaseException | None = None) -> list[Event]:
+        """The transport or protocol failed (``error`` is informational): outcome ``failed``."""
+        return self._assembler.fail(reason)
+
+    def new_connection(self, *, resume_after: str | None = None) -> None:
+        """A reconnect: a fresh SSE decoder (keeping the last event ID and retry time); the
+        assembly state and offsets stay, so the reply continues.
+
+        ``resume_after``: the ``Last-Event-ID`` the transport sends; recorded as the last event
+        ID (the server continues after it), nothing is skipped.
+        """
+        decoder = self._decoder
+        self._old_bytes += decoder.bytes_fed
+        self._old_comments += decoder.comments
+        self._old_last_event_id = self.last_event_id
+        self._old_reconnection_time = self.reconnection_time
+        if resume_after is not None:
+            self._old_last_event_id = resume_after
+        self._decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+
+    def reset(self, attempt: int, reason: str) -> list[Event]:
+        """A restart (a new generation replaces the old one): fresh decoder, format and
+        assembly state, announced by a :class:`~fluxstream.events.Reset` event."""
+        self.new_connection()
+        self._format.reset()
+        return self._assembler.reset(attempt, reason)
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def reply(self) -> Reply:
+        """A snapshot of the reply so far (rebuilds only what changed since the last one)."""
+        fmt = self._format
+        decoder = self._decoder
+        return self._assembler.snapshot(
+            id=fmt.id,
+            model=fmt.model,
+            events=self._events,
+            skipped_frames=fmt.skipped,
+            heartbeats=self._old_comments + decoder.comments,
+            bytes=self._old_bytes + decoder.bytes_fed + self._ignored_bytes,
+        )
+
+    def partial_arguments(self, choice: int = 0, call: int = 0) -> Any:
+        """Best-effort JSON value of tool call ``call`` of ``choice`` as far as it arrived
+        (``KeyError`` if there is no such call). Same value as
+        ``reply.choices[..].tool_calls[..].partial_arguments()`` but without building a
+        snapshot: O(new fragments + the open part of the value) per call."""
+        return self._assembler.partial_arguments(choice, call)
+
+    @property
+    def finished(self) -> bool:
+        """An ``End`` was emitted."""
+        return self._assembler.finished
+
+    @property
+    def complete(self) -> bool:
+        """At least one choice exists and every choice has a finish reason (a drop now would
+        end ``finished``, so there is nothing to resume)."""
+        return self._assembler.all_finished
+
+    @property
+    def saw_content(self) -> bool:
+        """Any text, reasoning, refusal or tool-call delta arrived."""
+        return self._assembler.saw_content
+
+    @property
+    def done(self) -> bool:
+        """The sentinel (or a complete non-streaming body) arrived."""
+        return self._format.done
+
+    @property
+    def last_event_id(self) -> str:
+        return self._decoder.last_event_id or self._old_last_event_id
+
+    @property
+    def reconnection_time(self) -> int | None:
+        time = self._decoder.reconnection_time
+        return time if time is not None else self._old_reconnection_time
+
+
+def _as_mapping(obj: Mapping[str, Any] | Any) -> Mapping[str, Any]:
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if dump is None:
+        raise TypeError(f"expected a mapping or an object with model_dump(), got {type(obj)!r}")
+    try:
+        # Only what the provider sent; no warnings for values that do not fit the other SDK's
+        # declared types (Mistral list content, object arguments): we read them as they are.
+        data = dump(exclude_unset=True, warnings=False)
+    except TypeError:
+        data = dump()
+    if not isinstance(data, Mapping):
+        raise TypeError(f"model_dump() returned {type(data)!r}, not a mapping")
+    return data
+
+
+def replay(reads: Iterable[bytes], **parser_kwargs: Any) -> Reply:
+    """Run recorded reads (a file's bytes, a fixture in chunks) through a parser; the reply."""
+    parser = StreamParser(**parser_kwargs)
+    for data in reads:
+        parser.feed(data)
+    parser.close()
+    return parser.reply

@@ -1,0 +1,190 @@
+"""The assembled reply: what a stream produced, whatever the provider's quirks were.
+
+These are pydantic models (users serialise, validate and compare them), built by
+:class:`fluxstream.assembly.ReplyAssembler` with ``model_construct`` (no re-validation of values
+the assembler already produced), so taking a snapshot often stays cheap.
+
+:class:`Outcome` lives here rather than in :mod:`fluxstream.events` only to avoid an import
+cycle (events carry a :class:`ToolCall`, the reply carries an outcome); ``events.Outcome`` is
+the same object.
+
+Tool-call arguments stay the raw string the provider sent: parsing and schema validation happen
+only when asked (:meth:`ToolCall.parse_arguments`), never while streaming, so one malformed call
+cannot break a stream.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from typing import Any, Protocol, TypeVar, overload
+
+import pydantic_core
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
+
+from .errors import ArgumentsError
+from .wire import Usage
+
+__all__ = ["Choice", "ErrorInfo", "Outcome", "Reply", "ToolCall", "Usage"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Outcome(str, Enum):
+    """How a stream ended. Always stated, never guessed."""
+
+    #: The sentinel (``data: [DONE]``) or the format's terminal event arrived.
+    DONE = "done"
+    #: The bytes ended without a sentinel, but every choice reported a finish reason.
+    FINISHED = "finished"
+    #: The bytes ended before that: the reply is partial (everything received is kept).
+    TRUNCATED = "truncated"
+    #: The caller cancelled the stream.
+    CANCELLED = "cancelled"
+    #: An error payload arrived in the stream, or the transport/protocol failed.
+    FAILED = "failed"
+
+
+class PartialSource(Protocol):
+    """What the assembler attaches to a :class:`ToolCall` so that
+    :meth:`ToolCall.partial_arguments` can reuse its incremental parser (see
+    :mod:`fluxstream.partial_json`) instead of re-parsing the whole string."""
+
+    def value_at(self, arguments: str) -> Any:
+        """The best-effort value of ``arguments`` (a prefix of the call's growing argument
+        string); ``LookupError`` if the incremental state has already moved past it."""
+        ...
+
+
+class ToolCall(BaseModel):
+    """One assembled tool (function) call of a choice."""
+
+    model_config = ConfigDict(frozen=False)
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    #: The raw assembled argument string (an object sent by the provider is serialised to
+    #: compact JSON).
+    arguments: str = ""
+
+    _source: PartialSource | None = PrivateAttr(default=None)
+
+    def __eq__(self, other: object) -> bool:
+        # Fields only: the private incremental-parsing source is an implementation detail, and
+        # two parses of the same bytes must give equal calls.
+        if not isinstance(other, ToolCall):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable model, like BaseModel itself
+
+    @overload
+    def parse_arguments(self, model: None = None) -> Any: ...
+    @overload
+    def parse_arguments(self, model: type[M]) -> M: ...
+
+    def parse_arguments(self, model: type[M] | None = None) -> Any:
+        """The arguments as a JSON value, or validated against ``model``.
+
+        :raises ArgumentsError: the string is not valid JSON (``""`` included), or it does not
+            validate against ``model``.
+        """
+        if model is None:
+            try:
+                return json.loads(self.arguments)
+            except ValueError as exc:
+                raise ArgumentsError(
+                    f"arguments of tool call {self.name!r} are not valid JSON: {exc}",
+                    name=self.name,
+                    arguments=self.arguments,
+                ) from exc
+        try:
+            return model.model_validate_json(self.arguments)
+        except ValidationError as exc:
+            raise ArgumentsError(
+                f"arguments of tool call {self.name!r} do not match {model.__name__}: {exc}",
+                name=self.name,
+                arguments=self.arguments,
+            ) from exc
+
+    def partial_arguments(self) -> Any:
+        """Best-effort JSON value of the arguments received so far (``None`` if nothing usable).
+
+        Incomplete trailing strings are included as far as they arrived; an incomplete key,
+        number or literal at the very end is left out. Cheap enough to call after every
+        fragment when the call came from a live assembler (incremental parsing); otherwise
+        one ``pydantic_core.from_json(..., allow_partial=...)`` pass. Treat the value as
+        read-only: containers may be shared with later snapshots.
+        """
+        source = self._source
+        if source is not None:
+            try:
+                return source.value_at(self.arguments)
+            except LookupError:
+                pass
+        return parse_partial(self.arguments)
+
+
+def parse_partial(text: str) -> Any:
+    """Best-effort value of a JSON prefix in one pass (``None`` when nothing usable)."""
+    if not text.strip():
+        return None
+    try:
+        return pydantic_core.from_json(text, allow_partial="trailing-strings")
+    except ValueError:
+        return None
+
+
+class Choice(BaseModel):
+    """One assembled choice, keyed by the streamed ``choices[].index``."""
+
+    index: int
+    text: str = ""
+    reasoning: str | None = None
+    refusal: str | None = None
+    tool_calls: list[ToolCall] = []
+    finish_reason: str | None = None
+
+
+class ErrorInfo(BaseModel):
+    """An error payload that arrived inside the stream (after HTTP 200)."""
+
+    message: str
+    code: str | None = None
+    type: str | None = None
+    param: str | None = None
+    raw: Any = None
+
+
+class Reply(BaseModel):
+    """Everything a stream produced so far, and how it ended.
+
+    ``outcome`` is ``None`` while streaming. It is ``failed`` whenever an error payload arrived,
+    even when the sentinel followed; ``stream_end`` says how the byte stream itself ended
+    (``done``/``finished``/``truncated``, or ``cancelled``/``failed`` for transport-driven
+    ends) regardless of error payloads, and ``end_reason`` is the ``End`` event's reason.
+    """
+
+    id: str | None = None
+    model: str | None = None
+    choices: list[Choice] = []
+    usage: Usage | None = None
+    error: ErrorInfo | None = None
+    outcome: Outcome | None = None
+    stream_end: Outcome | None = None
+    end_reason: str | None = None
+    content_key: str = ""
+    #: SSE events dispatched by the decoder (comments excluded).
+    events: int = 0
+    #: Data frames whose payload was not valid JSON (skipped in lenient mode).
+    skipped_frames: int = 0
+    #: SSE comment lines (keep-alives such as ``: ping``).
+    heartbeats: int = 0
+    #: Bytes fed to the parser.
+    bytes: int = 0
+
+    @property
+    def text(self) -> str:
+        """``choices[0].text``, or ``""`` when there is no choice."""
+        return self.choices[0].text if self.choices else ""

@@ -1,0 +1,67 @@
+"""An embedded OpenAI-compatible streaming server with quirk profiles and fault injection.
+
+It is the default target of the ``fluxstream serve``/``demo`` commands and of the test-suite: a
+real HTTP/1.1 server on 127.0.0.1 whose replies are deterministic (see
+:func:`~fluxstream.server.script.expected_reply`), whose wire format can imitate the quirks of
+other providers (:mod:`~fluxstream.server.profiles`), whose transport can misbehave on demand
+(:mod:`~fluxstream.server.faults`), and which records every request and client disconnect
+(:mod:`~fluxstream.server.records`) so that cancellation is provable from the other end.
+
+::
+
+    async with fluxstream.server.serve(port=0, profile="openai") as server:
+        ...  # point a client at server.base_url
+        record = await server.wait_disconnect(timeout=1.0)
+"""
+
+from __future__ import annotations
+
+from .app import (
+    ATTEMPT_HEADER,
+    FAULT_HEADER,
+    MODELS,
+    PROFILE_HEADER,
+    Server,
+    serve,
+)
+from .faults import FAULT_KEYS, FaultError, Faults, build_faults, parse_fault_spec
+from .profiles import PROFILE_DESCRIPTIONS, PROFILE_NAMES, ProfileError, parse_profiles
+from .records import DisconnectRecord, Records, RequestRecord, ResponseRecord
+from .runner import ServerThread, run, run_forever
+from .script import (
+    ExpectedChoice,
+    ExpectedReply,
+    ExpectedToolCall,
+    build_script,
+    expected_reply,
+)
+
+__all__ = [
+    "ATTEMPT_HEADER",
+    "FAULT_HEADER",
+    "FAULT_KEYS",
+    "MODELS",
+    "PROFILE_DESCRIPTIONS",
+    "PROFILE_HEADER",
+    "PROFILE_NAMES",
+    "DisconnectRecord",
+    "ExpectedChoice",
+    "ExpectedReply",
+    "ExpectedToolCall",
+    "FaultError",
+    "Faults",
+    "ProfileError",
+    "Records",
+    "RequestRecord",
+    "ResponseRecord",
+    "Server",
+    "ServerThread",
+    "build_faults",
+    "build_script",
+    "expected_reply",
+    "parse_fault_spec",
+    "parse_profiles",
+    "run",
+    "run_forever",
+    "serve",
+]

@@ -1,0 +1,497 @@
+"""The HTTP/1.1 server: routing, the API key check, faults and streaming of scripted replies.
+
+Why it is built this way
+------------------------
+* **h11 + anyio, no framework.** A framework would buffer, re-chunk and flush on its own terms;
+  fault injection needs to decide the size of every ``send`` and the exact moment the socket
+  closes (for example half an event inside a chunk, then a hard close with no terminator).
+  h11 does the HTTP parsing and framing and nothing else (see :mod:`.connection`); anyio makes
+  it run under asyncio and trio alike.
+* **Content and timing are separate.** What is sent comes from the pure :mod:`.script` and
+  :mod:`.render`; this module only adds timing and faults, so a ``Last-Event-ID`` resume or a
+  retry sees exactly the same events.
+* **Everything is bounded.** Requests per connection, body size, buffered input, idle time,
+  every fault duration and every delta count have limits, and leaving :func:`serve` cancels all
+  connections, so a misbehaving client or test can never hang the process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager, suppress
+from http import HTTPStatus
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import h11
+
+from .connection import (
+    ClientGone,
+    Connection,
+    Dropped,
+    error_json,
+    set_reset_on_close,
+    set_socket_options,
+)
+from .faults import FaultError, Faults, build_faults, parse_fault_spec
+from .profiles import ProfileError, parse_profiles, split_model
+from .records import DisconnectRecord, Records, RequestRecord, ResponseRecord
+from .render import (
+    RETRY_MS,
+    WireEvent,
+    completion,
+    frame,
+    frame_comment,
+    oversize_data,
+    stream_events,
+)
+from .script import CREATED, Script, build_script, dumps, request_digest
+
+__all__ = [
+    "ATTEMPT_HEADER",
+    "DEFAULT_IDLE_TIMEOUT",
+    "FAULT_HEADER",
+    "MODELS",
+    "PROFILE_HEADER",
+    "Server",
+    "serve",
+]
+
+log = logging.getLogger("fluxstream.server")
+
+PROFILE_HEADER = "X-Fluxstream-Profile"
+FAULT_HEADER = "X-Fluxstream-Fault"
+ATTEMPT_HEADER = "X-Fluxstream-Attempt-Key"
+#: Model ids listed by ``GET /v1/models`` (any model name is accepted by chat completions).
+MODELS: tuple[str, ...] = ("fluxstream-echo", "fluxstream-reasoner")
+
+MAX_REQUESTS_PER_CONNECTION = 10_000
+MAX_EVENTS_PER_REQUEST = 100_000
+DEFAULT_IDLE_TIMEOUT = 60.0
+
+_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+_MODEL_PATHS = ("/v1/models", "/models")
+
+
+class Server:
+    """A running embedded server: where it listens and what it has recorded.
+
+    Created by :func:`serve`; tests read :attr:`base_url` and :attr:`records`.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        profile: str | None = "openai",
+        api_key: str | None = None,
+        faults: str | Mapping[str, str] | None = None,
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.profiles = parse_profiles(profile)
+        self.api_key = api_key
+        self.fault_spec = parse_fault_spec(faults)
+        build_faults(self.fault_spec)  # validate now, not on the first request
+        self.idle_timeout = idle_timeout
+        self.records = Records()
+        self._attempts: dict[str, int] = {}
+        self._request_seq = 0
+        self._connection_seq = 0
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no path)."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: what an OpenAI-style client takes as ``base_url``."""
+        return f"{self.url}/v1"
+
+    async def wait_disconnect(
+        self,
+        timeout: float = 1.0,  # noqa: ASYNC109 - a plain number is the convenient test API
+        *,
+        request: int | None = None,
+        completed: bool | None = None,
+    ) -> DisconnectRecord:
+        """Wait for a client disconnect record (see :meth:`Records.wait_disconnect`)."""
+        return await self.records.wait_disconnect(timeout, request=request, completed=completed)
+
+    # -- connection handling -------------------------------------------------------------------
+
+    async def _handle(self, stream: anyio.abc.SocketStream) -> None:
+        """Serve one connection; never raises (an exception would stop the whole server)."""
+        self._connection_seq += 1
+        self.records.connections += 1
+        conn = Connection(self.records, stream, self._connection_seq)
+        set_socket_options(stream)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(conn.reader)
+                try:
+                    await self._serve_connection(conn)
+                finally:
+                    conn.closing = True
+                    tg.cancel_scope.cancel()
+        except Exception:  # pragma: no cover - defensive: log, close, keep serving
+            log.exception("fluxstream server: connection %d failed", conn.id)
+        finally:
+            conn.closing = True
+            if conn.reset:
+                set_reset_on_close(stream)
+            await anyio.aclose_forcefully(stream)
+
+    async def _serve_connection(self, conn: Connection) -> None:
+        for _ in range(MAX_REQUESTS_PER_CONNECTION):
+            request: h11.Request | None = None
+            too_big = False
+            body = bytearray()
+            with anyio.move_on_after(self.idle_timeout):
+                try:
+                    request, too_big = await conn.read_request(body)
+                except h11.RemoteProtocolError as exc:
+                    await self._send_protocol_error(conn, exc)
+                    return
+            if request is None:
+                return
+            if too_big:
+                await conn.simple(
+                    413,
+                    error_json("request body too large", "invalid_request_error"),
+                    close=True,
+                )
+                return
+            keep = await self._respond(conn, request, bytes(body))
+            if not keep or conn.disconnected:
+                return
+            if h11.MUST_CLOSE in (conn.h11.our_state, conn.h11.their_state):
+                return
+            try:
+                conn.h11.start_next_cycle()
+            except h11.LocalProtocolError:
+                return
+
+    async def _send_protocol_error(self, conn: Connection, exc: h11.RemoteProtocolError) -> None:
+        if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+            return
+        status = exc.error_status_hint or 400
+        body = error_json(f"bad request: {exc}", "invalid_request_error")
+        with suppress(ClientGone, h11.LocalProtocolError):
+            await conn.simple(status, body, close=True)
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def _respond(self, conn: Connection, request: h11.Request, body: bytes) -> bool:
+        """Answer one request; ``False`` if the connection must close afterwards."""
+        headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers]
+        method = request.method.decode("ascii", "replace")
+        path = request.target.decode("latin-1").split("?", 1)[0]
+        parsed: Any = None
+        if body:
+            try:
+                parsed = json.loads(body)
+            except ValueError:
+                parsed = None
+        conn.faults = Faults()
+        conn.body_bytes = 0
+        conn.events = 0
+        conn.status = 0
+        names: frozenset[str] = frozenset()
+        spec: dict[str, str] = {}
+        faults = Faults()
+        problem: str | None = None
+        try:
+            names = self._profiles_for(headers, parsed)
+            spec = {**self.fault_spec, **parse_fault_spec(_header(headers, FAULT_HEADER))}
+            faults = build_faults(spec)
+        except (ProfileError, FaultError) as exc:
+            problem = str(exc)
+        attempt = self._count_attempt(headers, method, path, body)
+        if faults.fail_first is not None and attempt > faults.fail_first:
+            faults = Faults()
+        self._request_seq += 1
+        conn.request_seq = self._request_seq
+        record = RequestRecord(
+            seq=self._request_seq,
+            connection=conn.id,
+            method=method,
+            path=path,
+            headers=[(k, _redact(v) if k == "authorization" else v) for k, v in headers],
+            json=parsed,
+            body_bytes=len(body),
+            time=time.monotonic(),
+            profiles=tuple(sorted(names)),
+            faults=spec,
+            attempt=attempt,
+            last_event_id=_header(headers, "last-event-id"),
+        )
+        self.records.requests.append(record)
+        ending: Literal["complete", "dropped", "client-disconnect", "shutdown"] = "shutdown"
+        try:
+            with anyio.CancelScope() as scope:
+                conn.response_scope = scope
+                if problem is not None:
+                    body_ = error_json(problem, "invalid_request_error")
+                    await conn.simple(400, body_)
+                else:
+                    conn.faults = faults
+                    await self._dispatch(conn, method, path, headers, parsed, names)
+                ending = "complete"
+            if scope.cancelled_caught or conn.disconnected:
+                ending = "client-disconnect"
+                return False
+            return not conn.closing
+        except Dropped:
+            ending = "dropped"
+            conn.closing = True
+            conn.reset = conn.faults.drop_reset
+            return False
+        except ClientGone:
+            ending = "client-disconnect"
+            return False
+        except h11.LocalProtocolError:  # e.g. a body for HEAD: close rather than guess
+            conn.closing = True
+            return False
+        finally:
+            conn.response_scope = None
+            if conn.disconnected and ending == "shutdown":
+                ending = "client-disconnect"
+            self.records.responses.append(
+                ResponseRecord(
+                    request=record.seq,
+                    connection=conn.id,
+                    status=conn.status,
+                    body_bytes=conn.body_bytes,
+                    events=conn.events,
+                    ending=ending,
+                    time=time.monotonic(),
+                )
+            )
+
+    async def _dispatch(
+        self,
+        conn: Connection,
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        parsed: Any,
+        names: frozenset[str],
+    ) -> None:
+        """Check the key, apply a status fault, route."""
+        if self.api_key is not None:
+            auth = _header(headers, "authorization")
+            if auth is None or auth != f"Bearer {self.api_key}":
+                message = (
+                    "You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'."
+                    if auth is None
+                    else "Incorrect API key provided."
+                )
+                await conn.simple(
+                    401,
+                    error_json(message, "invalid_request_error", "invalid_api_key"),
+                    extra=[("www-authenticate", 'Bearer realm="fluxstream"')],
+                )
+                return
+        if conn.faults.status is not None:
+            await self._status_fault(conn, conn.faults)
+        elif path in _MODEL_PATHS:
+            if method != "GET":
+                await self._method_not_allowed(conn, "GET")
+                return
+            models = {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "created": CREATED, "owned_by": "fluxstream"}
+                    for m in MODELS
+                ],
+            }
+            await conn.simple(200, dumps(models).encode())
+        elif path in _CHAT_PATHS:
+            if method != "POST":
+                await self._method_not_allowed(conn, "POST")
+                return
+            await self._chat(conn, headers, parsed, names)
+        else:
+            message = f"Invalid URL ({method} {path})"
+            await conn.simple(404, error_json(message, "invalid_request_error", "not_found"))
+
+    def _profiles_for(self, headers: list[tuple[str, str]], parsed: Any) -> frozenset[str]:
+        header = _header(headers, PROFILE_HEADER)
+        model = parsed.get("model") if isinstance(parsed, dict) else None
+        suffix = split_model(model)[1] if isinstance(model, str) else None
+        if header is None and suffix is None:
+            return self.profiles
+        return parse_profiles(header) | parse_profiles(suffix)
+
+    def _count_attempt(
+        self, headers: list[tuple[str, str]], method: str, path: str, body: bytes
+    ) -> int:
+        key = _header(headers, ATTEMPT_HEADER)
+        if key is None:
+            key = f"{method} {path} " + request_digest({"body": body.decode("utf-8", "replace")})
+        if key not in self._attempts and len(self._attempts) > 100_000:
+            self._attempts.clear()  # bound memory on a long-running server
+        self._attempts[key] = self._attempts.get(key, 0) + 1
+        return self._attempts[key]
+
+    async def _method_not_allowed(self, conn: Connection, allow: str) -> None:
+        body = error_json("Method not allowed", "invalid_request_error", "method_not_allowed")
+        await conn.simple(405, body, extra=[("allow", allow)])
+
+    async def _status_fault(self, conn: Connection, faults: Faults) -> None:
+        status = faults.status or 500
+        extra = [("retry-after", faults.retry_after)] if faults.retry_after else []
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        if faults.status_body == "html":
+            html = (
+                f"<html><head><title>{status} {phrase}</title></head><body>"
+                f"<center><h1>{status} {phrase}</h1></center><hr><center>fluxstream</center>"
+                "</body></html>\n"
+            )
+            await conn.simple(status, html.encode(), "text/html; charset=utf-8", extra)
+            return
+        kind, code = {
+            429: ("requests", "rate_limit_exceeded"),
+            401: ("invalid_request_error", "invalid_api_key"),
+            404: ("invalid_request_error", "model_not_found"),
+        }.get(status, ("server_error", None) if status >= 500 else ("invalid_request_error", None))
+        message = f"fluxstream fault: status {status}" + (f" {phrase}" if phrase else "")
+        await conn.simple(status, error_json(message, kind, code), extra=extra)
+
+    async def _chat(
+        self,
+        conn: Connection,
+        headers: list[tuple[str, str]],
+        parsed: Any,
+        names: frozenset[str],
+    ) -> None:
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("messages"), list):
+            message = "The request body must be a JSON object with a 'messages' array."
+            await conn.simple(400, error_json(message, "invalid_request_error"))
+            return
+        script = build_script(parsed, names)
+        if parsed.get("stream") is not True or "json" in names:
+            await conn.simple(200, dumps(completion(script, names)).encode())
+            return
+        stream_options = parsed.get("stream_options")
+        include_usage = isinstance(stream_options, dict) and bool(
+            stream_options.get("include_usage")
+        )
+        events = stream_events(script, names, include_usage)
+        last_id = _header(headers, "last-event-id")
+        if last_id is not None and last_id.strip().isdigit():
+            after = int(last_id.strip())
+            events = [e for e in events if e.seq is None or e.seq > after]
+        await conn.start(
+            200,
+            [
+                ("content-type", "text/event-stream; charset=utf-8"),
+                ("cache-control", "no-cache"),
+                ("x-fluxstream-profile", ",".join(sorted(names)) or "openai"),
+            ],
+            chunked=True,
+        )
+        await self._stream(conn, script, events[:MAX_EVENTS_PER_REQUEST], names)
+
+    async def _stream(
+        self, conn: Connection, script: Script, events: list[WireEvent], names: frozenset[str]
+    ) -> None:
+        faults = conn.faults
+        await self._after_events(conn, script, names, 0)
+        for position, event in enumerate(events):
+            if position and faults.drip:
+                await anyio.sleep(faults.drip)
+            data = frame(event, names, retry=RETRY_MS if position == 0 else None)
+            if faults.drop_after_events is not None and conn.events >= faults.drop_after_events:
+                await conn.drop_mid_event(data)
+            if position and "heartbeats" in names:
+                await conn.body(frame_comment(names))
+            await conn.body(data)
+            conn.events += 1
+            await self._after_events(conn, script, names, conn.events)
+        if faults.drop_after_events is not None and conn.events >= faults.drop_after_events:
+            raise Dropped
+        await conn.end()
+
+    async def _after_events(
+        self, conn: Connection, script: Script, names: frozenset[str], count: int
+    ) -> None:
+        """Faults that fire once ``count`` events have been written: stall, oversize."""
+        faults = conn.faults
+        if faults.stall and count == faults.stall_after_events:
+            interval = faults.stall_heartbeat
+            if interval is None:
+                await anyio.sleep(faults.stall)
+            else:
+                deadline = anyio.current_time() + faults.stall
+                for _ in range(int(faults.stall / interval) + 2):
+                    remaining = deadline - anyio.current_time()
+                    if remaining <= 0:
+                        break
+                    await anyio.sleep(min(interval, remaining))
+                    if deadline - anyio.current_time() > 0:
+                        await conn.body(frame_comment(names))
+        if faults.oversize is not None and count == faults.oversize_after_events:
+            big = WireEvent(None, oversize_data(script, faults.oversize))
+            await conn.body(frame(big, names, wrap=False))
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    lname = name.lower()
+    return next((v for k, v in headers if k == lname), None)
+
+
+def _redact(value: str) -> str:
+    scheme, sep, _ = value.partition(" ")
+    return f"{scheme} <redacted>" if sep else "<redacted>"
+
+
+@asynccontextmanager
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    profile: str | None = "openai",
+    api_key: str | None = None,
+    *,
+    faults: str | Mapping[str, str] | None = None,
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+) -> AsyncIterator[Server]:
+    """Run the server in the current event loop (asyncio or trio) for the ``async with`` body.
+
+    ``port=0`` picks a free port (see :attr:`Server.port`). Leaving the block closes the
+    listener and cancels every connection, even ones in the middle of a stall.
+    """
+    server = Server(
+        host=host,
+        port=port,
+        profile=profile,
+        api_key=api_key,
+        faults=faults,
+        idle_timeout=idle_timeout,
+    )
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    server.port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    # An exception from the ``async with`` body is re-raised after the task group has closed,
+    # so callers (and pytest) see it as is, not wrapped in an ExceptionGroup.
+    error: Exception | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, server._handle, tg)
+            try:
+                yield server
+            except Exception as exc:
+                error = exc
+            finally:
+                tg.cancel_scope.cancel()
+    finally:
+        await anyio.aclose_forcefully(listener)
+    if error is not None:
+        raise error

@@ -1,0 +1,280 @@
+"""One TCP connection: the h11 state machine, a reader task, and fault-aware writing.
+
+Why the I/O is shaped like this
+-------------------------------
+* **A reader task for the whole connection.** While a response streams, :meth:`Connection.reader`
+  keeps reading the socket. A client that closes mid-stream is noticed at once, even while the
+  writer sleeps in a drip or a stall; the disconnect is recorded with its detection time and the
+  response is cancelled. Bytes a pipelining client sends early wait in the :class:`Inbox`.
+* **Every write goes through** :meth:`Connection.send`, which applies ``write-size`` and
+  ``write-pause``, and body bytes through :meth:`Connection.body`, which can cut a chunk at an
+  exact byte (``drop-after``). A drop raises :class:`Dropped`; the caller closes the socket
+  without the chunked terminator.
+* **Bounded.** Buffered input, body size and loop counts have limits.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+from http import HTTPStatus
+from typing import Any, Literal
+
+import anyio
+import anyio.abc
+import h11
+
+from .faults import Faults
+from .records import DisconnectRecord, Records
+from .script import dumps
+
+__all__ = ["ClientGone", "Connection", "Dropped", "Inbox", "error_json"]
+
+log = logging.getLogger("fluxstream.server")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_INBOX_BYTES = MAX_BODY_BYTES + 1024 * 1024
+READ_SIZE = 64 * 1024
+
+
+class Dropped(Exception):
+    """A drop fault fired: close the socket now, without the chunked terminator."""
+
+
+class ClientGone(Exception):
+    """A write failed because the client went away (already recorded)."""
+
+
+class Inbox:
+    """Bytes read by the reader task, waiting for h11; ``b""`` from :meth:`get` means EOF."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self._eof = False
+        self._wakeup: anyio.Event | None = None
+
+    def put(self, data: bytes) -> bool:
+        """Queue ``data``; ``False`` if the buffered input would exceed its bound."""
+        if len(self._buffer) + len(data) > MAX_INBOX_BYTES:
+            return False
+        self._buffer += data
+        self._wake()
+        return True
+
+    def close(self) -> None:
+        self._eof = True
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None
+
+    async def get(self) -> bytes:
+        while not self._buffer and not self._eof:
+            self._wakeup = anyio.Event()
+            await self._wakeup.wait()
+        data = bytes(self._buffer)
+        self._buffer.clear()
+        return data
+
+
+class Connection:
+    """Per-connection state: the h11 machine, counters, and the in-flight response."""
+
+    def __init__(self, records: Records, stream: anyio.abc.SocketStream, cid: int) -> None:
+        self.records = records
+        self.stream = stream
+        self.id = cid
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
+        self.inbox = Inbox()
+        self.faults = Faults()
+        self.wire_bytes = 0
+        self.body_bytes = 0
+        self.events = 0
+        self.chunked = False
+        self.request_seq: int | None = None
+        self.completed = True
+        #: Set once we start closing: read errors after that are not client disconnects.
+        self.closing = False
+        self.disconnected = False
+        self.reset = False
+        self.response_scope: anyio.CancelScope | None = None
+        self.status = 0
+
+    def client_gone(self, reason: Literal["eof", "reset", "send-failed"]) -> None:
+        """Record the client's disconnect (once) and cancel the response being written."""
+        if self.disconnected or self.closing:
+            return
+        self.disconnected = True
+        self.records.disconnects.append(
+            DisconnectRecord(
+                connection=self.id,
+                request=self.request_seq,
+                time=time.monotonic(),
+                bytes_written=self.body_bytes,
+                wire_bytes=self.wire_bytes,
+                completed=self.completed,
+                reason=reason,
+            )
+        )
+        if self.response_scope is not None:
+            self.response_scope.cancel()
+
+    async def reader(self) -> None:
+        """Read the socket for the whole connection; notice the client going away at once."""
+        while True:
+            try:
+                data = await self.stream.receive(READ_SIZE)
+            except anyio.EndOfStream:
+                self.client_gone("eof")
+                break
+            except (anyio.BrokenResourceError, OSError):
+                self.client_gone("reset")
+                break
+            except anyio.ClosedResourceError:
+                break
+            if not self.inbox.put(data):
+                log.warning("fluxstream server: connection %d sent too much input", self.id)
+                self.closing = True
+                if self.response_scope is not None:
+                    self.response_scope.cancel()
+                break
+        self.inbox.close()
+
+    async def next_event(self) -> Any:
+        # Bounded: every round either returns or feeds new bytes (or EOF) to h11, and the
+        # caller's idle timeout bounds the waiting.
+        for _ in range(MAX_INBOX_BYTES):
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            self.h11.receive_data(await self.inbox.get())
+        raise h11.RemoteProtocolError("too many reads for one event")
+
+    async def read_request(self, body: bytearray) -> tuple[h11.Request | None, bool]:
+        event = await self.next_event()
+        if not isinstance(event, h11.Request):
+            return None, False
+        too_big = False
+        for _ in range(MAX_INBOX_BYTES):
+            part = await self.next_event()
+            if isinstance(part, h11.Data):
+                if len(body) + len(part.data) > MAX_BODY_BYTES:
+                    too_big = True
+                else:
+                    body += part.data
+            elif isinstance(part, h11.EndOfMessage):
+                break
+            else:
+                return None, False
+        return event, too_big
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` to the socket, split by the ``write-size`` fault."""
+        size = self.faults.write_size or len(data) or 1
+        pause = self.faults.write_pause
+        for start in range(0, len(data), size):
+            piece = data[start : start + size]
+            try:
+                await self.stream.send(piece)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                self.client_gone("send-failed")
+                raise ClientGone from None
+            self.wire_bytes += len(piece)
+            if pause:
+                await anyio.sleep(pause)
+
+    async def body(self, payload: bytes) -> None:
+        """Write body bytes through h11, honouring ``drop-after`` to the byte."""
+        framed = self.h11.send(h11.Data(data=payload)) or b""
+        limit = self.faults.drop_after
+        if limit is not None and self.body_bytes + len(payload) > limit:
+            keep = limit - self.body_bytes
+            head = framed.index(b"\r\n") + 2 if self.chunked else 0
+            await self.send(framed[: head + keep])
+            self.body_bytes += keep
+            raise Dropped
+        await self.send(framed)
+        self.body_bytes += len(payload)
+
+    async def end(self) -> None:
+        limit = self.faults.drop_after
+        if limit is not None and self.body_bytes >= limit:
+            raise Dropped
+        await self.send(self.h11.send(h11.EndOfMessage()) or b"")
+        self.completed = True
+
+    async def start(
+        self,
+        status: int,
+        headers: list[tuple[str, str]],
+        *,
+        chunked: bool,
+        close: bool = False,
+    ) -> None:
+        if self.faults.delay:
+            await anyio.sleep(self.faults.delay)
+        all_headers = [*headers, ("server", "fluxstream")]
+        if self.request_seq is not None:
+            all_headers.append(("x-request-id", f"req_{self.request_seq}"))
+        if chunked:
+            all_headers.append(("transfer-encoding", "chunked"))
+        if close:
+            all_headers.append(("connection", "close"))
+        try:
+            reason = HTTPStatus(status).phrase.encode()
+        except ValueError:
+            reason = b""
+        self.chunked = chunked
+        self.status = status
+        self.completed = False
+        response = h11.Response(status_code=status, headers=all_headers, reason=reason)
+        await self.send(self.h11.send(response) or b"")
+
+    async def simple(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        extra: list[tuple[str, str]] | None = None,
+        *,
+        close: bool = False,
+    ) -> None:
+        headers = [("content-type", content_type), ("content-length", str(len(body)))]
+        await self.start(status, [*headers, *(extra or [])], chunked=False, close=close)
+        if body:
+            await self.body(body)
+        await self.end()
+
+    async def drop_mid_event(self, data: bytes) -> None:
+        """Write half of ``data`` inside a chunk announced at full size, then drop."""
+        framed = self.h11.send(h11.Data(data=data)) or b""
+        head = framed.index(b"\r\n") + 2
+        half = len(data) // 2
+        await self.send(framed[: head + half])
+        self.body_bytes += half
+        raise Dropped
+
+
+def error_json(message: str, type_: str, code: str | None = None) -> bytes:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return dumps(body).encode()
+
+
+def set_socket_options(stream: anyio.abc.SocketStream) -> None:
+    try:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except (OSError, anyio.TypedAttributeLookupError):  # pragma: no cover - best effort
+        pass
+
+
+def set_reset_on_close(stream: anyio.abc.SocketStream) -> None:
+    try:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except (OSError, anyio.TypedAttributeLookupError):  # pragma: no cover - best effort
+        pass

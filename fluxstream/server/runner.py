@@ -1,0 +1,183 @@
+"""Ways to run the server: forever (the CLI), blocking, or in a background thread.
+
+:class:`ServerThread` exists for synchronous code (the CLI demo, sync tests) and for clients on
+another event loop: the server gets its own loop in a daemon thread and the records are shared,
+because they only ever grow by appends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from contextlib import suppress
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+
+from .app import DEFAULT_IDLE_TIMEOUT, Server, serve
+from .records import DisconnectRecord, Records
+
+__all__ = ["ServerThread", "run", "run_forever"]
+
+
+async def run_forever(
+    host: str = "127.0.0.1",
+    port: int = 8787,
+    profile: str | None = "openai",
+    api_key: str | None = None,
+    ready: Callable[[str], None] | None = None,
+    *,
+    faults: str | Mapping[str, str] | None = None,
+) -> None:
+    """Serve until cancelled (the ``fluxstream serve`` command); ``ready(base_url)`` once bound."""
+    async with serve(host, port, profile, api_key, faults=faults) as server:
+        if ready is not None:
+            ready(server.base_url)
+        await anyio.sleep_forever()
+
+
+def run(
+    host: str = "127.0.0.1",
+    port: int = 8787,
+    profile: str | None = "openai",
+    api_key: str | None = None,
+    ready: Callable[[str], None] | None = None,
+    *,
+    faults: str | Mapping[str, str] | None = None,
+    backend: str = "asyncio",
+) -> None:
+    """Blocking :func:`run_forever` on a new event loop; returns on KeyboardInterrupt."""
+
+    async def main() -> None:
+        await run_forever(host, port, profile, api_key, ready, faults=faults)
+
+    with suppress(KeyboardInterrupt):
+        anyio.run(main, backend=backend)
+
+
+class ServerThread:
+    """The server on its own event loop in a background thread, for sync code and other loops.
+
+    ::
+
+        with ServerThread(profile="azure") as server:
+            httpx.post(server.base_url + "/chat/completions", json=...)
+
+    The records are shared with the test thread; :meth:`wait_disconnect` can be awaited from
+    any event loop (it polls) and :meth:`wait_disconnect_sync` blocks.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        profile: str | None = "openai",
+        api_key: str | None = None,
+        *,
+        faults: str | Mapping[str, str] | None = None,
+        backend: str = "asyncio",
+        idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    ) -> None:
+        self._options: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "profile": profile,
+            "api_key": api_key,
+            "faults": faults,
+            "idle_timeout": idle_timeout,
+        }
+        self._backend = backend
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._server: Server | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._token: anyio.lowlevel.EventLoopToken | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def server(self) -> Server:
+        if self._server is None:
+            raise RuntimeError("the server thread is not running")
+        return self._server
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def records(self) -> Records:
+        return self.server.records
+
+    async def wait_disconnect(
+        self,
+        timeout: float = 1.0,  # noqa: ASYNC109 - a plain number is the convenient test API
+        *,
+        request: int | None = None,
+        completed: bool | None = None,
+    ) -> DisconnectRecord:
+        return await self.records.wait_disconnect(timeout, request=request, completed=completed)
+
+    def wait_disconnect_sync(
+        self,
+        timeout: float = 1.0,
+        *,
+        request: int | None = None,
+        completed: bool | None = None,
+    ) -> DisconnectRecord:
+        return self.records.wait_disconnect_sync(timeout, request=request, completed=completed)
+
+    def start(self, timeout: float = 10.0) -> ServerThread:
+        """Start the thread and wait until the server listens (re-raises a startup error)."""
+        if self._thread is not None:
+            raise RuntimeError("already started")
+        self._thread = threading.Thread(target=self._run, name="fluxstream-server", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("the fluxstream server thread did not start")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Cancel the server (closing every connection) and join the thread."""
+        thread, scope, token = self._thread, self._scope, self._token
+        if thread is None:
+            return
+        if scope is not None and token is not None and thread.is_alive():
+            with suppress(RuntimeError):  # the loop may have finished already
+                anyio.from_thread.run_sync(scope.cancel, token=token)
+        thread.join(timeout)
+        self._thread = None
+
+    def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            anyio.run(self._main, backend=self._backend)
+        except BaseException as exc:  # reported to start()
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    async def _main(self) -> None:
+        async with serve(**self._options) as server:
+            self._server = server
+            self._token = anyio.lowlevel.current_token()
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                self._ready.set()
+                await anyio.sleep_forever()

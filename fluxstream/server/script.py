@@ -1,0 +1,400 @@
+"""Deterministic reply scripts: what the embedded server answers, computed from the request alone.
+
+The same request always yields the same reply, down to the byte, so a client test can compute
+the exact expectation with :func:`expected_reply` and assert "each reply exact" instead of
+"something arrived". Nothing here reads a clock, a random source or a counter.
+
+How a reply is derived (all of it is a pure function of the request JSON and the profile set):
+
+* **Text** echoes the last user message word by word, interleaved with a fixed vocabulary that
+  is rich in multi-byte characters (``é``, ``你好``, ``👋🏽``, a two-code-point emoji, a quote
+  and a backslash that JSON must escape, a newline), so UTF-8 handling is exercised on every run.
+  One token is one delta; the number of text deltas is ``max_completion_tokens`` or
+  ``max_tokens`` when given (capped at :data:`MAX_DELTAS`), else :data:`DEFAULT_DELTAS`.
+* **Reasoning** deltas (``reasoning_content``) precede the text when the ``reasoning`` profile
+  is on or the request has ``reasoning_effort`` (other than ``"none"``).
+* **Tool calls**: when ``tools`` are given (and ``tool_choice`` is not ``"none"``) the reply is
+  one call per tool, up to :data:`MAX_TOOL_CALLS` (one if ``parallel_tool_calls`` is false),
+  with arguments built from each tool's JSON schema; there is no text and the finish reason
+  is ``tool_calls``. The arguments are streamed in small fragments interleaved across calls.
+* ``n`` choices each get their own text (prefixed differently) and their own finish.
+* **Usage** counts words of the prompt and deltas of the reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .profiles import parse_profiles
+
+__all__ = [
+    "CREATED",
+    "DEFAULT_DELTAS",
+    "MAX_CHOICES",
+    "MAX_DELTAS",
+    "MAX_TOOL_CALLS",
+    "ChoiceScript",
+    "ExpectedChoice",
+    "ExpectedReply",
+    "ExpectedToolCall",
+    "Script",
+    "ToolCallScript",
+    "build_script",
+    "dumps",
+    "expected_reply",
+    "request_digest",
+]
+
+#: Fixed ``created`` timestamp: a real clock would make replies differ between runs.
+CREATED = 1_700_000_000
+DEFAULT_DELTAS = 30
+MAX_DELTAS = 100_000
+MAX_CHOICES = 16
+MAX_TOOL_CALLS = 3
+#: Code points per streamed tool-argument fragment.
+FRAGMENT_SIZE = 7
+
+_VOCAB: tuple[str, ...] = (
+    " café",
+    " é",
+    " 你好",
+    " 👋🏽",
+    " naïve",
+    ' "quoted"',
+    " 世界",
+    " back\\slash",
+    " résumé",
+    " Ωmega",
+    ",\nnew line",
+    " 🙂",
+    " ok",
+    " ß",
+)
+_REASONING_VOCAB: tuple[str, ...] = (" hmm", " é", " 思考", " 🤔", " so", " therefore")
+
+
+def dumps(obj: object) -> str:
+    """Compact JSON with raw UTF-8 (no ``\\u`` escapes), keys in insertion order.
+
+    Every payload the server writes goes through here, so the bytes are identical between runs
+    and multi-byte characters travel as real multi-byte UTF-8 sequences.
+    """
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ToolCallScript:
+    """One tool call: ``arguments`` is the exact string streamed (``args`` its JSON value)."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChoiceScript:
+    """Everything one choice will stream, already split into deltas."""
+
+    index: int
+    reasoning_deltas: tuple[str, ...]
+    text_deltas: tuple[str, ...]
+    tool_calls: tuple[ToolCallScript, ...]
+    #: ``(call index, fragment)`` in streaming order: the calls' fragments interleaved.
+    tool_fragments: tuple[tuple[int, str], ...]
+    finish_reason: str
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_deltas)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_deltas)
+
+
+@dataclass(frozen=True)
+class Script:
+    """The whole reply for one request, independent of how it is framed on the wire."""
+
+    id: str
+    model: str
+    created: int
+    choices: tuple[ChoiceScript, ...]
+    usage: dict[str, Any]
+    reasoning: bool
+
+
+@dataclass(frozen=True)
+class ExpectedToolCall:
+    index: int
+    id: str
+    name: str
+    #: The exact arguments string (for ``object-args``: the object as compact JSON, raw UTF-8).
+    arguments: str
+
+
+@dataclass(frozen=True)
+class ExpectedChoice:
+    index: int
+    text: str
+    reasoning: str | None
+    tool_calls: list[ExpectedToolCall]
+    #: ``None`` when the stream fails before this choice finishes (``error-midstream``).
+    finish_reason: str | None
+
+
+@dataclass(frozen=True)
+class ExpectedReply:
+    """What a correct client must assemble from this server's answer to a request."""
+
+    id: str
+    model: str
+    choices: list[ExpectedChoice]
+    #: The usage object if the server sends one (non-streaming, or ``include_usage``), else None.
+    usage: dict[str, Any] | None
+    #: The ``error`` object of an ``error-midstream`` profile, else None.
+    error: dict[str, Any] | None = None
+    #: Whether the stream ends with ``data: [DONE]``.
+    done: bool = True
+    #: False when the answer is one JSON ``chat.completion`` (``stream`` false, or ``json``).
+    streamed: bool = True
+
+    @property
+    def text(self) -> str:
+        return self.choices[0].text if self.choices else ""
+
+
+def request_digest(request: Mapping[str, Any]) -> str:
+    """A stable hash of the request, ignoring the keys that only change framing.
+
+    Keys are sorted so that two clients serialising the same request in a different key order
+    get the same reply id; ``stream``/``stream_options`` are left out so the streaming and the
+    non-streaming answers to one request share their id.
+    """
+    core = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
+    blob = json.dumps(core, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+        return " ".join(p for p in parts if isinstance(p, str))
+    return ""
+
+
+def _prompt(messages: Sequence[Any]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return _content_text(message.get("content"))
+    return ""
+
+
+def _int_param(request: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = request.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _text_tokens(words: Sequence[str], count: int, choice: int) -> tuple[str, ...]:
+    first = "Echo:" if choice == 0 else f"Choice {choice}:"
+    tokens = [first]
+    word_iter = iter(words)
+    vocab_pos = choice
+    for i in range(1, count):
+        word = next(word_iter, None) if i % 2 == 0 else None
+        if word is not None:
+            tokens.append(" " + word)
+        else:
+            tokens.append(_VOCAB[vocab_pos % len(_VOCAB)])
+            vocab_pos += 1
+    return tuple(tokens[:count])
+
+
+def _reasoning_tokens(words: Sequence[str], count: int, choice: int) -> tuple[str, ...]:
+    tokens = ["Thinking" if choice == 0 else f"Thinking {choice}"]
+    for i in range(1, count):
+        if i % 3 == 0 and i // 3 - 1 < len(words):
+            tokens.append(" " + words[i // 3 - 1])
+        else:
+            tokens.append(_REASONING_VOCAB[(i + choice) % len(_REASONING_VOCAB)])
+    return tuple(tokens[:count])
+
+
+def _schema_value(name: str, schema: Any, prompt: str, call: int) -> Any:
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    if isinstance(schema, dict) and isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][call % len(schema["enum"])]
+    if kind == "integer":
+        return call + 1
+    if kind == "number":
+        return call + 0.5
+    if kind == "boolean":
+        return call % 2 == 0
+    if kind == "array":
+        return ["é", "你好"]
+    if kind == "object":
+        return {"k": "v"}
+    return f"{prompt[:24]} é {name}".strip()
+
+
+def _tool_args(tool: Any, prompt: str, call: int) -> dict[str, Any]:
+    function = tool.get("function") if isinstance(tool, dict) else None
+    params = function.get("parameters") if isinstance(function, dict) else None
+    props = params.get("properties") if isinstance(params, dict) else None
+    if isinstance(props, dict) and props:
+        return {
+            name: _schema_value(name, schema, prompt, call)
+            for name, schema in list(props.items())[:4]
+        }
+    return {"input": f"{prompt[:24]} °C 👋🏽".strip(), "call": call}
+
+
+def _fragments(text: str) -> list[str]:
+    return [text[i : i + FRAGMENT_SIZE] for i in range(0, len(text), FRAGMENT_SIZE)] or [""]
+
+
+def _interleave(calls: Sequence[ToolCallScript]) -> tuple[tuple[int, str], ...]:
+    queues = [_fragments(call.arguments) for call in calls]
+    out: list[tuple[int, str]] = []
+    for round_ in range(max((len(q) for q in queues), default=0)):
+        for call, queue in zip(calls, queues, strict=True):
+            if round_ < len(queue):
+                out.append((call.index, queue[round_]))
+    return tuple(out)
+
+
+def build_script(request: Mapping[str, Any], profiles: Iterable[str] | str | None = None) -> Script:
+    """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``."""
+    names = parse_profiles(profiles)
+    digest = request_digest(request)
+    messages = request.get("messages")
+    prompt = _prompt(messages if isinstance(messages, list) else [])
+    words = prompt.split()
+    model = request.get("model")
+    model_name = model.partition("@")[0] if isinstance(model, str) else "fluxstream"
+    count = _int_param(request, "max_completion_tokens", "max_tokens")
+    count = DEFAULT_DELTAS if count is None else max(1, min(count, MAX_DELTAS))
+    n = _int_param(request, "n") or 1
+    n = max(1, min(n, MAX_CHOICES))
+    effort = request.get("reasoning_effort")
+    reasoning = "reasoning" in names or (effort is not None and effort != "none")
+    tools = request.get("tools")
+    use_tools = isinstance(tools, list) and bool(tools) and request.get("tool_choice") != "none"
+    max_calls = 1 if request.get("parallel_tool_calls") is False else MAX_TOOL_CALLS
+
+    choices: list[ChoiceScript] = []
+    for c in range(n):
+        rdeltas = _reasoning_tokens(words, max(1, count // 2), c) if reasoning else ()
+        calls: tuple[ToolCallScript, ...] = ()
+        if use_tools:
+            assert isinstance(tools, list)
+            built = []
+            for k, tool in enumerate(tools[:max_calls]):
+                function = tool.get("function") if isinstance(tool, dict) else None
+                name = function.get("name") if isinstance(function, dict) else None
+                args = _tool_args(tool, prompt, k)
+                built.append(
+                    ToolCallScript(
+                        index=k,
+                        id=f"call_{digest[:12]}_{c}_{k}",
+                        name=name if isinstance(name, str) else f"tool_{k}",
+                        arguments=dumps(args),
+                        args=args,
+                    )
+                )
+            calls = tuple(built)
+        choices.append(
+            ChoiceScript(
+                index=c,
+                reasoning_deltas=rdeltas,
+                text_deltas=() if calls else _text_tokens(words, count, c),
+                tool_calls=calls,
+                tool_fragments=_interleave(calls),
+                finish_reason="tool_calls" if calls else "stop",
+            )
+        )
+
+    prompt_tokens = len(messages) if isinstance(messages, list) else 0
+    if isinstance(messages, list):
+        for message in messages:
+            if isinstance(message, dict):
+                prompt_tokens += len(_content_text(message.get("content")).split())
+    reasoning_tokens = sum(len(ch.reasoning_deltas) for ch in choices)
+    completion_tokens = reasoning_tokens + sum(
+        len(ch.text_deltas) + len(ch.tool_fragments) for ch in choices
+    )
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
+    }
+    return Script(
+        id=f"chatcmpl-{digest[:24]}",
+        model=model_name,
+        created=CREATED,
+        choices=tuple(choices),
+        usage=usage,
+        reasoning=reasoning,
+    )
+
+
+def expected_reply(
+    request: Mapping[str, Any], profile: Iterable[str] | str | None = None
+) -> ExpectedReply:
+    """What a correct client assembles from the server's answer to ``request``.
+
+    ``profile`` is the effective profile set (as given to the server or in the request header).
+    The model-name suffix (``"m@azure"``) is honoured as well, like the server does. Faults do
+    not change the content: a client that resumes or retries correctly still ends up here.
+    """
+    names = set(parse_profiles(profile))
+    model = request.get("model")
+    if isinstance(model, str) and "@" in model:
+        names |= parse_profiles(model.partition("@")[2])
+    script = build_script(request, names)
+    from .render import ERROR_PAYLOAD, error_cut  # local: render imports this module
+
+    streamed = bool(request.get("stream")) and "json" not in names
+    error_mid = streamed and bool(names & {"error-midstream", "error-midstream-done"})
+    stream_options = request.get("stream_options")
+    include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+    choices: list[ExpectedChoice] = []
+    for ch in script.choices:
+        calls = [
+            ExpectedToolCall(index=t.index, id=t.id, name=t.name, arguments=t.arguments)
+            for t in ch.tool_calls
+        ]
+        text, reasoning = ch.text, ch.reasoning if script.reasoning else None
+        finish: str | None = ch.finish_reason
+        if error_mid:
+            text = "".join(ch.text_deltas[: error_cut(ch)])
+            finish = None
+            calls = [] if ch.tool_calls else calls
+        choices.append(ExpectedChoice(ch.index, text, reasoning, calls, finish))
+    usage = None
+    if not streamed or (include_usage and not error_mid):
+        usage = script.usage
+    return ExpectedReply(
+        id=script.id,
+        model=script.model,
+        choices=choices,
+        usage=usage,
+        error=dict(ERROR_PAYLOAD["error"]) if error_mid else None,
+        done=streamed
+        and "no-done" not in names
+        and (not error_mid or "error-midstream-done" in names),
+        streamed=streamed,
+    )

@@ -1,0 +1,211 @@
+"""Every recorded Chat Completions stream of the corpus assembles exactly, however it is read.
+
+The corpus (`../shared/fixtures/chat`, 52 `cc-*.sse` streams with expected `.json`) is fed
+whole, one byte at a time and in seeded random reads; a hypothesis property checks that the
+event list itself does not depend on where reads are cut.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fluxstream.events import (
+    End,
+    Event,
+    Outcome,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+)
+from fluxstream.parser import StreamParser, replay
+from fluxstream.reply import Reply
+
+#: CI runs in a fresh clone with a copy of ``shared/`` beside the repository.
+FIXTURES = Path(__file__).parents[1].parent / "shared" / "fixtures"
+CHAT = FIXTURES / "chat"
+
+
+def chat_fixtures() -> list[Path]:
+    """Every ``cc-*.sse`` stream, or a skip marker when the corpus is not beside the repo."""
+    if not CHAT.is_dir():
+        return []
+    return sorted(CHAT.glob("cc-*.sse"))
+
+
+def require_fixtures() -> None:
+    if not CHAT.is_dir():
+        pytest.skip(f"fixture corpus not found at {CHAT} (expected ../shared beside the repo)")
+
+
+def expected(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    return data
+
+
+def random_reads(body: bytes, seed: int, max_size: int = 64) -> list[bytes]:
+    rng = random.Random(seed)
+    reads, pos = [], 0
+    while pos < len(body):
+        size = rng.randint(1, max_size)
+        reads.append(body[pos : pos + size])
+        pos += size
+    return reads
+
+
+def _arguments(raw: str) -> Any:
+    """The corpus compares arguments as parsed JSON when valid, else as the raw string."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def as_corpus(reply: Reply) -> dict[str, Any]:
+    """Map our reply onto the corpus' own field names (see fixtures/chat/README.md).
+
+    ``ended`` is how the *bytes* ended (``done`` when the sentinel arrived even after an error
+    payload): that is ``reply.stream_end``; ``reply.outcome`` is ``failed`` whenever an error
+    payload arrived, else equal to it.
+    """
+    return {
+        "choices": {
+            str(c.index): {
+                "text": c.text,
+                "reasoning": c.reasoning,
+                "refusal": c.refusal,
+                "tool_calls": [
+                    {
+                        "index": t.index,
+                        "id": t.id,
+                        "name": t.name,
+                        "arguments": _arguments(t.arguments),
+                    }
+                    for t in c.tool_calls
+                ],
+                "finish_reason": c.finish_reason,
+            }
+            for c in reply.choices
+        },
+        "usage": reply.usage.model_dump(exclude_unset=True) if reply.usage else None,
+        "error": {"message": reply.error.message} if reply.error else None,
+        "ended": reply.stream_end.value if reply.stream_end else None,
+    }
+
+
+def check_reply(reply: Reply, exp: dict[str, Any]) -> None:
+    got = as_corpus(reply)
+    assert got["choices"] == exp["choices"]
+    assert got["usage"] == exp["usage"]
+    assert got["error"] == exp["error"]
+    assert got["ended"] == exp["ended"]
+    if exp["error"] is not None:
+        assert reply.outcome is Outcome.FAILED
+    else:
+        assert reply.outcome is not None and reply.outcome.value == exp["ended"]
+
+
+# --------------------------------------------------------------------------- the tests
+
+FILES = chat_fixtures()
+IDS = [p.stem for p in FILES]
+MODES = ["whole", "bytewise", "random-1", "random-2", "random-3", "random-4"]
+
+
+def _reads(body: bytes, mode: str) -> list[bytes]:
+    if mode == "whole":
+        return [body]
+    if mode == "bytewise":
+        return [body[i : i + 1] for i in range(len(body))]
+    return random_reads(body, seed=int(mode.split("-")[1]), max_size=48)
+
+
+def test_corpus_is_present_and_complete() -> None:
+    require_fixtures()
+    assert len(FILES) == 52, "the chat corpus has 52 cc-*.sse streams"
+    for path in FILES:
+        assert path.with_suffix(".json").is_file(), path
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_fixture_assembles_exactly(path: Path, mode: str) -> None:
+    require_fixtures()
+    body = path.read_bytes()
+    reply = replay(_reads(body, mode))
+    check_reply(reply, expected(path))
+    assert reply.bytes == len(body)
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_events_rebuild_the_reply(path: Path) -> None:
+    """Offsets make deltas idempotent: writing each at its offset rebuilds every channel,
+    and replaying every delta twice changes nothing."""
+    require_fixtures()
+    parser = StreamParser(content_key="k")
+    events = parser.feed(path.read_bytes()) + parser.close()
+    assert sum(type(e) is End for e in events) == 1 and type(events[-1]) is End
+    bufs: dict[tuple[str, int], list[str]] = {}
+    args: dict[tuple[int, int], list[str]] = {}
+    for ev in events + events:  # twice: idempotent
+        if isinstance(ev, (TextDelta, ReasoningDelta, RefusalDelta)):
+            assert ev.key == "k"
+            buf = bufs.setdefault((ev.type, ev.choice), [])
+            assert ev.offset <= len(buf)
+            buf[ev.offset : ev.offset + len(ev.text)] = list(ev.text)
+        elif isinstance(ev, ToolCallDelta):
+            buf = args.setdefault((ev.choice, ev.call), [])
+            assert ev.offset <= len(buf)
+            buf[ev.offset : ev.offset + len(ev.arguments)] = list(ev.arguments)
+    reply = parser.reply
+    for choice in reply.choices:
+        assert "".join(bufs.get(("text", choice.index), [])) == choice.text
+        assert ("".join(bufs.get(("reasoning", choice.index), [])) or None) == choice.reasoning
+        assert ("".join(bufs.get(("refusal", choice.index), [])) or None) == choice.refusal
+        for call in choice.tool_calls:
+            assert "".join(args[(choice.index, call.index)]) == call.arguments
+    # Every call of a cleanly ended reply was announced done exactly once, fully assembled.
+    done = [e for e in events if isinstance(e, ToolCallDone)]
+    calls = {(c.index, t.index): t for c in reply.choices for t in c.tool_calls}
+    if reply.outcome in (Outcome.DONE, Outcome.FINISHED):
+        assert sorted((e.choice, e.call.index) for e in done) == sorted(calls)
+        for e in done:
+            assert e.call == calls[(e.choice, e.call.index)]
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_strict_mode_accepts_every_fixture(path: Path) -> None:
+    """No fixture has an invalid frame except cut ones at EOF, which strict mode also drops."""
+    require_fixtures()
+    check_reply(replay([path.read_bytes()], strict=True), expected(path))
+
+
+def _events(reads: list[bytes]) -> list[Event]:
+    parser = StreamParser(content_key="same")
+    out: list[Event] = []
+    for data in reads:
+        out += parser.feed(data)
+    return out + parser.close()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
+    require_fixtures()
+    path = data.draw(st.sampled_from(FILES), label="fixture")
+    body = path.read_bytes()
+    cuts = sorted(
+        data.draw(
+            st.lists(st.integers(0, len(body)), max_size=40, unique=True), label="cuts"
+        )
+    )
+    reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert _events(reads) == _events([body])

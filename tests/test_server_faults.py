@@ -1,0 +1,209 @@
+"""Fault injection over real sockets: write sizes, drops, stalls, drips, oversize events,
+HTTP errors, transient failures, and resuming after a drop. Runs on asyncio and trio."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import anyio
+import httpx
+import pytest
+from test_server_support import (
+    accumulate,
+    araw_exchange,
+    assert_matches,
+    chat,
+    parse_sse,
+    request_bytes,
+)
+
+from fluxstream.server import Server, expected_reply, serve
+
+pytestmark = pytest.mark.anyio
+
+URL = "/v1/chat/completions"
+
+
+def fault(spec: str, **more: str) -> dict[str, str]:
+    return {"X-Fluxstream-Fault": spec, **more}
+
+
+async def timed_reads(
+    port: int, body: dict[str, object], headers: dict[str, str]
+) -> list[tuple[float, bytes]]:
+    """Raw exchange that keeps the arrival time of every read."""
+    out: list[tuple[float, bytes]] = []
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(request_bytes(URL, body, headers))
+            while True:
+                try:
+                    out.append((time.monotonic(), await stream.receive()))
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return out
+
+
+async def test_write_size_one_byte_gives_identical_body(aserver: Server) -> None:
+    body = chat(max_tokens=8)
+    clean = await araw_exchange(aserver.port, URL, body)
+    tiny = await araw_exchange(aserver.port, URL, body, fault("write-size=1"))
+    assert tiny.complete and tiny.body == clean.body
+    paused = await araw_exchange(aserver.port, URL, body, fault("write-size=5,write-pause=0.001"))
+    assert paused.body == clean.body and len(paused.reads) > 1
+
+
+@pytest.mark.parametrize("cut", [1, 100, 333, 1000])
+async def test_drop_after_bytes_is_exact_and_unterminated(aserver: Server, cut: int) -> None:
+    body = chat(max_tokens=8)
+    clean = await araw_exchange(aserver.port, URL, body)
+    dropped = await araw_exchange(aserver.port, URL, body, fault(f"drop-after={cut}"))
+    assert dropped.status == 200 and not dropped.complete
+    assert dropped.body == clean.body[:cut]
+    assert not dropped.raw.endswith(b"0\r\n\r\n")
+    response = aserver.records.responses[-1]
+    assert response.ending == "dropped" and response.body_bytes == cut
+    assert (
+        aserver.records.find_disconnect(completed=False) is None
+    )  # the server closed, not the client
+
+
+async def test_drop_is_a_protocol_error_for_httpx(aserver: Server) -> None:
+    async with httpx.AsyncClient(base_url=aserver.base_url) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.post("/chat/completions", json=chat(), headers=fault("drop-after=500"))
+        # the pool recovers: the next request works on a new connection
+        ok = await client.post("/chat/completions", json=chat())
+        assert ok.status_code == 200
+
+
+async def test_drop_after_events_cuts_mid_event(aserver: Server) -> None:
+    body = chat(max_tokens=8)
+    full = parse_sse((await araw_exchange(aserver.port, URL, body)).body).events
+    dropped = await araw_exchange(aserver.port, URL, body, fault("drop-after-events=3"))
+    parsed = parse_sse(dropped.body)
+    assert not dropped.complete and parsed.partial
+    assert [(e.id, e.data) for e in parsed.events] == [(e.id, e.data) for e in full[:3]]
+    assert aserver.records.responses[-1].events == 3
+
+
+async def test_drop_with_reset(aserver: Server) -> None:
+    dropped = await araw_exchange(aserver.port, URL, chat(), fault("drop-after=200,drop-reset=1"))
+    assert not dropped.complete and len(dropped.body) <= 200
+    assert aserver.records.responses[-1].ending == "dropped"
+
+
+async def test_resume_after_drop_gives_the_exact_stream(aserver: Server) -> None:
+    body = chat(n=2, tools=None, stream_options={"include_usage": True})
+    key = {"X-Fluxstream-Attempt-Key": "resume-1"}
+    first = await araw_exchange(
+        aserver.port, URL, body, {**fault("drop-after-events=4,fail-first=1"), **key}
+    )
+    events = parse_sse(first.body).events
+    last_id = events[-1].id
+    assert last_id == "4"
+    second = await araw_exchange(
+        aserver.port,
+        URL,
+        body,
+        {**fault("drop-after-events=4,fail-first=1"), **key, "Last-Event-ID": last_id},
+    )
+    assert second.complete
+    combined = events + parse_sse(second.body).events
+    assert_matches(accumulate(combined), expected_reply(body))
+    assert [r.attempt for r in aserver.records.requests] == [1, 2]
+
+
+async def test_stall_then_continue(aserver: Server) -> None:
+    body = chat(max_tokens=5)
+    reads = await timed_reads(aserver.port, body, fault("stall=0.4,stall-after-events=2"))
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(reads)]
+    assert max(gaps) >= 0.35
+    raw = b"".join(piece for _, piece in reads)
+    assert raw.endswith(b"0\r\n\r\n")
+
+
+async def test_stall_with_heartbeats(aserver: Server) -> None:
+    body = chat(max_tokens=5)
+    response = await araw_exchange(
+        aserver.port, URL, body, fault("stall=0.3,stall-after-events=1,stall-heartbeat=0.05")
+    )
+    parsed = parse_sse(response.body)
+    assert 3 <= len(parsed.comments) <= 7 and set(parsed.comments) == {"ping"}
+    assert_matches(accumulate(parsed.events), expected_reply(body))
+
+
+async def test_drip(aserver: Server) -> None:
+    body = chat(max_tokens=5)
+    started = time.monotonic()
+    response = await araw_exchange(aserver.port, URL, body, fault("drip=0.03"))
+    elapsed = time.monotonic() - started
+    events = parse_sse(response.body).events
+    assert elapsed >= 0.03 * (len(events) - 1) * 0.9
+    assert_matches(accumulate(events), expected_reply(body))
+
+
+async def test_oversize_event(aserver: Server) -> None:
+    body = chat(max_tokens=3)
+    response = await araw_exchange(aserver.port, URL, body, fault("oversize=200000"))
+    events = parse_sse(response.body).events
+    big = [e for e in events if len(e.data or "") > 1000]
+    assert len(big) == 1 and len((big[0].data or "").encode()) == 200000 and big[0].id is None
+    assert events[1] is big[0]  # after the first event by default
+    assert_matches(accumulate(events), expected_reply(body))
+
+
+@pytest.mark.parametrize(
+    ("spec", "status", "ctype"),
+    [
+        ("status=500", 500, "application/json"),
+        ("status=502,status-body=html", 502, "text/html; charset=utf-8"),
+        ("status=429,retry-after=2", 429, "application/json"),
+        ("status=404", 404, "application/json"),
+    ],
+)
+async def test_status_faults(aserver: Server, spec: str, status: int, ctype: str) -> None:
+    async with httpx.AsyncClient(base_url=aserver.base_url) as client:
+        response = await client.post("/chat/completions", json=chat(), headers=fault(spec))
+    assert response.status_code == status and response.headers["content-type"] == ctype
+    if ctype == "application/json":
+        error = response.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+    else:
+        assert response.text.startswith("<html>")
+    if status == 429:
+        assert response.headers["retry-after"] == "2"
+        assert response.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+async def test_fail_first_by_attempt_key_and_by_body(aserver: Server) -> None:
+    async with httpx.AsyncClient(base_url=aserver.base_url) as client:
+
+        async def attempt(key: str | None, body: dict[str, object]) -> int:
+            headers = fault("fail-first=2,status=503")
+            if key:
+                headers["X-Fluxstream-Attempt-Key"] = key
+            return (await client.post("/chat/completions", json=body, headers=headers)).status_code
+
+        assert [await attempt("a", chat()) for _ in range(3)] == [503, 503, 200]
+        assert await attempt("b", chat()) == 503
+        assert [await attempt(None, chat("x")) for _ in range(3)] == [503, 503, 200]
+        assert await attempt(None, chat("y")) == 503
+
+
+async def test_delay_before_headers(aserver: Server) -> None:
+    async with httpx.AsyncClient(base_url=aserver.base_url) as client:
+        started = time.monotonic()
+        async with client.stream(
+            "POST", "/chat/completions", json=chat(), headers=fault("delay=0.2")
+        ) as response:
+            assert time.monotonic() - started >= 0.19
+            await response.aread()
+
+
+async def test_server_default_faults_and_per_request_override(anyio_backend: str) -> None:
+    async with serve(faults="drop-after=50") as server:
+        dropped = await araw_exchange(server.port, URL, chat())
+        assert len(dropped.body) == 50 and not dropped.complete
+        whole = await araw_exchange(server.port, URL, chat(), fault("drop-after=100000000"))
+        assert whole.complete
