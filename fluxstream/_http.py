@@ -81,14 +81,19 @@ def abort_connection(response: Any) -> bool:
     """
     stream = response.extensions.get("network_stream") if hasattr(response, "extensions") else None
     if stream is not None:
+        # A socket.socket, or asyncio's TransportSocket wrapper around one.
         sock = stream.get_extra_info("socket")
-        if isinstance(sock, socket.socket):
+        if sock is not None and hasattr(sock, "shutdown"):
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             return True
-    aio = getattr(getattr(response, "stream", None), "_aiohttp_response", None)
+    stream = getattr(response, "stream", None)
+    # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
+    aio = getattr(stream, "_aiohttp_response", None) or getattr(
+        getattr(stream, "_stream", None), "_aiohttp_response", None
+    )
     if aio is not None and hasattr(aio, "close"):
         aio.close()  # aiohttp's ClientResponse.close() is synchronous and drops the connection
         return True

@@ -337,6 +337,62 @@ class ReplyAssembler:
         self._version += 1
         return [Reset(self.key, attempt, reason)]
 
+    # ------------------------------------------------------------------ resume support
+
+    def continuable(self) -> bool:
+        """One choice, some text, nothing else that a text continuation could not extend
+        (no tool call, refusal, finish reason or error), and not ended."""
+        if self.finished or self.error is not None or len(self._choices) != 1:
+            return False
+        st = self._choices.get(0)
+        return (
+            st is not None
+            and st.finish is None
+            and not st.calls
+            and not st.refusal.value()
+            and bool(st.text.value())
+        )
+
+    def text_of(self, choice: int) -> str:
+        st = self._choices.get(choice)
+        return st.text.value() if st is not None else ""
+
+    def offsets(self) -> dict[str, Any]:
+        """Code points delivered per channel and per tool call: JSON-serialisable."""
+        return {
+            str(index): {
+                "text": len(st.text.value()),
+                "reasoning": len(st.reasoning.value()),
+                "refusal": len(st.refusal.value()),
+                "tool_calls": {str(i): len(c.args.value()) for i, c in st.calls.items()},
+            }
+            for index, st in self._choices.items()
+        }
+
+    def restore(self, reply: Reply) -> None:
+        """Take over a partial reply (from a resume token) as if it had streamed here."""
+        for choice in reply.choices:
+            st = self._choice(choice.index)
+            for channel, value in (
+                (st.text, choice.text),
+                (st.reasoning, choice.reasoning),
+                (st.refusal, choice.refusal),
+            ):
+                if value:
+                    channel.add(value)
+            for call in choice.tool_calls:
+                entry = st.calls[call.index] = _Call(call.index)
+                entry.id, entry.name = call.id, call.name
+                if call.arguments:
+                    entry.add(call.arguments)
+            st.finish = choice.finish_reason
+            self.saw_content = self.saw_content or bool(
+                choice.text or choice.reasoning or choice.refusal or choice.tool_calls
+            )
+        self.usage = reply.usage
+        self.error = reply.error
+        self._version += 1
+
     # ------------------------------------------------------------------ snapshots
 
     def partial_arguments(self, choice: int, call: int) -> Any:

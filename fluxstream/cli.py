@@ -140,11 +140,14 @@ _DEMO_TOOLS = [
 async def _demo(args: argparse.Namespace, session: _Session) -> int:
     from .server import serve
 
-    headers: dict[str, str] = {}
+    headers = _headers(args.header)
     if args.profile:
         headers["X-Fluxstream-Profile"] = args.profile
-    if args.fault:
-        headers["X-Fluxstream-Fault"] = ",".join(args.fault)
+    faults = list(args.fault or [])
+    if args.pace > 0 and not any(f.startswith("drip=") for f in faults):
+        faults.append(f"drip={args.pace}")  # token by token, at a pace a person can watch
+    if faults:
+        headers["X-Fluxstream-Fault"] = ",".join(faults)
     async with serve(port=0) as server:
         sys.stdout.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
         async with AsyncClient(base_url=server.base_url, api_key="demo-key") as client:
@@ -154,9 +157,21 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
             )
 
 
+def _headers(values: Sequence[str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for value in values or ():
+        name, sep, content = value.partition(":")
+        if not sep or not name.strip():
+            raise ValueError(f"--header takes 'Name: value', got {value!r}")
+        headers[name.strip()] = content.strip()
+    return headers
+
+
 async def _chat(args: argparse.Namespace, session: _Session) -> int:
     async with AsyncClient(base_url=args.base_url, api_key=args.api_key) as client:
-        return await _stream_to_terminal(client, session, args.model, args.prompt, {}, None)
+        return await _stream_to_terminal(
+            client, session, args.model, args.prompt, _headers(args.header), None
+        )
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -187,7 +202,7 @@ async def _capture(args: argparse.Namespace) -> int:
     try:
         response = await client.http_client.send(request, stream=True)
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.aiter_bytes():  # decoded if compressed
                 reads.append(
                     {"t": round(time.monotonic() - start, 6),
                      "b64": base64.b64encode(chunk).decode("ascii")}
@@ -261,12 +276,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--profile", help="quirk profile(s), e.g. azure,heartbeats")
     demo.add_argument("--fault", action="append", help="a fault, e.g. drop-after=200 (repeatable)")
     demo.add_argument("--tools", action="store_true", help="ask for parallel tool calls")
+    demo.add_argument(
+        "--pace", type=float, default=0.03, help="seconds between deltas (0: as fast as possible)"
+    )
+    demo.add_argument("--header", action="append", help="an extra request header 'Name: value'")
 
     chat = sub.add_parser("chat", help="stream a reply from any OpenAI-style endpoint")
     chat.add_argument("prompt")
     chat.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
     chat.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
     chat.add_argument("--api-key", default=None, help="defaults to OPENAI_API_KEY")
+    chat.add_argument("--header", action="append", help="an extra request header 'Name: value'")
 
     serve = sub.add_parser("serve", help="run the embedded server for other clients")
     serve.add_argument("--host", default="127.0.0.1")

@@ -155,14 +155,10 @@ class AsyncClient:
         }
         if self._api_key:
             all_headers["authorization"] = f"Bearer {self._api_key.reveal()}"
-        timeout = self.timeout
-        if self.idle_timeout is not None:
-            timeout = httpx.Timeout(
-                connect=timeout.connect,
-                read=self.idle_timeout,
-                write=timeout.write,
-                pool=timeout.pool,
-            )
+        t = self.timeout
+        read = self.idle_timeout if self.idle_timeout is not None else t.read
+        # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
+        timeout = (t.connect, read, t.write, t.pool)
         return self._http.build_request(
             "POST",
             f"{self.base_url}/{path}",

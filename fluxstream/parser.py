@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
-from .events import Event
+from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .reply import Reply
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
@@ -69,6 +69,11 @@ class StreamParser:
         self._old_last_event_id = ""
         self._old_reconnection_time: int | None = None
         self._ignored_bytes = 0
+        self._ignored_events = 0
+        self._echo: _EchoFilter | None = None
+        # After a Last-Event-ID reconnect: events whose numeric id is at or below this were
+        # delivered already (a server that ignores the header starts again from the top).
+        self._seen_through: int | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -87,6 +92,10 @@ class StreamParser:
         sses = self._decoder.feed(data)
         if not sses:
             return []
+        if self._seen_through is not None:
+            sses = self._drop_seen(sses)
+            if not sses:
+                return []
         self._events += len(sses)
         fmt_feed = self._format.feed
         if len(sses) == 1:
@@ -119,12 +128,22 @@ class StreamParser:
             return []
         return self._apply(self._format.feed_completion(_as_mapping(obj)), end=False)
 
-    def _apply(self, events: list[Event], *, end: bool = True) -> list[Event]:
+    def _shift(self, by: int) -> None:
+        self._format.shift_text(0, by)
+
+    def _apply(
+        self, events: list[Event], *, end: bool = True, final: bool = False
+    ) -> list[Event]:
         fmt = self._format
         asm = self._assembler
         if fmt.new_choices:
             asm.add_choices(fmt.new_choices)
             fmt.new_choices.clear()
+        echo = self._echo
+        if echo is not None and (events or fmt.done or final):
+            events = echo.filter(events, self.content_key, self._shift, fmt.done or final)
+            if not echo.deciding:
+                self._echo = None
         if events:
             events = asm.feed(events)
         if end and fmt.done:
@@ -152,7 +171,7 @@ class StreamParser:
             self._events += len(sses)
             for sse in sses:
                 events += fmt.feed(sse, at_eof=True)
-            events = self._apply(events, end=False)
+        events = self._apply(events, end=False, final=True)
         if fmt.done:
             reason = fmt.done_reason or "sentinel"
         elif decoder.ended_mid_event:
@@ -176,16 +195,35 @@ class StreamParser:
         assembly state and offsets stay, so the reply continues.
 
         ``resume_after``: the ``Last-Event-ID`` the transport sends; recorded as the last event
-        ID (the server continues after it), nothing is skipped.
+        ID (the server continues after it). When it is numeric, events the new connection
+        carries at or below it are dropped as already delivered, so a server that ignores
+        the header and starts over never shows text twice.
         """
         decoder = self._decoder
         self._old_bytes += decoder.bytes_fed
         self._old_comments += decoder.comments
         self._old_last_event_id = self.last_event_id
         self._old_reconnection_time = self.reconnection_time
+        self._seen_through = None
         if resume_after is not None:
             self._old_last_event_id = resume_after
+            if resume_after.isdigit():
+                self._seen_through = int(resume_after)
         self._decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+
+    def _drop_seen(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
+        """Drop events at or before the resume point (numeric ids only; other ids cannot be
+        ordered, so the server's word that it continues after ``Last-Event-ID`` is taken).
+        The first event past the point switches the check off for good."""
+        limit = self._seen_through
+        assert limit is not None
+        for position, sse in enumerate(sses):
+            event_id = sse.id
+            if not event_id.isdigit() or int(event_id) > limit:
+                self._seen_through = None
+                return sses[position:]
+            self._ignored_events += 1
+        return []
 
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restart (a new generation replaces the old one): fresh decoder, format and
@@ -193,6 +231,55 @@ class StreamParser:
         self.new_connection()
         self._format.reset()
         return self._assembler.reset(attempt, reason)
+
+    # ------------------------------------------------------------------ resume support
+
+    def continuable(self) -> bool:
+        """A continuation (re-request with the partial text as an assistant prefix) can
+        extend this reply: one choice with text, no tool call, refusal, finish reason or
+        error, and not ended."""
+        return self._assembler.continuable()
+
+    def begin_continuation(self, *, min_overlap: int = 8) -> str:
+        """Prepare for a continuation request; returns the assistant prefix to send.
+
+        A fresh SSE decoder is used; the reply and offsets go on. Text the provider echoes
+        back at the start of the continuation (a suffix of the prefix, at least
+        ``min_overlap`` code points, or the whole prefix if shorter) is cut, so nothing is
+        shown twice.
+        """
+        if not self.continuable():
+            raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
+        prefix = self._assembler.text_of(0)
+        self.new_connection()
+        self._echo = _EchoFilter(prefix, min_overlap)
+        return prefix
+
+    def offsets(self) -> dict[str, Any]:
+        """Code points delivered so far per choice, channel and tool call (JSON-serialisable);
+        with the reply, this is what :meth:`from_token` needs to go on."""
+        return self._assembler.offsets()
+
+    @classmethod
+    def from_token(cls, token: Mapping[str, Any], **parser_kwargs: Any) -> StreamParser:
+        """A parser that continues a stream from a resume token (``key``, ``reply``,
+        optional ``offsets``, ``last_event_id``, ``reconnection_time``): the partial reply is
+        taken over and offsets go on where they stopped."""
+        parser = cls(content_key=str(token["key"]), **parser_kwargs)
+        reply = Reply.model_validate(token.get("reply") or {})
+        asm = parser._assembler
+        asm.restore(reply)
+        offsets = token.get("offsets") or asm.offsets()
+        parser._format.restore(
+            offsets,
+            {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
+            {c.index: c.finish_reason for c in reply.choices},
+        )
+        parser._format.id = reply.id
+        parser._format.model = reply.model
+        parser._old_last_event_id = str(token.get("last_event_id") or "")
+        parser._old_reconnection_time = token.get("reconnection_time")
+        return parser
 
     # ------------------------------------------------------------------ state
 
@@ -246,6 +333,81 @@ class StreamParser:
     def reconnection_time(self) -> int | None:
         time = self._decoder.reconnection_time
         return time if time is not None else self._old_reconnection_time
+
+
+class _EchoFilter:
+    """Cuts the overlap a provider may echo at the start of a continuation.
+
+    After :meth:`StreamParser.begin_continuation` the new stream's text for choice 0 is held
+    back until it is clear whether it starts with a suffix of the prefix that was sent (at
+    least ``min_overlap`` code points, or the whole prefix when it is shorter): the longest
+    such echo is dropped, the rest delivered at the right offsets.
+    """
+
+    __slots__ = ("base", "buffer", "deciding", "min_overlap", "prefix", "shift")
+
+    def __init__(self, prefix: str, min_overlap: int) -> None:
+        self.prefix = prefix
+        self.min_overlap = max(1, min(min_overlap, len(prefix)))
+        self.base = len(prefix)  # offset of the first continued code point
+        self.buffer = ""
+        self.deciding = True
+        self.shift = 0
+
+    def _decide(self, final: bool) -> int | None:
+        """The echo length, or ``None`` while a longer echo is still possible."""
+        prefix, buf, low = self.prefix, self.buffer, self.min_overlap
+        best = 0
+        for k in range(low, min(len(buf), len(prefix)) + 1):
+            if prefix.endswith(buf[:k]):
+                best = k
+        if final or len(buf) >= len(prefix):
+            return best
+        # A longer echo is still possible if ``buf`` occurs in the prefix at a position from
+        # which the prefix's remainder is longer than ``buf`` and at least ``low`` long.
+        start = 0
+        last = len(prefix) - max(low, len(buf) + 1)
+        while 0 <= start <= last:
+            found = prefix.find(buf, start, last + len(buf))
+            if found < 0:
+                break
+            if len(prefix) - found > best:
+                return None
+            start = found + 1
+        return best
+
+    def _release(self, key: str, k: int, out: list[Event], fmt_shift: Any) -> None:
+        self.deciding = False
+        self.shift = k
+        fmt_shift(k)
+        rest = self.buffer[k:]
+        self.buffer = ""
+        if rest:
+            out.append(TextDelta(key, 0, self.base, rest))
+
+    def filter(self, events: list[Event], key: str, fmt_shift: Any, final: bool) -> list[Event]:
+        out: list[Event] = []
+        shift_batch = 0  # deltas created before the shift in this batch still need it
+        for ev in events:
+            if type(ev) is TextDelta and ev.choice == 0:
+                if self.deciding:
+                    self.buffer += ev.text
+                    k = self._decide(final=False)
+                    if k is not None:
+                        self._release(key, k, out, fmt_shift)
+                        shift_batch = k
+                    continue
+                if shift_batch:
+                    ev = TextDelta(key, 0, ev.offset - shift_batch, ev.text)
+                out.append(ev)
+                continue
+            if self.deciding and type(ev) is Finish and ev.choice == 0:
+                k = self._decide(final=True)
+                self._release(key, k or 0, out, fmt_shift)
+            out.append(ev)
+        if final and self.deciding:
+            self._release(key, self._decide(final=True) or 0, out, fmt_shift)
+        return out
 
 
 def _as_mapping(obj: Mapping[str, Any] | Any) -> Mapping[str, Any]:

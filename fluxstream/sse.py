@@ -26,6 +26,10 @@ Why it looks the way it does
 * **Dispatch as soon as possible.** An event is returned by the very ``feed`` call that completes
   its blank line, including a blank line ended by a lone CR at the end of a read (the LF that may
   start the next read is then swallowed as the second half of a CRLF).
+* **Fast where streams are alike.** Most reads of LLM streams carry whole one-line ``data:``
+  events; :meth:`SSEDecoder.feed` builds those straight from the read with C-level splits, and
+  sends everything else through one general line loop. The tests hold both paths to the same
+  results for every way of cutting a stream into reads.
 * **End of stream.** The spec discards an event that is not followed by a blank line. Our policy:
   :meth:`SSEDecoder.close` acts as if one final blank line had arrived, so a trailing
   ``data: [DONE]`` without its terminator still counts. Because that event might be cut short,
@@ -142,7 +146,8 @@ class SSEDecoder:
         self.bytes_fed = 0
         #: Set by :meth:`close`: the stream's last line had no terminator.
         self.ended_mid_line = False
-        #: Set by :meth:`close`: fields had arrived after the last blank line.
+        #: Set by :meth:`close`: fields (any line but comments and blank lines) had arrived
+        #: after the last blank line, so an event was cut short.
         self.ended_mid_event = False
 
     def __repr__(self) -> str:
@@ -162,9 +167,9 @@ class SSEDecoder:
 
     # ------------------------------------------------------------------ feeding
     #
-    # Speed notes (CPython 3.10-3.13; measured in benchmarks/bench_sse.py):
+    # Speed notes (measured on CPython 3.11; see benchmarks/README.md):
     # * ``13 in data`` / ``10 in data`` test for an int, a bare memchr; ``b"\r" in data`` runs the
-    #   generic substring search and costs ten times more on short reads.
+    #   generic substring search and costs about eight times more on short reads.
     # * ``bytes.splitlines()`` splits at exactly CR, LF and CRLF (unlike ``str.splitlines``) in
     #   one pass; normalising with ``replace(b"\r\n", b"\n")`` first costs twice as much.
     # * Most reads of real streams hold whole one-line ``data:`` events: two shortcuts build
@@ -219,44 +224,37 @@ class SSEDecoder:
                     )
                 ]
             if data[:6] == b"data: " and len(data) <= self._limit:
-                events = self._data_events(data)
-                if events is not None:
-                    return events
+                # Shortcut 2: the read as a run of one-line "data: " events. No event in it can
+                # be too large (the whole read is within the limit). One C-level split on the
+                # separator between two such events, "\n\ndata: ", leaves each event's value
+                # alone, prefix and blank line removed; a piece with an LF in it means that
+                # some block has another shape, and then the read goes line by line below.
+                pieces = data.split(b"\n\ndata: ")
+                if len(pieces) > 1:
+                    tail = pieces.pop()
+                    pieces[0] = pieces[0][6:]
+                    last_id = self.last_event_id  # at a block boundary: equals the ID buffer
+                    events: list[ServerSentEvent] = []
+                    append = events.append
+                    for value in pieces:
+                        if 10 in value:
+                            break
+                        append(
+                            _new_event(
+                                ServerSentEvent,
+                                ("message", value.decode("utf-8", "replace"), last_id, None),
+                            )
+                        )
+                    else:
+                        if 10 not in tail:  # the start of the next event's data line: usual
+                            self._pending = [b"data: ", tail]
+                            self._pending_len = 6 + len(tail)
+                        else:  # e.g. the read ended with its last event's blank line
+                            lines = (b"data: " + tail).split(b"\n")
+                            events += self._lines(lines, lines.pop())
+                        return events
         lines = data.split(b"\n")
         return self._lines(lines, lines.pop())
-
-    def _data_events(self, data: bytes) -> list[ServerSentEvent] | None:
-        """Shortcut 2: ``data`` (LF-only, at a block boundary, no larger than the limit, so no
-        event in it can be too large) as a run of one-line ``data: `` events; ``None`` if it is
-        something else, and then nothing has changed.
-
-        One C-level split on the separator between two such events, ``"\\n\\ndata: "``, leaves
-        each event's value alone, prefix and blank line removed. A piece with an LF in it means
-        that some block has another shape: then the caller takes the read line by line.
-        """
-        pieces = data.split(b"\n\ndata: ")
-        if len(pieces) == 1:
-            return None
-        tail = pieces.pop()
-        pieces[0] = pieces[0][6:]
-        last_id = self.last_event_id  # at a block boundary it equals the ID buffer
-        events: list[ServerSentEvent] = []
-        append = events.append
-        for value in pieces:
-            if 10 in value:
-                return None
-            append(
-                _new_event(
-                    ServerSentEvent, ("message", value.decode("utf-8", "replace"), last_id, None)
-                )
-            )
-        if 10 not in tail:  # the start of the next event's data line (the usual case)
-            self._pending = [b"data: ", tail]
-            self._pending_len = 6 + len(tail)
-        else:  # e.g. the read ended with its last event's blank line
-            lines = (b"data: " + tail).split(b"\n")
-            events += self._lines(lines, lines.pop())
-        return events
 
     def close(self) -> list[ServerSentEvent]:
         """End of stream: flush what is pending as if a final blank line had arrived.

@@ -209,10 +209,10 @@ class ReplyStream:
         self._task_group = group
         try:
             await self._open()
-        except BaseException as exc:
+        except BaseException:
             group.cancel_scope.cancel()
             self._task_group = None
-            await group.__aexit__(type(exc), exc, exc.__traceback__)
+            await group.__aexit__(None, None, None)
             raise
         return self
 
@@ -229,7 +229,9 @@ class ReplyStream:
             if group is not None:
                 self._task_group = None
                 group.cancel_scope.cancel()
-                await group.__aexit__(exc_type, exc, tb)
+                # The group only ever holds our reader task, which never raises; the body's
+                # own exception (if any) propagates from here unchanged, not wrapped in a group.
+                await group.__aexit__(None, None, None)
 
     async def aclose(self) -> None:
         """Stop reading and close the response. The outcome becomes ``cancelled`` unless the

@@ -309,6 +309,18 @@ def test_fragment_without_index_continues_the_most_recently_touched_call() -> No
     assert _calls(reply) == [(0, "a", "f", "{} "), (1, "b", "g", "[]")]
 
 
+def test_metadata_only_fragment_does_not_open_a_call() -> None:
+    sig = {"extra_content": {"google": {"thought_signature": "sig"}}}
+    events, reply = run(frame(
+        chunk(ch(tool_calls=[sig])),
+        chunk(ch(tool_calls=[tc(None, "g1", "f", "{}")])),
+        chunk(ch(tool_calls=[sig])),  # continues g1, adds nothing
+        chunk(ch(finish="tool_calls")),
+    ))
+    assert _calls(reply) == [(0, "g1", "f", "{}")]
+    assert len([e for e in events if isinstance(e, ToolCallDelta)]) == 1
+
+
 def test_arguments_sent_as_an_object() -> None:
     _, reply = run(frame(
         chunk(ch(tool_calls=[tc(0, "o", "get", {"city": "Zürich", "days": [1, 2]})])),

@@ -141,6 +141,31 @@ class ChatCompletionsFormat:
         self.done_reason = None
         self.cut = False
 
+    def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
+                finishes: dict[int, str | None]) -> None:
+        """Continue offsets (and tool-call identity) from a resumed reply: ``offsets`` as
+        :meth:`fluxstream.assembly.ReplyAssembler.offsets` gives them, ``calls`` per choice
+        ``{index: (id, name)}``, ``finishes`` the finish reasons so far."""
+        for key, counts in offsets.items():
+            index = int(key)
+            st = self._choices.setdefault(index, _Choice())
+            st.text = int(counts.get("text", 0))
+            st.reasoning = int(counts.get("reasoning", 0))
+            st.refusal = int(counts.get("refusal", 0))
+            st.finish = finishes.get(index)
+            for call_key, length in (counts.get("tool_calls") or {}).items():
+                number = int(call_key)
+                call = st.calls[number] = _Call()
+                call.id, call.name = calls.get(index, {}).get(number, (None, None))
+                call.length = int(length)
+                st.last_call = number
+
+    def shift_text(self, choice: int, by: int) -> None:
+        """Un-count ``by`` code points of a choice's text (an echoed overlap that was cut)."""
+        st = self._choices.get(choice)
+        if st is not None:
+            st.text -= by
+
     # ------------------------------------------------------------------ SSE events
 
     def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
@@ -317,6 +342,8 @@ class ChatCompletionsFormat:
                 args = _compact(args)
             number = frag.get("index")
             if number.__class__ is not int:
+                if cid is None and name is None and not args and not calls:
+                    continue  # metadata only (e.g. a Gemini thought signature): no call yet
                 number = self._resolve(st, cid, name)
             call = calls.get(number)
             fresh = call is None

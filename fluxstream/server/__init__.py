@@ -6,6 +6,9 @@ real HTTP/1.1 server on 127.0.0.1 whose replies are deterministic (see
 other providers (:mod:`~fluxstream.server.profiles`), whose transport can misbehave on demand
 (:mod:`~fluxstream.server.faults`), and which records every request and client disconnect
 (:mod:`~fluxstream.server.records`) so that cancellation is provable from the other end.
+It also honours assistant-prefix continuation (a last message ``{"role": "assistant",
+"content": P, "prefix": true}`` gets only the rest of the reply after ``P``; see
+:mod:`~fluxstream.server.script`), which clients use to resume a broken stream.
 
 ::
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 from .app import (
     ATTEMPT_HEADER,
+    CONTINUATION_HEADER,
     FAULT_HEADER,
     MODELS,
     PROFILE_HEADER,
@@ -33,11 +37,14 @@ from .script import (
     ExpectedReply,
     ExpectedToolCall,
     build_script,
+    continuation_prefix,
     expected_reply,
+    strip_prefix,
 )
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "CONTINUATION_HEADER",
     "FAULT_HEADER",
     "FAULT_KEYS",
     "MODELS",
@@ -58,10 +65,12 @@ __all__ = [
     "ServerThread",
     "build_faults",
     "build_script",
+    "continuation_prefix",
     "expected_reply",
     "parse_fault_spec",
     "parse_profiles",
     "run",
     "run_forever",
     "serve",
+    "strip_prefix",
 ]

@@ -49,10 +49,11 @@ from .render import (
     oversize_data,
     stream_events,
 )
-from .script import CREATED, Script, build_script, dumps, request_digest
+from .script import CREATED, Script, build_script, continuation_prefix, dumps, request_digest
 
 __all__ = [
     "ATTEMPT_HEADER",
+    "CONTINUATION_HEADER",
     "DEFAULT_IDLE_TIMEOUT",
     "FAULT_HEADER",
     "MODELS",
@@ -66,6 +67,10 @@ log = logging.getLogger("fluxstream.server")
 PROFILE_HEADER = "X-Fluxstream-Profile"
 FAULT_HEADER = "X-Fluxstream-Fault"
 ATTEMPT_HEADER = "X-Fluxstream-Attempt-Key"
+#: Response header on continuation requests (assistant ``prefix: true`` last): ``continued``
+#: when the prefix was honoured, ``ignored`` when the request was answered as if it were absent
+#: (the reply does not start with the prefix, or it has tool calls or several choices).
+CONTINUATION_HEADER = "X-Fluxstream-Continuation"
 #: Model ids listed by ``GET /v1/models`` (any model name is accepted by chat completions).
 MODELS: tuple[str, ...] = ("fluxstream-echo", "fluxstream-reasoner")
 
@@ -378,8 +383,13 @@ class Server:
             await conn.simple(400, error_json(message, "invalid_request_error"))
             return
         script = build_script(parsed, names)
+        extra: list[tuple[str, str]] = []
+        if continuation_prefix(parsed) is not None:
+            # A new stream (ids restart at 1) whose content follows the prefix; see .script.
+            handled = "continued" if script.prefix is not None else "ignored"
+            extra.append((CONTINUATION_HEADER.lower(), handled))
         if parsed.get("stream") is not True or "json" in names:
-            await conn.simple(200, dumps(completion(script, names)).encode())
+            await conn.simple(200, dumps(completion(script, names)).encode(), extra=extra)
             return
         stream_options = parsed.get("stream_options")
         include_usage = isinstance(stream_options, dict) and bool(
@@ -396,6 +406,7 @@ class Server:
                 ("content-type", "text/event-stream; charset=utf-8"),
                 ("cache-control", "no-cache"),
                 ("x-fluxstream-profile", ",".join(sorted(names)) or "openai"),
+                *extra,
             ],
             chunked=True,
         )

@@ -25,7 +25,8 @@ Keys (sizes in bytes, times in seconds):
 ``fail-first=N``        apply this request's faults only to the first N attempts that share an
                         ``X-Fluxstream-Attempt-Key`` (or, without that header, the same method,
                         path and body); later attempts are served cleanly. Alone, it means
-                        ``status=503``.
+                        ``status=503``. A retry whose body changes (a continuation request with
+                        an assistant prefix) counts only through the attempt key.
 ``delay=T``             wait T before sending the response headers (time to first byte)
 """
 

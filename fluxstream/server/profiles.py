@@ -9,6 +9,9 @@ the header ``X-Fluxstream-Profile: name[,name2]`` or by a suffix on the model na
 (``"model@azure"``, ``"model@azure,nospace"``). When a request names profiles, they replace the
 server's default set, so one server can answer every profile without restarts.
 
+Continuation requests (an assistant message with ``"prefix": true`` last) are always honoured
+(see :mod:`.script`); ``prefix-echo`` only adds an overlap before the continuation.
+
 This module only knows the names; what each one changes lives in :mod:`.render` (the bytes)
 and :mod:`.script` (the expected content, for the few profiles that change it).
 """
@@ -40,6 +43,10 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
     "reasoning": "`reasoning_content` deltas before the content",
     "error-midstream": 'after half the content, an `{"error": ...}` event, then the body ends',
     "error-midstream-done": "like error-midstream, followed by `data: [DONE]`",
+    "prefix-echo": (
+        "a continuation (last message assistant with `prefix: true`) first re-sends the last"
+        " min(12, len(prefix)) code points of the prefix, an overlap the client must cut"
+    ),
     "json": "ignores `stream` and answers one application/json chat.completion",
 }
 

@@ -19,6 +19,19 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   is ``tool_calls``. The arguments are streamed in small fragments interleaved across calls.
 * ``n`` choices each get their own text (prefixed differently) and their own finish.
 * **Usage** counts words of the prompt and deltas of the reply.
+* **Continuation** (assistant-prefix completion, as DeepSeek's and Mistral's ``prefix``): when
+  ``messages`` end with ``{"role": "assistant", "content": P, "prefix": true}`` (any truthy
+  ``prefix``), the reply is computed from the request *without* that message (the *original*
+  request, see :func:`strip_prefix`), and choice 0 streams only what follows ``P`` in that
+  reply's text ``T``: exactly ``T[len(P):]``, cut by code point (inside a delta, even inside a
+  multi-code-point emoji such as ``👋🏽``; the first delta is the rest of the cut one, the others
+  follow unchanged). Reasoning is not repeated (the prefix replaces it); id, model, finish
+  reason and usage are the original reply's (usage counts the whole reply, as if the stream had
+  never broken). With the ``prefix-echo`` profile the continuation first re-sends the last
+  ``min(12, len(P))`` code points of ``P`` as one extra delta (an overlap the client must cut).
+  The prefix is *ignored* (the answer is exactly the original request's, reasoning included)
+  when ``T`` does not start with ``P`` (a provider that does not honour prefixes), when the reply
+  has tool calls, and when ``n`` > 1: those are not continuable.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .profiles import parse_profiles
@@ -34,6 +47,7 @@ from .profiles import parse_profiles
 __all__ = [
     "CREATED",
     "DEFAULT_DELTAS",
+    "ECHO_OVERLAP",
     "MAX_CHOICES",
     "MAX_DELTAS",
     "MAX_TOOL_CALLS",
@@ -44,9 +58,11 @@ __all__ = [
     "Script",
     "ToolCallScript",
     "build_script",
+    "continuation_prefix",
     "dumps",
     "expected_reply",
     "request_digest",
+    "strip_prefix",
 ]
 
 #: Fixed ``created`` timestamp: a real clock would make replies differ between runs.
@@ -57,6 +73,8 @@ MAX_CHOICES = 16
 MAX_TOOL_CALLS = 3
 #: Code points per streamed tool-argument fragment.
 FRAGMENT_SIZE = 7
+#: Code points of the prefix re-sent before a continuation under the ``prefix-echo`` profile.
+ECHO_OVERLAP = 12
 
 _VOCAB: tuple[str, ...] = (
     " café",
@@ -128,6 +146,9 @@ class Script:
     choices: tuple[ChoiceScript, ...]
     usage: dict[str, Any]
     reasoning: bool
+    #: The assistant prefix this reply continues (choice 0's text is what follows it), or
+    #: ``None`` for an ordinary reply, including a request whose prefix was ignored.
+    prefix: str | None = None
 
 
 @dataclass(frozen=True)
@@ -274,9 +295,80 @@ def _interleave(calls: Sequence[ToolCallScript]) -> tuple[tuple[int, str], ...]:
     return tuple(out)
 
 
+def continuation_prefix(request: Mapping[str, Any]) -> str | None:
+    """The assistant prefix ``P`` that ``request`` asks to continue, or ``None``.
+
+    A request is a continuation when its last message is ``{"role": "assistant", "content": P,
+    "prefix": <truthy>}``. ``content`` may be a string, a list of text parts (concatenated) or
+    ``null`` (the empty prefix).
+    """
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None
+    last = messages[-1]
+    if not isinstance(last, dict) or last.get("role") != "assistant" or not last.get("prefix"):
+        return None
+    content = last.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict)]
+        return "".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def strip_prefix(request: Mapping[str, Any]) -> dict[str, Any]:
+    """``request`` without its trailing assistant-prefix message (a copy; unchanged otherwise).
+
+    This is the *original* request a continuation resumes: ``expected_reply(strip_prefix(r))``
+    is the uninterrupted reply that a client resuming with ``r`` must end up with.
+    """
+    if continuation_prefix(request) is None:
+        return dict(request)
+    messages = request["messages"]
+    return {**request, "messages": list(messages[:-1])}
+
+
+def _deltas_after(deltas: Sequence[str], skip: int) -> tuple[str, ...]:
+    """The deltas that follow the first ``skip`` code points of ``"".join(deltas)``."""
+    out: list[str] = []
+    pos = 0
+    for delta in deltas:
+        end = pos + len(delta)
+        if end > skip:
+            out.append(delta[max(0, skip - pos) :])
+        pos = end
+    return tuple(out)
+
+
+def _continue(script: Script, prefix: str, names: frozenset[str]) -> Script:
+    """The continuation of ``script`` after ``prefix``, or ``script`` if it is not continuable."""
+    if len(script.choices) != 1 or script.choices[0].tool_calls:
+        return script
+    choice = script.choices[0]
+    if not choice.text.startswith(prefix):
+        return script
+    deltas = _deltas_after(choice.text_deltas, len(prefix))
+    if "prefix-echo" in names and prefix:
+        deltas = (prefix[-ECHO_OVERLAP:], *deltas)
+    continued = replace(choice, reasoning_deltas=(), text_deltas=deltas)
+    return replace(script, choices=(continued,), reasoning=False, prefix=prefix)
+
+
 def build_script(request: Mapping[str, Any], profiles: Iterable[str] | str | None = None) -> Script:
-    """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``."""
+    """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``.
+
+    A continuation request (see :func:`continuation_prefix`) gets the continuation of the
+    original request's reply (see the module docstring).
+    """
     names = parse_profiles(profiles)
+    prefix = continuation_prefix(request)
+    if prefix is None:
+        return _build(request, names)
+    return _continue(_build(strip_prefix(request), names), prefix, names)
+
+
+def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
     digest = request_digest(request)
     messages = request.get("messages")
     prompt = _prompt(messages if isinstance(messages, list) else [])
@@ -359,6 +451,13 @@ def expected_reply(
     ``profile`` is the effective profile set (as given to the server or in the request header).
     The model-name suffix (``"m@azure"``) is honoured as well, like the server does. Faults do
     not change the content: a client that resumes or retries correctly still ends up here.
+
+    For a continuation request (last message ``{"role": "assistant", "content": P, "prefix":
+    true}``) this describes that one response as streamed: the text is the continuation part
+    (``T[len(P):]``, preceded by the overlap under ``prefix-echo``), reasoning is ``None``, and
+    id, finish reason and usage are the original reply's. The uninterrupted reply a resuming
+    client must end up with is simply the original request's:
+    ``expected_reply(strip_prefix(request))`` (i.e. ``expected_reply(original_request)``).
     """
     names = set(parse_profiles(profile))
     model = request.get("model")

@@ -1,0 +1,164 @@
+"""The ``fluxstream`` command line, run as a user would: a subprocess, real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fluxstream.server import ServerThread
+from fluxstream.server.script import expected_reply
+
+FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "chat"
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fluxstream", *args],
+        capture_output=True, text=True, timeout=timeout, env=ENV, stdin=subprocess.DEVNULL,
+    )
+
+
+@pytest.fixture
+def server() -> Iterator[Any]:
+    with ServerThread(port=0) as srv:
+        yield srv
+
+
+def test_demo_streams_live_and_reports_the_outcome() -> None:
+    result = run_cli("demo", "hello rivers")
+    assert result.returncode == 0, result.stderr
+    body = {"model": "flux-demo", "messages": [{"role": "user", "content": "hello rivers"}],
+            "stream": True, "stream_options": {"include_usage": True}}
+    assert expected_reply(body).text in result.stdout
+    for label in ("outcome:        done", "finish reason:  stop", "usage:", "first token:",
+                  "tokens/s:"):
+        assert label in result.stdout
+    assert result.stderr == ""
+
+
+def test_demo_with_a_quirk_profile_and_tools() -> None:
+    result = run_cli("demo", "--profile", "azure,heartbeats", "--tools", "weather")
+    assert result.returncode == 0, result.stderr
+    assert "[tool call 0] get_weather(" in result.stdout
+    assert "[tool call 1] get_time(" in result.stdout
+    assert "finish reason:  tool_calls" in result.stdout
+    assert "heartbeats 0" not in result.stdout
+
+
+def test_demo_reports_a_truncation_with_its_exit_code() -> None:
+    result = run_cli("demo", "--fault", "drop-after=400")
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "outcome:        truncated" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_chat_against_an_endpoint_and_http_errors_are_one_line(server: Any) -> None:
+    result = run_cli("chat", "--base-url", server.base_url, "--model", "m", "tell me about rain")
+    assert result.returncode == 0, result.stderr
+    body = {"model": "m", "messages": [{"role": "user", "content": "tell me about rain"}],
+            "stream": True, "stream_options": {"include_usage": True}}
+    assert expected_reply(body).text in result.stdout
+
+    with ServerThread(port=0, api_key="the-right-key") as locked:
+        result = run_cli("chat", "--base-url", locked.base_url, "--api-key", "sk-WRONG-123", "hi")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "AuthenticationError" in lines[0] and "401" in lines[0]
+    assert "sk-WRONG-123" not in result.stderr + result.stdout
+
+
+def test_ctrl_c_cancels_cleanly_and_prints_the_outcome(server: Any) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fluxstream", "chat", "--base-url", server.base_url,
+         "--header", "X-Fluxstream-Fault: stall=30,stall-after-events=3", "hi"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not server.records.requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 4, out + err
+    assert "outcome:        cancelled" in out
+    assert "Traceback" not in out + err
+    record = server.records.wait_disconnect_sync(timeout=2.0)
+    assert record.completed is False
+
+
+def test_serve_answers_other_clients() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fluxstream", "serve", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert f"127.0.0.1:{port}" in line
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert models["data"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=10)
+
+
+def test_capture_then_replay_gives_the_same_reply(server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "capture.json"
+    result = run_cli("capture", "--base-url", server.base_url, "--model", "m", "-o", str(out),
+                     "capture this")
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["format"] == "fluxstream-capture/1" and record["reads"]
+    assert all({"t", "b64"} <= set(r) for r in record["reads"])
+
+    result = run_cli("replay", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    body = {"model": "m", "messages": [{"role": "user", "content": "capture this"}],
+            "stream": True, "stream_options": {"include_usage": True}}
+    assert reply["choices"][0]["text"] == expected_reply(body).text
+    assert reply["outcome"] == "done"
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not present beside the repo")
+@pytest.mark.parametrize(
+    ("name", "code", "outcome"),
+    [("cc-openai-py-basic-text", 0, "done"), ("cc-syn-finish-no-done", 0, "finished"),
+     ("cc-syn-cut-mid-json", 3, "truncated"), ("cc-syn-vllm-error-object", 1, "failed")],
+)
+def test_replay_a_plain_sse_body(name: str, code: int, outcome: str) -> None:
+    expected = json.loads((FIXTURES / f"{name}.json").read_text())
+    result = run_cli("replay", str(FIXTURES / f"{name}.sse"), "--read-size", "7")
+    assert result.returncode == code, result.stdout + result.stderr
+    assert f"outcome:        {outcome}" in result.stdout
+    text = expected["choices"].get("0", {}).get("text")
+    if text:
+        assert text in result.stdout
+
+
+def test_bad_usage_is_one_line_with_exit_code_2(tmp_path: Path) -> None:
+    result = run_cli("replay", str(tmp_path / "missing.sse"))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    result = run_cli("demo", "--fault", "no-such-fault=1")
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and "400" in result.stderr
