@@ -13,6 +13,7 @@ cancel scope around every read.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import socket
@@ -84,10 +85,8 @@ def abort_connection(response: Any) -> bool:
         # A socket.socket, or asyncio's TransportSocket wrapper around one.
         sock = stream.get_extra_info("socket")
         if sock is not None and hasattr(sock, "shutdown"):
-            try:
+            with contextlib.suppress(OSError):  # already closed: nothing left to abort
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             return True
     stream = getattr(response, "stream", None)
     # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.

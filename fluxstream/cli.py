@@ -218,7 +218,7 @@ async def _capture(args: argparse.Namespace) -> int:
         "content_type": response.headers.get("content-type"),
         "reads": reads,
     }
-    Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    await anyio.Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     size = sum(len(base64.b64decode(r["b64"])) for r in reads)
     sys.stdout.write(f"captured {len(reads)} reads, {size} bytes, to {args.output}\n")
     return EXIT_OK if 200 <= response.status_code < 300 else EXIT_FAILED
@@ -316,9 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _replay(args)
         if args.command == "serve":
             return int(anyio.run(_serve, args))
-        runner = {"demo": _demo, "chat": _chat, "capture": _capture}[args.command]
         if args.command == "capture":
             return int(anyio.run(_capture, args))
+        runner = _demo if args.command == "demo" else _chat
         return int(anyio.run(runner, args, session))
     except KeyboardInterrupt:
         stream = session.stream

@@ -25,8 +25,8 @@ import httpx
 from ._http import HttpErrors
 from .parser import StreamParser
 from .reply import Reply
-from .sse import DEFAULT_MAX_EVENT_BYTES
 from .retry import ResumePolicy, RetryPolicy
+from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import RESUME_TOKEN_VERSION, ReplyStream, RequestSpec
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]

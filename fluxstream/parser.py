@@ -166,12 +166,20 @@ class StreamParser:
         fmt = self._format
         events: list[Event] = []
         decoder = self._decoder
+        delivered_id = self.last_event_id
         if not fmt.done:
             sses = decoder.close()
             self._events += len(sses)
             for sse in sses:
                 events += fmt.feed(sse, at_eof=True)
         events = self._apply(events, end=False, final=True)
+        if not fmt.done and fmt.cut:
+            # The event flushed at the end was cut short and dropped: its id must not count
+            # as delivered, or a resume from this point would skip it.
+            self._decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+            self._old_bytes += decoder.bytes_fed
+            self._old_comments += decoder.comments
+            self._old_last_event_id = delivered_id
         if fmt.done:
             reason = fmt.done_reason or "sentinel"
         elif decoder.ended_mid_event:
@@ -180,7 +188,10 @@ class StreamParser:
             reason = "eof"
         if cause is not None and not fmt.done:
             reason = f"{reason}: {type(cause).__name__}: {cause}"
-        return events + asm.end(sentinel=fmt.done, cut=fmt.cut, reason=reason)
+        # A transport error is never a clean end: without the sentinel it is a truncation,
+        # even if every choice had already finished.
+        cut = fmt.cut or (cause is not None and not fmt.done)
+        return events + asm.end(sentinel=fmt.done, cut=cut, reason=reason)
 
     def cancel(self, reason: str) -> list[Event]:
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""

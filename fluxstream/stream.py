@@ -340,7 +340,8 @@ class ReplyStream:
                 self._ended = True
                 self._finished_at = now
         elif self._stall_timeout is not None and now - self._last_progress > self._stall_timeout:
-            return self._fail_with(StallTimeoutError, None, f"no content for {self._stall_timeout}s")
+            message = f"no content for {self._stall_timeout}s"
+            return self._fail_with(StallTimeoutError, None, message)
         return events
 
     def _end(self, events: list[Event]) -> list[Event]:
@@ -380,8 +381,19 @@ class ReplyStream:
         parser = self._parser
         if exc is not None:
             self.cause = exc
-        if parser.done or parser.complete:
+        if parser.done or (exc is None and parser.complete):
+            # The sentinel came, or the bytes ended cleanly after every choice finished.
             return self._end(parser.close(cause=exc))
+        if not parser.saw_content and self._attempts < self._retry.max_attempts:
+            # Dropped before any content: nothing was shown, so this is a plain retry.
+            await self._close_response(drain=False)
+            parser.reset(self._attempts, "dropped before content")  # nothing to replace
+            reason = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
+            await self._sleep_before_retry(self._attempts, None, f"dropped early ({reason})")
+            self._closed = False
+            self._response = None
+            await self._connect()
+            return []
         strategy = self._resume_strategy()
         if strategy is None:
             return self._end(parser.close(cause=exc))
@@ -503,11 +515,11 @@ class ReplyStream:
             except Exception as exc:  # forwarded: the consumer raises it where it reads
                 await send.send(exc)
 
-    async def _wait_for_bytes(self, timeout: float) -> bool:
-        """Whether a read is ready within ``timeout`` (it is kept for the next read)."""
+    async def _wait_for_bytes(self, seconds: float) -> bool:
+        """Whether a read is ready within ``seconds`` (it is kept for the next read)."""
         if self._stash is not None or self._reader_recv is None:
             return True
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(seconds):
             self._stash = await self._reader_recv.receive()
             return True
         return False
@@ -560,8 +572,13 @@ class ReplyStream:
         errors = self._errors
         policy = self._retry
         first = time.monotonic()
+        local = 0
         while True:
             self._attempts += 1
+            local += 1
+            # Before any content every request so far was a try of the same request; after
+            # content (a resume's reconnect) the budget starts again for this connection.
+            used = local if self._parser.saw_content else self._attempts
             request = spec.build(spec.path, body or spec.body, {**spec.headers, **(headers or {})})
             failure: Exception
             retry_after: float | None = None
@@ -594,9 +611,9 @@ class ReplyStream:
                         abort_connection(response)
                     return
             elapsed = time.monotonic() - first
-            if self._attempts >= policy.max_attempts or elapsed >= policy.total_timeout:
+            if used >= policy.max_attempts or elapsed >= policy.total_timeout:
                 raise failure
-            await self._sleep_before_retry(self._attempts, retry_after, str(failure))
+            await self._sleep_before_retry(used, retry_after, str(failure))
 
     async def _check(self, response: Any) -> None:
         """Status, then content type, before any SSE parsing."""
@@ -650,7 +667,7 @@ class ReplyStream:
                         drained += len(chunk)
                         if drained > _DRAIN_AFTER_END_BYTES:
                             break
-        except Exception:  # noqa: S110 - the reply is complete; a failing drain changes nothing
+        except Exception:  # the reply is complete; a failing drain changes nothing
             pass
         finally:
             with anyio.CancelScope(shield=True):

@@ -7,6 +7,7 @@ side (it records when it noticed the client's disconnect).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -47,7 +48,7 @@ TRANSPORT = {"name": "httpx"}
 
 @pytest.fixture(params=["asyncio", "asyncio+aiohttp", "trio"])
 def flavour(request: pytest.FixtureRequest) -> str:
-    """Backend and transport: httpx's default transport on asyncio and trio, aiohttp's on asyncio."""
+    """Backend and transport: httpx's own transport on asyncio and trio, aiohttp's on asyncio."""
     return str(request.param)
 
 
@@ -62,7 +63,7 @@ def transport(flavour: str) -> str:
     return TRANSPORT["name"]
 
 
-def Client(*args: Any, **kwargs: Any) -> fluxstream.AsyncClient:  # noqa: N802 - reads as a class
+def Client(*args: Any, **kwargs: Any) -> fluxstream.AsyncClient:  # reads as the class it makes
     """``fluxstream.AsyncClient`` on the transport this test run is about."""
     if "http_client" not in kwargs:
         kwargs.setdefault("transport", TRANSPORT["name"])
@@ -84,7 +85,7 @@ def request_body(**params: Any) -> dict[str, Any]:
 
 def assert_matches(reply: fluxstream.Reply, expected: Any) -> None:
     assert len(reply.choices) == len(expected.choices)
-    for got, want in zip(reply.choices, expected.choices):
+    for got, want in zip(reply.choices, expected.choices, strict=True):
         assert got.index == want.index
         assert got.text == want.text
         assert got.reasoning == want.reasoning
@@ -184,7 +185,7 @@ async def test_text_iterator_and_coalescing(server: Any) -> None:
         assert len(joined[0]) < 10  # the first token alone, at once
         assert len(joined) < len(pieces) / 2  # later deltas joined per frame
         # At most about one string per frame (the last one comes as soon as the bytes end).
-        gaps = [b - a for a, b in zip(stamps[1:-1], stamps[2:-1])]
+        gaps = [b - a for a, b in itertools.pairwise(stamps[1:-1])]
         assert gaps and min(gaps) > 0.02
 
 
@@ -323,7 +324,9 @@ def _free_port() -> int:
 # ---------------------------------------------------------------------------- truncation
 
 
-@pytest.mark.parametrize("fault", ["drop-after=700", "drop-after-events=5", "drop-after=700,drop-reset=1"])
+@pytest.mark.parametrize(
+    "fault", ["drop-after=700", "drop-after-events=5", "drop-after=700,drop-reset=1"]
+)
 async def test_drop_is_truncated_with_partial_text(server: Any, fault: str) -> None:
     expected = expected_reply(request_body()).text
     async with Client(server.base_url) as client:
@@ -419,7 +422,8 @@ SLOW = {"X-Fluxstream-Fault": "drip=0.02"}
 
 async def _assert_disconnect_seen(server: Any, closed_at: float) -> None:
     record = await server.records.wait_disconnect(timeout=1.0, completed=False)
-    assert record.time - closed_at < 0.2, f"server saw the disconnect after {record.time - closed_at:.3f}s"
+    latency = record.time - closed_at
+    assert latency < 0.2, f"server saw the disconnect after {latency:.3f}s"
 
 
 async def _first_text(stream: fluxstream.ReplyStream) -> None:
@@ -517,7 +521,9 @@ async def test_cancel_scope_and_timeout_close_at_once_and_propagate(server: Any)
         assert stream.outcome is fluxstream.Outcome.CANCELLED
 
 
-async def test_asyncio_task_cancel_propagates_cancelled_error(server: Any, anyio_backend: str) -> None:
+async def test_asyncio_task_cancel_propagates_cancelled_error(
+    server: Any, anyio_backend: str
+) -> None:
     if anyio_backend != "asyncio":
         pytest.skip("asyncio.Task.cancel is asyncio-only; trio is covered by cancel scopes")
     import asyncio
@@ -558,8 +564,9 @@ async def test_no_pooled_connection_leaks_after_cancellations(server: Any) -> No
             for _ in range(3):
                 await client.chat.complete(model="m", messages=USER)
         pool = http._transport._pool  # type: ignore[attr-defined]
-        assert all(not c.is_closed() and c.is_idle() for c in pool.connections) or not pool.connections
-        assert len(pool.connections) <= 1
+        connections = pool.connections
+        assert len(connections) <= 1  # every cancelled stream's connection was closed
+        assert all(not c.is_closed() and c.is_idle() for c in connections)
 
 
 # ---------------------------------------------------------------------------- scale
