@@ -26,7 +26,7 @@ from fluxstream.server import serve
 from fluxstream.server.script import expected_reply
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from resumable_renderer import Renderer  # noqa: E402 - the example is part of what is tested
+from resumable_renderer import Renderer  # the example is part of what is tested
 
 pytestmark = pytest.mark.anyio
 
@@ -146,7 +146,7 @@ async def test_last_event_id_resume_at_every_cut_is_exact(server: Any, tools: bo
 
 async def test_last_event_id_reconnect_waits_for_the_servers_retry_delay(server: Any) -> None:
     async with fluxstream.AsyncClient(server.base_url) as client:
-        stream, _ = await stream_with_drop(client, 2000, "delay")
+        await stream_with_drop(client, 2000, "delay")
     first, second = server.records.requests[-2:]
     assert second.last_event_id and second.time - first.time >= 0.05  # the server's retry: 50
 
@@ -234,7 +234,7 @@ async def test_resume_token_lets_another_client_finish_the_stream(server: Any) -
     request = body()
     expected = expected_reply(request)
     async with fluxstream.AsyncClient(server.base_url, resume=ResumePolicy.off()) as client:
-        stream, first = await stream_with_drop(client, 2500, "token")
+        stream, _ = await stream_with_drop(client, 2500, "token")
     assert stream.reply.outcome is fluxstream.Outcome.TRUNCATED
     partial = stream.reply.text
     token = json.loads(json.dumps(stream.resume_token()))  # travels as JSON
@@ -317,7 +317,8 @@ async def test_error_event_before_any_content_is_retried(anyio_backend: str) -> 
     respx = pytest.importorskip("respx")
     if anyio_backend != "asyncio":
         pytest.skip("respx mocks httpx's transport; one backend is enough")
-    error = b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\ndata: [DONE]\n\n'
+    error = (b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+             b"data: [DONE]\n\n")
     chunk = {"id": "c1", "model": "m", "choices": [
         {"index": 0, "delta": {"content": "fine"}, "finish_reason": "stop"}]}
     good = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
@@ -343,7 +344,7 @@ def test_backoff_is_full_jitter_within_bounds() -> None:
     for attempt in range(1, 6):
         cap = min(4.0, 0.5 * 2 ** (attempt - 1))
         delays = [policy.delay(attempt, rng=rng) for _ in range(200)]
-        assert 0 <= min(delays) and max(delays) <= cap
+        assert min(delays) >= 0 and max(delays) <= cap
         assert max(delays) > cap * 0.8  # full jitter spans the whole range
     assert policy.delay(1, retry_after=3.0, rng=rng) == 3.0
     assert policy.delay(1, retry_after=60.0, rng=rng) == 4.0
