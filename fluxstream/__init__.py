@@ -10,7 +10,8 @@ Layers, each usable alone (lower layers never import higher ones):
 * :mod:`fluxstream.server` - an embedded OpenAI-compatible streaming server for demos and tests.
 """
 
-from .client import AsyncClient, Secret
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     APIConnectionError,
     APIStatusError,
@@ -46,8 +47,32 @@ from .events import (
 )
 from .parser import StreamParser, replay
 from .reply import Choice, ErrorInfo, Reply, ToolCall, Usage
+from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
-from .stream import ReplyStream, StreamStats
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import AsyncClient, Secret
+    from .stream import ReplyStream, StreamStats
+
+# The I/O layer (httpx, anyio) is imported on first use, so `import fluxstream.sse` or
+# `fluxstream.replay` alone never loads an HTTP client.
+_LAZY = {
+    "AsyncClient": "client",
+    "Secret": "client",
+    "ReplyStream": "stream",
+    "StreamStats": "stream",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fluxstream' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 
@@ -75,6 +100,8 @@ __all__ = [
     "ReasoningDelta",
     "RefusalDelta",
     "Reply",
+    "ResumePolicy",
+    "RetryPolicy",
     "ReplyStream",
     "Reset",
     "SSEDecoder",

@@ -45,6 +45,8 @@ class HttpErrors:
     pool_timeout: type[BaseException]
     read_timeout: type[BaseException]
     transport: type[BaseException]
+    #: Any failure of a request (transport, decoding, redirects): the library's RequestError.
+    request: type[BaseException]
 
     @classmethod
     def for_client(cls, client: Any) -> HttpErrors:
@@ -56,6 +58,7 @@ class HttpErrors:
             pool_timeout=module.PoolTimeout,
             read_timeout=module.ReadTimeout,
             transport=module.TransportError,
+            request=module.RequestError,
         )
 
 
@@ -73,14 +76,41 @@ def _library_of(client_type: type) -> ModuleType:
     return httpx
 
 
+def can_abort(response: Any) -> bool:
+    """Whether :func:`abort_connection` can end this response's pending read at once.
+
+    Not for HTTP/2: its connection is shared by every stream multiplexed on it, so aborting
+    it would end them all (those responses are cancelled with a cancel scope instead).
+    """
+    extensions = getattr(response, "extensions", {})
+    if extensions.get("http_version") == b"HTTP/2":
+        return False
+    stream = extensions.get("network_stream")
+    if stream is not None:
+        sock = stream.get_extra_info("socket")
+        return sock is not None and hasattr(sock, "shutdown")
+    return _aiohttp_response(response) is not None
+
+
+def _aiohttp_response(response: Any) -> Any:
+    stream = getattr(response, "stream", None)
+    # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
+    found = getattr(stream, "_aiohttp_response", None) or getattr(
+        getattr(stream, "_stream", None), "_aiohttp_response", None
+    )
+    return found if found is not None and hasattr(found, "close") else None
+
+
 def abort_connection(response: Any) -> bool:
     """Close the connection under ``response`` at once, from synchronous code.
 
     A pending read on it then ends immediately (EOF or an error) instead of waiting for the next
     bytes, and the server sees the disconnect. Returns False when the transport offers no way to
-    do that (the caller then relies on the read ending by itself).
+    do that (see :func:`can_abort`).
     """
-    stream = response.extensions.get("network_stream") if hasattr(response, "extensions") else None
+    if not can_abort(response):
+        return False
+    stream = response.extensions.get("network_stream")
     if stream is not None:
         # A socket.socket, or asyncio's TransportSocket wrapper around one.
         sock = stream.get_extra_info("socket")
@@ -88,12 +118,8 @@ def abort_connection(response: Any) -> bool:
             with contextlib.suppress(OSError):  # already closed: nothing left to abort
                 sock.shutdown(socket.SHUT_RDWR)
             return True
-    stream = getattr(response, "stream", None)
-    # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
-    aio = getattr(stream, "_aiohttp_response", None) or getattr(
-        getattr(stream, "_stream", None), "_aiohttp_response", None
-    )
-    if aio is not None and hasattr(aio, "close"):
+    aio = _aiohttp_response(response)
+    if aio is not None:
         aio.close()  # aiohttp's ClientResponse.close() is synchronous and drops the connection
         return True
     return False
@@ -131,13 +157,14 @@ def status_error(status: int, headers: Any, body: bytes) -> APIStatusError:
         "body": parsed,
         "body_excerpt": excerpt,
         "request_id": headers.get("x-request-id"),
+        "retry_after": parse_retry_after(headers),
     }
     if status in (401, 403):
         return AuthenticationError(status, message, **kwargs)
     if status == 404:
         return NotFoundError(status, message, **kwargs)
     if status == 429:
-        return RateLimitError(status, message, retry_after=parse_retry_after(headers), **kwargs)
+        return RateLimitError(status, message, **kwargs)
     return APIStatusError(status, message, **kwargs)
 
 

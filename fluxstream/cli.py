@@ -333,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"fluxstream: {exc}\n")
         return EXIT_USAGE
+    except Exception as exc:  # an HTTP library's own error (capture): still one line
+        sys.stderr.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -36,8 +36,15 @@ logger = logging.getLogger("fluxstream")
 #: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes.
 DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
-DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=200)
+DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
+
+
+class _Unset:
+    """The type of "argument not given" (``None`` means "no timeout" here)."""
+
+
+_UNSET = _Unset()
 
 
 class Secret:
@@ -71,7 +78,8 @@ class AsyncClient:
     :param transport: ``"httpx"`` (default) or ``"aiohttp"`` (needs ``fluxstream[aiohttp]``;
         asyncio only; several times less CPU per byte). Ignored when ``http_client`` is given.
     :param timeout: an ``httpx.Timeout`` or seconds, for connect/write/pool and, unless
-        ``idle_timeout`` is given, for the gap between reads.
+        ``idle_timeout`` is given, for the gap between reads. Not given: the injected
+        ``http_client``'s own timeouts, or :data:`DEFAULT_TIMEOUT` for a client we create.
     :param idle_timeout: seconds without any byte before the stream ends with
         :class:`~fluxstream.errors.IdleTimeoutError`.
     :param stall_timeout: seconds in which bytes may arrive (heartbeats, comments) without any
@@ -91,7 +99,7 @@ class AsyncClient:
         *,
         http_client: Any = None,
         transport: str = "httpx",
-        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        timeout: httpx.Timeout | float | _Unset | None = _UNSET,
         idle_timeout: float | None = None,
         stall_timeout: float | None = None,
         headers: Mapping[str, str] | None = None,
@@ -103,7 +111,14 @@ class AsyncClient:
         self.base_url = base.rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._api_key = Secret(key) if key else None
-        self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        if isinstance(timeout, _Unset):
+            # An injected client keeps its own timeouts unless told otherwise ("as it is").
+            own = getattr(http_client, "timeout", None) if http_client is not None else None
+            self._timeout_given = False
+            timeout = DEFAULT_TIMEOUT if own is None else own
+        else:
+            self._timeout_given = True
+        self.timeout = _as_timeout(timeout)
         if idle_timeout is None and stall_timeout is not None and self.timeout.read is None:
             idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
         self.idle_timeout = idle_timeout
@@ -111,7 +126,7 @@ class AsyncClient:
         self.max_event_bytes = max_event_bytes
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
-        self._headers = dict(headers or {})
+        self._headers = {name.lower(): value for name, value in (headers or {}).items()}
         self._owns_http = http_client is None
         if http_client is None:
             http_client = _make_http_client(transport)
@@ -121,7 +136,12 @@ class AsyncClient:
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
-        return f"<fluxstream.AsyncClient base_url={self.base_url!r} api_key={key}>"
+        return f"<fluxstream.AsyncClient base_url={_safe_url(self.base_url)!r} api_key={key}>"
+
+    @property
+    def read_timeout(self) -> float | None:
+        """Seconds allowed between two reads (``idle_timeout``, else the read timeout)."""
+        return self.idle_timeout if self.idle_timeout is not None else self.timeout.read
 
     @property
     def http_client(self) -> Any:
@@ -146,25 +166,28 @@ class AsyncClient:
     # ------------------------------------------------------------------ request building
 
     def _build_request(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+        # Header names are case-insensitive: merge them lowercased, so a caller's own
+        # Authorization (a proxy's token) replaces ours instead of being sent beside it.
         all_headers = {
             "accept": "text/event-stream",
             "content-type": "application/json",
             "user-agent": _USER_AGENT,
             **self._headers,
-            **headers,
+            **{name.lower(): value for name, value in headers.items()},
         }
-        if self._api_key:
+        if self._api_key and "authorization" not in all_headers:
             all_headers["authorization"] = f"Bearer {self._api_key.reveal()}"
-        t = self.timeout
-        read = self.idle_timeout if self.idle_timeout is not None else t.read
-        # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
-        timeout = (t.connect, read, t.write, t.pool)
+        extra: dict[str, Any] = {}
+        if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
+            t = self.timeout
+            # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
+            extra["timeout"] = (t.connect, self.read_timeout, t.write, t.pool)
         return self._http.build_request(
             "POST",
             f"{self.base_url}/{path}",
             content=json.dumps(body, separators=(",", ":")).encode(),
             headers=all_headers,
-            timeout=timeout,
+            **extra,
         )
 
 
@@ -258,6 +281,7 @@ class Chat:
             http=client._http,
             errors=client._errors,
             headers=headers,
+            read_timeout=client.read_timeout,
         )
         resuming = parser is not None
         if parser is None:
@@ -270,19 +294,56 @@ class Chat:
             retry=retry or client.retry,
             resume=resume or client.resume,
             stall_timeout=client.stall_timeout,
-            idle_timeout=client.idle_timeout,
             resuming=resuming,
         )
 
-    async def complete(self, **kwargs: Any) -> Reply:
-        """Stream underneath and return the whole reply.
+    async def complete(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        include_usage: bool = True,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        **params: Any,
+    ) -> Reply:
+        """Stream underneath and return the whole reply (same arguments as :meth:`stream`).
 
         Raises :class:`~fluxstream.errors.StreamTruncatedError` or
         :class:`~fluxstream.errors.StreamFailedError` (each carrying the partial reply as
         ``error.reply``) unless the stream ended ``done`` or ``finished``.
         """
-        async with self.stream(**kwargs) as stream:
+        stream = self.stream(
+            model=model, messages=messages, tools=tools, content_key=content_key,
+            include_usage=include_usage, extra_headers=extra_headers, strict=strict,
+            retry=retry, resume=resume, **params,
+        )
+        async with stream:
             return await stream.complete()
+
+
+def _as_timeout(value: Any) -> httpx.Timeout:
+    if isinstance(value, httpx.Timeout):
+        return value
+    if value is None or isinstance(value, (int, float)):
+        return httpx.Timeout(value)
+    # Another library's Timeout (httpx2): same four attributes.
+    return httpx.Timeout(
+        connect=getattr(value, "connect", None),
+        read=getattr(value, "read", None),
+        write=getattr(value, "write", None),
+        pool=getattr(value, "pool", None),
+    )
+
+
+def _safe_url(url: str) -> str:
+    """The URL without credentials or query (either may hold a key)."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(username=None, password=None, query=None))
 
 
 def _make_http_client(transport: str) -> Any:

@@ -113,7 +113,10 @@ class APIStatusError(FluxstreamError):
         body: Any = None,
         body_excerpt: str | None = None,
         request_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
+        #: Seconds to wait before trying again, from ``Retry-After``/``retry-after-ms``.
+        self.retry_after = retry_after
         self.status_code = status_code
         self.message = message
         self.type = type
@@ -135,11 +138,6 @@ class NotFoundError(APIStatusError):
 
 class RateLimitError(APIStatusError):
     """429: too many requests; ``retry_after`` (seconds) is parsed from the headers when given."""
-
-    def __init__(self, status_code: int, message: str, *, retry_after: float | None = None,
-                 **kwargs: Any) -> None:
-        self.retry_after = retry_after
-        super().__init__(status_code, message, **kwargs)
 
 
 class ContentTypeError(FluxstreamError):

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
+from .errors import FrameDecodeError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .reply import Reply
@@ -101,10 +102,14 @@ class StreamParser:
         if len(sses) == 1:
             return self._apply(fmt_feed(sses[0]))
         batch: list[Event] = []
-        for sse in sses:
-            events = fmt_feed(sse)
-            if events:
-                batch += events
+        try:
+            for sse in sses:
+                events = fmt_feed(sse)
+                if events:
+                    batch += events
+        except FrameDecodeError:
+            self._apply(batch)  # strict mode: what came before the bad frame is kept
+            raise
         return self._apply(batch)
 
     def feed_sse(self, event: ServerSentEvent) -> list[Event]:

@@ -155,6 +155,18 @@ def test_replay_a_plain_sse_body(name: str, code: int, outcome: str) -> None:
         assert text in result.stdout
 
 
+def test_capture_from_a_dead_endpoint_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = run_cli("capture", "--base-url", f"http://127.0.0.1:{port}/v1", "-o",
+                     str(tmp_path / "c.json"), "hi")
+    assert result.returncode in (1, 2)
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def test_bad_usage_is_one_line_with_exit_code_2(tmp_path: Path) -> None:
     result = run_cli("replay", str(tmp_path / "missing.sse"))
     assert result.returncode == 2
