@@ -192,8 +192,20 @@ class SSEDecoder:
                 # opening the next read must be dropped (see _prelude).
                 self._skip_lf = self._slow = True
             lines = data.splitlines()
-            return self._lines(lines, b"" if last == 13 or last == 10 else lines.pop())
-        if 10 not in data:
+            rest = b"" if last == 13 or last == 10 else lines.pop()
+            if self._event_size or len(data) + self._pending_len > self._limit:
+                return self._lines(lines, rest)
+            # At a block boundary: the same lines with LF ends are the same stream, and the
+            # fast paths below apply to them (CRLF servers, heartbeats). The pending line, if
+            # any, is the start of the first line.
+            if self._pending:
+                self._pending.append(lines[0])
+                lines[0] = _join(self._pending)
+                self._pending = []
+                self._pending_len = 0
+            lines.append(rest)
+            data = _join_lines(lines)
+        elif 10 not in data:
             # No line end: the read only extends the current line. Every 1-byte read but one
             # per line lands here, so this path is kept minimal.
             self._pending.append(data)
@@ -253,8 +265,131 @@ class SSEDecoder:
                             lines = (b"data: " + tail).split(b"\n")
                             events += self._lines(lines, lines.pop())
                         return events
+            elif (data[:3] == b"id:" or data[:6] == b"event:" or data[:1] == b":") and len(
+                data
+            ) <= self._limit:
+                return self._headed(data)
         lines = data.split(b"\n")
         return self._lines(lines, lines.pop())
+
+    def _headed(self, data: bytes) -> list[ServerSentEvent]:
+        """Shortcut 3: a read at a block boundary (LF line ends, within the limit) that starts
+        with an ``id:`` or ``event:`` line or a comment, as servers with ``Last-Event-ID``
+        resume or named events write them: ``id: N\\ndata: X\\n\\n``, ``event: E\\ndata: X``,
+        ``event: E\\nid: N\\ndata: X`` (either spelling: with or without the space).
+
+        One C-level split on the blank line plus the first field name (``\\n\\nid:`` or
+        ``\\n\\nevent:``: a long pattern) cuts the read into blocks; a block of the shape
+        "that field, at most one more ``id``/``event`` line, one data line" becomes its event
+        directly, any other block goes through :meth:`_lines` with a blank line after it, in
+        order. The read is within the limit, so no event in it can be too large.
+        """
+        comments = 0
+        while data[:1] == b":":
+            # Heartbeat blocks (": ping" then a blank line) in front of the event: counted.
+            end = data.find(b"\n")
+            if data[end + 1 : end + 2] != b"\n":
+                lines = data.split(b"\n")
+                self.comments += comments
+                return self._lines(lines, lines.pop())
+            comments += 1
+            data = data[end + 2 :]
+            if not data:
+                self.comments += comments
+                return []
+        if data[:3] == b"id:":
+            name = b"id:"
+            pieces = data.split(b"\n\nid:")
+            is_id = True
+        elif data[:6] == b"event:":
+            name = b"event:"
+            pieces = data.split(b"\n\nevent:")
+            is_id = False
+        else:
+            lines = data.split(b"\n")
+            if comments:
+                self.comments += comments
+            return self._lines(lines, lines.pop())
+        pieces[0] = pieces[0][len(name) :]
+        tail: bytes | None = pieces.pop()
+        if tail[-2:] == b"\n\n":  # the read ends with a blank line
+            pieces.append(tail[:-2])
+            tail = None
+        events: list[ServerSentEvent] = []
+        append = events.append
+        last_id = self.last_event_id  # at a block boundary: equals the ID buffer
+        type_bytes = b""
+        type_str = "message"
+        for piece in pieces:
+            lines = piece.split(b"\n")
+            line = lines.pop()
+            if line[:1] == b":" and len(lines) > 2 and not lines[-1]:
+                # The block is followed by a heartbeat block: ": ping", blank line.
+                comments += 1
+                lines.pop()
+                line = lines.pop()
+            if line[:5] == b"data:" and 0 < len(lines) < 3:
+                head = lines[0]
+                if head[:1] == b" ":
+                    head = head[1:]
+                id_ = last_id
+                if is_id:
+                    event_type = b""
+                    if 0 not in head:  # an ID with NUL is ignored
+                        id_ = head.decode("utf-8", "replace")
+                else:
+                    event_type = head
+                if len(lines) == 2:
+                    head = lines[1]
+                    if head[:3] == b"id:":
+                        head = head[4:] if head[3:4] == b" " else head[3:]
+                        if 0 not in head:
+                            id_ = head.decode("utf-8", "replace")
+                    elif head[:6] == b"event:":
+                        event_type = head[7:] if head[6:7] == b" " else head[6:]
+                    else:
+                        id_ = None  # another field: not this shape
+                if id_ is not None:
+                    if event_type != type_bytes:
+                        type_bytes = event_type
+                        type_str = event_type.decode("utf-8", "replace") if event_type else "message"
+                    last_id = id_
+                    append(
+                        _new_event(
+                            ServerSentEvent,
+                            (
+                                type_str,
+                                (line[6:] if line[5:6] == b" " else line[5:]).decode(
+                                    "utf-8", "replace"
+                                ),
+                                id_,
+                                None,
+                            ),
+                        )
+                    )
+                    continue
+            # Another shape: this block line by line, then its blank line.
+            self.last_event_id = self._id = last_id
+            lines = piece.split(b"\n")
+            lines[0] = name + lines[0]
+            lines.append(b"")
+            events += self._lines(lines)
+            last_id = self.last_event_id
+        self.last_event_id = self._id = last_id
+        if comments:
+            self.comments += comments
+        if tail is not None:
+            lines = tail.split(b"\n")
+            if len(lines) < 3 or (len(lines) == 3 and lines[1]):
+                # The start of the next block, at most two complete lines and none of them
+                # blank: kept unread, so that the next read starts at the block boundary and
+                # takes this path again. A block is re-read at most three times: still O(n).
+                self._pending = [name, tail]
+                self._pending_len = len(name) + len(tail)
+            else:
+                lines[0] = name + lines[0]
+                events += self._lines(lines, lines.pop())
+        return events
 
     def close(self) -> list[ServerSentEvent]:
         """End of stream: flush what is pending as if a final blank line had arrived.
@@ -270,11 +405,15 @@ class SSEDecoder:
         self._bom_pending = None
         events: list[ServerSentEvent] = []
         if self._pending_len:
-            self.ended_mid_line = True
-            line = _join(self._pending)
+            # Usually the start of one line; after shortcut 3, also whole lines before it.
+            lines = _join(self._pending).split(b"\n")
             self._pending = []
             self._pending_len = 0
-            events = self._lines([line])
+            if lines[-1]:
+                self.ended_mid_line = True
+            else:
+                lines.pop()
+            events = self._lines(lines)
         if self._data or self._fields:
             self.ended_mid_event = True
         if self._event_size:
@@ -326,9 +465,13 @@ class SSEDecoder:
         if self._pending:
             # The reads of a long line are joined once, here, when its end arrives: O(n).
             self._pending.append(lines[0])
-            lines[0] = _join(self._pending)
+            line = _join(self._pending)
             self._pending = []
             self._pending_len = 0
+            if 10 in line:  # whole lines kept unread by shortcut 3 (see _headed)
+                lines[0:1] = line.split(b"\n")
+            else:
+                lines[0] = line
         events: list[ServerSentEvent] = []
         data = self._data
         event_type = self._event_type
