@@ -323,9 +323,8 @@ class SSEDecoder:
         for piece in pieces:
             lines = piece.split(b"\n")
             line = lines.pop()
-            if line[:1] == b":" and len(lines) > 2 and not lines[-1]:
-                # The block is followed by a heartbeat block: ": ping", blank line.
-                comments += 1
+            heartbeat = line[:1] == b":" and len(lines) > 2 and not lines[-1]
+            if heartbeat:  # the block is followed by a heartbeat block: ": ping", blank line
                 lines.pop()
                 line = lines.pop()
             if line[:5] == b"data:" and 0 < len(lines) < 3:
@@ -339,6 +338,7 @@ class SSEDecoder:
                         id_ = head.decode("utf-8", "replace")
                 else:
                     event_type = head
+                fits = True
                 if len(lines) == 2:
                     head = lines[1]
                     if head[:3] == b"id:":
@@ -348,8 +348,8 @@ class SSEDecoder:
                     elif head[:6] == b"event:":
                         event_type = head[7:] if head[6:7] == b" " else head[6:]
                     else:
-                        id_ = None  # another field: not this shape
-                if id_ is not None:
+                        fits = False  # another field: not this shape
+                if fits:
                     if event_type != type_bytes:
                         type_bytes = event_type
                         type_str = event_type.decode("utf-8", "replace") if event_type else "message"
@@ -367,6 +367,8 @@ class SSEDecoder:
                             ),
                         )
                     )
+                    if heartbeat:
+                        comments += 1
                     continue
             # Another shape: this block line by line, then its blank line.
             self.last_event_id = self._id = last_id
