@@ -84,6 +84,9 @@ class AsyncClient:
         :class:`~fluxstream.errors.IdleTimeoutError`.
     :param stall_timeout: seconds in which bytes may arrive (heartbeats, comments) without any
         content before the stream ends with :class:`~fluxstream.errors.StallTimeoutError`.
+    :param finish_grace: once every choice has a finish reason, how long to wait for more
+        (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
+        never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
     :param headers: extra headers for every request.
     :param max_event_bytes: the largest SSE event accepted (default 16 MiB).
     :param retry: retries before any content (:class:`~fluxstream.retry.RetryPolicy`; pass
@@ -102,6 +105,7 @@ class AsyncClient:
         timeout: httpx.Timeout | float | _Unset | None = _UNSET,
         idle_timeout: float | None = None,
         stall_timeout: float | None = None,
+        finish_grace: float | None = 2.0,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         retry: RetryPolicy | None = None,
@@ -123,6 +127,7 @@ class AsyncClient:
             idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
         self.idle_timeout = idle_timeout
         self.stall_timeout = stall_timeout
+        self.finish_grace = finish_grace
         self.max_event_bytes = max_event_bytes
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
@@ -294,6 +299,7 @@ class Chat:
             retry=retry or client.retry,
             resume=resume or client.resume,
             stall_timeout=client.stall_timeout,
+            finish_grace=client.finish_grace,
             resuming=resuming,
         )
 

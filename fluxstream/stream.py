@@ -130,6 +130,7 @@ class ReplyStream:
         retry: RetryPolicy,
         resume: ResumePolicy,
         stall_timeout: float | None,
+        finish_grace: float | None = None,
         resuming: bool = False,
     ) -> None:
         self._spec = spec
@@ -138,6 +139,9 @@ class ReplyStream:
         self._retry = retry
         self._resume = resume
         self._stall_timeout = stall_timeout
+        self._finish_grace = finish_grace
+        # Every choice has finished but no sentinel yet: wait at most finish_grace for more.
+        self._lingering = False
         self._response: Any = None
         self._bytes: AsyncIterator[bytes] | None = None
         self._batch: list[Event] = []
@@ -311,13 +315,24 @@ class ReplyStream:
             return await self._bytes.__anext__()
         raise StopAsyncIteration  # cancelled by cancel(): the stream ends as cancelled
 
+    async def _receive_within(self, seconds: float | None) -> bytes:
+        """A read after every choice finished: some servers (OCI) never send the sentinel nor
+        close the connection; after ``seconds`` without bytes the stream ends ``finished``."""
+        with anyio.move_on_after(seconds):
+            return await self._receive()
+        logger.info("no sentinel %.1fs after every choice finished; ending", seconds)
+        raise StopAsyncIteration
+
     async def _read(self) -> list[Event]:
         """One read from the network, through the parser. Never raises StopAsyncIteration."""
         parser = self._parser
         if self._cancel_requested:
             return self._end(parser.cancel("cancelled by stream.cancel()"))
         try:
-            data = await self._receive()
+            if self._lingering:
+                data = await self._receive_within(self._finish_grace)
+            else:
+                data = await self._receive()
         except StopAsyncIteration:
             return await self._bytes_ended(None)
         except self._errors.read_timeout as exc:
@@ -348,6 +363,8 @@ class ReplyStream:
                 self._first_token = now
             if parser.finished:
                 self._end([])
+            elif self._finish_grace is not None:
+                self._lingering = parser.complete
         elif self._stall_timeout is not None and now - self._last_progress > self._stall_timeout:
             message = f"no content for {self._stall_timeout}s"
             return await self._fail_with(StallTimeoutError, None, message)

@@ -362,3 +362,21 @@ def test_the_sans_io_layers_import_without_the_http_stack() -> None:
             "print(any(m in sys.modules for m in ('httpx', 'anyio', 'fluxstream.client')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+async def test_no_sentinel_and_an_open_connection_end_finished_after_the_grace(
+    server: Any,
+) -> None:
+    """OCI-style: the finish arrives, then neither [DONE] nor a close; the stream must not hang."""
+    profile = {"X-Fluxstream-Profile": "no-done"}
+    async with fluxstream.AsyncClient(server.base_url) as client:
+        await client.chat.complete(model="m", messages=MSG, extra_headers=profile)
+        events = server.records.responses[-1].events
+        stalled = {**profile, "X-Fluxstream-Fault": f"stall=30,stall-after-events={events}"}
+    async with fluxstream.AsyncClient(server.base_url, finish_grace=0.3) as client:
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            reply = await client.chat.complete(model="m", messages=MSG, extra_headers=stalled)
+        assert 0.3 <= time.monotonic() - started < 2
+    assert reply.outcome is fluxstream.Outcome.FINISHED
+    assert reply.choices[0].finish_reason == "stop" and reply.usage is not None
