@@ -85,7 +85,8 @@ QUICK_PLAN = {1: (2, 300), 20: (20, 20), 50: (50, 10)}
 class ServerProcess:
     """``python -m fluxstream serve`` on a free loopback port, in its own process."""
 
-    def __init__(self) -> None:
+    def __init__(self, faults: str | None = None) -> None:
+        self.faults = faults
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -95,6 +96,8 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         cmd = [sys.executable, "-m", "fluxstream", "serve", "--host", "127.0.0.1",
                "--port", str(self.port), "--profile", "openai"]
+        if self.faults:
+            cmd += ["--fault", self.faults]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      text=True)
         deadline = time.monotonic() + 20
@@ -438,6 +441,10 @@ def main() -> None:
     parser.add_argument("--profile", default=None, help="cProfile one contender instead")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--lines", type=int, default=40)
+    parser.add_argument(
+        "--batch", type=int, default=0,
+        help="server writes events in batches of N bytes (a fast server or buffering proxy)",
+    )
     args = parser.parse_args()
     plan = dict(QUICK_PLAN if args.quick else FULL_PLAN)
     if args.concurrency and not args.profile:
@@ -449,7 +456,9 @@ def main() -> None:
           f"fluxstream {getattr(fluxstream, '__version__', '?')}; repeats {args.repeats}; "
           f"plan {plan}", flush=True)
     started = time.perf_counter()
-    with ServerProcess() as server:
+    if args.batch:
+        print(f"server writes in batches of >= {args.batch} bytes", flush=True)
+    with ServerProcess(f"batch={args.batch}" if args.batch else None) as server:
         print(f"server: pid {server.proc.pid} at {server.base_url}", flush=True)
         if args.profile:
             args.concurrency = (args.concurrency or [1])[0]

@@ -182,7 +182,8 @@ async def _serve(args: argparse.Namespace) -> int:
         sys.stdout.flush()
 
     await run_forever(
-        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready
+        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready,
+        faults=args.fault,
     )
     return EXIT_OK
 
@@ -293,6 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8787)
     serve.add_argument("--profile", default="openai")
     serve.add_argument("--api-key", default=None, help="require this key")
+    serve.add_argument("--fault", help="default faults for every request, e.g. batch=65536")
 
     cap = sub.add_parser("capture", help="record a response's raw bytes to a fixture file")
     cap.add_argument("prompt")

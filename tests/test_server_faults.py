@@ -207,3 +207,21 @@ async def test_server_default_faults_and_per_request_override(anyio_backend: str
         assert len(dropped.body) == 50 and not dropped.complete
         whole = await araw_exchange(server.port, URL, chat(), fault("drop-after=100000000"))
         assert whole.complete
+
+
+def test_batched_writes_carry_the_same_bytes() -> None:
+    """``batch=N`` changes only how the bytes are cut into writes, never the bytes."""
+    import httpx as _httpx
+
+    from fluxstream.server import ServerThread
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "batch me"}],
+            "stream": True, "max_tokens": 200}
+    with ServerThread(port=0) as srv, _httpx.Client() as http:
+        url = srv.base_url + "/chat/completions"
+        plain = http.post(url, json=body).content
+        with http.stream("POST", url, json=body,
+                         headers={"X-Fluxstream-Fault": "batch=8192"}) as response:
+            reads = list(response.iter_raw())
+    assert b"".join(reads) == plain
+    assert len(reads) < 20 < plain.count(b"\n\n")

@@ -417,6 +417,12 @@ class Server:
     ) -> None:
         faults = conn.faults
         await self._after_events(conn, script, names, 0)
+        if faults.batch and not (
+            faults.drip or faults.stall or faults.oversize is not None
+            or faults.drop_after_events is not None or faults.drop_after is not None
+        ):
+            await self._stream_batched(conn, events, names, faults.batch)
+            return
         for position, event in enumerate(events):
             if position and faults.drip:
                 await anyio.sleep(faults.drip)
@@ -430,6 +436,23 @@ class Server:
             await self._after_events(conn, script, names, conn.events)
         if faults.drop_after_events is not None and conn.events >= faults.drop_after_events:
             raise Dropped
+        await conn.end()
+
+    async def _stream_batched(
+        self, conn: Connection, events: list[WireEvent], names: frozenset[str], size: int
+    ) -> None:
+        """The same bytes as :meth:`_stream`, written in batches of at least ``size`` bytes."""
+        buffer = bytearray()
+        for position, event in enumerate(events):
+            if position and "heartbeats" in names:
+                buffer += frame_comment(names)
+            buffer += frame(event, names, retry=RETRY_MS if position == 0 else None)
+            conn.events += 1
+            if len(buffer) >= size:
+                await conn.body(bytes(buffer))
+                buffer.clear()
+        if buffer:
+            await conn.body(bytes(buffer))
         await conn.end()
 
     async def _after_events(

@@ -16,6 +16,10 @@ Keys (sizes in bytes, times in seconds):
 ``stall=T``             stop writing for T after ``stall-after-events=K`` events (default 1)
 ``stall-heartbeat=S``   during the stall send a ``: ping`` comment every S
 ``drip=T``              sleep T before every event after the first
+``batch=N``             write events in batches of at least N bytes (not a fault: what a fast
+                        server or a buffering proxy does; for client CPU benchmarks). Ignored
+                        with ``drip`` and the drop/stall/oversize faults, which need per-event
+                        writes
 ``oversize=N``          one extra event whose data is N bytes (a chunk with empty choices and
                         a padding field; it has no ``id:``), after ``oversize-after-events=K``
                         events (default 1)
@@ -59,6 +63,7 @@ class Faults:
     stall_after_events: int = 1
     stall_heartbeat: float | None = None
     drip: float = 0.0
+    batch: int | None = None
     oversize: int | None = None
     oversize_after_events: int = 1
     status: int | None = None
@@ -86,6 +91,7 @@ _INT = {
     "oversize-after-events": (0, 10_000_000),
     "status": (100, 599),
     "fail-first": (0, 1_000_000),
+    "batch": (1, MAX_BYTES),
 }
 _FLOAT = {
     "write-pause": (0.0, 10.0),
