@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sse_properties import decode  # one driver for every property test
 
 from fluxstream.errors import EventTooLargeError
 from fluxstream.sse import ServerSentEvent, SSEDecoder
@@ -128,17 +129,6 @@ def splits(draw: st.DrawFn, data: bytes) -> list[bytes]:
     cuts = sorted(draw(st.lists(st.integers(0, n), max_size=min(12, n + 2))))
     bounds = [0, *cuts, n]
     return [data[a:b] for a, b in itertools.pairwise(bounds)]
-
-
-def decode(
-    reads: list[bytes], limit: int | None = None
-) -> tuple[list[ServerSentEvent], SSEDecoder]:
-    decoder = SSEDecoder() if limit is None else SSEDecoder(max_event_bytes=limit)
-    events: list[ServerSentEvent] = []
-    for read in reads:
-        events += decoder.feed(read)
-    events += decoder.close()
-    return events, decoder
 
 
 def state(decoder: SSEDecoder) -> tuple[object, ...]:
