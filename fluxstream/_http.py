@@ -19,6 +19,7 @@ import json
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -40,9 +41,6 @@ class HttpErrors:
     """The exception classes of one httpx-compatible library."""
 
     timeout: type[BaseException]
-    connect: type[BaseException]
-    connect_timeout: type[BaseException]
-    pool_timeout: type[BaseException]
     read_timeout: type[BaseException]
     transport: type[BaseException]
     #: Any failure of a request (transport, decoding, redirects): the library's RequestError.
@@ -53,9 +51,6 @@ class HttpErrors:
         module = _library_of(type(client))
         return cls(
             timeout=module.TimeoutException,
-            connect=module.ConnectError,
-            connect_timeout=module.ConnectTimeout,
-            pool_timeout=module.PoolTimeout,
             read_timeout=module.ReadTimeout,
             transport=module.TransportError,
             request=module.RequestError,
@@ -76,29 +71,39 @@ def _library_of(client_type: type) -> ModuleType:
     return httpx
 
 
-def can_abort(response: Any) -> bool:
-    """Whether :func:`abort_connection` can end this response's pending read at once.
+def _aborter(response: Any) -> Callable[[], None] | None:
+    """A synchronous way to close the connection under ``response``, if the transport has one.
 
     Not for HTTP/2: its connection is shared by every stream multiplexed on it, so aborting
     it would end them all (those responses are cancelled with a cancel scope instead).
     """
     extensions = getattr(response, "extensions", {})
     if extensions.get("http_version") == b"HTTP/2":
-        return False
+        return None
     stream = extensions.get("network_stream")
     if stream is not None:
+        # A socket.socket, or asyncio's TransportSocket wrapper around one.
         sock = stream.get_extra_info("socket")
-        return sock is not None and hasattr(sock, "shutdown")
-    return _aiohttp_response(response) is not None
+        if sock is None or not hasattr(sock, "shutdown"):
+            return None
 
+        def shutdown() -> None:
+            with contextlib.suppress(OSError):  # already closed: nothing left to abort
+                sock.shutdown(socket.SHUT_RDWR)
 
-def _aiohttp_response(response: Any) -> Any:
-    stream = getattr(response, "stream", None)
+        return shutdown
+    body = getattr(response, "stream", None)
     # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
-    found = getattr(stream, "_aiohttp_response", None) or getattr(
-        getattr(stream, "_stream", None), "_aiohttp_response", None
+    aio = getattr(body, "_aiohttp_response", None) or getattr(
+        getattr(body, "_stream", None), "_aiohttp_response", None
     )
-    return found if found is not None and hasattr(found, "close") else None
+    # aiohttp's ClientResponse.close() is synchronous and drops the connection.
+    return aio.close if aio is not None and hasattr(aio, "close") else None
+
+
+def can_abort(response: Any) -> bool:
+    """Whether :func:`abort_connection` can end this response's pending read at once."""
+    return _aborter(response) is not None
 
 
 def abort_connection(response: Any) -> bool:
@@ -108,21 +113,11 @@ def abort_connection(response: Any) -> bool:
     bytes, and the server sees the disconnect. Returns False when the transport offers no way to
     do that (see :func:`can_abort`).
     """
-    if not can_abort(response):
+    abort = _aborter(response)
+    if abort is None:
         return False
-    stream = response.extensions.get("network_stream")
-    if stream is not None:
-        # A socket.socket, or asyncio's TransportSocket wrapper around one.
-        sock = stream.get_extra_info("socket")
-        if sock is not None and hasattr(sock, "shutdown"):
-            with contextlib.suppress(OSError):  # already closed: nothing left to abort
-                sock.shutdown(socket.SHUT_RDWR)
-            return True
-    aio = _aiohttp_response(response)
-    if aio is not None:
-        aio.close()  # aiohttp's ClientResponse.close() is synchronous and drops the connection
-        return True
-    return False
+    abort()
+    return True
 
 
 def parse_retry_after(headers: Any) -> float | None:

@@ -14,12 +14,11 @@ fields, CRLF), in any split and with reads long enough (>= 512 bytes) for the ru
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_sse_properties import decode  # one driver for every property test
+from test_sse_properties import Stream, decode  # one driver for every property test
 
 from fluxstream.errors import EventTooLargeError
 from fluxstream.sse import ServerSentEvent, SSEDecoder
@@ -29,15 +28,6 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 TEXT = st.text(st.characters(blacklist_characters="\r\n\0", blacklist_categories=("Cs",)))
 # Long values too, so that whole reads reach the run shortcut's 512-byte threshold.
 VALUE = TEXT | st.integers(0, 700).map(lambda n: "x" * n)
-
-
-@dataclass
-class Stream:
-    raw: bytes
-    events: list[ServerSentEvent]
-    last_event_id: str
-    reconnection_time: int | None
-    comments: int
 
 
 @st.composite
