@@ -1,6 +1,6 @@
 """Every recorded Chat Completions stream of the corpus assembles exactly, however it is read.
 
-The corpus (`../shared/fixtures/chat`, 52 `cc-*.sse` streams with expected `.json`) is fed
+The corpus (`tests/fixtures/chat`, 52 `cc-*.sse` streams with expected `.json`) is fed
 whole, one byte at a time and in seeded random reads; a hypothesis property checks that the
 event list itself does not depend on where reads are cut.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_files import CHAT, chat_expected, chat_streams, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,26 +30,19 @@ from fluxstream.events import (
 from fluxstream.parser import StreamParser, replay
 from fluxstream.reply import Reply
 
-#: CI runs in a fresh clone with a copy of ``shared/`` beside the repository.
-FIXTURES = Path(__file__).parents[1].parent / "shared" / "fixtures"
-CHAT = FIXTURES / "chat"
-
 
 def chat_fixtures() -> list[Path]:
-    """Every ``cc-*.sse`` stream, or a skip marker when the corpus is not beside the repo."""
-    if not CHAT.is_dir():
-        return []
-    return sorted(CHAT.glob("cc-*.sse"))
+    """Every ``cc-*.sse`` stream (a failing placeholder when the corpus is gone)."""
+    return chat_streams("cc-")
 
 
 def require_fixtures() -> None:
-    if not CHAT.is_dir():
-        pytest.skip(f"fixture corpus not found at {CHAT} (expected ../shared beside the repo)")
+    """Fail (never skip) when the corpus the suite owns is not there."""
+    require(CHAT)
 
 
 def expected(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    return data
+    return chat_expected(path)
 
 
 def random_reads(body: bytes, seed: int, max_size: int = 64) -> list[bytes]:
@@ -138,8 +132,7 @@ def test_corpus_is_present_and_complete() -> None:
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_fixture_assembles_exactly(path: Path, mode: str) -> None:
-    require_fixtures()
-    body = path.read_bytes()
+    body = require(path).read_bytes()
     reply = replay(_reads(body, mode))
     check_reply(reply, expected(path))
     assert reply.bytes == len(body)
@@ -149,9 +142,8 @@ def test_fixture_assembles_exactly(path: Path, mode: str) -> None:
 def test_events_rebuild_the_reply(path: Path) -> None:
     """Offsets make deltas idempotent: writing each at its offset rebuilds every channel,
     and replaying every delta twice changes nothing."""
-    require_fixtures()
     parser = StreamParser(content_key="k")
-    events = parser.feed(path.read_bytes()) + parser.close()
+    events = parser.feed(require(path).read_bytes()) + parser.close()
     assert sum(type(e) is End for e in events) == 1 and type(events[-1]) is End
     bufs: dict[tuple[str, int], list[str]] = {}
     args: dict[tuple[int, int], list[str]] = {}
@@ -184,8 +176,7 @@ def test_events_rebuild_the_reply(path: Path) -> None:
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_strict_mode_accepts_every_fixture(path: Path) -> None:
     """No fixture has an invalid frame except cut ones at EOF, which strict mode also drops."""
-    require_fixtures()
-    check_reply(replay([path.read_bytes()], strict=True), expected(path))
+    check_reply(replay([require(path).read_bytes()], strict=True), expected(path))
 
 
 def _events(reads: list[bytes]) -> list[Event]:
@@ -201,7 +192,7 @@ def _events(reads: list[bytes]) -> list[Event]:
 def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
     require_fixtures()
     path = data.draw(st.sampled_from(FILES), label="fixture")
-    body = path.read_bytes()
+    body = require(path).read_bytes()
     cuts = sorted(
         data.draw(
             st.lists(st.integers(0, len(body)), max_size=40, unique=True), label="cuts"

@@ -14,11 +14,11 @@ from typing import Any
 
 import httpx
 import pytest
+from fixture_files import chat_expected, chat_stream
 
 from fluxstream.server import ServerThread
 from fluxstream.server.script import expected_reply
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "chat"
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
 
 
@@ -139,15 +139,14 @@ def test_capture_then_replay_gives_the_same_reply(server: Any, tmp_path: Path) -
     assert reply["outcome"] == "done"
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not present beside the repo")
 @pytest.mark.parametrize(
     ("name", "code", "outcome"),
     [("cc-openai-py-basic-text", 0, "done"), ("cc-syn-finish-no-done", 0, "finished"),
      ("cc-syn-cut-mid-json", 3, "truncated"), ("cc-syn-vllm-error-object", 1, "failed")],
 )
 def test_replay_a_plain_sse_body(name: str, code: int, outcome: str) -> None:
-    expected = json.loads((FIXTURES / f"{name}.json").read_text())
-    result = run_cli("replay", str(FIXTURES / f"{name}.sse"), "--read-size", "7")
+    expected = chat_expected(name)
+    result = run_cli("replay", str(chat_stream(name)), "--read-size", "7")
     assert result.returncode == code, result.stdout + result.stderr
     assert f"outcome:        {outcome}" in result.stdout
     text = expected["choices"].get("0", {}).get("text")

@@ -1,4 +1,4 @@
-"""The 101 framing cases of ``shared/fixtures/sse/cases.json`` against :class:`SSEDecoder`.
+"""The 101 framing cases of ``tests/fixtures/sse/cases.json`` against :class:`SSEDecoder`.
 
 Each case is fed in its original reads, as one read, one byte per read and in random splits
 (several seeds): the result must not depend on how the bytes were cut. Where a case carries
@@ -9,36 +9,25 @@ without a blank line; fluxstream's end of stream acts as one), those are the exp
 from __future__ import annotations
 
 import base64
-import json
 import random
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fixture_files import SSE_CASES, require, sse_cases
 
 from fluxstream.sse import ServerSentEvent, SSEDecoder
 
-# shared/ sits beside the repository's checkout (CI: a fresh clone with shared/ next to it).
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-CASES_FILE = SHARED / "fixtures" / "sse" / "cases.json"
-MISSING = f"shared SSE fixtures not found at {CASES_FILE} (shared/ must sit beside the checkout)"
-
-
-def _load() -> list[dict[str, Any]]:
-    if not CASES_FILE.is_file():
-        return []
-    cases: list[dict[str, Any]] = json.loads(CASES_FILE.read_text(encoding="utf-8"))
-    return cases
-
-
-CASES = _load()
-CASE_PARAMS = [pytest.param(c, id=c["id"]) for c in CASES] or [
-    pytest.param(None, id="no-fixtures", marks=pytest.mark.skip(reason=MISSING))
-]
+CASES = sse_cases()
+MISSING = f"the SSE framing cases are missing: {SSE_CASES}"
+# With the file gone, one placeholder case fails (an empty parameter list would only skip).
+CASE_PARAMS = [pytest.param(c, id=c["id"]) for c in CASES] or [pytest.param(None, id="missing")]
 SEEDS = range(5)
 
 
-def chunks_of(case: dict[str, Any]) -> list[bytes]:
+def chunks_of(case: dict[str, Any] | None) -> list[bytes]:
+    if case is None:
+        require(SSE_CASES)
+        raise AssertionError(MISSING)
     return [base64.b64decode(c) for c in case["chunks_b64"]]
 
 
@@ -77,8 +66,7 @@ def check(case: dict[str, Any], reads: list[bytes]) -> None:
 
 
 def test_fixture_file_has_all_cases() -> None:
-    if not CASES:
-        pytest.skip(MISSING)
+    require(SSE_CASES)
     assert len(CASES) == 101
     assert len({c["id"] for c in CASES}) == 101
 

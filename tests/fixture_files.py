@@ -1,0 +1,65 @@
+"""Where the suite's fixture corpus lives, and what a missing fixture does: it fails.
+
+The corpus (recorded chat streams, the SSE framing cases, the quirk notes) is carried inside the
+repository in ``tests/fixtures/`` so that a fresh clone runs the whole suite. A fixture the suite
+owns that is missing is a broken checkout, never a reason to skip: a skip would let two thirds of
+the suite pass silently (issue 13). ``../shared/fixtures`` beside the checkout, where present, is
+only an extra cross-check (``tests/test_fixture_corpus.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+#: The corpus the suite owns.
+FIXTURES = HERE / "fixtures"
+CHAT = FIXTURES / "chat"
+SSE_CASES = FIXTURES / "sse" / "cases.json"
+#: The upstream copy, when a checkout sits beside it (an optional cross-check, never required).
+SHARED = HERE.parent.parent / "shared" / "fixtures"
+
+
+def require(path: Path) -> Path:
+    """``path``, or a test failure that says the owned corpus is incomplete."""
+    if not path.exists():
+        pytest.fail(
+            f"fixture {path} is missing: tests/fixtures/ is part of the repository, restore it "
+            "(git checkout -- tests/fixtures)",
+            pytrace=False,
+        )
+    return path
+
+
+def chat_streams(prefix: str) -> list[Path]:
+    """Every ``<prefix>*.sse`` of the chat corpus, sorted; a placeholder that fails when none.
+
+    Parametrising over an empty list would make pytest *skip* the test ("got empty parameter
+    set"); the placeholder path instead reaches :func:`require` in the test and fails.
+    """
+    found = sorted(CHAT.glob(f"{prefix}*.sse"))
+    return found or [CHAT / f"{prefix}MISSING.sse"]
+
+
+def chat_stream(name: str) -> Path:
+    """The recorded body ``<name>.sse`` (failing the test if the corpus lost it)."""
+    return require(CHAT / f"{name}.sse")
+
+
+def chat_expected(name_or_path: str | Path) -> dict[str, Any]:
+    """The expected assembly ``<name>.json`` of a recorded stream."""
+    stem = name_or_path.stem if isinstance(name_or_path, Path) else name_or_path
+    data: dict[str, Any] = json.loads(require(CHAT / f"{stem}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def sse_cases() -> list[dict[str, Any]]:
+    """The SSE framing cases, or ``[]`` when the file is gone (the suite then fails on it)."""
+    if not SSE_CASES.is_file():
+        return []
+    cases: list[dict[str, Any]] = json.loads(SSE_CASES.read_text(encoding="utf-8"))
+    return cases
