@@ -169,3 +169,47 @@ def test_expected_reply_honours_model_suffix() -> None:
     body = chat(model="m@reasoning,no-done")
     expected = expected_reply(body)
     assert expected.choices[0].reasoning and not expected.done and expected.model == "m"
+
+
+def _server_imports() -> dict[str, set[str]]:
+    """``module -> server modules it imports`` for every module of ``fluxstream/server``,
+    counting imports inside functions too (a local import is still an edge of the graph)."""
+    import ast
+    from pathlib import Path
+
+    import fluxstream.server
+
+    root = Path(fluxstream.server.__file__).parent
+    names = {p.stem for p in root.glob("*.py")} - {"__init__"}
+    graph: dict[str, set[str]] = {}
+    for name in sorted(names):
+        tree = ast.parse((root / f"{name}.py").read_text(encoding="utf-8"))
+        edges: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                target = (node.module or "").split(".")[0]
+                edges |= {target} if target else {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[:2] == ["fluxstream", "server"] and len(parts) > 2:
+                    edges.add(parts[2])
+        graph[name] = edges & names
+    return graph
+
+
+def test_server_modules_import_one_way() -> None:
+    """No cycle among the server's modules (script and render used to import each other)."""
+    graph = _server_imports()
+    assert "render" in graph["app"] and "script" in graph["render"]
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path, name))}"
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, (*path, name))
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, ())

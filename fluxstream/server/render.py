@@ -1,5 +1,9 @@
 """Turn a :class:`~.script.Script` into wire payloads and SSE frames under a profile set.
 
+Imports go one way: this module renders what :mod:`.script` decided (content, including where
+an ``error-midstream`` profile cuts it and the error it sends); the script never asks how it is
+rendered, so :func:`~.script.expected_reply` stays a function of the script alone.
+
 Two steps, both pure: :func:`stream_events` gives the ordered list of SSE events (``seq`` and
 ``data`` string) that make up the stream, and :func:`frame` turns one of them into bytes with
 the profile's framing (space after ``data:``, line endings, multi-line wrapping). The server
@@ -13,15 +17,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .script import ChoiceScript, Script, dumps
+from .script import ERROR_PAYLOAD, ChoiceScript, Script, dumps, error_cut
 
 __all__ = [
     "DONE",
-    "ERROR_PAYLOAD",
     "RETRY_MS",
     "WireEvent",
     "completion",
-    "error_cut",
     "frame",
     "frame_comment",
     "oversize_data",
@@ -32,14 +34,6 @@ __all__ = [
 DONE = "[DONE]"
 #: Reconnection delay announced with ``retry:`` on the first event: short, so resume tests are fast.
 RETRY_MS = 50
-ERROR_PAYLOAD: dict[str, dict[str, Any]] = {
-    "error": {
-        "message": "The server had an error while processing your request (fluxstream fault).",
-        "type": "server_error",
-        "param": None,
-        "code": "internal_error",
-    }
-}
 
 
 @dataclass(frozen=True)
@@ -48,11 +42,6 @@ class WireEvent:
 
     seq: int | None
     data: str
-
-
-def error_cut(choice: ChoiceScript) -> int:
-    """How many text deltas of ``choice`` precede the error of the error-midstream profiles."""
-    return len(choice.text_deltas) // 2
 
 
 def _delta(role: bool, body: dict[str, Any]) -> dict[str, Any]:

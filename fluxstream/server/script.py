@@ -48,6 +48,7 @@ __all__ = [
     "CREATED",
     "DEFAULT_DELTAS",
     "ECHO_OVERLAP",
+    "ERROR_PAYLOAD",
     "MAX_CHOICES",
     "MAX_DELTAS",
     "MAX_TOOL_CALLS",
@@ -60,6 +61,7 @@ __all__ = [
     "build_script",
     "continuation_prefix",
     "dumps",
+    "error_cut",
     "expected_reply",
     "request_digest",
     "strip_prefix",
@@ -92,6 +94,16 @@ _VOCAB: tuple[str, ...] = (
     " ok",
     " ß",
 )
+#: The in-band error of the ``error-midstream`` profiles: content (it is part of what a client
+#: assembles, see :func:`expected_reply`), so it lives here and the renderer sends it.
+ERROR_PAYLOAD: dict[str, dict[str, Any]] = {
+    "error": {
+        "message": "The server had an error while processing your request (fluxstream fault).",
+        "type": "server_error",
+        "param": None,
+        "code": "internal_error",
+    }
+}
 _REASONING_VOCAB: tuple[str, ...] = (" hmm", " é", " 思考", " 🤔", " so", " therefore")
 
 
@@ -149,6 +161,11 @@ class Script:
     #: The assistant prefix this reply continues (choice 0's text is what follows it), or
     #: ``None`` for an ordinary reply, including a request whose prefix was ignored.
     prefix: str | None = None
+
+
+def error_cut(choice: ChoiceScript) -> int:
+    """How many text deltas of ``choice`` precede the error of the error-midstream profiles."""
+    return len(choice.text_deltas) // 2
 
 
 @dataclass(frozen=True)
@@ -464,7 +481,6 @@ def expected_reply(
     if isinstance(model, str) and "@" in model:
         names |= parse_profiles(model.partition("@")[2])
     script = build_script(request, names)
-    from .render import ERROR_PAYLOAD, error_cut  # local: render imports this module
 
     streamed = bool(request.get("stream")) and "json" not in names
     error_mid = streamed and bool(names & {"error-midstream", "error-midstream-done"})
