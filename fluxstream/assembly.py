@@ -32,6 +32,7 @@ from .events import (
     ErrorEvent,
     Event,
     Finish,
+    ReasoningBlock,
     ReasoningDelta,
     RefusalDelta,
     Reset,
@@ -133,7 +134,10 @@ class _Call:
 
 
 class _Choice:
-    __slots__ = ("calls", "dirty", "finish", "index", "model", "reasoning", "refusal", "text")
+    __slots__ = (
+        "blocks", "calls", "dirty", "finish", "index", "model", "reasoning", "refusal", "stop",
+        "text",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -142,6 +146,8 @@ class _Choice:
         self.refusal = _Text()
         self.calls: dict[int, _Call] = {}
         self.finish: str | None = None
+        self.stop: str | None = None
+        self.blocks: dict[int, dict[str, Any]] = {}
         self.dirty = True
         self.model: Choice | None = None
 
@@ -156,6 +162,8 @@ class _Choice:
                     "refusal": self.refusal.value() or None,
                     "tool_calls": [self.calls[i].model() for i in sorted(self.calls)],
                     "finish_reason": self.finish,
+                    "stop": self.stop,
+                    "reasoning_blocks": [self.blocks[i] for i in sorted(self.blocks)],
                 },
             )
             self.dirty = False
@@ -246,6 +254,11 @@ class ReplyAssembler:
             elif cls is UsageUpdate:
                 assert isinstance(ev, UsageUpdate)
                 self.usage = ev.usage
+            elif cls is ReasoningBlock:
+                assert isinstance(ev, ReasoningBlock)
+                st = choices.get(ev.choice) or self._choice(ev.choice)
+                st.blocks[ev.index] = ev.block
+                st.dirty = True
             elif cls is ErrorEvent:
                 assert isinstance(ev, ErrorEvent)
                 self.error = ErrorInfo.model_construct(
@@ -265,6 +278,16 @@ class ReplyAssembler:
             call.id = ev.id
         if ev.name is not None and call.name is None:
             call.name = ev.name
+        if ev.replace:
+            # The provider's final value disagreed with the fragments: keep the agreeing
+            # prefix, restart the incremental partial-JSON state.
+            kept = call.args.value()[: ev.offset]
+            call.args = _Text()
+            if kept:
+                call.args.add(kept)
+            call.partial = None
+            call.pending = []
+            call.done = False
         if ev.arguments:
             call.add(ev.arguments)
             call.done = False
@@ -274,6 +297,7 @@ class ReplyAssembler:
     def _finish(self, ev: Finish) -> list[Event]:
         st = self._choices.get(ev.choice) or self._choice(ev.choice)
         st.finish = ev.reason
+        st.stop = ev.stop
         st.dirty = True
         return self._calls_done(st)
 
@@ -386,6 +410,8 @@ class ReplyAssembler:
                 if call.arguments:
                     entry.add(call.arguments)
             st.finish = choice.finish_reason
+            st.stop = choice.stop
+            st.blocks = {i: dict(b) for i, b in enumerate(choice.reasoning_blocks)}
             self.saw_content = self.saw_content or bool(
                 choice.text or choice.reasoning or choice.refusal or choice.tool_calls
             )

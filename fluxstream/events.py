@@ -15,16 +15,19 @@ connection.
 
 ``ToolCallDelta.id`` and ``.name`` are set only on the delta where they first become known
 (``None`` on every other delta), so a consumer may concatenate nothing but ``arguments``.
+The one exception is a delta with ``replace=True``: the provider's final value of the
+arguments (Responses ``function_call_arguments.done``) disagreed with the streamed fragments,
+so the arguments from ``offset`` on are *replaced*: ``buf[offset:] = arguments``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
-from .reply import Outcome, ToolCall, Usage
+from .reply import Outcome, StopReason, ToolCall, Usage, unified_stop
 
 __all__ = [
     "End",
@@ -32,6 +35,7 @@ __all__ = [
     "Event",
     "Finish",
     "Outcome",
+    "ReasoningBlock",
     "ReasoningDelta",
     "RefusalDelta",
     "Reset",
@@ -87,6 +91,8 @@ class ToolCallDelta:
     name: str | None
     arguments: str
     offset: int
+    #: ``arguments`` replaces everything from ``offset`` on (see the module docstring).
+    replace: bool = False
     type: Literal["tool_call_delta"] = field(default="tool_call_delta", init=False)
 
 
@@ -102,12 +108,33 @@ class ToolCallDone:
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """A choice's finish reason arrived (or changed): the raw provider string."""
+    """A choice's finish reason arrived (or changed): ``reason`` is the raw provider string,
+    ``stop`` the same in one vocabulary for every format (derived from ``reason`` by
+    :func:`~fluxstream.reply.unified_stop` when the format does not give it)."""
 
     key: str
     choice: int
     reason: str
+    stop: StopReason | None = None
     type: Literal["finish"] = field(default="finish", init=False)
+
+    def __post_init__(self) -> None:
+        if self.stop is None:
+            object.__setattr__(self, "stop", unified_stop(self.reason))
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningBlock:
+    """A provider-native reasoning item that is kept, not shown (Anthropic ``thinking`` with
+    its ``signature``, ``redacted_thinking``; a Responses ``reasoning`` item): it must be sent
+    back to continue a conversation. ``index`` is the provider's block / output index; a
+    later block with the same index replaces the earlier one."""
+
+    key: str
+    choice: int
+    index: int
+    block: dict[str, Any]
+    type: Literal["reasoning_block"] = field(default="reasoning_block", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +197,7 @@ Event = Annotated[
         ToolCallDelta,
         ToolCallDone,
         Finish,
+        ReasoningBlock,
         UsageUpdate,
         ErrorEvent,
         SkippedFrame,

@@ -37,7 +37,9 @@ class StreamParser:
 
     :param content_key: stable key of the logical request, stamped on every keyed event
         (generated when not given).
-    :param format: the wire format; only ``"chat_completions"`` for now.
+    :param format: the wire format: ``"chat_completions"``, ``"responses"`` (OpenAI Responses
+        API), ``"anthropic_messages"`` (Anthropic Messages), or ``"auto"`` (recognised from
+        the first event; see :mod:`fluxstream.formats.auto`).
     :param max_event_bytes: cap on one SSE event (see :class:`~fluxstream.sse.SSEDecoder`).
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame whose
         payload is not a JSON object, instead of skipping and counting it.
@@ -309,7 +311,8 @@ class StreamParser:
             model=fmt.model,
             events=self._events,
             skipped_frames=fmt.skipped,
-            heartbeats=self._old_comments + decoder.comments,
+            # SSE comments, plus in-band keep-alives the format counts (Anthropic ``ping``).
+            heartbeats=self._old_comments + decoder.comments + fmt.heartbeats,
             bytes=self._old_bytes + decoder.bytes_fed + self._ignored_bytes,
         )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
@@ -25,7 +25,16 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 from .errors import ArgumentsError
 from .wire import Usage
 
-__all__ = ["Choice", "ErrorInfo", "Outcome", "Reply", "ToolCall", "Usage"]
+__all__ = [
+    "Choice",
+    "ErrorInfo",
+    "Outcome",
+    "Reply",
+    "StopReason",
+    "ToolCall",
+    "Usage",
+    "unified_stop",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -136,8 +145,67 @@ def parse_partial(text: str) -> Any:
         return None
 
 
+#: The provider-neutral finish reason (:attr:`Choice.stop`, :attr:`fluxstream.events.Finish.stop`).
+StopReason = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "error", "other"]
+
+#: Raw finish reasons of every supported format -> :data:`StopReason`. The raw names do not
+#: collide across formats (Chat Completions ``stop``/``length``..., Anthropic ``end_turn``/
+#: ``max_tokens``..., Responses ``completed``/``failed``), so one table serves all of them;
+#: Responses ``incomplete`` depends on ``incomplete_details.reason`` and is mapped by its format.
+_STOPS: dict[str, StopReason] = {
+    # Chat Completions (and the many servers imitating it; Gemini-compat sends upper case)
+    "stop": "stop",
+    "eos": "stop",
+    "end_turn": "stop",  # also Anthropic
+    "length": "length",
+    "max_tokens": "length",  # also Anthropic
+    "model_length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",  # also Anthropic
+    "content_filter": "content_filter",
+    "safety": "content_filter",
+    "recitation": "content_filter",
+    "blocklist": "content_filter",
+    "prohibited_content": "content_filter",
+    "spii": "content_filter",
+    "error": "error",
+    # Anthropic Messages
+    "stop_sequence": "stop",
+    "refusal": "refusal",
+    "model_context_window_exceeded": "length",
+    # OpenAI Responses (status of the terminal event)
+    "completed": "stop",
+    "failed": "error",
+    "max_output_tokens": "length",
+}
+
+
+def unified_stop(raw: str | None, *, tool_calls: bool = False) -> StopReason | None:
+    """The :data:`StopReason` for a raw finish reason (``None`` stays ``None``).
+
+    ``tool_calls``: the choice has tool calls, so a plain ``stop`` means the model stopped to
+    call them (Gemini's OpenAI-compatible endpoint and Responses ``completed`` say ``stop``
+    there; an agent loop that waits for ``tool_calls`` would otherwise never run the tools).
+    Unknown raw reasons (``pause_turn``, vLLM's ``abort`` ...) are ``other``.
+    """
+    if raw is None:
+        return None
+    stop = _STOPS.get(raw) or _STOPS.get(raw.lower(), "other")
+    if stop == "stop" and tool_calls:
+        return "tool_calls"
+    return stop
+
+
 class Choice(BaseModel):
-    """One assembled choice, keyed by the streamed ``choices[].index``."""
+    """One assembled choice, keyed by the streamed ``choices[].index``.
+
+    ``finish_reason`` is the provider's raw string; ``stop`` the same reason in one vocabulary
+    for every format (:data:`StopReason`). ``reasoning_blocks`` keeps provider-native reasoning
+    items that are never shown but must be sent back to continue the conversation (Anthropic
+    ``thinking`` blocks with their ``signature``, ``redacted_thinking`` blocks, Responses
+    ``reasoning`` items), ordered by the provider's block / output index.
+    """
 
     index: int
     text: str = ""
@@ -145,6 +213,8 @@ class Choice(BaseModel):
     refusal: str | None = None
     tool_calls: list[ToolCall] = []
     finish_reason: str | None = None
+    stop: StopReason | None = None
+    reasoning_blocks: list[dict[str, Any]] = []
 
 
 class ErrorInfo(BaseModel):

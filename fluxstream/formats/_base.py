@@ -1,0 +1,264 @@
+"""What the event-typed formats (Responses, Anthropic Messages) share.
+
+Both formats stream one JSON object per SSE event, each naming its own ``type`` (the ``event:``
+line repeats it, or is missing: some gateways and test harnesses send data-only frames), and
+both describe a single choice. :class:`JsonEventFormat` does the parts that do not depend on
+the vocabulary: decoding the frame, skipping and counting bad or unknown frames, the offsets of
+choice 0, tool-call bookkeeping and the resume hooks the parser calls
+(:meth:`~JsonEventFormat.reset`, :meth:`~JsonEventFormat.restore`,
+:meth:`~JsonEventFormat.shift_text`).
+
+The format interface the parser relies on (the same as
+:class:`~fluxstream.formats.chat_completions.ChatCompletionsFormat`'s): ``feed(sse, at_eof=)``,
+``feed_chunk(obj)``, ``feed_completion(obj)``, ``reset()``, ``restore(...)``,
+``shift_text(...)`` and the attributes ``id``, ``model``, ``done``, ``done_reason``, ``cut``,
+``skipped``, ``new_choices`` and ``heartbeats``. ``heartbeats`` is the one addition for these
+formats: Anthropic's keep-alive is an in-band ``ping`` *event*, not an SSE comment, and it must
+count as a heartbeat in the reply just like a ``: ping`` comment does for Chat Completions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic_core
+from pydantic import ValidationError
+
+from ..errors import FrameDecodeError
+from ..events import ErrorEvent, Event, ReasoningDelta, RefusalDelta, SkippedFrame, TextDelta
+from ..sse import ServerSentEvent
+from ..wire import Usage
+
+__all__ = ["JsonEventFormat", "ToolCallState", "compact", "error_event", "usage"]
+
+_loads = pydantic_core.from_json
+_EXCERPT = 200
+
+
+def compact(value: object) -> str:
+    """Compact JSON, as a provider would stream it."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def opt_str(value: object) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def usage(raw: Mapping[str, Any]) -> Usage:
+    """A :class:`~fluxstream.wire.Usage` keeping the provider's own field names
+    (``input_tokens``/``output_tokens``...) as extra fields: nothing is renamed or lost."""
+    try:
+        return Usage.model_validate(raw)
+    except ValidationError:
+        return Usage.model_construct(**raw)
+
+
+def error_event(payload: object, raw: object) -> ErrorEvent:
+    """An :class:`ErrorEvent` from an error payload: ``{"message": ...}`` at the top level or
+    under ``"error"`` (OpenAI documents the flat shape and sends the nested one; Anthropic
+    nests it), or a bare string."""
+    if isinstance(payload, Mapping):
+        inner = payload.get("error")
+        if isinstance(inner, Mapping):
+            payload = inner
+        elif isinstance(inner, str) and inner and not payload.get("message"):
+            return ErrorEvent(inner, None, None, None, raw)
+        message = payload.get("message")
+        if not isinstance(message, str) or not message:
+            message = compact(dict(payload)) if message is None else str(message)
+        kind = payload.get("type")
+        return ErrorEvent(
+            message,
+            opt_str(payload.get("code")),
+            None if kind == "error" else opt_str(kind),
+            opt_str(payload.get("param")),
+            raw,
+        )
+    return ErrorEvent(str(payload) or "error event", None, None, None, raw)
+
+
+class ToolCallState:
+    """What a format remembers about one tool call: identity, delivered length and, for
+    formats whose final ``done`` value replaces the streamed one, the streamed fragments."""
+
+    __slots__ = ("fragments", "id", "length", "name", "start_input")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.length = 0
+        #: Streamed argument fragments; ``None`` after a resume (the text is not known here).
+        self.fragments: list[str] | None = []
+        #: Anthropic: the ``input`` of ``content_block_start`` (used when no fragment arrives).
+        self.start_input: object = None
+
+
+class JsonEventFormat:
+    """Base of the formats whose frames are typed JSON events describing one choice."""
+
+    __slots__ = (
+        "calls",
+        "cut",
+        "done",
+        "done_reason",
+        "heartbeats",
+        "id",
+        "key",
+        "model",
+        "new_choices",
+        "reasoning",
+        "refusal",
+        "skipped",
+        "started",
+        "strict",
+        "text",
+    )
+
+    def __init__(self, key: str, *, strict: bool = False) -> None:
+        self.key = key
+        self.strict = strict
+        self.id: str | None = None
+        self.model: str | None = None
+        self.done = False
+        self.done_reason: str | None = None
+        self.cut = False
+        self.skipped = 0
+        self.heartbeats = 0
+        self.new_choices: list[int] = []
+        self.started = False
+        self.text = 0
+        self.reasoning = 0
+        self.refusal = 0
+        self.calls: dict[int, ToolCallState] = {}
+
+    # ------------------------------------------------------------------ resume hooks
+
+    def reset(self) -> None:
+        """Forget the generation (a restart begins at offset 0 again)."""
+        self.done = False
+        self.done_reason = None
+        self.cut = False
+        self.started = False
+        self.new_choices = []
+        self.text = self.reasoning = self.refusal = 0
+        self.calls = {}
+
+    def restore(
+        self,
+        offsets: dict[str, Any],
+        calls: dict[int, dict[int, tuple[Any, Any]]],
+        finishes: dict[int, str | None],
+    ) -> None:
+        """Continue offsets and tool-call identity from a resumed reply (choice 0 only)."""
+        counts = offsets.get("0")
+        if not counts:
+            return
+        self.started = True
+        self.text = int(counts.get("text", 0))
+        self.reasoning = int(counts.get("reasoning", 0))
+        self.refusal = int(counts.get("refusal", 0))
+        for call_key, length in (counts.get("tool_calls") or {}).items():
+            number = int(call_key)
+            call = self.calls[number] = ToolCallState()
+            call.id, call.name = calls.get(0, {}).get(number, (None, None))
+            call.length = int(length)
+            call.fragments = None
+
+    def shift_text(self, choice: int, by: int) -> None:
+        """Un-count ``by`` code points of text (an echoed overlap that was cut)."""
+        if choice == 0:
+            self.text -= by
+
+    # ------------------------------------------------------------------ frames
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
+        """One SSE event. ``at_eof``: flushed by the end of the bytes, so a payload that does
+        not parse was cut by the connection and is dropped silently."""
+        if self.done:
+            return []
+        data = sse.data
+        if data[:1] != "{":
+            stripped = data.strip()
+            if stripped == "[DONE]":
+                # Never sent by these APIs, but test harnesses and proxies append it.
+                self.done = True
+                self.done_reason = "sentinel"
+                return []
+            if not stripped:
+                return []  # an empty data frame: a keep-alive
+        try:
+            obj = _loads(data)
+        except ValueError as exc:
+            return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+        if obj.__class__ is not dict:
+            return self._bad_frame(data, "not a JSON object", False)
+        event = sse.event
+        if event == "error":
+            return self.dispatch("error", obj)
+        kind = obj.get("type")
+        if kind.__class__ is not str:
+            kind = event
+        return self.dispatch(kind, obj)
+
+    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
+        """One event another SDK already decoded (a dict with its ``type``)."""
+        if self.done:
+            return []
+        kind = obj.get("type")
+        return self.dispatch(kind if isinstance(kind, str) else "", obj)
+
+    def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:  # pragma: no cover
+        """One typed event (``kind`` is its ``type``): the format's own vocabulary."""
+        raise NotImplementedError
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:  # pragma: no cover
+        """A whole non-streaming body (the format's own shape)."""
+        raise NotImplementedError
+
+    def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
+        if at_eof:
+            self.cut = True
+            return []
+        if self.strict:
+            raise FrameDecodeError(reason, data)
+        return self.skip(reason, data)
+
+    def skip(self, reason: str, data: object) -> list[Event]:
+        """Skip and count a frame that cannot be used (never raised: the stream goes on)."""
+        self.skipped += 1
+        if not isinstance(data, str):
+            data = "<unserialisable>"
+            with contextlib.suppress(TypeError, ValueError):
+                data = compact(data)
+        return [SkippedFrame(reason, data[:_EXCERPT])]
+
+    # ------------------------------------------------------------------ channels
+
+    def start(self) -> None:
+        """Choice 0 exists from now on (even if no content ever arrives)."""
+        if not self.started:
+            self.started = True
+            self.new_choices.append(0)
+
+    def add_text(self, text: str, out: list[Event]) -> None:
+        if not self.started:
+            self.start()
+        out.append(TextDelta(self.key, 0, self.text, text))
+        self.text += len(text)
+
+    def add_reasoning(self, text: str, out: list[Event]) -> None:
+        if not self.started:
+            self.start()
+        out.append(ReasoningDelta(self.key, 0, self.reasoning, text))
+        self.reasoning += len(text)
+
+    def add_refusal(self, text: str, out: list[Event]) -> None:
+        if not self.started:
+            self.start()
+        out.append(RefusalDelta(self.key, 0, self.refusal, text))
+        self.refusal += len(text)

@@ -1,0 +1,290 @@
+"""The Anthropic Messages stream format (``POST /messages`` with ``stream: true``).
+
+Served by Anthropic and by gateways (LiteLLM, OpenRouter ...). Named events carrying their own
+``type``: ``message_start``, then per content block ``content_block_start`` /
+``content_block_delta``\\* / ``content_block_stop``, then ``message_delta`` (stop reason,
+cumulative usage) and ``message_stop``; ``ping`` anywhere; ``error`` mid-stream (after HTTP
+200, e.g. ``overloaded_error``). One message, so everything lands in choice 0.
+
+Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
+
+* ``text_delta`` -> text; ``thinking_delta`` -> reasoning. ``signature_delta`` and
+  ``redacted_thinking`` blocks are never shown: each thinking block (its full text and
+  signature) and each redacted block is kept as a :class:`~fluxstream.events.ReasoningBlock`
+  in Anthropic's own shape, ready to send back in the next request.
+* ``tool_use`` blocks -> tool calls, index = the content block index; arguments are the
+  ``input_json_delta.partial_json`` fragments, or the block-start ``input`` (normally ``{}``)
+  when no non-empty fragment arrived. ``server_tool_use`` (a tool the server runs) is not a
+  client tool call and is ignored, as are its ``*_tool_result`` blocks.
+* ``message_delta.delta.stop_reason`` -> the finish reason (unified: ``end_turn`` and
+  ``stop_sequence`` -> stop, ``max_tokens`` -> length, ``tool_use`` -> tool_calls, ``refusal``
+  -> refusal); ``usage`` = ``message_start.message.usage`` shallow-updated by every
+  ``message_delta.usage`` (which is cumulative and may revise ``input_tokens``).
+* ``message_stop`` is terminal (outcome ``done``); a stop reason without it ends
+  ``finished``; ``ping`` counts as a heartbeat; ``event: error`` gives ``reply.error``.
+
+Bad input never raises (except invalid JSON in strict mode): unknown event, block and delta
+types, a delta for a block that never started (or of the wrong kind), a second ``content_block
+_start`` for an index, and a second ``message_start`` are skipped and counted; events after
+``message_stop`` are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..reply import unified_stop
+from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
+
+__all__ = ["AnthropicMessagesFormat"]
+
+#: Block types that carry nothing for the reply (server-side tools and their results).
+_IGNORED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use", "mcp_tool_result",
+                             "container_upload"})
+#: Delta types that carry nothing for the reply.
+_IGNORED_DELTAS = frozenset({"citations_delta"})
+
+
+class _Block:
+    """An open content block: its kind and, for thinking blocks, what must be kept."""
+
+    __slots__ = ("kind", "parts", "signature")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "text", "thinking", "tool", "ignored", "closed"
+        self.parts: list[str] = []
+        self.signature = ""
+
+
+class AnthropicMessagesFormat(JsonEventFormat):
+    """Sans-IO: Anthropic Messages stream events in, normalized events out (see the module
+    docstring).
+
+    :param key: the content key stamped on every keyed event.
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
+        JSON object, instead of skipping and counting it.
+    """
+
+    __slots__ = ("_blocks", "_message_started", "_stop", "_usage")
+
+    def __init__(self, key: str, *, strict: bool = False) -> None:
+        super().__init__(key, strict=strict)
+        self._blocks: dict[int, _Block] = {}
+        self._message_started = False
+        self._usage: dict[str, Any] | None = None
+        self._stop: str | None = None
+
+    def reset(self) -> None:
+        super().reset()
+        self._blocks = {}
+        self._message_started = False
+        self._usage = None
+        self._stop = None
+
+    # ------------------------------------------------------------------ events
+
+    def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
+        if kind == "content_block_delta":
+            return self._delta(obj)
+        if kind == "ping":
+            self.heartbeats += 1
+            return []
+        if kind == "content_block_start":
+            return self._block_start(obj)
+        if kind == "content_block_stop":
+            index = obj.get("index")
+            block = self._blocks.get(index) if type(index) is int else None
+            if block is None or type(index) is not int:
+                return self.skip("content_block_stop for a block that never started", obj)
+            out: list[Event] = []
+            self._close(index, block, out)
+            return out
+        if kind == "message_start":
+            return self._message_start(obj)
+        if kind == "message_delta":
+            return self._message_delta(obj)
+        if kind == "message_stop":
+            out = []
+            self._close_all(out)
+            self.start()
+            self.done = True
+            self.done_reason = "message_stop"
+            return out
+        if kind == "error":
+            self.start()
+            return [error_event(obj, obj)]
+        return self.skip(f"unknown Anthropic event type {kind!r}", obj)
+
+    def _message_start(self, obj: Mapping[str, Any]) -> list[Event]:
+        if self._message_started:
+            return self.skip("second message_start", obj)
+        message = obj.get("message")
+        if not isinstance(message, Mapping):
+            return self.skip("message_start without a message object", obj)
+        self._message_started = True
+        self.start()
+        mid = message.get("id")
+        if self.id is None and mid and isinstance(mid, str):
+            self.id = mid
+        model = message.get("model")
+        if self.model is None and model and isinstance(model, str):
+            self.model = model
+        out: list[Event] = []
+        raw = message.get("usage")
+        if isinstance(raw, Mapping) and raw:
+            self._usage = dict(raw)
+            out.append(UsageUpdate(usage(self._usage)))
+        return out
+
+    def _message_delta(self, obj: Mapping[str, Any]) -> list[Event]:
+        out: list[Event] = []
+        self.start()
+        raw = obj.get("usage")
+        if isinstance(raw, Mapping) and raw:
+            merged = self._usage = {**(self._usage or {}), **raw}
+            out.append(UsageUpdate(usage(merged)))
+        delta = obj.get("delta")
+        reason = delta.get("stop_reason") if isinstance(delta, Mapping) else None
+        if reason is not None and not isinstance(reason, str):
+            reason = str(reason)
+        if reason and reason != self._stop:
+            # The content is over: tool blocks that never got a fragment get their input now.
+            self._close_all(out)
+            self._stop = reason
+            out.append(Finish(self.key, 0, reason, unified_stop(reason)))
+        return out
+
+    # ------------------------------------------------------------------ blocks
+
+    def _block_start(self, obj: Mapping[str, Any]) -> list[Event]:
+        index = obj.get("index")
+        block = obj.get("content_block")
+        if type(index) is not int or not isinstance(block, Mapping):
+            return self.skip("content_block_start without an integer index and a block", obj)
+        if index in self._blocks:
+            return self.skip(f"content_block_start for block {index} that already started", obj)
+        kind = block.get("type")
+        out: list[Event] = []
+        self.start()
+        if kind == "text":
+            self._blocks[index] = _Block("text")
+            text = block.get("text")
+            if text and isinstance(text, str):
+                self.add_text(text, out)
+        elif kind == "thinking":
+            state = self._blocks[index] = _Block("thinking")
+            text = block.get("thinking")
+            if text and isinstance(text, str):
+                state.parts.append(text)
+                self.add_reasoning(text, out)
+            signature = block.get("signature")
+            if signature and isinstance(signature, str):
+                state.signature = signature
+        elif kind == "redacted_thinking":
+            self._blocks[index] = _Block("closed")
+            out.append(ReasoningBlock(self.key, 0, index, dict(block)))
+        elif kind == "tool_use":
+            self._blocks[index] = _Block("tool")
+            call = self.calls.get(index)
+            if call is None:
+                call = self.calls[index] = ToolCallState()
+            cid = block.get("id")
+            name = block.get("name")
+            new_id = cid if cid and isinstance(cid, str) and call.id is None else None
+            new_name = name if name and isinstance(name, str) and call.name is None else None
+            call.id = call.id or new_id
+            call.name = call.name or new_name
+            call.start_input = block.get("input")
+            out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
+        elif kind in _IGNORED_BLOCKS or (isinstance(kind, str) and kind.endswith("_result")):
+            self._blocks[index] = _Block("ignored")
+        else:
+            self._blocks[index] = _Block("ignored")
+            return self.skip(f"unknown content block type {kind!r}", obj)
+        return out
+
+    def _delta(self, obj: Mapping[str, Any]) -> list[Event]:
+        index = obj.get("index")
+        block = self._blocks.get(index) if type(index) is int else None
+        if block is None or type(index) is not int:
+            return self.skip("content_block_delta for a block that never started", obj)
+        delta = obj.get("delta")
+        if delta.__class__ is not dict:
+            return self.skip("content_block_delta without a delta object", obj)
+        kind = delta.get("type")
+        bkind = block.kind
+        out: list[Event] = []
+        if kind == "text_delta" and bkind == "text":
+            text = delta.get("text")
+            if text and text.__class__ is str:
+                self.add_text(text, out)
+            return out
+        if kind == "input_json_delta" and bkind == "tool":
+            text = delta.get("partial_json")
+            if text and text.__class__ is str:
+                call = self.calls[index]
+                out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
+                call.length += len(text)
+            return out
+        if kind == "thinking_delta" and bkind == "thinking":
+            text = delta.get("thinking")
+            if text and text.__class__ is str:
+                block.parts.append(text)
+                self.add_reasoning(text, out)
+            return out
+        if kind == "signature_delta" and bkind == "thinking":
+            signature = delta.get("signature")
+            if signature and isinstance(signature, str):
+                block.signature += signature
+            return out
+        if bkind == "ignored" or kind in _IGNORED_DELTAS:
+            return out
+        return self.skip(f"{kind!r} delta for a {bkind} block", obj)
+
+    def _close(self, index: int, block: _Block, out: list[Event]) -> None:
+        kind = block.kind
+        if kind == "thinking":
+            kept = {"type": "thinking", "thinking": "".join(block.parts),
+                    "signature": block.signature}
+            out.append(ReasoningBlock(self.key, 0, index, kept))
+        elif kind == "tool":
+            call = self.calls[index]
+            if call.length == 0:
+                start = call.start_input
+                if start is not None:
+                    text = start if isinstance(start, str) else compact(start)
+                    if text:
+                        out.append(ToolCallDelta(self.key, 0, index, None, None, text, 0))
+                        call.length = len(text)
+        block.kind = "closed"
+
+    def _close_all(self, out: list[Event]) -> None:
+        for index, block in self._blocks.items():
+            if block.kind != "closed" and block.kind != "ignored":
+                self._close(index, block, out)
+
+    # ------------------------------------------------------------------ whole bodies
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
+        """A non-streaming ``message`` body (or an ``{"type": "error"}`` body), read as if
+        streamed. Marks the format done."""
+        out: list[Event] = []
+        if obj.get("type") == "error":
+            self.start()
+            out.append(error_event(obj, obj))
+        else:
+            message = {k: v for k, v in obj.items() if k not in ("content", "stop_reason")}
+            out += self._message_start({"type": "message_start", "message": message})
+            content = obj.get("content")
+            for index, block in enumerate(content if isinstance(content, list) else []):
+                if not isinstance(block, Mapping):
+                    continue
+                out += self._block_start({"index": index, "content_block": block})
+            reason = obj.get("stop_reason")
+            out += self._message_delta({"delta": {"stop_reason": reason}})
+            self._close_all(out)
+        self.done = True
+        self.done_reason = "completion"
+        return out

@@ -1,0 +1,254 @@
+"""``format="auto"``: recognise the wire format from the first event, then step aside.
+
+The three formats are told apart by their first payload, which each announces plainly:
+
+* Anthropic Messages: ``type`` (or the ``event:`` line) is one of ``message_start``,
+  ``content_block_*``, ``message_delta``, ``message_stop`` or ``ping``;
+* OpenAI Responses: ``type`` (or the ``event:`` line) starts with ``response.``;
+* Chat Completions: a ``choices`` list, ``object`` ``chat.completion[.chunk]`` / ``error``, or
+  no ``type`` at all (the only untyped format; also its in-band ``{"error": ...}`` payloads).
+
+An ``error`` event before anything else does not tell the formats apart (all three can open
+with one): it is recorded as the reply's error and the decision waits for the next event. A
+payload with an unknown ``type`` is skipped and counted. ``[DONE]`` first means Chat
+Completions. Once decided, every call goes straight to the chosen format; the parser reads
+the chosen format's state through the properties below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import pydantic_core
+
+from ..errors import FrameDecodeError
+from ..events import Event, SkippedFrame
+from ..sse import ServerSentEvent
+from ._base import JsonEventFormat, error_event
+from .anthropic_messages import AnthropicMessagesFormat
+from .chat_completions import ChatCompletionsFormat
+from .responses import ResponsesFormat
+
+__all__ = ["AutoFormat", "WireFormat", "detect"]
+
+_ANTHROPIC_EVENTS = frozenset({
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+    "message_delta", "message_stop", "ping",
+})
+
+
+class WireFormat(Protocol):
+    """The interface :class:`~fluxstream.parser.StreamParser` drives (every format has it)."""
+
+    id: str | None
+    model: str | None
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def done_reason(self) -> str | None: ...
+    @property
+    def cut(self) -> bool: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def heartbeats(self) -> int: ...
+    @property
+    def new_choices(self) -> list[int]: ...
+
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]: ...
+    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]: ...
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]: ...
+    def reset(self) -> None: ...
+    def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
+                finishes: dict[int, str | None]) -> None: ...
+    def shift_text(self, choice: int, by: int) -> None: ...
+
+
+def detect(event: str, obj: Mapping[str, Any] | None) -> str | None:
+    """The format name a first event belongs to, or ``None`` when it does not say."""
+    kind = obj.get("type") if obj is not None else None
+    for name in (kind, event):
+        if not isinstance(name, str):
+            continue
+        if name in _ANTHROPIC_EVENTS:
+            return "anthropic_messages"
+        if name.startswith("response."):
+            return "responses"
+    if obj is None:
+        return None
+    if "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion",
+                                                 "error"):
+        return "chat_completions"
+    if kind is None and event != "error":
+        return "chat_completions"
+    return None
+
+
+def detect_body(obj: Mapping[str, Any]) -> str:
+    """The format of a whole non-streaming body."""
+    if "choices" in obj or obj.get("object") in ("chat.completion", "error"):
+        return "chat_completions"
+    if obj.get("object") == "response" or "output" in obj:
+        return "responses"
+    if obj.get("type") in ("message", "error") or "stop_reason" in obj:
+        return "anthropic_messages"
+    return "chat_completions"
+
+
+_CLASSES: dict[str, type[ChatCompletionsFormat] | type[JsonEventFormat]] = {
+    "chat_completions": ChatCompletionsFormat,
+    "responses": ResponsesFormat,
+    "anthropic_messages": AnthropicMessagesFormat,
+}
+
+
+class AutoFormat:
+    """Sans-IO: a format that becomes Chat Completions, Responses or Anthropic Messages on the
+    first event that says which (see the module docstring). :attr:`name` is the decision."""
+
+    __slots__ = ("_cut", "_id", "_model", "_new", "_restore", "_skipped", "inner", "key",
+                 "name", "strict")
+
+    def __init__(self, key: str, *, strict: bool = False) -> None:
+        self.key = key
+        self.strict = strict
+        self.name: str | None = None
+        self.inner: WireFormat | None = None
+        self._skipped = 0
+        self._cut = False
+        self._id: str | None = None
+        self._model: str | None = None
+        self._new: list[int] = []
+        self._restore: tuple[Any, Any, Any] | None = None
+
+    def _choose(self, name: str) -> WireFormat:
+        inner: WireFormat = _CLASSES[name](self.key, strict=self.strict)
+        inner.id, inner.model = self._id, self._model
+        inner.new_choices.extend(self._new)
+        if self._restore is not None:
+            inner.restore(*self._restore)
+        self.name, self.inner = name, inner
+        return inner
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
+        inner = self.inner
+        if inner is not None:
+            return inner.feed(sse, at_eof=at_eof)
+        data = sse.data
+        name = detect(sse.event, None)
+        if name is None:
+            stripped = data.strip()
+            if stripped == "[DONE]":
+                return self._choose("chat_completions").feed(sse, at_eof=at_eof)
+            if not stripped:
+                return []
+            try:
+                obj = pydantic_core.from_json(data)
+            except ValueError as exc:
+                return self._bad(data, f"invalid JSON: {exc}", at_eof)
+            if not isinstance(obj, dict):
+                return self._bad(data, "not a JSON object", False)
+            name = detect(sse.event, obj)
+            if name is None:
+                return self._undecided(obj)
+        return self._choose(name).feed(sse, at_eof=at_eof)
+
+    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
+        inner = self.inner
+        if inner is not None:
+            return inner.feed_chunk(obj)
+        name = detect("", obj)
+        if name is None:
+            return self._undecided(obj)
+        return self._choose(name).feed_chunk(obj)
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
+        inner = self.inner or self._choose(detect_body(obj))
+        return inner.feed_completion(obj)
+
+    def _undecided(self, obj: Mapping[str, Any]) -> list[Event]:
+        if obj.get("type") == "error" or "error" in obj:
+            if not self._new:
+                self._new.append(0)
+            return [error_event(obj, obj)]
+        self._skipped += 1
+        return [SkippedFrame(f"unknown event type {obj.get('type')!r}", str(obj)[:200])]
+
+    def _bad(self, data: str, reason: str, at_eof: bool) -> list[Event]:
+        if at_eof:
+            self._cut = True
+            return []
+        if self.strict:
+            raise FrameDecodeError(reason, data)
+        self._skipped += 1
+        return [SkippedFrame(reason, data[:200])]
+
+    # ------------------------------------------------------------------ resume hooks
+
+    def reset(self) -> None:
+        if self.inner is not None:
+            self.inner.reset()
+        self._cut = False
+        self._new = []
+
+    def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
+                finishes: dict[int, str | None]) -> None:
+        if self.inner is not None:
+            self.inner.restore(offsets, calls, finishes)
+        else:
+            self._restore = (offsets, calls, finishes)
+
+    def shift_text(self, choice: int, by: int) -> None:
+        if self.inner is not None:
+            self.inner.shift_text(choice, by)
+
+    # ------------------------------------------------------------------ state the parser reads
+
+    @property
+    def id(self) -> str | None:
+        return self.inner.id if self.inner is not None else self._id
+
+    @id.setter
+    def id(self, value: str | None) -> None:
+        if self.inner is not None:
+            self.inner.id = value
+        self._id = value
+
+    @property
+    def model(self) -> str | None:
+        return self.inner.model if self.inner is not None else self._model
+
+    @model.setter
+    def model(self, value: str | None) -> None:
+        if self.inner is not None:
+            self.inner.model = value
+        self._model = value
+
+    @property
+    def done(self) -> bool:
+        return self.inner is not None and self.inner.done
+
+    @property
+    def done_reason(self) -> str | None:
+        return self.inner.done_reason if self.inner is not None else None
+
+    @property
+    def cut(self) -> bool:
+        return self._cut or (self.inner is not None and self.inner.cut)
+
+    @property
+    def skipped(self) -> int:
+        return self._skipped + (self.inner.skipped if self.inner is not None else 0)
+
+    @property
+    def heartbeats(self) -> int:
+        return self.inner.heartbeats if self.inner is not None else 0
+
+    @property
+    def new_choices(self) -> list[int]:
+        return self.inner.new_choices if self.inner is not None else self._new

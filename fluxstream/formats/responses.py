@@ -1,0 +1,353 @@
+"""The OpenAI Responses API stream format (``POST /responses`` with ``stream: true``).
+
+Named events (``event: response.output_text.delta``), one JSON object per event carrying its
+own ``type`` and a ``sequence_number``, no ``[DONE]``: the stream ends with
+``response.completed``, ``response.incomplete`` or ``response.failed``. A Responses stream has
+one output, so everything lands in choice 0.
+
+Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
+
+* ``response.output_text.delta`` -> text; ``response.reasoning_summary_text.delta`` and
+  ``response.reasoning_text.delta`` -> reasoning; ``response.refusal.delta`` -> refusal. A
+  ``*.done`` text is used only when no delta arrived for that part (servers that send only
+  ``.done``); otherwise the deltas win (a ``.done`` that disagrees is not shown twice).
+* ``function_call`` output items -> tool calls: index = ``output_index``, id = ``call_id`` (not
+  the ``fc_...`` item id), name from the item; arguments are the streamed
+  ``response.function_call_arguments.delta`` fragments, *replaced* by
+  ``response.function_call_arguments.done`` / ``response.output_item.done`` when those
+  arrive (LM Studio sends only ``.done``). A final value that extends the fragments is
+  delivered as one more fragment; one that disagrees is delivered with ``replace=True``.
+* ``response.completed|incomplete|failed`` are terminal (outcome ``done``): the raw finish
+  reason is the response's ``status``; the unified one is ``stop`` (``tool_calls`` when there
+  are function calls), ``incomplete`` by ``incomplete_details.reason`` (``max_output_tokens``
+  -> ``length``, ``content_filter`` -> ``content_filter``), ``failed`` -> ``error``. The
+  response's ``usage`` (own field names kept) and ``id`` are taken.
+* ``error`` events (message flat or under ``error``) and ``response.failed``'s
+  ``response.error`` become ``reply.error`` (the first error wins: the ``error`` event has the
+  detail, ``response.failed`` repeats it).
+* ``reasoning`` output items are kept as :class:`~fluxstream.events.ReasoningBlock` (they
+  carry ``encrypted_content`` when requested, which a stateless conversation sends back).
+* other ``response.*`` events (content parts, annotations, hosted tools ...) are ignored; a
+  ``type`` outside that namespace is skipped and counted; ``keepalive`` counts as a heartbeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..reply import StopReason, unified_stop
+from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
+
+__all__ = ["ResponsesFormat"]
+
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_INCOMPLETE: dict[str, StopReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+
+
+def _int(value: object) -> int | None:
+    return value if value.__class__ is int else None
+
+
+class ResponsesFormat(JsonEventFormat):
+    """Sans-IO: Responses stream events in, normalized events out (see the module docstring).
+
+    :param key: the content key stamped on every keyed event.
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
+        JSON object, instead of skipping and counting it.
+    """
+
+    __slots__ = ("_errored", "_parts")
+
+    def __init__(self, key: str, *, strict: bool = False) -> None:
+        super().__init__(key, strict=strict)
+        self._errored = False
+        # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
+        self._parts: set[tuple[str, object, object]] = set()
+
+    def reset(self) -> None:
+        super().reset()
+        self._errored = False
+        self._parts = set()
+
+    # ------------------------------------------------------------------ events
+
+    def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
+        out: list[Event] = []
+        if kind == "response.output_text.delta":
+            self._delta("text", obj, out)
+        elif kind == "response.reasoning_summary_text.delta":
+            self._delta("reasoning", obj, out, "summary_index")
+        elif kind == "response.reasoning_text.delta":
+            self._delta("reasoning", obj, out)
+        elif kind == "response.function_call_arguments.delta":
+            self._arguments_delta(obj, out)
+        elif kind == "response.refusal.delta":
+            self._delta("refusal", obj, out)
+        elif kind in ("response.created", "response.in_progress", "response.queued"):
+            self._response(obj.get("response"))
+            self.start()
+        elif kind == "response.output_item.added":
+            self._item(obj, out, done=False)
+        elif kind == "response.output_item.done":
+            self._item(obj, out, done=True)
+        elif kind == "response.function_call_arguments.done":
+            self._arguments_done(obj, out)
+        elif kind == "response.output_text.done":
+            self._part_done("text", obj, "text", out)
+        elif kind == "response.refusal.done":
+            self._part_done("refusal", obj, "refusal", out)
+        elif kind == "response.reasoning_text.done":
+            self._part_done("reasoning", obj, "text", out)
+        elif kind == "response.reasoning_summary_text.done":
+            self._part_done("reasoning", obj, "text", out, "summary_index")
+        elif kind in _TERMINAL:
+            self._terminal(kind, obj, out)
+        elif kind == "error":
+            self._errored = True
+            out.append(error_event(obj, obj))
+        elif kind in ("keepalive", "ping"):
+            self.heartbeats += 1
+        elif not kind.startswith("response."):
+            return self.skip(f"unknown Responses event type {kind!r}", obj)
+        return out
+
+    def _delta(
+        self, channel: str, obj: Mapping[str, Any], out: list[Event], part: str = "content_index"
+    ) -> None:
+        text = obj.get("delta")
+        if text.__class__ is not str or not text:
+            return
+        self._parts.add((channel, obj.get("output_index"), obj.get(part)))
+        if channel == "text":
+            self.add_text(text, out)
+        elif channel == "reasoning":
+            self.add_reasoning(text, out)
+        else:
+            self.add_refusal(text, out)
+
+    def _part_done(
+        self,
+        channel: str,
+        obj: Mapping[str, Any],
+        field: str,
+        out: list[Event],
+        part: str = "content_index",
+    ) -> None:
+        """A part's final text, used only when none of it was streamed as deltas."""
+        marker = (channel, obj.get("output_index"), obj.get(part))
+        if marker in self._parts:
+            return
+        text = obj.get(field)
+        if text.__class__ is not str or not text:
+            return
+        self._parts.add(marker)
+        if channel == "text":
+            self.add_text(text, out)
+        elif channel == "reasoning":
+            self.add_reasoning(text, out)
+        else:
+            self.add_refusal(text, out)
+
+    def _response(self, response: object) -> Mapping[str, Any] | None:
+        if not isinstance(response, Mapping):
+            return None
+        if self.id is None:
+            rid = response.get("id")
+            if rid and isinstance(rid, str):
+                self.id = rid
+        if self.model is None:
+            model = response.get("model")
+            if model and isinstance(model, str):
+                self.model = model
+        return response
+
+    # ------------------------------------------------------------------ tool calls
+
+    def _item(self, obj: Mapping[str, Any], out: list[Event], *, done: bool) -> None:
+        item = obj.get("item")
+        if not isinstance(item, Mapping):
+            out += self.skip("output item is not an object", obj)
+            return
+        kind = item.get("type")
+        index = _int(obj.get("output_index"))
+        if kind == "function_call":
+            if index is None:
+                out += self.skip("function_call item without an integer output_index", obj)
+                return
+            call, fresh = self._call(index)
+            cid = item.get("call_id")
+            name = item.get("name")
+            new_id = cid if cid and isinstance(cid, str) and call.id is None else None
+            new_name = name if name and isinstance(name, str) and call.name is None else None
+            call.id = call.id or new_id
+            call.name = call.name or new_name
+            args = item.get("arguments")
+            if args is not None and args.__class__ is not str:
+                args = compact(args)
+            if done and args is not None:
+                self._final_arguments(index, call, args, out, new_id, new_name)
+            elif fresh or new_id or new_name or args:
+                args = args or ""
+                out.append(
+                    ToolCallDelta(self.key, 0, index, new_id, new_name, args, call.length)
+                )
+                call.length += len(args)
+                if call.fragments is not None and args:
+                    call.fragments.append(args)
+        elif kind == "reasoning" and done and index is not None:
+            self.start()
+            out.append(ReasoningBlock(self.key, 0, index, dict(item)))
+
+    def _call(self, index: int) -> tuple[ToolCallState, bool]:
+        call = self.calls.get(index)
+        if call is None:
+            self.start()
+            call = self.calls[index] = ToolCallState()
+            return call, True
+        return call, False
+
+    def _arguments_delta(self, obj: Mapping[str, Any], out: list[Event]) -> None:
+        text = obj.get("delta")
+        index = _int(obj.get("output_index"))
+        if text.__class__ is not str or index is None:
+            out += self.skip("function_call_arguments.delta without a string delta and an "
+                             "integer output_index", obj)
+            return
+        call, fresh = self._call(index)  # a delta before its item: still this call's text
+        if not text and not fresh:
+            return
+        out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
+        call.length += len(text)
+        if call.fragments is not None:
+            call.fragments.append(text)
+
+    def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
+        args = obj.get("arguments")
+        index = _int(obj.get("output_index"))
+        if index is None or args is None:
+            out += self.skip("function_call_arguments.done without arguments and an integer "
+                             "output_index", obj)
+            return
+        if args.__class__ is not str:
+            args = compact(args)
+        call, _ = self._call(index)
+        self._final_arguments(index, call, args, out, None, None)
+
+    def _final_arguments(
+        self,
+        index: int,
+        call: ToolCallState,
+        final: str,
+        out: list[Event],
+        new_id: str | None,
+        new_name: str | None,
+    ) -> None:
+        """The provider's final arguments replace the streamed ones (see module docstring)."""
+        fragments = call.fragments
+        if fragments is None:  # resumed: only the length is known; trust the prefix
+            streamed = None
+            agree = min(call.length, len(final))
+        else:
+            streamed = "".join(fragments)
+            agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
+        if streamed == final:
+            if new_id or new_name:
+                out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
+            return
+        replace = agree < call.length
+        rest = final[agree:]
+        out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, rest, agree, replace))
+        call.length = len(final)
+        call.fragments = [final]
+
+    # ------------------------------------------------------------------ the end
+
+    def _terminal(self, kind: str, obj: Mapping[str, Any], out: list[Event]) -> None:
+        response = self._response(obj.get("response"))
+        self.start()
+        status = response.get("status") if response is not None else None
+        if not isinstance(status, str) or not status:
+            status = kind.removeprefix("response.")
+        stop: StopReason | None
+        if status == "incomplete":
+            details = response.get("incomplete_details") if response is not None else None
+            reason = details.get("reason") if isinstance(details, Mapping) else None
+            stop = _INCOMPLETE.get(reason, "other") if isinstance(reason, str) else "other"
+        else:
+            stop = unified_stop(status, tool_calls=bool(self.calls))
+        if response is not None:
+            raw_usage = response.get("usage")
+            if isinstance(raw_usage, Mapping) and raw_usage:
+                out.append(UsageUpdate(usage(raw_usage)))
+            error = response.get("error")
+            if error and not self._errored:
+                self._errored = True
+                out.append(error_event(error, obj))
+        out.append(Finish(self.key, 0, status, stop))
+        self.done = True
+        self.done_reason = kind
+
+    # ------------------------------------------------------------------ whole bodies
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
+        """A non-streaming ``response`` object: its ``output`` items read as if streamed,
+        then its status as the terminal event. Marks the format done."""
+        out: list[Event] = []
+        if obj.get("type") == "error" or ("error" in obj and "output" not in obj):
+            self.start()
+            out.append(error_event(obj, obj))
+        else:
+            self._response(obj)
+            self.start()
+            output = obj.get("output")
+            for index, item in enumerate(output if isinstance(output, list) else []):
+                if not isinstance(item, Mapping):
+                    continue
+                self._whole_item(index, item, out)
+            kind = obj.get("status")
+            status = kind if isinstance(kind, str) and kind else "completed"
+            name = f"response.{status}"
+            self._terminal(name if name in _TERMINAL else "response.completed",
+                           {"response": obj}, out)
+        self.done = True
+        self.done_reason = "completion"
+        return out
+
+    def _whole_item(self, index: int, item: Mapping[str, Any], out: list[Event]) -> None:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if not isinstance(part, Mapping):
+                    continue
+                if part.get("type") == "output_text":
+                    text = part.get("text")
+                    if isinstance(text, str) and text:
+                        self.add_text(text, out)
+                elif part.get("type") == "refusal":
+                    text = part.get("refusal")
+                    if isinstance(text, str) and text:
+                        self.add_refusal(text, out)
+        elif kind == "reasoning":
+            for field in ("summary", "content"):
+                for part in item.get(field) or []:
+                    text = part.get("text") if isinstance(part, Mapping) else None
+                    if isinstance(text, str) and text:
+                        self.add_reasoning(text, out)
+            out.append(ReasoningBlock(self.key, 0, index, dict(item)))
+        elif kind == "function_call":
+            self._item({"output_index": index, "item": item}, out, done=True)
+
+
+def _common(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
