@@ -51,6 +51,7 @@ from ..events import (
     ToolCallDelta,
     UsageUpdate,
 )
+from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
 
@@ -120,6 +121,10 @@ class ChatCompletionsFormat:
         "skipped",
         "strict",
     )
+
+    #: In-band keep-alives (this format has none: its keep-alives are SSE comments, which the
+    #: decoder counts). Part of the format interface the parser reads.
+    heartbeats = 0
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         self.key = key
@@ -264,7 +269,8 @@ class ChatCompletionsFormat:
                     reason = _opt_str(reason)
                     if reason:
                         st.finish = reason
-                        out.append(Finish(key, index, reason))
+                        stop = unified_stop(reason, tool_calls=bool(st.calls))
+                        out.append(Finish(key, index, reason, stop))
         usage = obj.get("usage")
         if usage and isinstance(usage, dict):
             out.append(UsageUpdate(_usage(usage)))
