@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic_core
 
@@ -120,6 +120,11 @@ class PartialJSON:
         "consumed",
     )
 
+    #: Longest unclosed nested container kept as raw text and re-tried whole (one C-level parse)
+    #: instead of stepped through. A subclass sets 0 to step through every container, so that
+    #: :meth:`open_containers` always shows the open path (structured output needs that).
+    buffer_max: ClassVar[int] = _BUFFER_MAX
+
     def __init__(self) -> None:
         #: Characters fed so far.
         self.consumed = 0
@@ -143,7 +148,7 @@ class PartialJSON:
         self.consumed += len(text)
         # Re-scanning a buffered container costs at most a few fragments' worth per fragment,
         # so buffering keeps the total linear.
-        limit = min(_BUFFER_MAX, 8 * len(text))
+        limit = min(self.buffer_max, 8 * len(text))
         if self._buffer:
             text, self._buffer = self._buffer + text, ""
         i, n = 0, len(text)
@@ -344,6 +349,40 @@ class PartialJSON:
                     copy[keys[depth]] = tail
             child = copy
         return child
+
+    # ------------------------------------------------------------------ structure (read-only)
+    # For layers that mirror the document as it grows (fluxstream.structured): cheap views of
+    # the parser's state, no copies. Treat every returned container as read-only.
+
+    @property
+    def failed(self) -> bool:
+        """A syntax error (or text after the complete document) stopped the parser."""
+        return self._state == _ERROR
+
+    @property
+    def complete(self) -> bool:
+        """The top-level value is complete (later text, if any, is ignored)."""
+        return not self._stack and self._root is not _MISSING
+
+    @property
+    def pending_token(self) -> bool:
+        """A number or literal is being read: its value is not final yet."""
+        return self._state == _TOKEN_STATE
+
+    def open_containers(self) -> tuple[list[Any], list[Any]]:
+        """The open containers, outermost first, and per container the key of its pending or
+        open child (dicts only). An open container holds every completed child, and its open
+        child container (the next entry) as its last element."""
+        return self._stack, self._keys
+
+    def open_string(self) -> str | None:
+        """The decoded text of the open string value (not a key), or ``None``."""
+        if self._state != _STRING or self._str_is_key:
+            return None
+        parts = self._str_parts
+        if len(parts) > 1:
+            parts[:] = ["".join(parts)]
+        return parts[0] if parts else ""
 
 
 def parse_partial(text: str) -> Any:
