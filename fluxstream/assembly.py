@@ -6,9 +6,15 @@ sees only :mod:`fluxstream.events`.
 
 Why it looks the way it does:
 
-* **Fragments, not ``str +=``.** Text and tool-call arguments are kept as lists of fragments
-  (folded into one string every ``_FOLD`` fragments so memory follows the size of the reply,
-  not the number of chunks) and joined only when a snapshot is taken.
+* **Fragments, not ``str +=``.** Text and tool-call arguments are kept as lists of fragments;
+  every ``_FOLD`` fragments are folded into one chunk (so memory follows the size of the reply,
+  not the number of deltas), and the chunks are joined only when a snapshot is taken. Folding
+  joins only the new fragments, never what was folded before, so it is linear in the deltas
+  (folding everything into one string every ``_FOLD`` fragments was quadratic: 4M deltas took
+  12 s, 8M 53 s).
+* **Limits.** The assembler enforces the format-neutral :class:`~fluxstream.limits.StreamLimits`
+  (choices, tool calls per choice, code points kept for the whole reply) and raises
+  :class:`~fluxstream.errors.LimitExceededError` past them.
 * **Cheap snapshots.** :meth:`ReplyAssembler.snapshot` rebuilds only the choices that changed
   since the last snapshot (``model_construct``, no re-validation) and returns the same object
   when nothing changed.
@@ -18,7 +24,15 @@ Why it looks the way it does:
 * **Outcome, never guessed.** ``done`` on the sentinel, ``finished`` when the bytes ended but
   every choice has a finish reason, ``truncated`` otherwise (including a payload cut by the
   end of the bytes), ``failed`` whenever an error payload arrived (``Reply.stream_end`` keeps
-  how the bytes ended), ``cancelled``/``failed`` for transport-driven ends.
+  how the bytes ended), ``cancelled``/``failed`` for transport-driven ends. The sentinel
+  alone is not enough: ``[DONE]`` when no choice has a finish reason (and no error arrived)
+  is ``truncated`` with reason ``"sentinel without a finish reason"`` (llama-cpp-python sends
+  exactly that when another request interrupts a stream) unless ``require_finish_reason`` is
+  off, for servers that never send finish reasons. The rule is per stream, not per choice: a
+  stream where some choices finished stays ``done``, the others keep ``finish_reason=None``.
+* **Usage.** Every usage object is kept in order (``Reply.usage_updates``, at most
+  ``_MAX_USAGE_UPDATES``: past that the last entry is replaced, so memory stays bounded when a
+  server sends usage on every chunk); ``Reply.usage`` is the last one received.
 """
 
 from __future__ import annotations
@@ -27,6 +41,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from .errors import LimitExceededError
 from .events import (
     End,
     ErrorEvent,
@@ -41,6 +56,7 @@ from .events import (
     ToolCallDone,
     UsageUpdate,
 )
+from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .partial_json import PartialJSON
 from .reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage
 
@@ -48,7 +64,12 @@ __all__ = ["ReplyAssembler"]
 
 M = TypeVar("M", bound=BaseModel)
 
-_FOLD = 256  # fragments kept before folding them into one string
+_FOLD = 256  # fragments kept before folding them into one chunk
+_MAX_USAGE_UPDATES = 64  # usage objects kept in Reply.usage_updates
+
+# Every join of kept text goes through this global, so that tests can count the characters
+# copied and hold the fold to O(n).
+_join = "".join
 
 _setattr = object.__setattr__
 
@@ -65,24 +86,35 @@ def _construct(cls: type[M], values: dict[str, Any], private: dict[str, Any] | N
 
 
 class _Text:
-    """A growing string kept as fragments; folded periodically, joined on demand."""
+    """A growing string: recent fragments, and earlier ones folded into chunks of ``_FOLD``
+    fragments each; joined on demand (and then kept as one chunk).
 
-    __slots__ = ("parts",)
+    Each character is copied once by folding, then once by every :meth:`value` that is the
+    first to see it (and once more per later :meth:`value` after new text arrived: the cost
+    of building the snapshot string itself).
+    """
+
+    __slots__ = ("chunks", "parts")
 
     def __init__(self) -> None:
+        self.chunks: list[str] = []
         self.parts: list[str] = []
 
     def add(self, text: str) -> None:
         parts = self.parts
         parts.append(text)
         if len(parts) > _FOLD:
-            self.parts = ["".join(parts)]
+            self.chunks.append(_join(parts))
+            self.parts = []
 
     def value(self) -> str:
-        parts = self.parts
-        if len(parts) > 1:
-            self.parts = parts = ["".join(parts)]
-        return parts[0] if parts else ""
+        chunks = self.chunks
+        if self.parts:
+            chunks += self.parts
+            self.parts = []
+        if len(chunks) > 1:
+            self.chunks = chunks = [_join(chunks)]
+        return chunks[0] if chunks else ""
 
 
 class _Call:
@@ -176,12 +208,28 @@ class ReplyAssembler:
     :meth:`feed` returns the events to pass on: the input, with a
     :class:`~fluxstream.events.ToolCallDone` inserted after a choice's first
     :class:`~fluxstream.events.Finish` for each of its calls.
+
+    :param require_finish_reason: the sentinel with no finish reason on any choice ends
+        ``truncated`` (see the module docstring); ``False`` for servers that never send one.
+    :param limits: :class:`~fluxstream.limits.StreamLimits` (choices, tool calls, reply size).
     """
 
-    def __init__(self, content_key: str) -> None:
+    def __init__(
+        self,
+        content_key: str,
+        *,
+        require_finish_reason: bool = True,
+        limits: StreamLimits = DEFAULT_STREAM_LIMITS,
+    ) -> None:
         self.key = content_key
+        self.require_finish_reason = require_finish_reason
+        self.limits = limits
         self._choices: dict[int, _Choice] = {}
+        # Code points of content kept (text, reasoning, refusal, arguments; all choices).
+        self._size = 0
         self.usage: Usage | None = None
+        #: Every usage object received, in order (see ``_MAX_USAGE_UPDATES``).
+        self.usage_updates: list[Usage] = []
         self.error: ErrorInfo | None = None
         self.outcome: Outcome | None = None
         self.stream_end: Outcome | None = None
@@ -206,13 +254,20 @@ class ReplyAssembler:
     def _choice(self, index: int) -> _Choice:
         st = self._choices.get(index)
         if st is None:
+            self._check_choices()
             st = self._choices[index] = _Choice(index)
         return st
+
+    def _check_choices(self) -> None:
+        limit = self.limits.max_choices
+        if len(self._choices) >= limit:
+            raise LimitExceededError("max_choices", limit, len(self._choices) + 1)
 
     def add_choices(self, indexes: list[int]) -> None:
         """Choices that appeared in the stream, with or without content."""
         for index in indexes:
             if index not in self._choices:
+                self._check_choices()
                 self._choices[index] = _Choice(index)
                 self._version += 1
 
@@ -225,12 +280,14 @@ class ReplyAssembler:
         self._version += 1
         choices = self._choices
         out: list[Event] | None = None
+        size = 0
         for position, ev in enumerate(events):
             cls = ev.__class__
             if cls is TextDelta or cls is ReasoningDelta or cls is RefusalDelta:
                 st = choices.get(ev.choice)  # type: ignore[union-attr]
                 if st is None:
                     st = self._choice(ev.choice)  # type: ignore[union-attr]
+                size += len(ev.text)  # type: ignore[union-attr]
                 if cls is TextDelta:
                     st.text.add(ev.text)  # type: ignore[union-attr]
                 elif cls is ReasoningDelta:
@@ -254,6 +311,11 @@ class ReplyAssembler:
             elif cls is UsageUpdate:
                 assert isinstance(ev, UsageUpdate)
                 self.usage = ev.usage
+                updates = self.usage_updates
+                if len(updates) < _MAX_USAGE_UPDATES:
+                    updates.append(ev.usage)
+                else:
+                    updates[-1] = ev.usage
             elif cls is ReasoningBlock:
                 assert isinstance(ev, ReasoningBlock)
                 st = choices.get(ev.choice) or self._choice(ev.choice)
@@ -267,13 +329,21 @@ class ReplyAssembler:
                 )
             if out is not None:
                 out.append(ev)
+        if size:
+            self._size += size
+        if self._size > self.limits.max_reply_chars:
+            raise LimitExceededError("max_reply_chars", self.limits.max_reply_chars, self._size)
         return events if out is None else out
 
     def _tool_delta(self, ev: ToolCallDelta) -> None:
         st = self._choices.get(ev.choice) or self._choice(ev.choice)
         call = st.calls.get(ev.call)
         if call is None:
+            limit = self.limits.max_tool_calls
+            if len(st.calls) >= limit:
+                raise LimitExceededError("max_tool_calls", limit, len(st.calls) + 1)
             call = st.calls[ev.call] = _Call(ev.call)
+        self._size += len(ev.arguments)
         if ev.id is not None and call.id is None:
             call.id = ev.id
         if ev.name is not None and call.name is None:
@@ -318,6 +388,14 @@ class ReplyAssembler:
             return []
         if sentinel:
             stream_end = Outcome.DONE
+            if (
+                reason == "sentinel"
+                and self.require_finish_reason
+                and self.error is None
+                and not any(st.finish is not None for st in self._choices.values())
+            ):
+                stream_end = Outcome.TRUNCATED
+                reason = "sentinel without a finish reason"
         elif not cut and self.all_finished:
             stream_end = Outcome.FINISHED
         else:
@@ -353,7 +431,9 @@ class ReplyAssembler:
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restarted generation: forget the content, announce it with a ``Reset``."""
         self._choices = {}
+        self._size = 0
         self.usage = None
+        self.usage_updates = []
         self.error = None
         self.outcome = self.stream_end = None
         self.end_reason = None
@@ -416,6 +496,12 @@ class ReplyAssembler:
                 choice.text or choice.reasoning or choice.refusal or choice.tool_calls
             )
         self.usage = reply.usage
+        self.usage_updates = list(reply.usage_updates[:_MAX_USAGE_UPDATES])
+        self._size = sum(
+            len(c.text) + len(c.reasoning or "") + len(c.refusal or "")
+            + sum(len(t.arguments) for t in c.tool_calls)
+            for c in reply.choices
+        )
         self.error = reply.error
         self._version += 1
 
@@ -455,6 +541,7 @@ class ReplyAssembler:
                 "model": model,
                 "choices": list(self.choices()),
                 "usage": self.usage,
+                "usage_updates": list(self.usage_updates),
                 "error": self.error,
                 "outcome": self.outcome,
                 "stream_end": self.stream_end,

@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 
 from ._http import HttpErrors
+from ._transport import make_http_client
+from .limits import StreamLimits
 from .parser import StreamParser
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -75,8 +77,13 @@ class AsyncClient:
     :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
     :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
         it is and never closed by fluxstream.
-    :param transport: ``"httpx"`` (default) or ``"aiohttp"`` (needs ``fluxstream[aiohttp]``;
-        asyncio only; several times less CPU per byte). Ignored when ``http_client`` is given.
+    :param transport: for the client fluxstream creates (ignored when ``http_client`` is
+        given): ``"auto"`` (default) uses aiohttp when the event loop is asyncio and httpx
+        elsewhere (trio) or when a proxy is set in the environment; ``"httpx"`` always httpx;
+        ``"aiohttp"`` always aiohttp (asyncio only). aiohttp costs several times less CPU per
+        delta with hundreds of concurrent streams (``benchmarks/README.md``, "Transport").
+    :param limits: the pool of the client fluxstream creates (default
+        :data:`DEFAULT_LIMITS`: 1,000 connections, all kept alive).
     :param timeout: an ``httpx.Timeout`` or seconds, for connect/write/pool and, unless
         ``idle_timeout`` is given, for the gap between reads. Not given: the injected
         ``http_client``'s own timeouts, or :data:`DEFAULT_TIMEOUT` for a client we create.
@@ -89,6 +96,11 @@ class AsyncClient:
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
     :param headers: extra headers for every request.
     :param max_event_bytes: the largest SSE event accepted (default 16 MiB).
+    :param require_finish_reason: ``[DONE]`` when no choice has a finish reason ends
+        ``truncated``; pass ``False`` for servers that never send finish reasons.
+    :param stream_limits: caps on server-controlled input
+        (:class:`~fluxstream.limits.StreamLimits`: choices, tool calls, reply size, bytes
+        without an event).
     :param retry: retries before any content (:class:`~fluxstream.retry.RetryPolicy`; pass
         ``RetryPolicy.off()`` to disable).
     :param resume: what to do when a stream drops after content arrived
@@ -101,13 +113,16 @@ class AsyncClient:
         api_key: str | None = None,
         *,
         http_client: Any = None,
-        transport: str = "httpx",
+        transport: str = "auto",
+        limits: httpx.Limits | None = None,
         timeout: httpx.Timeout | float | _Unset | None = _UNSET,
         idle_timeout: float | None = None,
         stall_timeout: float | None = None,
         finish_grace: float | None = 2.0,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        require_finish_reason: bool = True,
+        stream_limits: StreamLimits | None = None,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
     ) -> None:
@@ -129,12 +144,16 @@ class AsyncClient:
         self.stall_timeout = stall_timeout
         self.finish_grace = finish_grace
         self.max_event_bytes = max_event_bytes
+        self.require_finish_reason = require_finish_reason
+        self.stream_limits = stream_limits
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
         self._headers = {name.lower(): value for name, value in (headers or {}).items()}
         self._owns_http = http_client is None
         if http_client is None:
-            http_client = _make_http_client(transport)
+            http_client = make_http_client(
+                transport, DEFAULT_TIMEOUT, limits if limits is not None else DEFAULT_LIMITS
+            )
         self._http = http_client
         self._errors = HttpErrors.for_client(http_client)
         self.chat = Chat(self)
@@ -150,6 +169,9 @@ class AsyncClient:
 
     @property
     def http_client(self) -> Any:
+        """The caller's ``http_client``, or the one fluxstream created: with
+        ``transport="auto"`` an internal object with httpx's ``build_request``/``send``
+        convention (aiohttp on asyncio, ``httpx.AsyncClient`` elsewhere)."""
         return self._http
 
     async def __aenter__(self) -> AsyncClient:
@@ -253,7 +275,11 @@ class Chat:
         reply already in ``stream.reply``; only events after the token's are delivered."""
         if token.get("version") != RESUME_TOKEN_VERSION:
             raise ValueError(f"unsupported resume token version {token.get('version')!r}")
-        parser = StreamParser.from_token(token, max_event_bytes=self._client.max_event_bytes)
+        client = self._client
+        parser = StreamParser.from_token(
+            token, max_event_bytes=client.max_event_bytes,
+            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
+        )
         return self._open(
             dict(token["body"]),
             content_key=str(token["key"]),
@@ -291,7 +317,8 @@ class Chat:
         resuming = parser is not None
         if parser is None:
             parser = StreamParser(
-                content_key=content_key, max_event_bytes=client.max_event_bytes, strict=strict
+                content_key=content_key, max_event_bytes=client.max_event_bytes, strict=strict,
+                require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
             )
         return ReplyStream(
             spec,
@@ -350,17 +377,3 @@ def _safe_url(url: str) -> str:
     """The URL without credentials or query (either may hold a key)."""
     parsed = httpx.URL(url)
     return str(parsed.copy_with(username=None, password=None, query=None))
-
-
-def _make_http_client(transport: str) -> Any:
-    if transport == "httpx":
-        return httpx.AsyncClient(limits=DEFAULT_LIMITS, timeout=DEFAULT_TIMEOUT)
-    if transport == "aiohttp":
-        try:
-            from httpx_aiohttp import HttpxAiohttpClient
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ImportError(
-                "transport='aiohttp' needs the optional extra: pip install 'fluxstream[aiohttp]'"
-            ) from exc
-        return HttpxAiohttpClient(limits=DEFAULT_LIMITS, timeout=DEFAULT_TIMEOUT)
-    raise ValueError(f"transport must be 'httpx' or 'aiohttp', not {transport!r}")

@@ -28,6 +28,7 @@ __all__ = [
     "FluxstreamError",
     "FrameDecodeError",
     "IdleTimeoutError",
+    "LimitExceededError",
     "NotFoundError",
     "RateLimitError",
     "StallTimeoutError",
@@ -57,6 +58,25 @@ class EventTooLargeError(FluxstreamError):
         super().__init__(
             f"SSE event exceeds max_event_bytes={limit} (at least {size} bytes buffered); "
             "raise the limit if this endpoint legitimately sends events this large"
+        )
+
+
+class LimitExceededError(FluxstreamError):
+    """Server-controlled input went past one of the :class:`fluxstream.limits.StreamLimits`
+    (choices per stream, tool calls per choice, reply size, bytes without an event).
+
+    Raised by the sans-IO layers instead of letting a hostile or broken server grow memory
+    without bound; a live stream then ends ``failed`` with the partial reply kept. ``name``
+    is the limit's field name in ``StreamLimits``, so the message says what to raise.
+    """
+
+    def __init__(self, name: str, limit: int, size: int) -> None:
+        self.name = name
+        self.limit = limit
+        self.size = size
+        super().__init__(
+            f"stream exceeds {name}={limit} (reached {size}); raise it in StreamLimits "
+            "if this endpoint legitimately sends that much"
         )
 
 

@@ -26,6 +26,7 @@ from .assembly import ReplyAssembler
 from .errors import FrameDecodeError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
+from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
@@ -43,6 +44,11 @@ class StreamParser:
     :param max_event_bytes: cap on one SSE event (see :class:`~fluxstream.sse.SSEDecoder`).
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame whose
         payload is not a JSON object, instead of skipping and counting it.
+    :param require_finish_reason: the sentinel when no choice has a finish reason ends
+        ``truncated`` ("sentinel without a finish reason"); ``False`` for servers that never
+        send finish reasons (see :class:`~fluxstream.assembly.ReplyAssembler`).
+    :param limits: caps on server-controlled input (:class:`~fluxstream.limits.StreamLimits`);
+        past one, :class:`~fluxstream.errors.LimitExceededError` is raised.
     """
 
     def __init__(
@@ -52,6 +58,8 @@ class StreamParser:
         format: str = "chat_completions",
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         strict: bool = False,
+        require_finish_reason: bool = True,
+        limits: StreamLimits | None = None,
     ) -> None:
         try:
             format_cls = FORMATS[format]
@@ -62,9 +70,16 @@ class StreamParser:
         self.content_key = content_key or uuid.uuid4().hex
         self.max_event_bytes = max_event_bytes
         self.strict = strict
-        self._decoder = SSEDecoder(max_event_bytes=max_event_bytes)
+        self.require_finish_reason = require_finish_reason
+        self.limits = limits = limits or DEFAULT_STREAM_LIMITS
+        self._decoder = self._new_decoder()
         self._format = format_cls(self.content_key, strict=strict)
-        self._assembler = ReplyAssembler(self.content_key)
+        if hasattr(format_cls, "limits"):  # formats that cap their per-choice state
+            capped: Any = self._format
+            capped.limits = limits
+        self._assembler = ReplyAssembler(
+            self.content_key, require_finish_reason=require_finish_reason, limits=limits
+        )
         self._events = 0
         # Counters and SSE state of the connections before the current one.
         self._old_bytes = 0
@@ -183,7 +198,7 @@ class StreamParser:
         if not fmt.done and fmt.cut:
             # The event flushed at the end was cut short and dropped: its id must not count
             # as delivered, or a resume from this point would skip it.
-            self._decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+            self._decoder = self._new_decoder()
             self._old_bytes += decoder.bytes_fed
             self._old_comments += decoder.comments
             self._old_last_event_id = delivered_id
@@ -225,9 +240,17 @@ class StreamParser:
         self._seen_through = None
         if resume_after is not None:
             self._old_last_event_id = resume_after
-            if resume_after.isdigit():
+            # At most 18 digits: a server-sent id of thousands of digits must not make int()
+            # raise (ValueError past 4300 digits), it is simply not used for ordering.
+            if resume_after.isdigit() and len(resume_after) <= 18:
                 self._seen_through = int(resume_after)
-        self._decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+        self._decoder = self._new_decoder()
+
+    def _new_decoder(self) -> SSEDecoder:
+        return SSEDecoder(
+            max_event_bytes=self.max_event_bytes,
+            max_bytes_without_event=self.limits.max_bytes_without_event,
+        )
 
     def _drop_seen(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
         """Drop events at or before the resume point (numeric ids only; other ids cannot be
@@ -237,7 +260,7 @@ class StreamParser:
         assert limit is not None
         for position, sse in enumerate(sses):
             event_id = sse.id
-            if not event_id.isdigit() or int(event_id) > limit:
+            if not event_id.isdigit() or len(event_id) > 18 or int(event_id) > limit:
                 self._seen_through = None
                 return sses[position:]
             self._ignored_events += 1

@@ -96,13 +96,13 @@ class ToolCall(BaseModel):
     def parse_arguments(self, model: type[M] | None = None) -> Any:
         """The arguments as a JSON value, or validated against ``model``.
 
-        :raises ArgumentsError: the string is not valid JSON (``""`` included), or it does not
-            validate against ``model``.
+        :raises ArgumentsError: the string is not valid JSON (``""`` included), is nested too
+            deeply to parse (``RecursionError``), or does not validate against ``model``.
         """
         if model is None:
             try:
                 return json.loads(self.arguments)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
                 raise ArgumentsError(
                     f"arguments of tool call {self.name!r} are not valid JSON: {exc}",
                     name=self.name,
@@ -239,7 +239,12 @@ class Reply(BaseModel):
     id: str | None = None
     model: str | None = None
     choices: list[Choice] = []
+    #: The last usage object received (servers that send several, e.g. llama.cpp with
+    #: ``n=2`` one per choice, or vLLM's running totals on every chunk: see ``usage_updates``).
     usage: Usage | None = None
+    #: Every usage object received, in order (at most 64: past that the last entry is
+    #: replaced, so ``usage_updates[-1]`` is always ``usage``).
+    usage_updates: list[Usage] = []
     error: ErrorInfo | None = None
     outcome: Outcome | None = None
     stream_end: Outcome | None = None

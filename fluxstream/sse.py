@@ -22,7 +22,15 @@ Why it looks the way it does
   up and joined once, when its terminator arrives, so a multi-megabyte event delivered in 64-byte
   reads costs O(n), not O(n^2). Every event (all of its lines) and every unterminated line is
   capped by ``max_event_bytes``; past it :class:`~fluxstream.errors.EventTooLargeError` is raised
-  instead of growing without bound.
+  instead of growing without bound. Bytes consumed without dispatching any event (blank lines,
+  comments, fields without data) are capped by ``max_bytes_without_event``: gzip turns a
+  gigabyte of blank lines into a megabyte, and without the cap such a stream spins forever
+  without ever reaching ``max_event_bytes``. A read larger than ``_SLICE`` is decoded in
+  slices of that size, so the lists of lines a single huge read (decompressed output) splits
+  into stay bounded too.
+* **Hostile numbers.** ``retry`` values are clamped to ``MAX_RETRY_MS`` (about 24.8 days, the
+  largest browser timer) instead of building an int of thousands of digits, which raises
+  past 4,300 digits and overflows a float long before.
 * **Dispatch as soon as possible.** An event is returned by the very ``feed`` call that completes
   its blank line, including a blank line ended by a lone CR at the end of a read (the LF that may
   start the next read is then swallowed as the second half of a CRLF).
@@ -47,10 +55,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from typing import NamedTuple
 
-from .errors import EventTooLargeError
+from .errors import EventTooLargeError, FluxstreamError, LimitExceededError
 
 __all__ = [
+    "DEFAULT_MAX_BYTES_WITHOUT_EVENT",
     "DEFAULT_MAX_EVENT_BYTES",
+    "MAX_RETRY_MS",
     "SSEDecoder",
     "ServerSentEvent",
     "aiter_events",
@@ -58,6 +68,11 @@ __all__ = [
 ]
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BYTES_WITHOUT_EVENT = 16 * 1024 * 1024
+#: The largest ``retry`` value kept (milliseconds); larger ones are clamped to it.
+MAX_RETRY_MS = 2**31 - 1
+# Reads larger than this are decoded in slices of this size (see the module docstring).
+_SLICE = 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -91,6 +106,9 @@ class SSEDecoder:
 
     :param max_event_bytes: the most bytes one event (all its lines, comments included, counted
         with one byte per line terminator) or one unterminated line may take. Default 16 MiB.
+    :param max_bytes_without_event: the most bytes (counted the same way) consumed between two
+        dispatched events, or before the first; past it
+        :class:`~fluxstream.errors.LimitExceededError` is raised. Default 16 MiB.
     """
 
     __slots__ = (
@@ -104,6 +122,8 @@ class SSEDecoder:
         "_limit",
         "_pending",
         "_pending_len",
+        "_quiet",
+        "_quiet_limit",
         "_retry",
         "_skip_lf",
         "_slow",
@@ -115,10 +135,21 @@ class SSEDecoder:
         "reconnection_time",
     )
 
-    def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_bytes_without_event: int = DEFAULT_MAX_BYTES_WITHOUT_EVENT,
+    ) -> None:
         if max_event_bytes < 1:
             raise ValueError("max_event_bytes must be a positive number of bytes")
+        if max_bytes_without_event < 1:
+            raise ValueError("max_bytes_without_event must be a positive number of bytes")
         self._limit = max_event_bytes
+        self._quiet_limit = max_bytes_without_event
+        # Bytes of the blocks completed without dispatching an event since the last event.
+        # Reset by every dispatch (the shortcuts in feed dispatch at least one event each).
+        self._quiet = 0
         # Bytes of the current, unterminated line, as the reads that carried them. At a block
         # boundary, shortcut 4 (_id_run) may also keep up to two whole LF-ended lines of the
         # next block here, unread: _lines and close() split them off.
@@ -128,7 +159,7 @@ class SSEDecoder:
         self._bom_pending: bytes | None = b""
         # The previous read ended in CR: an LF at the start of the next read completes a CRLF.
         self._skip_lf = False
-        self._failed: EventTooLargeError | None = None
+        self._failed: FluxstreamError | None = None
         # One flag for the three rare states above (BOM undecided, CR ended the last read,
         # failed), so that the common feed pays a single attribute test for all of them.
         self._slow = True
@@ -181,6 +212,8 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[ServerSentEvent]:
         """Decode one read; return the events completed by it, in order."""
+        if len(data) > _SLICE:
+            return self._feed_slices(data)
         if self._slow:
             data = self._prelude(data)
             if not data:
@@ -221,6 +254,7 @@ class SSEDecoder:
                 if len(data) - 1 > self._limit:
                     self._fail(len(data) - 1)
                 value = data[6:-2] if data[5] == 32 else data[5:-2]
+                self._quiet = 0
                 return [
                     _new_event(
                         ServerSentEvent,
@@ -250,6 +284,7 @@ class SSEDecoder:
                             )
                         )
                     else:
+                        self._quiet = 0
                         if 10 not in tail:  # the start of the next event's data line: usual
                             self._pending = [b"data: ", tail]
                             self._pending_len = 6 + len(tail)
@@ -285,6 +320,7 @@ class SSEDecoder:
                             break
                     else:
                         self.last_event_id = self._id = id_
+                        self._quiet = 0
                         value = lines[-3]
                         return [
                             _new_event(
@@ -351,6 +387,8 @@ class SSEDecoder:
                 )
             )
         self.last_event_id = self._id = last_id
+        if events:
+            self._quiet = 0
         if not complete:
             lines = tail.split(b"\n")
             if len(lines) < 4:
@@ -418,6 +456,20 @@ class SSEDecoder:
         self._bom_pending = None
         return head[3:] if head.startswith(_BOM) else head
 
+    def _feed_slices(self, data: bytes) -> list[ServerSentEvent]:
+        """A huge read, in ``_SLICE``-sized pieces (each copied once: still linear)."""
+        events: list[ServerSentEvent] = []
+        for start in range(0, len(data), _SLICE):
+            events += self.feed(data[start : start + _SLICE])
+        return events
+
+    def _fail_quiet(self, size: int) -> None:
+        self._failed = LimitExceededError("max_bytes_without_event", self._quiet_limit, size)
+        self._slow = True
+        self._pending = []
+        self._data = []
+        raise self._failed
+
     def _fail(self, size: int) -> None:
         self._failed = EventTooLargeError(self._limit, size)
         self._slow = True
@@ -456,11 +508,13 @@ class SSEDecoder:
         last_id = self.last_event_id
         limit = self._limit
         comments = 0
+        quiet = self._quiet
         for line in lines:
             if not line:
                 # Blank line: dispatch. The last event ID is committed even without data.
                 last_id = id_
                 if data:
+                    quiet = 0
                     events.append(
                         _new_event(
                             ServerSentEvent,
@@ -475,6 +529,8 @@ class SSEDecoder:
                         )
                     )
                     data = []
+                else:
+                    quiet += size + 1
                 event_type = b""
                 retry = None
                 fields = False
@@ -510,7 +566,10 @@ class SSEDecoder:
                         id_ = value.decode("utf-8", "replace")
                 elif name == b"retry":
                     if value.isdigit():  # bytes.isdigit(): ASCII digits only; b"" is False
-                        retry = self.reconnection_time = int(value)
+                        # Clamped: thousands of digits must not reach int() (see above).
+                        retry = self.reconnection_time = (
+                            min(int(value), MAX_RETRY_MS) if len(value) <= 10 else MAX_RETRY_MS
+                        )
                 elif name == b"data":  # "data" without a colon: an empty data line
                     data.append(value)
                 # Any other field name is ignored, as the spec says.
@@ -523,6 +582,9 @@ class SSEDecoder:
         self.last_event_id = last_id
         if comments:
             self.comments += comments
+        self._quiet = quiet
+        if quiet > self._quiet_limit:
+            self._fail_quiet(quiet)
         if rest:
             self._pending = [rest]
             self._pending_len = len(rest)

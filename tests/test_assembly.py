@@ -449,7 +449,8 @@ def test_sse_error_event(data: bytes, message: str) -> None:
 
 
 def test_invalid_frame_is_skipped_and_counted_and_the_stream_goes_on() -> None:
-    body = frame(chunk(ch(content="a")), b'{"choices": [', b"[1, 2]", chunk(ch(content="b")))
+    body = frame(chunk(ch(content="a")), b'{"choices": [', b"[1, 2]",
+                 chunk(ch(content="b", finish="stop")))
     events, reply = run(body)
     skipped = [e for e in events if isinstance(e, SkippedFrame)]
     assert [s.reason.split(":")[0] for s in skipped] == ["invalid JSON", "not a JSON object"]
@@ -480,7 +481,7 @@ def test_empty_data_frames_are_not_errors() -> None:
 
 @pytest.mark.parametrize("sentinel", [b"data: [DONE]", b"data:  [DONE] ", b"data:[DONE]\r"])
 def test_sentinel_variants_and_nothing_after_it(sentinel: bytes) -> None:
-    body = frame(chunk(ch(content="a")), done=False) + sentinel + b"\n\n"
+    body = frame(chunk(ch(content="a", finish="stop")), done=False) + sentinel + b"\n\n"
     body += frame(chunk(ch(content="AFTER")), {"error": {"message": "late"}})
     parser = StreamParser()
     events = parser.feed(body)
@@ -493,7 +494,7 @@ def test_sentinel_variants_and_nothing_after_it(sentinel: bytes) -> None:
 
 
 def test_sentinel_is_never_parsed_as_json() -> None:
-    _, reply = run(frame(chunk(ch(content="a"))), strict=True)
+    _, reply = run(frame(chunk(ch(content="a", finish="stop"))), strict=True)
     assert reply.skipped_frames == 0 and reply.outcome is Outcome.DONE
 
 
@@ -530,7 +531,7 @@ def test_complete_final_event_without_blank_line_still_counts() -> None:
         b'"delta": {}, "finish_reason": "stop"}]}'
     _, reply = run(body)
     assert reply.outcome is Outcome.FINISHED and reply.choices[0].finish_reason == "stop"
-    _, reply = run(frame(chunk(ch(content="a")), done=False) + b"data: [DONE]")
+    _, reply = run(frame(chunk(ch(content="a", finish="stop")), done=False) + b"data: [DONE]")
     assert reply.outcome is Outcome.DONE
 
 
@@ -564,7 +565,7 @@ def test_close_with_a_transport_cause() -> None:
 def test_feed_sse_and_counters() -> None:
     parser = StreamParser()
     parser.feed(b": keep-alive\n\n: ping\n\n" + frame(chunk(ch(content="a")), done=False))
-    parser.feed_sse(ServerSentEvent(data=json.dumps(chunk(ch(content="b")))))
+    parser.feed_sse(ServerSentEvent(data=json.dumps(chunk(ch(content="b", finish="stop")))))
     parser.feed_sse(ServerSentEvent(data="[DONE]"))
     reply = parser.reply
     assert reply.text == "ab" and reply.outcome is Outcome.DONE
@@ -610,7 +611,7 @@ def test_new_connection_keeps_the_reply_and_offsets() -> None:
     parser.feed(b"data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"cut")
     parser.new_connection()  # the partial event of the old connection is gone
     assert parser.last_event_id == "7" and parser.reconnection_time == 1500
-    events = parser.feed(frame(chunk(ch(content="cd"))))
+    events = parser.feed(frame(chunk(ch(content="cd", finish="stop"))))
     assert [(e.offset, e.text) for e in events if isinstance(e, TextDelta)] == [(2, "cd")]
     assert parser.reply.text == "abcd" and parser.reply.outcome is Outcome.DONE
 

@@ -26,20 +26,36 @@ Rules, in short:
   serialised to compact JSON;
 * an error payload (``{"error": ...}``, ``{"object": "error", ...}`` or ``event: error``)
   becomes an :class:`~fluxstream.events.ErrorEvent`; the stream goes on to its end;
-* ``[DONE]`` (after trimming whitespace) is the sentinel, never JSON; nothing after it counts.
+* ``[DONE]`` (after trimming whitespace) is the sentinel, never JSON; nothing after it counts;
+* ``choices`` that is not a list makes the frame a skipped, counted one (strict: an error);
+* lone UTF-16 surrogate halves: servers that cut text by UTF-16 unit (Node-based ones) send a
+  pair's high half (``"\\ud83d"``) at the end of one chunk and the low half at the start of the
+  next. ``pydantic_core.from_json`` rejects such a payload, so only when it fails is the payload
+  decoded again with ``json.loads`` (which keeps lone halves; the hot path stays the fast
+  decoder). Per choice and channel (text, reasoning, refusal, each tool call's arguments) a
+  high half at the end of a fragment is held back and delivered in front of the next
+  fragment, joined with its low half into one code point (offsets count it once). A half that
+  finds no partner becomes U+FFFD; a held high half still open when its choice finishes or
+  the sentinel arrives is delivered as U+FFFD; one still open when the bytes end without the
+  sentinel is dropped (the stream is truncated anyway). Delivered text never holds a lone
+  surrogate;
+* limits (:class:`~fluxstream.limits.StreamLimits`): more distinct choices than
+  ``max_choices`` or tool calls in one choice than ``max_tool_calls`` raise
+  :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import pydantic_core
 from pydantic import ValidationError
 
-from ..errors import FrameDecodeError
+from ..errors import FrameDecodeError, LimitExceededError
 from ..events import (
     ErrorEvent,
     Event,
@@ -51,6 +67,7 @@ from ..events import (
     ToolCallDelta,
     UsageUpdate,
 )
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
@@ -59,6 +76,33 @@ __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_REPLACEMENT = "\ufffd"
+# Channels of held surrogate halves: these three, or a tool call's number (an int).
+_TEXT, _REASONING, _REFUSAL = "text", "reasoning", "refusal"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _fallback_loads(data: str) -> Any:
+    """The payload decoded by ``json.loads``, which (unlike ``from_json``) accepts lone
+    surrogate escapes; ``None`` when it fails too or when there is no escape to blame (the
+    fallback must not accept anything else the fast decoder rightly rejects: NaN, ...)."""
+    if "\\u" not in data:
+        return None
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _fix_surrogates(text: str) -> str:
+    """Join surrogate pairs into code points; every lone half becomes U+FFFD."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class _Call:
@@ -75,7 +119,7 @@ class _Call:
 class _Choice:
     """Per-choice offsets (code points delivered per channel), finish reason and calls."""
 
-    __slots__ = ("calls", "finish", "last_call", "reasoning", "refusal", "text")
+    __slots__ = ("calls", "finish", "held", "last_call", "reasoning", "refusal", "text")
 
     def __init__(self) -> None:
         self.text = 0
@@ -84,6 +128,8 @@ class _Choice:
         self.finish: str | None = None
         self.calls: dict[int, _Call] = {}
         self.last_call: int | None = None
+        # High surrogate halves held back per channel (see the module docstring).
+        self.held: dict[str | int, str] | None = None
 
 
 def _compact(value: object) -> str:
@@ -102,6 +148,7 @@ class ChatCompletionsFormat:
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
         not a JSON object, instead of skipping and counting it.
+    :param limits: caps on choices and tool calls (:class:`~fluxstream.limits.StreamLimits`).
 
     Attributes the parser reads: ``id`` and ``model`` (first non-empty values), ``done``
     (sentinel seen), ``done_reason``, ``cut`` (a payload cut by the end of the bytes was
@@ -111,11 +158,13 @@ class ChatCompletionsFormat:
 
     __slots__ = (
         "_choices",
+        "_holding",
         "cut",
         "done",
         "done_reason",
         "id",
         "key",
+        "limits",
         "model",
         "new_choices",
         "skipped",
@@ -126,9 +175,15 @@ class ChatCompletionsFormat:
     #: decoder counts). Part of the format interface the parser reads.
     heartbeats = 0
 
-    def __init__(self, key: str, *, strict: bool = False) -> None:
+    def __init__(
+        self, key: str, *, strict: bool = False, limits: StreamLimits = DEFAULT_STREAM_LIMITS
+    ) -> None:
         self.key = key
         self.strict = strict
+        self.limits = limits
+        # Surrogate halves held back over all choices and channels: while any is held, every
+        # fragment is checked (else only fragments of payloads the fast decoder rejected).
+        self._holding = 0
         self.id: str | None = None
         self.model: str | None = None
         self.done = False
@@ -141,6 +196,7 @@ class ChatCompletionsFormat:
     def reset(self) -> None:
         """Forget per-choice state (a restarted generation starts at offset 0 again)."""
         self._choices = {}
+        self._holding = 0
         self.new_choices = []
         self.done = False
         self.done_reason = None
@@ -185,22 +241,29 @@ class ChatCompletionsFormat:
             try:
                 obj = _loads(data)
             except ValueError as exc:
-                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
-            return self.feed_chunk(obj)
+                obj = _fallback_loads(data)
+                if obj.__class__ is not dict:
+                    return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+                return self._chunk(obj, True)
+            return self._chunk(obj, self._holding > 0)
         stripped = data.strip()
         if stripped == "[DONE]":
             self.done = True
             self.done_reason = "sentinel"
-            return []
+            return self._flush_all() if self._holding else []
         if not stripped:
             return []  # an empty data frame: a keep-alive, not an error
+        scan = self._holding > 0
         try:
             obj = _loads(data)
         except ValueError as exc:
-            return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            obj = _fallback_loads(data)
+            if obj is None:
+                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            scan = True
         if not isinstance(obj, dict):
             return self._bad_frame(data, "not a JSON object", False)
-        return self.feed_chunk(obj)
+        return self._chunk(obj, scan)
 
     def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
         if at_eof:
@@ -224,20 +287,28 @@ class ChatCompletionsFormat:
     # ------------------------------------------------------------------ chunks
 
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
-        """One decoded chunk (a dict, as ``json.loads`` gives it)."""
+        """One decoded chunk (a dict, as ``json.loads`` gives it: its strings may hold lone
+        surrogate halves, so every fragment is checked for them)."""
+        return self._chunk(obj, True)
+
+    def _chunk(self, obj: Mapping[str, Any], scan: bool) -> list[Event]:
+        """``scan``: fragments may hold surrogate halves (a payload the fast decoder rejected,
+        a chunk decoded elsewhere, or a half held from an earlier fragment)."""
         if self.done:
             return []
         out: list[Event] = []
         if self.id is None:
             rid = obj.get("id")
             if rid and isinstance(rid, str):
-                self.id = rid
+                self.id = _fix_surrogates(rid) if scan else rid
         if self.model is None:
             model = obj.get("model")
             if model and isinstance(model, str):
-                self.model = model
+                self.model = _fix_surrogates(model) if scan else model
         choices = obj.get("choices")
         if choices:
+            if choices.__class__ is not list:
+                return self._bad_chunk(obj, "choices is not a list")
             key = self.key
             states = self._choices
             position = 0
@@ -251,23 +322,31 @@ class ChatCompletionsFormat:
                 position += 1
                 st = states.get(index)
                 if st is None:
+                    if len(states) >= self.limits.max_choices:
+                        raise LimitExceededError(
+                            "max_choices", self.limits.max_choices, len(states) + 1
+                        )
                     st = states[index] = _Choice()
                     self.new_choices.append(index)
                 delta = choice.get("delta")
                 if delta and delta.__class__ is dict:
                     content = delta.get("content")
                     if content.__class__ is str:
+                        if scan and content:
+                            content = self._unpaired(st, _TEXT, content)
                         if content:
                             out.append(TextDelta(key, index, st.text, content))
                             st.text += len(content)
                     elif content:
-                        self._parts(content, index, st, out)
+                        self._parts(content, index, st, out, scan)
                     if len(delta) > 1 or content is None:
-                        self._other_channels(delta, index, st, out)
+                        self._other_channels(delta, index, st, out, scan)
                 reason = choice.get("finish_reason")
                 if reason is not None and reason != st.finish:
                     reason = _opt_str(reason)
                     if reason:
+                        if st.held:
+                            self._flush(index, st, out)
                         st.finish = reason
                         stop = unified_stop(reason, tool_calls=bool(st.calls))
                         out.append(Finish(key, index, reason, stop))
@@ -282,7 +361,7 @@ class ChatCompletionsFormat:
         return out
 
     def _other_channels(
-        self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event]
+        self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event], scan: bool
     ) -> None:
         """Reasoning, refusal and tool calls (skipped for the common content-only delta)."""
         key = self.key
@@ -290,17 +369,85 @@ class ChatCompletionsFormat:
         if not reasoning or reasoning.__class__ is not str:
             reasoning = delta.get("reasoning")
         if reasoning and reasoning.__class__ is str:
-            out.append(ReasoningDelta(key, index, st.reasoning, reasoning))
-            st.reasoning += len(reasoning)
+            if scan:
+                reasoning = self._unpaired(st, _REASONING, reasoning)
+            if reasoning:
+                out.append(ReasoningDelta(key, index, st.reasoning, reasoning))
+                st.reasoning += len(reasoning)
         refusal = delta.get("refusal")
         if refusal and refusal.__class__ is str:
-            out.append(RefusalDelta(key, index, st.refusal, refusal))
-            st.refusal += len(refusal)
+            if scan:
+                refusal = self._unpaired(st, _REFUSAL, refusal)
+            if refusal:
+                out.append(RefusalDelta(key, index, st.refusal, refusal))
+                st.refusal += len(refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
-            self._tool_calls(tool_calls, index, st, out)
+            self._tool_calls(tool_calls, index, st, out, scan)
 
-    def _parts(self, parts: object, index: int, st: _Choice, out: list[Event]) -> None:
+    # ------------------------------------------------------------------ surrogate halves
+
+    def _unpaired(self, st: _Choice, channel: str | int, text: str) -> str:
+        """``text`` ready to deliver on ``channel``: a high half held from the previous
+        fragment goes in front, a high half at the end is held back for the next fragment,
+        pairs are joined and any other lone half becomes U+FFFD. May return ``""``."""
+        held = st.held
+        if held:
+            before = held.pop(channel, "")
+            if before:
+                self._holding -= 1
+                text = before + text
+        last = text[-1:]
+        if "\ud800" <= last <= "\udbff":
+            if held is None:
+                held = st.held = {}
+            held[channel] = last
+            self._holding += 1
+            text = text[:-1]
+        return _fix_surrogates(text)
+
+    def _flush(self, index: int, st: _Choice, out: list[Event]) -> None:
+        """Deliver the choice's held high halves as U+FFFD (no low half will come)."""
+        held = st.held
+        assert held is not None
+        key = self.key
+        for channel in list(held):
+            del held[channel]
+            self._holding -= 1
+            if channel == _TEXT:
+                out.append(TextDelta(key, index, st.text, _REPLACEMENT))
+                st.text += 1
+            elif channel == _REASONING:
+                out.append(ReasoningDelta(key, index, st.reasoning, _REPLACEMENT))
+                st.reasoning += 1
+            elif channel == _REFUSAL:
+                out.append(RefusalDelta(key, index, st.refusal, _REPLACEMENT))
+                st.refusal += 1
+            else:
+                assert isinstance(channel, int)
+                call = st.calls[channel]
+                out.append(
+                    ToolCallDelta(key, index, channel, None, None, _REPLACEMENT, call.length)
+                )
+                call.length += 1
+
+    def _flush_all(self) -> list[Event]:
+        out: list[Event] = []
+        for index, st in self._choices.items():
+            if st.held:
+                self._flush(index, st, out)
+        return out
+
+    def _bad_chunk(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
+        try:
+            excerpt = _compact(obj)
+        except (TypeError, ValueError):
+            excerpt = repr(obj)
+        return self._bad_frame(excerpt[: _EXCERPT * 2], reason, False)
+
+    def _parts(
+        self, parts: object, index: int, st: _Choice, out: list[Event], scan: bool
+    ) -> None:
         """Mistral list content: ``text`` parts are text, ``thinking`` parts reasoning."""
         if not isinstance(parts, list):
             return
@@ -312,6 +459,10 @@ class ChatCompletionsFormat:
             if kind == "text":
                 text = part.get("text")
                 if text and isinstance(text, str):
+                    if scan:
+                        text = self._unpaired(st, _TEXT, text)
+                    if not text:
+                        continue
                     out.append(TextDelta(key, index, st.text, text))
                     st.text += len(text)
             elif kind == "thinking":
@@ -324,10 +475,16 @@ class ChatCompletionsFormat:
                     if isinstance(piece, dict) and piece.get("type", "text") == "text":
                         text = piece.get("text")
                     if text and isinstance(text, str):
+                        if scan:
+                            text = self._unpaired(st, _REASONING, text)
+                        if not text:
+                            continue
                         out.append(ReasoningDelta(key, index, st.reasoning, text))
                         st.reasoning += len(text)
 
-    def _tool_calls(self, fragments: object, index: int, st: _Choice, out: list[Event]) -> None:
+    def _tool_calls(
+        self, fragments: object, index: int, st: _Choice, out: list[Event], scan: bool
+    ) -> None:
         if not isinstance(fragments, list):
             return
         calls = st.calls
@@ -354,8 +511,16 @@ class ChatCompletionsFormat:
             call = calls.get(number)
             fresh = call is None
             if call is None:
+                if len(calls) >= self.limits.max_tool_calls:
+                    raise LimitExceededError(
+                        "max_tool_calls", self.limits.max_tool_calls, len(calls) + 1
+                    )
                 call = calls[number] = _Call()
             st.last_call = number
+            if scan:
+                args = self._unpaired(st, number, args) if args else args
+                cid = _fix_surrogates(cid) if cid else cid
+                name = _fix_surrogates(name) if name else name
             new_id = None
             if cid is not None and call.id is None:
                 call.id = new_id = cid
@@ -432,12 +597,20 @@ class ChatCompletionsFormat:
         events = self.feed_chunk(chunk)
         self.done = True
         self.done_reason = "completion"
-        return events
+        return events + self._flush_all() if self._holding else events
 
 
 def _usage(raw: dict[str, Any]) -> Usage:
+    """A validated :class:`Usage`. Fields whose values do not fit their declared type
+    (``"prompt_tokens": "x"``, a number for a details object) are dropped, so that the reply
+    serialises without warnings and validates back (resume tokens); every other field, extra
+    provider counters included, is kept. Never ``model_construct(**raw)``: a key named
+    ``cls`` or ``_fields_set`` would collide with its parameters."""
     try:
         return Usage.model_validate(raw)
-    except ValidationError:
-        # Odd types (strings for counts ...): keep what arrived rather than lose it.
-        return Usage.model_construct(**raw)
+    except ValidationError as exc:
+        bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+    try:
+        return Usage.model_validate({k: v for k, v in raw.items() if k not in bad})
+    except ValidationError:  # pragma: no cover - only the fields named above can fail
+        return Usage()
