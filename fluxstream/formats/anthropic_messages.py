@@ -45,6 +45,9 @@ _IGNORED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use", "mcp_tool_result
                              "container_upload"})
 #: Delta types that carry nothing for the reply.
 _IGNORED_DELTAS = frozenset({"citations_delta"})
+#: Thinking fragments kept per block before folding them into one string (memory follows the
+#: size of the thinking, not the number of deltas).
+_FOLD = 256
 
 
 class _Block:
@@ -231,7 +234,10 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "thinking_delta" and bkind == "thinking":
             text = delta.get("thinking")
             if text and text.__class__ is str:
-                block.parts.append(text)
+                parts = block.parts
+                parts.append(text)
+                if len(parts) > _FOLD:
+                    block.parts = ["".join(parts)]
                 self.add_reasoning(text, out)
             return out
         if kind == "signature_delta" and bkind == "thinking":

@@ -43,6 +43,8 @@ from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
 __all__ = ["ResponsesFormat"]
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+#: Argument fragments kept per call (to compare with the final value) before folding them.
+_FOLD = 256
 _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -67,7 +69,7 @@ class ResponsesFormat(JsonEventFormat):
         super().__init__(key, strict=strict)
         self._errored = False
         # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
-        self._parts: set[tuple[str, object, object]] = set()
+        self._parts: set[tuple[str, int | None, int | None]] = set()
 
     def reset(self) -> None:
         super().reset()
@@ -122,7 +124,7 @@ class ResponsesFormat(JsonEventFormat):
         text = obj.get("delta")
         if text.__class__ is not str or not text:
             return
-        self._parts.add((channel, obj.get("output_index"), obj.get(part)))
+        self._parts.add((channel, _int(obj.get("output_index")), _int(obj.get(part))))
         if channel == "text":
             self.add_text(text, out)
         elif channel == "reasoning":
@@ -139,7 +141,7 @@ class ResponsesFormat(JsonEventFormat):
         part: str = "content_index",
     ) -> None:
         """A part's final text, used only when none of it was streamed as deltas."""
-        marker = (channel, obj.get("output_index"), obj.get(part))
+        marker = (channel, _int(obj.get("output_index")), _int(obj.get(part)))
         if marker in self._parts:
             return
         text = obj.get(field)
@@ -223,8 +225,11 @@ class ResponsesFormat(JsonEventFormat):
             return
         out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
         call.length += len(text)
-        if call.fragments is not None:
-            call.fragments.append(text)
+        fragments = call.fragments
+        if fragments is not None:
+            fragments.append(text)
+            if len(fragments) > _FOLD:
+                call.fragments = ["".join(fragments)]
 
     def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         args = obj.get("arguments")

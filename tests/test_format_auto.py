@@ -1,0 +1,200 @@
+"""``format="auto"``: every recorded stream of every format (``cc-*``, ``resp-*``, ``anth-*``)
+assembles exactly when the format is recognised from the first event; the recognition rules;
+the unified finish reason of Chat Completions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixture_files import chat_streams, require
+from format_corpus import MODES, check_events_rebuild_reply, check_reply, expected, reads, run
+
+from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame
+from fluxstream.formats import FORMATS, AutoFormat, detect
+from fluxstream.parser import StreamParser, replay
+from fluxstream.reply import unified_stop
+
+FILES = chat_streams("cc-") + chat_streams("resp-") + chat_streams("anth-")
+IDS = [p.stem for p in FILES]
+NAMES = {"cc": "chat_completions", "resp": "responses", "anth": "anthropic_messages"}
+
+
+def test_every_format_is_registered() -> None:
+    assert set(FORMATS) == {"chat_completions", "responses", "anthropic_messages", "auto"}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_recorded_stream_assembles_exactly_with_auto(path: Path, mode: str) -> None:
+    body = require(path).read_bytes()
+    parser = StreamParser(format="auto")
+    for piece in reads(body, mode):
+        parser.feed(piece)
+    parser.close()
+    check_reply(parser.reply, expected(path))
+    fmt = parser._format
+    assert isinstance(fmt, AutoFormat) and fmt.name == NAMES[path.stem.split("-")[0]]
+    named = replay(reads(body, mode), format=NAMES[path.stem.split("-")[0]])
+    assert parser.reply.model_dump(exclude={"content_key"}) == named.model_dump(
+        exclude={"content_key"})
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_events_rebuild_the_reply_with_auto(path: Path) -> None:
+    events, parser = run([require(path).read_bytes()], format="auto")
+    check_events_rebuild_reply(events, parser.reply)
+
+
+@pytest.mark.parametrize(
+    ("event", "payload", "name"),
+    [
+        ("message", {"type": "message_start", "message": {}}, "anthropic_messages"),
+        ("ping", {"type": "ping"}, "anthropic_messages"),
+        ("content_block_delta", {}, "anthropic_messages"),
+        ("message", {"type": "response.created", "response": {}}, "responses"),
+        ("response.output_text.delta", {"delta": "x"}, "responses"),
+        ("message", {"id": "c", "object": "chat.completion.chunk", "choices": []},
+         "chat_completions"),
+        ("message", {"choices": [{"index": 0, "delta": {"content": "x"}}]}, "chat_completions"),
+        ("message", {"error": {"message": "boom"}}, "chat_completions"),
+        ("message", {"object": "error", "message": "boom"}, "chat_completions"),
+        ("message", {"type": "error", "error": {"message": "boom"}}, None),
+        ("error", {"error": {"message": "boom"}}, None),
+        ("message", {"type": "brand_new"}, None),
+    ],
+)
+def test_detect(event: str, payload: dict[str, Any], name: str | None) -> None:
+    assert detect(event, payload) == name
+
+
+def _sse(*payloads: dict[str, Any] | str) -> bytes:
+    return b"".join(
+        b"data: " + (p if isinstance(p, str) else json.dumps(p)).encode() + b"\n\n"
+        for p in payloads
+    )
+
+
+def test_a_leading_error_is_recorded_and_the_decision_waits() -> None:
+    events, parser = run([_sse(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        {"type": "message_start", "message": {"id": "m"}},
+        {"type": "message_stop"},
+    )], format="auto")
+    assert any(isinstance(e, ErrorEvent) for e in events)
+    reply = parser.reply
+    assert reply.error is not None and reply.error.message == "Overloaded"
+    assert reply.outcome is Outcome.FAILED and reply.stream_end is Outcome.DONE
+    assert parser._format.name == "anthropic_messages"  # type: ignore[attr-defined]
+
+
+def test_an_error_only_stream_ends_failed() -> None:
+    _, parser = run([_sse({"type": "error", "message": "nope"})], format="auto")
+    assert parser.reply.outcome is Outcome.FAILED and parser.reply.error is not None
+
+
+def test_unknown_first_payloads_are_skipped_and_counted() -> None:
+    events, parser = run([_sse({"type": "brand_new"}, "{bad",
+                               {"type": "response.created", "response": {"id": "r"}},
+                               {"type": "response.output_text.delta", "delta": "a"},
+                               {"type": "response.completed", "response": {
+                                   "status": "completed"}})], format="auto")
+    assert sum(isinstance(e, SkippedFrame) for e in events) == 2
+    assert parser.reply.skipped_frames == 2
+    assert parser.reply.text == "a" and parser.reply.outcome is Outcome.DONE
+
+
+def test_sentinel_first_is_chat_completions() -> None:
+    _, parser = run([b"data: [DONE]\n\n"], format="auto")
+    assert parser._format.name == "chat_completions"  # type: ignore[attr-defined]
+    assert parser.done
+
+
+def test_feed_chunk_recognises_decoded_events() -> None:
+    parser = StreamParser(format="auto")
+    parser.feed_chunk({"type": "message_start", "message": {"id": "m", "usage": {}}})
+    parser.feed_chunk({"type": "content_block_start", "index": 0,
+                       "content_block": {"type": "text", "text": ""}})
+    parser.feed_chunk({"type": "content_block_delta", "index": 0,
+                       "delta": {"type": "text_delta", "text": "hi"}})
+    parser.feed_chunk({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+    parser.feed_chunk({"type": "message_stop"})
+    assert parser.reply.text == "hi" and parser.reply.outcome is Outcome.DONE
+
+
+@pytest.mark.parametrize(
+    ("body", "text"),
+    [
+        ({"choices": [{"index": 0, "message": {"content": "cc"}, "finish_reason": "stop"}]},
+         "cc"),
+        ({"object": "response", "status": "completed",
+          "output": [{"type": "message", "content": [{"type": "output_text",
+                                                      "text": "resp"}]}]}, "resp"),
+        ({"type": "message", "content": [{"type": "text", "text": "anth"}],
+          "stop_reason": "end_turn"}, "anth"),
+    ],
+)
+def test_feed_completion_recognises_whole_bodies(body: dict[str, Any], text: str) -> None:
+    parser = StreamParser(format="auto")
+    parser.feed_completion(body)
+    parser.close()
+    assert parser.reply.text == text and parser.reply.outcome is Outcome.DONE
+    assert parser.reply.choices[0].stop == "stop"
+
+
+def test_resume_token_with_auto_restores_once_the_format_is_known() -> None:
+    parser = StreamParser(content_key="k", format="auto")
+    parser.feed(_sse({"type": "response.created", "response": {"id": "r"}},
+                     {"type": "response.output_text.delta", "delta": "abc"}))
+    token = {"key": "k", "reply": parser.reply.model_dump(), "offsets": parser.offsets()}
+    again = StreamParser.from_token(token, format="auto")
+    again.feed(_sse({"type": "response.output_text.delta", "delta": "de"},
+                    {"type": "response.completed", "response": {"status": "completed"}}))
+    assert again.reply.text == "abcde" and again.reply.id == "r"
+
+
+# --------------------------------------------------------------------------- unified stop
+
+
+@pytest.mark.parametrize(
+    ("raw", "calls", "stop"),
+    [("stop", False, "stop"), ("stop", True, "tool_calls"), ("length", False, "length"),
+     ("tool_calls", True, "tool_calls"), ("function_call", True, "tool_calls"),
+     ("content_filter", False, "content_filter"), ("error", False, "error"),
+     ("STOP", False, "stop"), ("MAX_TOKENS", False, "length"), ("SAFETY", False,
+                                                                "content_filter"),
+     ("abort", False, "other"), ("end_turn", False, "stop"), ("completed", True, "tool_calls"),
+     (None, False, None)],
+)
+def test_unified_stop_table(raw: str | None, calls: bool, stop: str | None) -> None:
+    assert unified_stop(raw, tool_calls=calls) == stop
+
+
+CC_STOPS = {
+    "cc-openai-py-length": "length",
+    "cc-openai-py-tool-call": "tool_calls",
+    "cc-openai-py-refusal": "stop",
+    "cc-openai-py-basic-text": "stop",
+    # Gemini says "stop" after a tool call: the raw reason stays, the unified one is tool_calls.
+    "cc-vercel-gemini-two-calls-one-chunk": "tool_calls",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CC_STOPS))
+def test_chat_completions_unified_stop(name: str) -> None:
+    path = require(chat_streams(name)[0])
+    events, parser = run([path.read_bytes()], format="chat_completions")
+    choice = parser.reply.choices[0]
+    assert choice.finish_reason == expected(path)["choices"]["0"]["finish_reason"]
+    assert choice.stop == CC_STOPS[name]
+    assert [e.stop for e in events if isinstance(e, Finish)][-1] == CC_STOPS[name]
+
+
+def test_reply_with_stop_round_trips() -> None:
+    path = require(chat_streams("anth-vercel-thinking-signature")[0])
+    reply = replay([path.read_bytes()], format="auto")
+    again = type(reply).model_validate(reply.model_dump(mode="json"))
+    assert again == reply and again.choices[0].stop == "stop"
+    assert again.choices[0].reasoning_blocks == reply.choices[0].reasoning_blocks
