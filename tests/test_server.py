@@ -164,7 +164,7 @@ def check_profile_bytes(profile: str, raw: bytes) -> None:
         assert '"arguments":{' in text
     elif profile == "reasoning":
         assert "reasoning_content" in text
-        assert text.index("reasoning_content") < text.index('"content":"Echo')
+        assert text.index("reasoning_content") < text.index('"content":"Hello')
     elif profile.startswith("error-midstream"):
         assert '{"error":{' in text
         assert text.endswith("data: [DONE]\n\n") == (profile == "error-midstream-done")
@@ -380,7 +380,8 @@ async def test_pipelined_requests_are_answered_in_order(aserver: Server) -> None
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     break
     assert received.count(b"HTTP/1.1 200 OK") == 2
-    assert received.index(b'"content":" one"') < received.index(b'"content":" two"')
+    one, two = (expected_reply(chat(p, max_tokens=3)).id.encode() for p in ("one", "two"))
+    assert received.index(one) < received.index(two)  # each reply's id names its request
     assert [r.json["messages"][1]["content"] for r in aserver.records.requests] == ["one", "two"]
     assert len({r.connection for r in aserver.records.requests}) == 1
 

@@ -46,8 +46,17 @@ def test_text_is_multibyte_and_has_default_deltas() -> None:
     assert len(choice.text_deltas) == 30
     for needle in ("é", "你好", "👋🏽", '"', "\\", "\n"):
         assert needle in choice.text
-    assert "Hello" in choice.text and "world" in choice.text
+    # a short natural answer that ends where a sentence ends, not prompt words mixed with tokens
+    assert choice.text.startswith("Hello") and choice.text.endswith(" in order.")
+    assert "Hello there" not in choice.text  # the prompt is answered, not echoed
     assert choice.finish_reason == "stop"
+
+
+def test_a_longer_reply_goes_on_and_a_shorter_one_is_cut() -> None:
+    answer = build_script(chat()).choices[0].text_deltas
+    longer = build_script(chat(max_tokens=100)).choices[0].text_deltas
+    assert longer[:30] == answer and len(longer) == 100 and "".join(longer[30:]).strip()
+    assert build_script(chat(max_tokens=9)).choices[0].text_deltas == answer[:9]
 
 
 @pytest.mark.parametrize("key", ["max_tokens", "max_completion_tokens"])

@@ -6,18 +6,20 @@ the exact expectation with :func:`expected_reply` and assert "each reply exact" 
 
 How a reply is derived (all of it is a pure function of the request JSON and the profile set):
 
-* **Text** echoes the last user message word by word, interleaved with a fixed vocabulary that
-  is rich in multi-byte characters (``é``, ``你好``, ``👋🏽``, a two-code-point emoji, a quote
-  and a backslash that JSON must escape, a newline), so UTF-8 handling is exercised on every run.
-  One token is one delta; the number of text deltas is ``max_completion_tokens`` or
-  ``max_tokens`` when given (capped at :data:`MAX_DELTAS`), else :data:`DEFAULT_DELTAS`.
+* **Text** is a short natural answer (:mod:`.content`) that is still rich in what breaks
+  clients: multi-byte characters (``é``, ``你好``, ``👋🏽``, a two-code-point emoji), a quote and
+  a backslash that JSON must escape, a newline. One token is one delta; the number of text
+  deltas is ``max_completion_tokens`` or ``max_tokens`` when given (capped at
+  :data:`MAX_DELTAS`; a longer reply goes on, a shorter one is cut as a real model's is), else
+  :data:`DEFAULT_DELTAS`, the whole answer.
 * **Reasoning** deltas (``reasoning_content``) precede the text when the ``reasoning`` profile
   is on or the request has ``reasoning_effort`` (other than ``"none"``).
 * **Tool calls**: when ``tools`` are given (and ``tool_choice`` is not ``"none"``) the reply is
   one call per tool, up to :data:`MAX_TOOL_CALLS` (one if ``parallel_tool_calls`` is false),
-  with arguments built from each tool's JSON schema; there is no text and the finish reason
+  with arguments built from each tool's JSON schema (natural sample values, see
+  :func:`.content.tool_arguments`); there is no text and the finish reason
   is ``tool_calls``. The arguments are streamed in small fragments interleaved across calls.
-* ``n`` choices each get their own text (prefixed differently) and their own finish.
+* ``n`` choices each get their own text (opening differently) and their own finish.
 * **Usage** counts words of the prompt and deltas of the reply.
 * **Continuation** (assistant-prefix completion, as DeepSeek's and Mistral's ``prefix``): when
   ``messages`` end with ``{"role": "assistant", "content": P, "prefix": true}`` (any truthy
@@ -42,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .content import reasoning_deltas, text_deltas, tool_arguments
 from .profiles import parse_profiles
 
 __all__ = [
@@ -78,22 +81,6 @@ FRAGMENT_SIZE = 7
 #: Code points of the prefix re-sent before a continuation under the ``prefix-echo`` profile.
 ECHO_OVERLAP = 12
 
-_VOCAB: tuple[str, ...] = (
-    " café",
-    " é",
-    " 你好",
-    " 👋🏽",
-    " naïve",
-    ' "quoted"',
-    " 世界",
-    " back\\slash",
-    " résumé",
-    " Ωmega",
-    ",\nnew line",
-    " 🙂",
-    " ok",
-    " ß",
-)
 #: The in-band error of the ``error-midstream`` profiles: content (it is part of what a client
 #: assembles, see :func:`expected_reply`), so it lives here and the renderer sends it.
 ERROR_PAYLOAD: dict[str, dict[str, Any]] = {
@@ -104,7 +91,6 @@ ERROR_PAYLOAD: dict[str, dict[str, Any]] = {
         "code": "internal_error",
     }
 }
-_REASONING_VOCAB: tuple[str, ...] = (" hmm", " é", " 思考", " 🤔", " so", " therefore")
 
 
 def dumps(obj: object) -> str:
@@ -244,60 +230,6 @@ def _int_param(request: Mapping[str, Any], *names: str) -> int | None:
     return None
 
 
-def _text_tokens(words: Sequence[str], count: int, choice: int) -> tuple[str, ...]:
-    first = "Echo:" if choice == 0 else f"Choice {choice}:"
-    tokens = [first]
-    word_iter = iter(words)
-    vocab_pos = choice
-    for i in range(1, count):
-        word = next(word_iter, None) if i % 2 == 0 else None
-        if word is not None:
-            tokens.append(" " + word)
-        else:
-            tokens.append(_VOCAB[vocab_pos % len(_VOCAB)])
-            vocab_pos += 1
-    return tuple(tokens[:count])
-
-
-def _reasoning_tokens(words: Sequence[str], count: int, choice: int) -> tuple[str, ...]:
-    tokens = ["Thinking" if choice == 0 else f"Thinking {choice}"]
-    for i in range(1, count):
-        if i % 3 == 0 and i // 3 - 1 < len(words):
-            tokens.append(" " + words[i // 3 - 1])
-        else:
-            tokens.append(_REASONING_VOCAB[(i + choice) % len(_REASONING_VOCAB)])
-    return tuple(tokens[:count])
-
-
-def _schema_value(name: str, schema: Any, prompt: str, call: int) -> Any:
-    kind = schema.get("type") if isinstance(schema, dict) else None
-    if isinstance(schema, dict) and isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][call % len(schema["enum"])]
-    if kind == "integer":
-        return call + 1
-    if kind == "number":
-        return call + 0.5
-    if kind == "boolean":
-        return call % 2 == 0
-    if kind == "array":
-        return ["é", "你好"]
-    if kind == "object":
-        return {"k": "v"}
-    return f"{prompt[:24]} é {name}".strip()
-
-
-def _tool_args(tool: Any, prompt: str, call: int) -> dict[str, Any]:
-    function = tool.get("function") if isinstance(tool, dict) else None
-    params = function.get("parameters") if isinstance(function, dict) else None
-    props = params.get("properties") if isinstance(params, dict) else None
-    if isinstance(props, dict) and props:
-        return {
-            name: _schema_value(name, schema, prompt, call)
-            for name, schema in list(props.items())[:4]
-        }
-    return {"input": f"{prompt[:24]} °C 👋🏽".strip(), "call": call}
-
-
 def _fragments(text: str) -> list[str]:
     return [text[i : i + FRAGMENT_SIZE] for i in range(0, len(text), FRAGMENT_SIZE)] or [""]
 
@@ -389,7 +321,6 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
     digest = request_digest(request)
     messages = request.get("messages")
     prompt = _prompt(messages if isinstance(messages, list) else [])
-    words = prompt.split()
     model = request.get("model")
     model_name = model.partition("@")[0] if isinstance(model, str) else "fluxstream"
     count = _int_param(request, "max_completion_tokens", "max_tokens")
@@ -404,7 +335,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
 
     choices: list[ChoiceScript] = []
     for c in range(n):
-        rdeltas = _reasoning_tokens(words, max(1, count // 2), c) if reasoning else ()
+        rdeltas = reasoning_deltas(max(1, count // 2), c) if reasoning else ()
         calls: tuple[ToolCallScript, ...] = ()
         if use_tools:
             assert isinstance(tools, list)
@@ -412,7 +343,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
             for k, tool in enumerate(tools[:max_calls]):
                 function = tool.get("function") if isinstance(tool, dict) else None
                 name = function.get("name") if isinstance(function, dict) else None
-                args = _tool_args(tool, prompt, k)
+                args = tool_arguments(tool, prompt, k)
                 built.append(
                     ToolCallScript(
                         index=k,
@@ -427,7 +358,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
             ChoiceScript(
                 index=c,
                 reasoning_deltas=rdeltas,
-                text_deltas=() if calls else _text_tokens(words, count, c),
+                text_deltas=() if calls else text_deltas(count, c),
                 tool_calls=calls,
                 tool_fragments=_interleave(calls),
                 finish_reason="tool_calls" if calls else "stop",
