@@ -31,6 +31,11 @@ __all__ = [
     "LimitExceededError",
     "NotFoundError",
     "RateLimitError",
+    "RelayError",
+    "RelayKeyError",
+    "RelayLeaseLostError",
+    "RelayPositionError",
+    "RelayUnavailableError",
     "StallTimeoutError",
     "StreamError",
     "StreamFailedError",
@@ -197,3 +202,32 @@ class IdleTimeoutError(StreamError):
 
 class StallTimeoutError(StreamError):
     """Bytes kept arriving (heartbeats, comments) but no content for ``stall_timeout`` seconds."""
+
+
+# --------------------------------------------------------------------------- relay
+
+
+class RelayError(FluxstreamError):
+    """A reply log (:mod:`fluxstream.relay`) could not do what was asked."""
+
+
+class RelayKeyError(RelayError, KeyError):
+    """No reply is stored under this content key (never relayed, or expired), or a producer
+    asked to record a key that another producer is still relaying."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class RelayPositionError(RelayError, ValueError):
+    """A follow position (``after=``, ``Last-Event-ID``) is malformed or past the end of the
+    stored reply."""
+
+
+class RelayUnavailableError(RelayError):
+    """The log's backend (Redis) failed or could not be reached; ``__cause__`` says why."""
+
+
+class RelayLeaseLostError(RelayError):
+    """A producer no longer holds the reply's lease (it expired and another worker took the
+    reply over): its writes are refused so the stored reply never forks."""

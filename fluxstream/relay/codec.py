@@ -1,0 +1,164 @@
+"""What a reply log stores, and how: entries, follow positions, JSON, per-frame coalescing.
+
+A relayed reply is a sequence of numbered *entries* (1, 2, ...). Each entry holds the
+normalized events of one frame (coalesced, so a fast model costs a handful of writes per
+second); the last one is *terminal*: its only event is the :class:`~fluxstream.events.End`, and
+it carries the reply's metadata and the latest resume token.
+
+A *follow position* ``"N-I"`` names event ``I`` (0-based) of entry ``N``; following ``after``
+a position yields exactly the events after it, so a follower that reconnects with the last
+position it saw never sees a piece of text twice and never misses one. ``"0-0"`` (or no
+position) means "from the start". Positions are also the ``id:`` of the relay's SSE output, so
+a browser's ``Last-Event-ID`` is one.
+
+Coalescing is local to this module: consecutive deltas of one channel whose offsets are
+contiguous are joined. (Helper h1 is extracting a shared coalescer into
+``fluxstream.coalesce``; this one can move there once it exists.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from ..errors import RelayPositionError
+from ..events import (
+    End,
+    Event,
+    Outcome,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+)
+
+__all__ = [
+    "START",
+    "Entry",
+    "Position",
+    "RelayEvent",
+    "coalesce",
+    "decode_entry",
+    "encode_entry",
+    "parse_position",
+]
+
+_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+_POSITION = re.compile(r"(\d{1,15})-(\d{1,9})")
+_MAX_POSITION_TEXT = 40
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Event ``index`` of entry ``entry``; ``(0, 0)`` is before everything."""
+
+    entry: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.entry}-{self.index}"
+
+
+#: Follow from the start.
+START = Position(0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RelayEvent:
+    """One followed event and its follow position (``str(position)`` is its SSE ``id``)."""
+
+    position: Position
+    event: Event
+
+    @property
+    def id(self) -> str:
+        return str(self.position)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stored entry: a frame's events, or (``end`` set) the terminal entry."""
+
+    number: int
+    events: tuple[Event, ...]
+    #: Terminal entries only: ``{"outcome", "reason", "reply", "token"}``.
+    end: dict[str, Any] | None = None
+    #: Set by a producer now and then: the resume token of the stream at that point.
+    token: dict[str, Any] | None = field(default=None, compare=False)
+
+
+def parse_position(value: str | Position | None) -> Position:
+    """A follow position from ``after=`` or a ``Last-Event-ID`` header (``None``: the start).
+
+    :raises RelayPositionError: not of the form ``N-I`` (digits), e.g. a foreign event id.
+    """
+    if value is None:
+        return START
+    if isinstance(value, Position):
+        return value
+    text = value.strip()
+    if not text:
+        return START
+    match = _POSITION.fullmatch(text) if len(text) <= _MAX_POSITION_TEXT else None
+    if match is None:
+        shown = text if len(text) <= _MAX_POSITION_TEXT else text[:_MAX_POSITION_TEXT] + "..."
+        raise RelayPositionError(f"not a follow position (expected N-I): {shown!r}")
+    return Position(int(match.group(1)), int(match.group(2)))
+
+
+def encode_entry(events: list[Event], end: dict[str, Any] | None = None) -> str:
+    """JSON text of one entry (events by their ``type`` discriminator)."""
+    payload = '{"e":' + _EVENTS.dump_json(events).decode()
+    if end is not None:
+        payload += ',"end":' + json.dumps(end, separators=(",", ":"))
+    return payload + "}"
+
+
+def decode_entry(number: int, data: str | bytes) -> Entry:
+    """The entry stored as ``data`` (see :func:`encode_entry`)."""
+    raw = json.loads(data)
+    events = tuple(_EVENTS.validate_python(raw["e"]))
+    end = raw.get("end")
+    return Entry(number, events, end)
+
+
+_Text = TextDelta | ReasoningDelta | RefusalDelta
+
+
+def coalesce(events: list[Event]) -> list[Event]:
+    """Join consecutive deltas of one channel with contiguous offsets (same key and choice;
+    tool-call fragments of one call that carry no id, name or replacement). Nothing is
+    reordered and no text changes, so ``buf[offset:offset+len(text)] = text`` still holds."""
+    out: list[Event] = []
+    for event in events:
+        last = out[-1] if out else None
+        kind = type(event)
+        if last is not None and type(last) is kind:
+            if kind in (TextDelta, ReasoningDelta, RefusalDelta):
+                a: Any = last
+                b: Any = event
+                if a.key == b.key and a.choice == b.choice and b.offset == a.offset + len(a.text):
+                    out[-1] = kind(a.key, a.choice, a.offset, a.text + b.text)
+                    continue
+            elif kind is ToolCallDelta:
+                t: Any = last
+                u: Any = event
+                if (
+                    t.key == u.key and t.choice == u.choice and t.call == u.call
+                    and u.id is None and u.name is None and not u.replace and not t.replace
+                    and u.offset == t.offset + len(t.arguments)
+                ):
+                    out[-1] = ToolCallDelta(
+                        t.key, t.choice, t.call, t.id, t.name, t.arguments + u.arguments, t.offset
+                    )
+                    continue
+        out.append(event)
+    return out
+
+
+def end_event(outcome: Outcome, reason: str | None) -> End:
+    return End(outcome=outcome, reason=reason)

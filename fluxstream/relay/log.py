@@ -1,0 +1,270 @@
+"""``ReplyLog``: the interface every reply log implements, and the logic they all share.
+
+A backend (memory, Redis) supplies a handful of small atomic primitives -- create, append
+under a lease, read after an entry, end a reply nobody owns, take a lease over, signal a
+cancel -- and this base class builds the public behaviour from them once: recording a
+stream (:meth:`ReplyLog.record`), following a reply (:meth:`ReplyLog.follow`), stopping it
+from anywhere (:meth:`ReplyLog.cancel`). So the two implementations cannot drift apart, and
+one test suite runs against both.
+
+The lease is what makes producer death visible: the producer refreshes it while it streams
+(every write refreshes it too); when it lapses with no terminal entry, the producer is gone.
+Every write is fenced by it -- a write from a producer that lost its lease is refused -- so a
+reply taken over by another worker never forks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..errors import RelayKeyError, RelayPositionError
+from ..events import End, Outcome
+from .codec import Entry, Position, RelayEvent, parse_position
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..stream import ReplyStream
+    from .producer import RecordedStream
+
+__all__ = ["LogState", "ReplyLog"]
+
+logger = logging.getLogger("fluxstream.relay")
+
+#: The reason of the ``truncated`` end recorded when a producer's lease lapsed.
+PRODUCER_LOST = "producer lost"
+#: The reason of the ``cancelled`` end recorded by :meth:`ReplyLog.cancel`.
+CANCELLED_BY_RELAY = "cancelled by the relay"
+
+
+@dataclass(frozen=True)
+class LogState:
+    """What a backend knows about one reply, read in one round trip."""
+
+    exists: bool
+    #: Number of the last entry (0: none yet).
+    last: int
+    ended: bool
+    lease_alive: bool
+
+
+class ReplyLog(ABC):
+    """A store of relayed replies, one per content key (see :mod:`fluxstream.relay`).
+
+    :param lease: seconds a producer's lease lasts without a refresh; a producer refreshes it
+        three times per lease, so followers learn of its death at most ``lease`` (plus one
+        poll) after it.
+    :param frame: seconds per coalesced write (one write per frame at most; the first event
+        of a reply, and the end, are written at once).
+    :param token_interval: how often (seconds) a producer stores the stream's resume token
+        for a takeover; a takeover that starts from an older token trims what is stored.
+    """
+
+    def __init__(
+        self, *, lease: float = 5.0, frame: float = 0.016, token_interval: float = 1.0
+    ) -> None:
+        if lease <= 0 or frame < 0 or token_interval <= 0:
+            raise ValueError("lease and token_interval must be positive, frame not negative")
+        self.lease = lease
+        self.frame = frame
+        self.token_interval = token_interval
+
+    # ------------------------------------------------------------------ backend primitives
+
+    @abstractmethod
+    async def _create(self, key: str, owner: str, base: dict[str, Any]) -> None:
+        """Create the reply with ``owner`` holding the lease; :class:`RelayKeyError` if the key
+        already holds a reply."""
+
+    @abstractmethod
+    async def _append(
+        self, key: str, owner: str, entry: Entry, *, token: dict[str, Any] | None, final: bool
+    ) -> bool:
+        """Append ``entry`` if ``owner`` holds the lease (refreshing it; ``final`` ends the
+        reply and drops the lease). Returns whether a cancel was requested.
+        :class:`~fluxstream.errors.RelayLeaseLostError` if the lease is not ``owner``'s."""
+
+    @abstractmethod
+    async def _refresh(self, key: str, owner: str) -> bool:
+        """Refresh ``owner``'s lease; returns whether a cancel was requested."""
+
+    @abstractmethod
+    async def _release(self, key: str, owner: str) -> None:
+        """Drop ``owner``'s lease without ending the reply (another worker may take over)."""
+
+    @abstractmethod
+    async def _read(self, key: str, after: int, timeout: float) -> list[Entry]:
+        """Entries numbered above ``after``, waiting up to ``timeout`` for one."""
+
+    @abstractmethod
+    async def _state(self, key: str) -> LogState:
+        """The reply's :class:`LogState`."""
+
+    @abstractmethod
+    async def _meta(self, key: str) -> dict[str, Any]:
+        """``{"base": ..., "token": ...}``: the resume-token base and the latest token."""
+
+    @abstractmethod
+    async def _end_unowned(self, key: str, entry_events: list[Any], end: dict[str, Any]) -> bool:
+        """Append a terminal entry if nobody holds the lease and the reply has not ended."""
+
+    @abstractmethod
+    async def _acquire(self, key: str, owner: str) -> int | None:
+        """Take the lease of an unended reply whose lease lapsed: the last entry number, or
+        ``None`` if it is held or the reply ended."""
+
+    @abstractmethod
+    async def _request_cancel(self, key: str) -> None:
+        """Mark the reply cancelled and tell its producer, wherever it runs."""
+
+    @abstractmethod
+    async def _watch_cancel(
+        self, key: str, callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``callback`` (synchronously, once) when a cancel of ``key`` is requested;
+        returns a function that stops watching."""
+
+    async def aclose(self) -> None:
+        """Release the backend's resources (connections, listener tasks)."""
+
+    # ------------------------------------------------------------------ producing
+
+    def record(self, stream: ReplyStream, *, key: str | None = None) -> RecordedStream:
+        """Wrap ``stream`` so that every event it delivers is recorded under ``key`` (default:
+        the stream's content key). Use the result exactly like the stream::
+
+            async with log.record(client.chat.stream(...)) as stream:
+                async for event in stream: ...
+
+        Writes happen in a background task (the consumer never waits for the log), at most
+        one per :attr:`frame`; the lease is refreshed, a cancel from any worker calls
+        ``stream.cancel()``, and the outcome is recorded when the stream ends. A failing log
+        is reported (``recorded.log_error``, a warning) and never breaks the stream.
+        """
+        from .producer import RecordedStream
+
+        return RecordedStream(stream, self, key=key)
+
+    # ------------------------------------------------------------------ following
+
+    async def follow(
+        self,
+        key: str,
+        *,
+        after: str | Position | None = None,
+        last_event_id: str | None = None,
+        takeover: Any = None,
+    ) -> AsyncIterator[RelayEvent]:
+        """The reply's events after ``after`` (or ``last_event_id``, e.g. a reconnecting
+        ``EventSource``'s header), then the live ones, ending with its ``End``.
+
+        :param takeover: an :class:`~fluxstream.AsyncClient`; if the producer dies, this
+            follower resumes the upstream from the stored resume token and goes on recording
+            under the same key (other followers simply keep following). Without it, the
+            reply ends ``truncated`` with reason ``producer lost``.
+        :raises RelayKeyError: nothing is stored under ``key``.
+        :raises RelayPositionError: the position is malformed or past the end.
+        :raises RelayUnavailableError: the backend failed.
+        """
+        position = parse_position(after if after is not None else last_event_id)
+        state = await self._state(key)
+        if not state.exists:
+            raise RelayKeyError(f"no reply is stored under key {key!r}")
+        if position.entry > state.last:
+            raise RelayPositionError(f"position {position} is past the end of {key!r}")
+        poll = min(1.0, self.lease / 4)
+        cursor = max(0, position.entry - 1)
+        took_over: Callable[[], None] | None = None
+        finished = False
+        try:
+            while True:
+                entries = await self._read(key, cursor, poll)
+                for entry in entries:
+                    if entry.number == position.entry and position.index >= len(entry.events):
+                        raise RelayPositionError(f"position {position} is past the end of {key!r}")
+                    for index, event in enumerate(entry.events):
+                        here = Position(entry.number, index)
+                        if here > position:
+                            yield RelayEvent(here, event)
+                    cursor = entry.number
+                    if entry.end is not None:
+                        finished = True
+                        return
+                if entries:
+                    continue
+                state = await self._state(key)
+                if not state.exists:
+                    raise RelayKeyError(f"the reply under key {key!r} expired while followed")
+                if state.ended or state.lease_alive or state.last > cursor:
+                    continue
+                if takeover is not None and took_over is None:
+                    from .takeover import take_over
+
+                    took_over = await take_over(self, key, takeover)
+                    if took_over is not None:
+                        continue
+                await self._end_unowned(
+                    key, [End(Outcome.TRUNCATED, PRODUCER_LOST)], _end_record(
+                        Outcome.TRUNCATED, PRODUCER_LOST, None, None
+                    )
+                )
+        finally:
+            if took_over is not None and not finished:
+                took_over()
+
+    # ------------------------------------------------------------------ stopping
+
+    async def cancel(self, key: str, *, wait: float = 2.0) -> Outcome | None:
+        """Stop the reply from any worker: its producer cancels the upstream (the model stops
+        generating) and records ``cancelled``, which ends every follower. The stored events
+        stay: the reply can still be followed from the start. With no live producer, the end
+        is recorded here. Returns the recorded outcome (``None`` if none within ``wait``
+        seconds); a reply that had already ended keeps its outcome.
+
+        :raises RelayKeyError: nothing is stored under ``key``.
+        """
+        state = await self._state(key)
+        if not state.exists:
+            raise RelayKeyError(f"no reply is stored under key {key!r}")
+        if not state.ended:
+            await self._request_cancel(key)
+        deadline = time.monotonic() + wait
+        while True:
+            state = await self._state(key)
+            if state.ended:
+                return await self._outcome(key)
+            if not state.lease_alive:
+                await self._end_unowned(
+                    key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
+                    _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
+                )
+                continue
+            if time.monotonic() >= deadline:
+                return None
+            await anyio.sleep(0.005)
+
+    async def _outcome(self, key: str) -> Outcome | None:
+        """The outcome of the terminal entry (reads the reply's tail)."""
+        state = await self._state(key)
+        entries = await self._read(key, max(0, state.last - 1), 0)
+        for entry in entries:
+            if entry.end is not None:
+                return Outcome(entry.end["outcome"])
+        return None
+
+    @staticmethod
+    def _new_owner() -> str:
+        return uuid.uuid4().hex
+
+
+def _end_record(
+    outcome: Outcome, reason: str | None, reply: dict[str, Any] | None, token: Any
+) -> dict[str, Any]:
+    """What a terminal entry carries besides the ``End`` event."""
+    return {"outcome": outcome.value, "reason": reason, "reply": reply, "token": token}

@@ -1,0 +1,209 @@
+"""``MemoryReplyLog``: the default reply log, in the process's memory, with no server at all.
+
+It relays a reply to any number of followers in the same process (tasks of one web worker,
+say), with the same positions, cancel and lease semantics as the Redis log, on asyncio and
+trio alike (only :mod:`anyio` primitives). It does not survive the process: that is what
+:class:`~fluxstream.relay.RedisReplyLog` is for.
+
+Memory is bounded: an ended reply is forgotten ``ttl`` seconds after its end, and at most
+``max_replies`` are kept (the oldest ended ones go first).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..errors import RelayKeyError, RelayLeaseLostError
+from ..events import Event
+from .codec import Entry
+from .log import LogState, ReplyLog
+
+__all__ = ["MemoryReplyLog"]
+
+
+@dataclass
+class _Reply:
+    base: dict[str, Any]
+    entries: list[Entry] = field(default_factory=list)
+    token: dict[str, Any] | None = None
+    owner: str | None = None
+    lease_until: float = 0.0
+    ended_at: float | None = None
+    cancel_requested: bool = False
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    watchers: list[Callable[[], None]] = field(default_factory=list)
+
+    def lease_alive(self, now: float) -> bool:
+        return self.owner is not None and now < self.lease_until
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+class MemoryReplyLog(ReplyLog):
+    """An in-process :class:`~fluxstream.relay.ReplyLog` (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        ttl: float = 3600.0,
+        max_replies: int = 10_000,
+        lease: float = 5.0,
+        frame: float = 0.016,
+        token_interval: float = 1.0,
+    ) -> None:
+        super().__init__(lease=lease, frame=frame, token_interval=token_interval)
+        self.ttl = ttl
+        self.max_replies = max_replies
+        self._replies: dict[str, _Reply] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryReplyLog replies={len(self._replies)}>"
+
+    def _get(self, key: str) -> _Reply | None:
+        reply = self._replies.get(key)
+        if reply is not None and reply.ended_at is not None:
+            if time.monotonic() - reply.ended_at > self.ttl:
+                del self._replies[key]
+                return None
+        return reply
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        for key, reply in list(self._replies.items()):
+            if reply.ended_at is not None and now - reply.ended_at > self.ttl:
+                del self._replies[key]
+        if len(self._replies) < self.max_replies:
+            return
+        ended = sorted(
+            (r.ended_at, k) for k, r in self._replies.items() if r.ended_at is not None
+        )
+        for _, key in ended[: len(self._replies) - self.max_replies + 1]:
+            del self._replies[key]
+
+    def _owned(self, key: str, owner: str) -> _Reply:
+        reply = self._get(key)
+        if reply is None or reply.owner != owner or not reply.lease_alive(time.monotonic()):
+            raise RelayLeaseLostError(f"the lease of {key!r} is no longer this producer's")
+        return reply
+
+    # ------------------------------------------------------------------ primitives
+
+    async def _create(self, key: str, owner: str, base: dict[str, Any]) -> None:
+        if self._get(key) is not None:
+            raise RelayKeyError(f"a reply is already stored under key {key!r}")
+        self._evict()
+        self._replies[key] = _Reply(
+            base=base, owner=owner, lease_until=time.monotonic() + self.lease
+        )
+
+    async def _append(
+        self, key: str, owner: str, entry: Entry, *, token: dict[str, Any] | None, final: bool
+    ) -> bool:
+        reply = self._owned(key, owner)
+        reply.entries.append(entry)
+        if token is not None:
+            reply.token = token
+        if final:
+            reply.owner = None
+            reply.ended_at = time.monotonic()
+        else:
+            reply.lease_until = time.monotonic() + self.lease
+        reply.notify()
+        return reply.cancel_requested
+
+    async def _refresh(self, key: str, owner: str) -> bool:
+        reply = self._owned(key, owner)
+        reply.lease_until = time.monotonic() + self.lease
+        return reply.cancel_requested
+
+    async def _release(self, key: str, owner: str) -> None:
+        reply = self._get(key)
+        if reply is not None and reply.owner == owner:
+            reply.owner = None
+            reply.notify()
+
+    async def _read(self, key: str, after: int, timeout: float) -> list[Entry]:
+        reply = self._get(key)
+        if reply is None:
+            return []
+        if len(reply.entries) <= after and timeout > 0:
+            with anyio.move_on_after(timeout):
+                await reply.changed.wait()
+        return reply.entries[after:]
+
+    async def _state(self, key: str) -> LogState:
+        reply = self._get(key)
+        if reply is None:
+            return LogState(exists=False, last=0, ended=False, lease_alive=False)
+        return LogState(
+            exists=True,
+            last=len(reply.entries),
+            ended=reply.ended_at is not None,
+            lease_alive=reply.lease_alive(time.monotonic()),
+        )
+
+    async def _meta(self, key: str) -> dict[str, Any]:
+        reply = self._get(key)
+        if reply is None:
+            return {}
+        return {"base": reply.base, "token": reply.token}
+
+    async def _end_unowned(
+        self, key: str, entry_events: list[Event], end: dict[str, Any]
+    ) -> bool:
+        reply = self._get(key)
+        if reply is None or reply.ended_at is not None:
+            return False
+        if reply.lease_alive(time.monotonic()):
+            return False
+        reply.owner = None
+        reply.entries.append(Entry(len(reply.entries) + 1, tuple(entry_events), end))
+        reply.ended_at = time.monotonic()
+        reply.notify()
+        return True
+
+    async def _acquire(self, key: str, owner: str) -> int | None:
+        reply = self._get(key)
+        if reply is None or reply.ended_at is not None:
+            return None
+        now = time.monotonic()
+        if reply.lease_alive(now):
+            return None
+        reply.owner = owner
+        reply.lease_until = now + self.lease
+        return len(reply.entries)
+
+    async def _request_cancel(self, key: str) -> None:
+        reply = self._get(key)
+        if reply is None or reply.ended_at is not None:
+            return
+        reply.cancel_requested = True
+        watchers, reply.watchers = reply.watchers, []
+        for callback in watchers:
+            callback()
+
+    async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        reply = self._get(key)
+        if reply is None:
+            return _nothing
+        if reply.cancel_requested:
+            callback()
+            return _nothing
+        reply.watchers.append(callback)
+
+        def stop() -> None:
+            if callback in reply.watchers:
+                reply.watchers.remove(callback)
+
+        return stop
+
+
+def _nothing() -> None:
+    return None

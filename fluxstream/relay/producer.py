@@ -1,0 +1,304 @@
+"""The producer side: a stream whose delivered events are recorded into a reply log.
+
+:class:`RecordedStream` wraps a :class:`~fluxstream.stream.ReplyStream` and is used exactly
+like it. The consumer's path only appends to a list: a background writer task (owned by the
+wrapper, see :mod:`fluxstream._tasks`) coalesces what arrived into one entry per frame and
+writes it, refreshes the lease when there is nothing to write, and -- through the log's cancel
+watch or the flag every write returns -- calls ``stream.cancel()`` when any worker asks the
+reply to stop. So a slow or dead log never slows or breaks the stream that feeds it: a failed
+write is reported once (``log_error`` and a warning) and recording stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._tasks import spawn
+from ..errors import RelayLeaseLostError
+from ..events import End, Event, Outcome
+from .codec import Entry, coalesce
+from .log import _end_record
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..reply import Reply
+    from ..stream import ReplyStream
+    from .log import ReplyLog
+
+__all__ = ["RecordedStream", "produce"]
+
+logger = logging.getLogger("fluxstream.relay")
+
+#: How long closing a recorded stream waits for its last writes (the terminal entry).
+_CLOSE_WAIT = 5.0
+
+
+class RecordedStream:
+    """A :class:`~fluxstream.stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
+    consumed (see :meth:`ReplyLog.record`)."""
+
+    def __init__(
+        self,
+        stream: ReplyStream,
+        log: ReplyLog,
+        *,
+        key: str | None = None,
+        owner: str | None = None,
+        first_entry: int = 0,
+        transform: Callable[[Event], list[Event]] | None = None,
+        prefill: list[Event] | None = None,
+        release_on_cancel: bool = False,
+    ) -> None:
+        self._stream = stream
+        self._log = log
+        self.key = key if key is not None else stream.content_key
+        # owner given: the lease is already held (a takeover), so nothing is created.
+        self._owner = owner if owner is not None else log._new_owner()
+        self._created = owner is not None
+        self._number = first_entry
+        self._transform = transform
+        self._pending: list[Event] = list(prefill or [])
+        self._release_on_cancel = release_on_cancel
+        self._end: End | None = None
+        self._started = False
+        self._closing = False
+        self._wake = anyio.Event()
+        self._done = anyio.Event()
+        self._stop_writer: Callable[[], None] | None = None
+        self._stop_watch: Callable[[], None] | None = None
+        self._last_token = 0.0
+        #: The first error of the log (recording stopped then); the stream goes on regardless.
+        self.log_error: BaseException | None = None
+        #: Entries written (terminal included).
+        self.writes = 0
+
+    def __repr__(self) -> str:
+        return f"<RecordedStream key={self.key!r} writes={self.writes}>"
+
+    # ------------------------------------------------------------------ the stream's API
+
+    @property
+    def stream(self) -> ReplyStream:
+        return self._stream
+
+    @property
+    def reply(self) -> Reply:
+        return self._stream.reply
+
+    @property
+    def content_key(self) -> str:
+        return self._stream.content_key
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return self._stream.outcome
+
+    @property
+    def stats(self) -> Any:
+        return self._stream.stats
+
+    def resume_token(self) -> dict[str, Any]:
+        return self._stream.resume_token()
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+    async def __aenter__(self) -> RecordedStream:
+        await self._start()
+        try:
+            await self._stream.__aenter__()
+        except BaseException:
+            await self._finish()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._stream.__aexit__(exc_type, exc, tb)
+        finally:
+            await self._finish()
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            await self._finish()
+
+    def __aiter__(self) -> RecordedStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if not self._started:
+            await self._start()
+        try:
+            event = await self._stream.__anext__()
+        except StopAsyncIteration:
+            await self._finish()
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._finish()
+            raise
+        self._add(event)
+        return event
+
+    async def text(self) -> AsyncIterator[str]:
+        """The reply's text (choice 0), recorded on the way."""
+        async for event in self:
+            if getattr(event, "type", None) == "text" and getattr(event, "choice", -1) == 0:
+                yield event.text  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ recording
+
+    async def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if not self._created:
+            try:
+                base = self._stream.resume_token()
+                base.pop("reply", None)
+                await self._log._create(self.key, self._owner, base)
+            except Exception as exc:
+                self._broken(exc)
+                return
+            self._created = True
+        try:
+            self._stop_watch = await self._log._watch_cancel(self.key, self._cancel_requested)
+        except Exception as exc:
+            self._broken(exc)
+            return
+        self._stop_writer = spawn(self._writer)
+
+    def _cancel_requested(self) -> None:
+        logger.info("relay: cancel requested for %r", self.key)
+        self._stream.cancel()
+
+    def _add(self, event: Event) -> None:
+        if self.log_error is not None or self._end is not None:
+            return
+        events = [event] if self._transform is None else self._transform(event)
+        for item in events:
+            if type(item) is End:
+                self._end = item
+            else:
+                self._pending.append(item)
+        self._wake.set()
+
+    async def _finish(self) -> None:
+        """The stream ended (or was closed): write what is left and the terminal entry."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._end is None and self.log_error is None:
+            outcome = self._stream.outcome or Outcome.CANCELLED
+            self._end = End(outcome, self._stream.reply.end_reason)
+        self._wake.set()
+        if self._stop_writer is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT):
+                await self._done.wait()
+            self._stop_writer()
+        if self._stop_watch is not None:
+            self._stop_watch()
+
+    def _broken(self, exc: BaseException) -> None:
+        if self.log_error is None:
+            self.log_error = exc
+            logger.warning(
+                "relay: recording %r stopped, the stream goes on: %s: %s",
+                self.key, type(exc).__name__, exc,
+            )
+        self._wake.set()
+
+    async def _writer(self) -> None:
+        """Background task: one write per frame at most, lease refreshes in between."""
+        log = self._log
+        refresh_every = log.lease / 3
+        last_write = 0.0
+        last_io = time.monotonic()
+        try:
+            while self.log_error is None:
+                if not self._pending and self._end is None:
+                    idle = last_io + refresh_every - time.monotonic()
+                    with anyio.move_on_after(max(0.0, idle)):
+                        await self._wake.wait()
+                if self._pending and self._end is None:
+                    wait = last_write + log.frame - time.monotonic()
+                    if wait > 0:
+                        await anyio.sleep(wait)  # let the frame fill up
+                # No await between these lines: an event added later sets the new wake-up.
+                self._wake = anyio.Event()
+                events, self._pending = self._pending, []
+                end = self._end
+                if end is not None and end.outcome is Outcome.CANCELLED and (
+                    self._release_on_cancel
+                ):
+                    if events:
+                        await self._write(events, final=False)
+                    await log._release(self.key, self._owner)
+                    return
+                cancel = False
+                if events:
+                    cancel = await self._write(events, final=False)
+                    last_write = last_io = time.monotonic()
+                if end is not None:
+                    await self._write([end], final=True)
+                    return
+                if not events and time.monotonic() - last_io >= refresh_every:
+                    cancel = await log._refresh(self.key, self._owner)
+                    last_io = time.monotonic()
+                if cancel:
+                    self._stream.cancel()
+        except RelayLeaseLostError as exc:
+            self._broken(exc)
+            if self._release_on_cancel:  # a takeover that lost the reply to another worker
+                self._stream.cancel()
+        except Exception as exc:
+            self._broken(exc)
+        finally:
+            self._done.set()
+
+    async def _write(self, events: list[Event], *, final: bool) -> bool:
+        self._number += 1
+        token: dict[str, Any] | None = None
+        end: dict[str, Any] | None = None
+        now = time.monotonic()
+        if final:
+            token = self._stream.resume_token()
+            reply = token.get("reply") or {}
+            end_event = events[0]
+            assert type(end_event) is End
+            metadata = {
+                name: reply.get(name)
+                for name in ("id", "model", "usage", "outcome", "stream_end", "end_reason")
+            }
+            metadata["finish_reasons"] = [c.get("finish_reason") for c in reply.get("choices", [])]
+            end = _end_record(end_event.outcome, end_event.reason, metadata, token)
+        elif self._last_token == 0.0 or now - self._last_token >= self._log.token_interval:
+            token = self._stream.resume_token()
+            self._last_token = now
+        entry = Entry(self._number, tuple(coalesce(events)), end)
+        cancel = await self._log._append(
+            self.key, self._owner, entry, token=None if final else token, final=final
+        )
+        self.writes += 1
+        return cancel
+
+
+async def produce(stream: ReplyStream, log: ReplyLog, *, key: str | None = None) -> Reply:
+    """Drive ``stream`` to its end, recording it into ``log``; returns the reply. For a worker
+    that relays a reply it does not show itself (followers read it from the log)."""
+    async with log.record(stream, key=key) as recorded:
+        async for _ in recorded:
+            pass
+    return recorded.reply

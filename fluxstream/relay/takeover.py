@@ -1,0 +1,175 @@
+"""Taking over a reply whose producer died: resume the upstream, append to the same key.
+
+The stored resume token is written now and then, not with every entry (it holds the whole
+partial reply), so it may be *behind* the stored events or, since a stream parses a whole
+read before its events are consumed, *ahead* of them. Both are made exact with offsets: what
+the token holds beyond the stored events is appended first (the gap), and resumed events that
+repeat stored text are trimmed to the part not stored yet. So followers see every code point
+once, whichever worker produced it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .._tasks import spawn
+from ..events import (
+    Event,
+    Finish,
+    ReasoningDelta,
+    RefusalDelta,
+    Reset,
+    TextDelta,
+    ToolCallDelta,
+)
+from .codec import Entry
+from .producer import RecordedStream
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .log import ReplyLog
+
+__all__ = ["StoredReply", "take_over"]
+
+logger = logging.getLogger("fluxstream.relay")
+
+_CHANNELS: dict[str, type[TextDelta] | type[ReasoningDelta] | type[RefusalDelta]] = {
+    "text": TextDelta,
+    "reasoning": ReasoningDelta,
+    "refusal": RefusalDelta,
+}
+
+
+class StoredReply:
+    """How far each channel of a stored reply got (code points), to trim and to fill gaps."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.lengths: dict[tuple[int, str], int] = {}
+        self.calls: dict[tuple[int, int], int] = {}
+        self.named: set[tuple[int, int]] = set()
+        self.finishes: dict[int, str] = {}
+
+    @classmethod
+    def from_entries(cls, key: str, entries: list[Entry]) -> StoredReply:
+        stored = cls(key)
+        for entry in entries:
+            for event in entry.events:
+                stored.filter(event)
+        return stored
+
+    def filter(self, event: Event) -> list[Event]:
+        """``event`` without what is stored already (``[]`` if all of it is)."""
+        kind = type(event)
+        if kind in (TextDelta, ReasoningDelta, RefusalDelta):
+            delta: Any = event
+            slot = (delta.choice, delta.type)
+            have = self.lengths.get(slot, 0)
+            end = delta.offset + len(delta.text)
+            if end <= have:
+                return []
+            self.lengths[slot] = end
+            if delta.offset < have:
+                return [kind(delta.key, delta.choice, have, delta.text[have - delta.offset :])]
+            return [event]
+        if kind is ToolCallDelta:
+            call: Any = event
+            slot = (call.choice, call.call)
+            have = self.calls.get(slot, 0)
+            end = call.offset + len(call.arguments)
+            if call.id is not None or call.name is not None:
+                self.named.add(slot)
+            if call.replace:
+                self.calls[slot] = end
+                return [event]
+            if end <= have and call.id is None and call.name is None:
+                return []
+            self.calls[slot] = max(have, end)
+            if call.offset < have:
+                cut = call.arguments[have - call.offset :]
+                return [ToolCallDelta(call.key, call.choice, call.call, call.id, call.name,
+                                      cut, have)]
+            return [event]
+        if kind is Finish:
+            finish: Any = event
+            if self.finishes.get(finish.choice) == finish.reason:
+                return []
+            self.finishes[finish.choice] = finish.reason
+            return [event]
+        if kind is Reset:
+            self.lengths.clear()
+            self.calls.clear()
+            self.named.clear()
+            self.finishes.clear()
+        return [event]
+
+    def gaps(self, reply: dict[str, Any]) -> list[Event]:
+        """Events for what the token's ``reply`` holds beyond the stored events."""
+        out: list[Event] = []
+        for choice in reply.get("choices") or []:
+            index = int(choice.get("index", 0))
+            for channel in ("reasoning", "text", "refusal"):
+                text = choice.get(channel) or ""
+                have = self.lengths.get((index, channel), 0)
+                if len(text) > have:
+                    out += self.filter(_CHANNELS[channel](self.key, index, have, text[have:]))
+            for call in choice.get("tool_calls") or []:
+                number = int(call.get("index", 0))
+                slot = (index, number)
+                args = call.get("arguments") or ""
+                have = self.calls.get(slot, 0)
+                fresh = slot not in self.named
+                if len(args) > have or fresh:
+                    out += self.filter(ToolCallDelta(
+                        self.key, index, number,
+                        call.get("id") if fresh else None,
+                        call.get("name") if fresh else None,
+                        args[have:], have,
+                    ))
+            reason = choice.get("finish_reason")
+            if reason and self.finishes.get(index) != reason:
+                out += self.filter(Finish(self.key, index, reason))
+        return out
+
+
+async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] | None:
+    """Take the lease of ``key`` (its producer's lapsed) and resume the upstream with
+    ``client`` in a background task that records into ``log``; returns the function that
+    stops it, or ``None`` if another worker holds the lease (or the reply ended)."""
+    owner = log._new_owner()
+    last = await log._acquire(key, owner)
+    if last is None:
+        return None
+    try:
+        meta = await log._meta(key)
+        entries = await log._read(key, 0, 0)
+        stored = StoredReply.from_entries(key, entries)
+        token = meta.get("token")
+        if token:
+            prefill = stored.gaps(token.get("reply") or {})
+            stream = client.chat.resume(token)
+        else:  # nothing was stored yet: the request is simply sent again
+            base = dict(meta.get("base") or {})
+            body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
+            prefill = []
+            stream = client.chat.stream(content_key=key, include_usage=False, **body)
+    except BaseException:
+        await log._release(key, owner)
+        raise
+    logger.warning("relay: producer of %r lost; taking over after entry %d", key, last)
+    recorded = RecordedStream(
+        stream, log, key=key, owner=owner, first_entry=last,
+        transform=stored.filter, prefill=prefill, release_on_cancel=True,
+    )
+
+    async def run() -> None:
+        try:
+            async with recorded:
+                async for _ in recorded:
+                    if recorded.log_error is not None:
+                        break
+        except Exception as exc:  # the task must never raise; followers see the lease lapse
+            logger.warning("relay: takeover of %r failed: %s: %s", key, type(exc).__name__, exc)
+
+    return spawn(run)
