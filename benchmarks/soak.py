@@ -1,0 +1,604 @@
+"""Soak: many streams with random faults and cancellations; resources must stay flat.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/soak.py                     # 1,000 streams per run, all runs
+    .venv/bin/python benchmarks/soak.py --streams 200       # a shorter soak
+    .venv/bin/python benchmarks/soak.py --runs trio-httpx --json soak.json
+
+Method (see benchmarks/README.md, "Soak"):
+
+* One embedded server (``python -m fluxstream serve``) in its own process on 127.0.0.1, shared
+  by every run; each run (``asyncio-httpx``, ``trio-httpx``, ``asyncio-aiohttp``) is a fresh
+  child process of this script, so its RSS is its own.
+* ``--concurrency`` workers share one ``AsyncClient`` whose HTTP pool holds exactly that many
+  connections (``max_connections`` = concurrency, ``pool`` timeout 10 s): a stream that never
+  gives its connection back shows up as a ``PoolTimeout`` (a failed stream) within a few
+  streams, not as a slow creep.
+* Every stream draws, from a seeded RNG: a reading pattern (``async for`` over events,
+  ``text(coalesce=...)``, ``complete()``, or ``text(coalesce=...)`` without ``async with``
+  then ``aclose()``), a fault (none, drops mid-body or mid-event with FIN or RST -- some only on
+  the first attempt so a ``Last-Event-ID`` resume finishes the reply --, one-byte writes,
+  drip, a stall with heartbeats, an oversized event, 503/500/400, a slow response head) or a
+  quirk profile (heartbeats, CRLF, multi-line data, no ``[DONE]``, an error mid-stream,
+  Azure's filter chunk), and a cancellation (none, ``cancel()`` from another task,
+  ``aclose()`` from another task, ``break`` after a few pieces, or a timeout around the
+  stream), at a random moment. Each stream is bounded by ``--stream-timeout``.
+* Checked per stream: no exception other than fluxstream's typed errors (and, for the timeout
+  pattern, the cancellation itself); the text delivered equals ``reply.text`` and is a prefix
+  of the server's deterministic reply (never a character twice); a stream with no fault, quirk
+  or cancellation ends ``done`` with exactly that reply, as does a drop that a resume repairs; a
+  cancelled stream never ends ``failed``. Every violation is counted as an anomaly, by kind.
+* Sampled every ``--sample-every`` finished streams, after ``gc.collect()``: open file
+  descriptors (``/proc/self/fd``), live tasks (``asyncio.all_tasks()``; trio's
+  ``current_statistics().tasks_living``), RSS (``/proc/self/statm``), the pool's connections,
+  and the number of tracked objects. Reported as the mean of the first and of the last decile
+  of samples: flat means the last decile is not above the first beyond noise. A warm-up of
+  ``--warmup`` streams runs before sampling begins (imports, pools, caches).
+* Also counted: ``ResourceWarning``s, unraisable exceptions (unfinished async generators), and
+  asyncio's "Task was destroyed but it is pending" / "exception was never retrieved" reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, if not installed
+
+import anyio
+import httpx
+
+import fluxstream
+from fluxstream.server import expected_reply
+
+MODEL = "fluxstream-echo"
+API_KEY = "soak-key"
+RUNS = ("asyncio-httpx", "trio-httpx", "asyncio-aiohttp")
+
+# (weight, fault header or None, profile or None, kind). kind says what the outcome may be:
+#   clean   -> done, exactly the expected reply
+#   healed  -> the fault hits the first attempt only; retry/resume must give the clean reply
+#   lossy   -> anything typed, but the text must be a prefix of the expected one
+FAULTS: list[tuple[int, str | None, str | None, str]] = [
+    (30, None, None, "clean"),
+    (6, None, "heartbeats", "clean"),
+    (4, None, "crlf,multiline", "clean"),
+    (4, None, "azure", "clean"),
+    (3, None, "no-done", "clean"),  # ends `finished`, not `done`
+    (5, "write-size=7", None, "clean"),
+    (5, "drip=0.002", None, "clean"),
+    (4, "delay=0.05", None, "clean"),
+    (4, "stall=0.2,stall-heartbeat=0.05", None, "clean"),
+    (5, "drop-after=300,fail-first=1", None, "healed"),
+    (4, "drop-after-events=4,drop-reset=1,fail-first=1", None, "healed"),
+    (4, "status=503,fail-first=1", None, "healed"),
+    (5, "drop-after=250", None, "lossy"),
+    (4, "drop-after-events=3,drop-reset=1", None, "lossy"),
+    (3, "oversize=20000", None, "lossy"),
+    (3, "status=500", None, "lossy"),
+    (3, "status=400", None, "lossy"),
+    (4, None, "error-midstream", "lossy"),
+]
+PATTERNS = (("events", 4), ("coalesce", 4), ("complete", 2), ("bare-coalesce", 2))
+CANCELS = ((None, 8), ("cancel", 3), ("aclose", 2), ("break", 3), ("timeout", 2))
+
+
+@dataclass
+class Plan:
+    index: int
+    pattern: str
+    fault: str | None
+    profile: str | None
+    kind: str
+    cancel: str | None
+    cancel_at: float  # seconds (cancel, aclose, timeout) or pieces (break)
+    max_tokens: int
+
+
+def make_plan(rng: random.Random, index: int) -> Plan:
+    def pick(options: Any) -> Any:
+        return rng.choices([o[0] for o in options], [o[1] for o in options])[0]
+
+    weights = [f[0] for f in FAULTS]
+    _, fault, profile, kind = FAULTS[rng.choices(range(len(FAULTS)), weights)[0]]
+    pattern = pick(PATTERNS)
+    cancel = None if pattern == "complete" else pick(CANCELS)
+    cancel_at = rng.randint(1, 12) if cancel == "break" else rng.uniform(0.0, 0.06)
+    return Plan(index, pattern, fault, profile, kind, cancel, cancel_at, rng.randint(5, 80))
+
+
+# ------------------------------------------------------------------------------- resources
+
+
+def open_fds() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux
+        return -1
+
+
+def rss_mib() -> float:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except OSError:
+        return -1.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def live_tasks() -> int:
+    try:
+        import asyncio
+
+        return len(asyncio.all_tasks())
+    except RuntimeError:  # no asyncio loop: trio
+        import trio
+
+        return int(trio.lowlevel.current_statistics().tasks_living)
+
+
+def pool_connections(http: Any) -> int:
+    """Connections held by the client's pool (httpx/httpcore, or aiohttp's connector)."""
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    if pool is not None and hasattr(pool, "connections"):
+        return len(pool.connections)
+    transport = getattr(http, "_transport", None)
+    for holder in (transport, getattr(transport, "client", None), http):
+        connector = getattr(holder, "connector", None) or getattr(holder, "_connector", None)
+        if connector is not None:
+            conns = getattr(connector, "_conns", {})
+            acquired = getattr(connector, "_acquired", ())
+            return sum(len(v) for v in conns.values()) + len(acquired)
+    return -1
+
+
+@dataclass
+class Sample:
+    done: int
+    t: float
+    fds: int
+    tasks: int
+    rss_mib: float
+    pool: int
+    objects: int
+
+
+def take_sample(done: int, start: float, http: Any) -> Sample:
+    gc.collect()
+    return Sample(done, round(time.monotonic() - start, 3), open_fds(), live_tasks(),
+                  round(rss_mib(), 2), pool_connections(http), len(gc.get_objects()))
+
+
+# ------------------------------------------------------------------------------- one stream
+
+
+@dataclass
+class Tally:
+    outcomes: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)  # typed errors raised, by class
+    anomalies: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+
+    def anomaly(self, kind: str, plan: Plan, detail: str) -> None:
+        self.anomalies[kind] += 1
+        self.examples.setdefault(kind, f"{plan}: {detail}"[:600])
+
+
+async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
+                     stream_timeout: float) -> None:
+    request = {
+        "model": MODEL if plan.profile is None else f"{MODEL}@{plan.profile}",
+        "messages": [{"role": "user", "content": f"soak stream {plan.index}"}],
+        "max_tokens": plan.max_tokens,
+    }
+    expected = expected_reply({**request, "stream": True,
+                               "stream_options": {"include_usage": True}}).choices[0].text
+    headers = {"X-Fluxstream-Fault": plan.fault} if plan.fault else {}
+    delivered: list[str] = []
+    stream: fluxstream.ReplyStream | None = None
+    raised: BaseException | None = None
+    timed_out = False
+    try:
+        with anyio.fail_after(stream_timeout):
+            if plan.pattern == "complete":
+                reply = await client.chat.complete(**request, extra_headers=headers)
+                delivered.append(reply.text)
+            else:
+                stream = client.chat.stream(**request, extra_headers=headers)
+                timeout = plan.cancel_at if plan.cancel == "timeout" else None
+                with anyio.move_on_after(timeout) as scope:
+                    await _consume(stream, plan, delivered, tally)
+                timed_out = scope.cancelled_caught
+    except fluxstream.FluxstreamError as exc:
+        raised = exc
+        tally.errors[type(exc).__name__] += 1
+    except TimeoutError:
+        tally.anomaly("hang", plan, f"no end within {stream_timeout}s")
+        return
+    except Exception as exc:
+        tally.anomaly(f"untyped {type(exc).__name__}", plan, repr(exc))
+        return
+    except BaseException as exc:  # an exception group, a stray cancellation
+        if isinstance(exc, anyio.get_cancelled_exc_class()):
+            raise
+        tally.anomaly(f"untyped {type(exc).__name__}", plan, repr(exc))
+        return
+
+    if stream is not None:
+        reply = stream.reply
+    elif isinstance(raised, fluxstream.StreamError) and raised.reply is not None:
+        reply = raised.reply
+    elif raised is not None:  # complete() before any stream: a status error
+        tally.outcomes["error before stream"] += 1
+        if plan.kind != "lossy":
+            tally.anomaly("error on a clean/healed plan", plan, repr(raised))
+        return
+    outcome = reply.outcome.value if reply.outcome is not None else "none"
+    tally.outcomes[outcome] += 1
+    text = "".join(delivered)
+    cancelled = plan.cancel is not None and (plan.cancel != "timeout" or timed_out)
+    if plan.pattern == "complete":
+        text = reply.text
+    elif text != reply.text and not (cancelled and plan.pattern != "events"):
+        # (text() may hold back the last frame's pieces when the stream is cut under it)
+        tally.anomaly("delivered != reply.text", plan, f"{text!r} vs {reply.text!r}")
+    if not expected.startswith(reply.text):
+        tally.anomaly("text not a prefix of the reply", plan, f"{reply.text!r}")
+    if cancelled and outcome == "failed":
+        tally.anomaly("cancel ended failed", plan, repr(reply.end_reason))
+    if outcome == "none":
+        tally.anomaly("no outcome", plan, "stream ended without an outcome")
+    if plan.kind in ("clean", "healed") and not cancelled:
+        want = "finished" if plan.profile == "no-done" else "done"
+        if outcome != want or reply.text != expected:
+            tally.anomaly(f"{plan.kind} plan not {want}", plan,
+                          f"{outcome} {reply.end_reason!r} {raised!r} text={len(reply.text)}/"
+                          f"{len(expected)}")
+
+
+async def _consume(stream: fluxstream.ReplyStream, plan: Plan, delivered: list[str],
+                   tally: Tally) -> None:
+    """Read as the plan says; a canceller task (when there is one) fires at ``cancel_at``.
+
+    The reading runs inside the task group's body, so its exception is caught there and
+    re-raised outside: a task group would wrap it in an exception group.
+    """
+
+    async def later(action: Callable[[], Awaitable[None] | None]) -> None:
+        await anyio.sleep(plan.cancel_at)
+        try:
+            result = action()
+            if result is not None:
+                await result
+        except Exception as exc:  # cancel()/aclose() from another task must not raise
+            tally.anomaly(f"{plan.cancel} from another task raised {type(exc).__name__}",
+                          plan, repr(exc))
+
+    error: BaseException | None = None
+    async with anyio.create_task_group() as tg:
+        if plan.cancel == "cancel":
+            tg.start_soon(later, stream.cancel)
+        elif plan.cancel == "aclose":
+            tg.start_soon(later, stream.aclose)
+        try:
+            await _read(stream, plan, delivered)
+        except Exception as exc:
+            error = exc
+        tg.cancel_scope.cancel()  # a cancel/aclose that has not fired yet is not needed
+    if error is not None:
+        raise error
+
+
+async def _read(stream: fluxstream.ReplyStream, plan: Plan, delivered: list[str]) -> None:
+    limit = int(plan.cancel_at) if plan.cancel == "break" else None
+    if plan.pattern == "events":
+        async with stream:
+            async for event in stream:
+                if isinstance(event, fluxstream.TextDelta) and event.choice == 0:
+                    delivered.append(event.text)
+                    if limit is not None and len(delivered) >= limit:
+                        break
+    elif plan.pattern == "coalesce":
+        async with stream:
+            async for piece in stream.text(coalesce=0.005):
+                delivered.append(piece)
+                if limit is not None and len(delivered) >= limit:
+                    break
+    else:  # bare-coalesce: no `async with`; the documented aclose() when done
+        try:
+            async for piece in stream.text(coalesce=0.005):
+                delivered.append(piece)
+                if limit is not None and len(delivered) >= limit:
+                    break
+        finally:
+            await stream.aclose()
+
+
+# ------------------------------------------------------------------------------- one run
+
+
+@dataclass
+class RunResult:
+    run: str
+    streams: int
+    warmup: int
+    concurrency: int
+    wall: float
+    finished_streams: int
+    outcomes: dict[str, int]
+    errors: dict[str, int]
+    anomalies: dict[str, int]
+    examples: dict[str, str]
+    warnings: dict[str, int]
+    baseline: dict[str, float]
+    after_close: dict[str, float]
+    samples: list[dict[str, Any]]
+
+
+class Watch:
+    """Counts what leaks announce: ResourceWarnings, unraisable exceptions, asyncio reports."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+
+    def note(self, kind: str, text: str) -> None:
+        self.counts[kind] += 1
+        self.examples.setdefault(kind, text[:400])
+
+    def install(self) -> None:
+        warnings.simplefilter("always", ResourceWarning)
+        show = warnings.showwarning
+
+        def showwarning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+            self.note(category.__name__, str(message))
+            if not issubclass(category, ResourceWarning):
+                show(message, category, *args, **kwargs)
+
+        warnings.showwarning = showwarning
+
+        def unraisable(info: Any) -> None:
+            self.note(f"unraisable {type(info.exc_value).__name__}",
+                      f"{info.err_msg}: {info.exc_value!r} ({info.object!r})")
+
+        sys.unraisablehook = unraisable
+        watch = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if "destroyed but it is pending" in message:
+                    watch.note("asyncio task destroyed pending", message)
+                elif "never retrieved" in message:
+                    watch.note("asyncio exception never retrieved", message)
+                elif record.levelno >= logging.ERROR:
+                    watch.note("asyncio error log", message)
+
+        logging.getLogger("asyncio").addHandler(Handler())
+
+
+async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
+    transport = run.split("-")[1]
+    limits = httpx.Limits(max_connections=args.concurrency,
+                          max_keepalive_connections=args.concurrency)
+    timeout = httpx.Timeout(10.0, pool=10.0)
+    if transport == "aiohttp":
+        from httpx_aiohttp import HttpxAiohttpClient
+
+        http: Any = HttpxAiohttpClient(limits=limits, timeout=timeout)
+    else:
+        http = httpx.AsyncClient(limits=limits, timeout=timeout)
+    gc.collect()
+    baseline = {"fds": open_fds(), "tasks": live_tasks(), "rss_mib": round(rss_mib(), 2)}
+    client = fluxstream.AsyncClient(
+        base_url=args.base_url, api_key=API_KEY, http_client=http,
+        retry=fluxstream.RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.05,
+                                     total_timeout=5),
+        finish_grace=0.5,
+    )
+    rng = random.Random(f"{args.seed}-{run}")
+    total = args.warmup + args.streams
+    plans = [make_plan(rng, i) for i in range(total)]
+    tally = Tally()
+    samples: list[Sample] = []
+    start = time.monotonic()
+    deadline = start + args.time_limit
+    state = {"next": 0, "done": 0}
+    warm_tally = Tally()
+
+    async def worker() -> None:
+        while state["next"] < total and time.monotonic() < deadline:
+            plan = plans[state["next"]]
+            state["next"] += 1
+            target = warm_tally if plan.index < args.warmup else tally
+            await run_stream(client, plan, target, args.stream_timeout)
+            state["done"] += 1
+            measured = state["done"] - args.warmup
+            if measured >= 0 and measured % args.sample_every == 0:
+                samples.append(take_sample(measured, start, http))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(args.concurrency):
+            tg.start_soon(worker)
+    wall = time.monotonic() - start
+    await client.aclose()
+    await http.aclose()
+    await anyio.sleep(0.2)  # let closed transports finish (aiohttp closes on the next tick)
+    gc.collect()
+    after = {"fds": open_fds(), "tasks": live_tasks(), "rss_mib": round(rss_mib(), 2)}
+    for kind, count in warm_tally.anomalies.items():  # a warm-up anomaly is still one
+        tally.anomalies[f"(warm-up) {kind}"] += count
+        tally.examples.setdefault(f"(warm-up) {kind}", warm_tally.examples[kind])
+    return RunResult(
+        run=run, streams=args.streams, warmup=args.warmup, concurrency=args.concurrency,
+        wall=round(wall, 2), finished_streams=max(0, state["done"] - args.warmup),
+        outcomes=dict(tally.outcomes), errors=dict(tally.errors),
+        anomalies=dict(tally.anomalies), examples={**tally.examples, **watch.examples},
+        warnings=dict(watch.counts), baseline=baseline, after_close=after,
+        samples=[asdict(s) for s in samples],
+    )
+
+
+def child(args: argparse.Namespace) -> int:
+    watch = Watch()
+    watch.install()
+    backend = args.child.split("-")[0]
+    result = anyio.run(soak, args, args.child, watch, backend=backend)
+    sys.stdout.write(json.dumps(asdict(result)) + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------------------- the parent
+
+
+class ServerProcess:
+    """``python -m fluxstream serve`` on a free loopback port, in its own process."""
+
+    def __init__(self) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ServerProcess:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "fluxstream", "serve", "--host", "127.0.0.1",
+             "--port", str(self.port), "--profile", "openai"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.__exit__()
+        raise RuntimeError("the server did not start within 20 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _deciles(samples: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    values = [s[key] for s in samples]
+    if not values:
+        return (float("nan"), float("nan"))
+    n = max(1, len(values) // 10)
+    return statistics.fmean(values[:n]), statistics.fmean(values[-n:])
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    rows = [
+        "| run | streams | wall s | outcomes | typed errors | anomalies | leak reports "
+        "| fds first→last decile | tasks | RSS MiB | pool conns | objects (k) "
+        "| fds/tasks after close (baseline) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        s = r["samples"]
+
+        def pair(key: str, fmt: str = "{:.0f}", scale: float = 1.0,
+                 s: list[dict[str, Any]] = s) -> str:
+            a, b = _deciles(s, key)
+            return f"{fmt.format(a / scale)} → {fmt.format(b / scale)}"
+
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(r["outcomes"].items()))
+        errors = ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items())) or "-"
+        anomalies = ", ".join(f"{k} {v}" for k, v in sorted(r["anomalies"].items())) or "none"
+        reports = ", ".join(f"{k} {v}" for k, v in sorted(r["warnings"].items())) or "none"
+        base, after = r["baseline"], r["after_close"]
+        rows.append(
+            f"| {r['run']} | {r['finished_streams']}/{r['streams']} (c={r['concurrency']}) "
+            f"| {r['wall']:.0f} | {outcomes} | {errors} | {anomalies} | {reports} "
+            f"| {pair('fds')} | {pair('tasks')} | {pair('rss_mib', '{:.1f}')} | {pair('pool')} "
+            f"| {pair('objects', '{:.0f}', 1000.0)} "
+            f"| {after['fds']:.0f}/{after['tasks']:.0f} ({base['fds']:.0f}/{base['tasks']:.0f}) |"
+        )
+    return "\n".join(rows)
+
+
+def parent(args: argparse.Namespace) -> int:
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    for run in runs:
+        if run not in RUNS:
+            raise SystemExit(f"unknown run {run!r} (known: {', '.join(RUNS)})")
+    results: list[dict[str, Any]] = []
+    with ServerProcess() as server:
+        for run in runs:
+            command = [
+                sys.executable, __file__, "--child", run, "--base-url", server.base_url,
+                "--streams", str(args.streams), "--warmup", str(args.warmup),
+                "--concurrency", str(args.concurrency), "--seed", str(args.seed),
+                "--sample-every", str(args.sample_every), "--time-limit", str(args.time_limit),
+                "--stream-timeout", str(args.stream_timeout),
+            ]
+            sys.stderr.write(f"soak: {run} ...\n")
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  timeout=args.time_limit + 120)
+            if done.returncode != 0:
+                sys.stderr.write(done.stderr)
+                raise SystemExit(f"soak run {run} failed with {done.returncode}")
+            result = json.loads(done.stdout.strip().splitlines()[-1])
+            results.append(result)
+            sys.stderr.write(f"soak: {run} done in {result['wall']} s\n")
+    sys.stdout.write(table(results) + "\n")
+    for r in results:
+        for kind, example in sorted(r["examples"].items()):
+            sys.stdout.write(f"\n{r['run']}: {kind}: {example}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+    bad = sum(sum(r["anomalies"].values()) for r in results)
+    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    p.add_argument("--streams", type=int, default=1000, help="measured streams per run")
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--concurrency", type=int, default=16)
+    p.add_argument("--runs", default=",".join(RUNS))
+    p.add_argument("--seed", default="fluxstream-soak")
+    p.add_argument("--sample-every", type=int, default=10)
+    p.add_argument("--time-limit", type=float, default=600.0, help="seconds per run")
+    p.add_argument("--stream-timeout", type=float, default=30.0, help="seconds per stream")
+    p.add_argument("--json", help="also write the full results (samples included) here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--base-url", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        try:
+            return child(args)
+        except Exception:
+            traceback.print_exc()
+            return 2
+    return parent(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
