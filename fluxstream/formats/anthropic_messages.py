@@ -45,6 +45,10 @@ _IGNORED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use", "mcp_tool_result
                              "container_upload"})
 #: Delta types that carry nothing for the reply.
 _IGNORED_DELTAS = frozenset({"citations_delta"})
+#: Events anthropic-sdk-python's ``MessageStream`` derives from the raw ones (``text`` repeats
+#: a ``text_delta`` with a snapshot ...): fed to :meth:`feed_chunk` they are ignored, not
+#: counted, so that a helper's whole event stream can be passed through as it is.
+_SDK_DERIVED = frozenset({"text", "thinking", "signature", "input_json", "citation"})
 #: Thinking fragments kept per block before folding them into one string (memory follows the
 #: size of the thinking, not the number of deltas).
 _FOLD = 256
@@ -118,6 +122,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "error":
             self.start()
             return [error_event(obj, obj)]
+        if kind in _SDK_DERIVED:
+            return []
         return self.skip(f"unknown Anthropic event type {kind!r}", obj)
 
     def _message_start(self, obj: Mapping[str, Any]) -> list[Event]:
