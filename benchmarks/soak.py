@@ -255,12 +255,13 @@ async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
     cancelled = plan.cancel is not None and (plan.cancel != "timeout" or timed_out)
     if plan.pattern == "complete":
         text = reply.text
-    elif text != reply.text and not (cancelled and plan.pattern != "events"):
-        # (text() may hold back the last frame's pieces when the stream is cut under it)
+    elif not reply.text.startswith(text) or (text != reply.text and not cancelled):
+        # Cut short, text() may not have yielded its last frame: a prefix is all it owes.
         tally.anomaly("delivered != reply.text", plan, f"{text!r} vs {reply.text!r}")
     if not expected.startswith(reply.text):
         tally.anomaly("text not a prefix of the reply", plan, f"{reply.text!r}")
-    if cancelled and outcome == "failed":
+    if cancelled and outcome == "failed" and plan.kind == "clean":
+        # (with a fault, an error may legitimately arrive before the cancel takes effect)
         tally.anomaly("cancel ended failed", plan, repr(reply.end_reason))
     if outcome == "none":
         tally.anomaly("no outcome", plan, "stream ended without an outcome")
@@ -430,7 +431,10 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
             await run_stream(client, plan, target, args.stream_timeout)
             state["done"] += 1
             measured = state["done"] - args.warmup
-            if measured >= 0 and measured % args.sample_every == 0:
+            # Sampled only while every worker is still busy (streams left to start), so the
+            # last decile is not the drain at the end, when workers exit one by one.
+            busy = state["next"] < total
+            if busy and measured >= 0 and measured % args.sample_every == 0:
                 samples.append(take_sample(measured, start, http))
 
     async with anyio.create_task_group() as tg:
