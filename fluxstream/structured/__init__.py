@@ -1,0 +1,32 @@
+"""Structured output: request parameters from pydantic types, typed partial objects while the
+JSON streams, and the validated result (sans-IO; see :mod:`.objects` and :mod:`.schema`).
+
+Layer: beside :mod:`fluxstream.assembly` (imports errors, partial_json and reply only).
+"""
+
+from .objects import ObjectBuilder, StructuredResult, parse_structured, strip_fences
+from .reply import TRUNCATING_FINISH_REASONS, parse_reply, parse_tool_call
+from .schema import (
+    anthropic_tool,
+    json_schema,
+    response_format,
+    schema_name,
+    strict_json_schema,
+    text_format,
+)
+
+__all__ = [
+    "ObjectBuilder",
+    "StructuredResult",
+    "anthropic_tool",
+    "json_schema",
+    "TRUNCATING_FINISH_REASONS",
+    "parse_reply",
+    "parse_tool_call",
+    "parse_structured",
+    "response_format",
+    "schema_name",
+    "strict_json_schema",
+    "strip_fences",
+    "text_format",
+]

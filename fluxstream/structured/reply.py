@@ -1,0 +1,64 @@
+"""A finished :class:`~fluxstream.reply.Reply` read as structured output.
+
+The reply already says everything needed: the text, a refusal, the finish reason and how the
+stream ended. This module turns that into a :class:`~.objects.StructuredResult` or a
+:class:`~fluxstream.errors.ParseError`, so that a reply cut by the token limit or by the
+network yields its last partial object marked incomplete, never a silent half object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..reply import Outcome, Reply, ToolCall
+from .objects import ObjectBuilder, StructuredResult
+
+__all__ = ["TRUNCATING_FINISH_REASONS", "parse_reply", "parse_tool_call"]
+
+#: Finish reasons (Chat Completions, Responses, Anthropic) that cut the content short.
+TRUNCATING_FINISH_REASONS = frozenset(
+    {"length", "max_tokens", "max_output_tokens", "content_filter", "model_context_window_exceeded"}
+)
+_CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
+
+
+def _cut(reply: Reply, finish_reason: str | None) -> tuple[bool, str | None]:
+    if finish_reason in TRUNCATING_FINISH_REASONS:
+        return True, finish_reason
+    if reply.outcome in _CUT_OUTCOMES:
+        assert reply.outcome is not None
+        return True, reply.outcome.value
+    return False, None
+
+
+def parse_reply(reply: Reply, tp: Any, *, choice: int = 0) -> StructuredResult[Any]:
+    """The structured result of a choice's text (``response_format`` output).
+
+    :raises ParseError: see :meth:`ObjectBuilder.finish`.
+    """
+    found = next((c for c in reply.choices if c.index == choice), None)
+    builder: ObjectBuilder[Any] = ObjectBuilder(tp)
+    if found is None:
+        return builder.finish(truncated=True, reason="no_choice")
+    builder.feed(found.text)
+    truncated, reason = _cut(reply, found.finish_reason)
+    return builder.finish(truncated=truncated, reason=reason, refusal=found.refusal)
+
+
+def parse_tool_call(
+    call: ToolCall, tp: Any, *, reply: Reply | None = None, finish_reason: str | None = None
+) -> StructuredResult[Any]:
+    """The structured result of a tool call's arguments (Anthropic's "tool as schema", or any
+    function call whose parameters are ``tp``). Pass the ``reply`` (or the choice's
+    ``finish_reason``) so that a call cut short is reported as partial, not as an error.
+
+    :raises ParseError: see :meth:`ObjectBuilder.finish`.
+    """
+    builder: ObjectBuilder[Any] = ObjectBuilder(tp)
+    builder.feed(call.arguments)
+    truncated, reason = (False, None)
+    if finish_reason in TRUNCATING_FINISH_REASONS:
+        truncated, reason = True, finish_reason
+    elif reply is not None:
+        truncated, reason = _cut(reply, finish_reason)
+    return builder.finish(truncated=truncated, reason=reason)
