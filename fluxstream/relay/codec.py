@@ -27,9 +27,7 @@ from pydantic import TypeAdapter
 
 from ..errors import RelayPositionError
 from ..events import (
-    End,
     Event,
-    Outcome,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -160,5 +158,6 @@ def coalesce(events: list[Event]) -> list[Event]:
     return out
 
 
-def end_event(outcome: Outcome, reason: str | None) -> End:
-    return End(outcome=outcome, reason=reason)
+def show_key(key: str) -> str:
+    """``repr`` of a content key for messages, cut to a readable length."""
+    return repr(key) if len(key) <= 60 else repr(key[:60]) + "..."

@@ -27,7 +27,7 @@ import anyio
 
 from ..errors import RelayKeyError, RelayPositionError
 from ..events import End, Outcome
-from .codec import Entry, Position, RelayEvent, parse_position
+from .codec import Entry, Position, RelayEvent, parse_position, show_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..stream import ReplyStream
@@ -99,8 +99,8 @@ class ReplyLog(ABC):
         """Drop ``owner``'s lease without ending the reply (another worker may take over)."""
 
     @abstractmethod
-    async def _read(self, key: str, after: int, timeout: float) -> list[Entry]:
-        """Entries numbered above ``after``, waiting up to ``timeout`` for one."""
+    async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
+        """Entries numbered above ``after``, waiting up to ``wait`` seconds for one."""
 
     @abstractmethod
     async def _state(self, key: str) -> LogState:
@@ -130,7 +130,7 @@ class ReplyLog(ABC):
         """Call ``callback`` (synchronously, once) when a cancel of ``key`` is requested;
         returns a function that stops watching."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional for a backend
         """Release the backend's resources (connections, listener tasks)."""
 
     # ------------------------------------------------------------------ producing
@@ -175,9 +175,9 @@ class ReplyLog(ABC):
         position = parse_position(after if after is not None else last_event_id)
         state = await self._state(key)
         if not state.exists:
-            raise RelayKeyError(f"no reply is stored under key {key!r}")
+            raise RelayKeyError(f"no reply is stored under key {show_key(key)}")
         if position.entry > state.last:
-            raise RelayPositionError(f"position {position} is past the end of {key!r}")
+            raise RelayPositionError(f"position {position} is past the end of {show_key(key)}")
         poll = min(1.0, self.lease / 4)
         cursor = max(0, position.entry - 1)
         took_over: Callable[[], None] | None = None
@@ -187,7 +187,8 @@ class ReplyLog(ABC):
                 entries = await self._read(key, cursor, poll)
                 for entry in entries:
                     if entry.number == position.entry and position.index >= len(entry.events):
-                        raise RelayPositionError(f"position {position} is past the end of {key!r}")
+                        message = f"position {position} is past the end of {show_key(key)}"
+                        raise RelayPositionError(message)
                     for index, event in enumerate(entry.events):
                         here = Position(entry.number, index)
                         if here > position:
@@ -200,7 +201,8 @@ class ReplyLog(ABC):
                     continue
                 state = await self._state(key)
                 if not state.exists:
-                    raise RelayKeyError(f"the reply under key {key!r} expired while followed")
+                    message = f"the reply under key {show_key(key)} expired while followed"
+                    raise RelayKeyError(message)
                 if state.ended or state.lease_alive or state.last > cursor:
                     continue
                 if takeover is not None and took_over is None:
@@ -231,7 +233,7 @@ class ReplyLog(ABC):
         """
         state = await self._state(key)
         if not state.exists:
-            raise RelayKeyError(f"no reply is stored under key {key!r}")
+            raise RelayKeyError(f"no reply is stored under key {show_key(key)}")
         if not state.ended:
             await self._request_cancel(key)
         deadline = time.monotonic() + wait

@@ -20,7 +20,7 @@ import anyio
 
 from ..errors import RelayKeyError, RelayLeaseLostError
 from ..events import Event
-from .codec import Entry
+from .codec import Entry, show_key
 from .log import LogState, ReplyLog
 
 __all__ = ["MemoryReplyLog"]
@@ -68,10 +68,10 @@ class MemoryReplyLog(ReplyLog):
 
     def _get(self, key: str) -> _Reply | None:
         reply = self._replies.get(key)
-        if reply is not None and reply.ended_at is not None:
-            if time.monotonic() - reply.ended_at > self.ttl:
-                del self._replies[key]
-                return None
+        ended = reply.ended_at if reply is not None else None
+        if ended is not None and time.monotonic() - ended > self.ttl:
+            del self._replies[key]
+            return None
         return reply
 
     def _evict(self) -> None:
@@ -90,14 +90,14 @@ class MemoryReplyLog(ReplyLog):
     def _owned(self, key: str, owner: str) -> _Reply:
         reply = self._get(key)
         if reply is None or reply.owner != owner or not reply.lease_alive(time.monotonic()):
-            raise RelayLeaseLostError(f"the lease of {key!r} is no longer this producer's")
+            raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return reply
 
     # ------------------------------------------------------------------ primitives
 
     async def _create(self, key: str, owner: str, base: dict[str, Any]) -> None:
         if self._get(key) is not None:
-            raise RelayKeyError(f"a reply is already stored under key {key!r}")
+            raise RelayKeyError(f"a reply is already stored under key {show_key(key)}")
         self._evict()
         self._replies[key] = _Reply(
             base=base, owner=owner, lease_until=time.monotonic() + self.lease
@@ -129,12 +129,12 @@ class MemoryReplyLog(ReplyLog):
             reply.owner = None
             reply.notify()
 
-    async def _read(self, key: str, after: int, timeout: float) -> list[Entry]:
+    async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         reply = self._get(key)
         if reply is None:
             return []
-        if len(reply.entries) <= after and timeout > 0:
-            with anyio.move_on_after(timeout):
+        if len(reply.entries) <= after and wait > 0:
+            with anyio.move_on_after(wait):
                 await reply.changed.wait()
         return reply.entries[after:]
 

@@ -22,7 +22,7 @@ import anyio
 from .._tasks import spawn
 from ..errors import RelayLeaseLostError
 from ..events import End, Event, Outcome
-from .codec import Entry, coalesce
+from .codec import Entry, coalesce, show_key
 from .log import _end_record
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,7 +78,7 @@ class RecordedStream:
         self.writes = 0
 
     def __repr__(self) -> str:
-        return f"<RecordedStream key={self.key!r} writes={self.writes}>"
+        return f"<RecordedStream key={show_key(self.key)} writes={self.writes}>"
 
     # ------------------------------------------------------------------ the stream's API
 
@@ -181,7 +181,7 @@ class RecordedStream:
         self._stop_writer = spawn(self._writer)
 
     def _cancel_requested(self) -> None:
-        logger.info("relay: cancel requested for %r", self.key)
+        logger.info("relay: cancel requested for %s", show_key(self.key))
         self._stream.cancel()
 
     def _add(self, event: Event) -> None:
@@ -215,8 +215,8 @@ class RecordedStream:
         if self.log_error is None:
             self.log_error = exc
             logger.warning(
-                "relay: recording %r stopped, the stream goes on: %s: %s",
-                self.key, type(exc).__name__, exc,
+                "relay: recording %s stopped, the stream goes on: %s: %s",
+                show_key(self.key), type(exc).__name__, exc,
             )
         self._wake.set()
 

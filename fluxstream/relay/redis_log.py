@@ -35,7 +35,7 @@ from typing import Any
 
 from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError
 from ..events import Event
-from .codec import Entry, decode_entry, encode_entry
+from .codec import Entry, decode_entry, encode_entry, show_key
 from .log import LogState, ReplyLog
 
 try:
@@ -230,7 +230,7 @@ class RedisReplyLog(ReplyLog):
             [json.dumps(base, separators=(",", ":")), owner, self._lease_ms, self._ttl_ms, key],
         )
         if not made:
-            raise RelayKeyError(f"a reply is already stored under key {key!r}")
+            raise RelayKeyError(f"a reply is already stored under key {show_key(key)}")
 
     async def _append(
         self, key: str, owner: str, entry: Entry, *, token: dict[str, Any] | None, final: bool
@@ -246,30 +246,31 @@ class RedisReplyLog(ReplyLog):
             )
         except RelayUnavailableError as exc:
             if isinstance(exc.__cause__, ResponseError) and "XADD" in str(exc.__cause__):
-                raise RelayLeaseLostError(f"entry {entry.number} of {key!r} exists") from exc
+                message = f"entry {entry.number} of {show_key(key)} exists"
+                raise RelayLeaseLostError(message) from exc
             raise
         if result == _LEASE_LOST:
-            raise RelayLeaseLostError(f"the lease of {key!r} is no longer this producer's")
+            raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)
 
     async def _refresh(self, key: str, owner: str) -> bool:
         k = self.keys(key)
         result = await self._run("refresh", [k["lease"], k["cancel"]], [owner, self._lease_ms])
         if result == _LEASE_LOST:
-            raise RelayLeaseLostError(f"the lease of {key!r} is no longer this producer's")
+            raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)
 
     async def _release(self, key: str, owner: str) -> None:
         await self._run("release", [self.keys(key)["lease"]], [owner])
 
-    async def _read(self, key: str, after: int, timeout: float) -> list[Entry]:
+    async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         stream = self.keys(key)["stream"]
         try:
-            if timeout <= 0:
+            if wait <= 0:
                 raw = await self._redis.xrange(stream, min=f"({after}-0", count=None)
                 return [_decode(item) for item in raw]
             found = await self._redis.xread(
-                {stream: f"{after}-0"}, count=_READ_COUNT, block=max(1, int(timeout * 1000))
+                {stream: f"{after}-0"}, count=_READ_COUNT, block=max(1, int(wait * 1000))
             )
         except (RedisError, OSError) as exc:
             raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc

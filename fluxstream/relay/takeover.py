@@ -24,7 +24,7 @@ from ..events import (
     TextDelta,
     ToolCallDelta,
 )
-from .codec import Entry
+from .codec import Entry, show_key
 from .producer import RecordedStream
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -157,7 +157,7 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
     except BaseException:
         await log._release(key, owner)
         raise
-    logger.warning("relay: producer of %r lost; taking over after entry %d", key, last)
+    logger.warning("relay: producer of %s lost; taking over after entry %d", show_key(key), last)
     recorded = RecordedStream(
         stream, log, key=key, owner=owner, first_entry=last,
         transform=stored.filter, prefill=prefill, release_on_cancel=True,
@@ -170,6 +170,8 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
                     if recorded.log_error is not None:
                         break
         except Exception as exc:  # the task must never raise; followers see the lease lapse
-            logger.warning("relay: takeover of %r failed: %s: %s", key, type(exc).__name__, exc)
+            logger.warning(
+                "relay: takeover of %s failed: %s: %s", show_key(key), type(exc).__name__, exc
+            )
 
     return spawn(run)
