@@ -1,0 +1,238 @@
+"""The Redis relay across OS processes: producers and followers in processes of their own,
+producers killed with SIGKILL, a cancel from a follower's process, Redis itself killed."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+from relay_support import WORKER, Followed, RedisServer, expected_text, request
+
+import fluxstream
+from fluxstream.errors import RelayKeyError, RelayUnavailableError
+from fluxstream.relay import PRODUCER_LOST, RedisReplyLog
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+
+class Worker:
+    """``relay_worker.py`` in a subprocess, its stdout read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def line(self, timeout: float = 20.0) -> str:  # noqa: ASYNC109 - sync helper
+        assert self.process.stdout is not None
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                raise TimeoutError("worker said nothing")
+        text = self.process.stdout.readline()
+        if not text:
+            err = self.process.stderr.read() if self.process.stderr else ""
+            raise RuntimeError(f"worker ended: {err[-2000:]}")
+        return text.strip()
+
+    def json(self, timeout: float = 20.0) -> dict[str, Any]:  # noqa: ASYNC109
+        return dict(json.loads(self.line(timeout)))
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def finish(self) -> None:
+        try:
+            self.process.wait(20)
+        finally:
+            self.kill()
+            for stream in (self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    stream.close()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.kill()
+        worker.finish()
+
+
+def test_producer_and_followers_in_three_processes(
+    redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
+) -> None:
+    key = f"procs-{random.randrange(1 << 30)}"
+    req = request(tokens=150)
+    first = Worker("follow", redis_server.url, key, "start")
+    second = Worker("follow", redis_server.url, key, "middle,end")
+    workers += [first, second]
+    producer = Worker("produce", redis_server.url, upstream.base_url, "5", key, "150", "0.006")
+    workers.append(producer)
+    assert producer.line() == "ready"
+    assert producer.line() == f"done {key} done"
+    results = [first.json(), second.json(), second.json()]
+    assert [r["join"] for r in results] == ["start", "middle", "end"]
+    assert results[1]["ended_at_join"] is False and results[2]["ended_at_join"] is True
+    for result in results:
+        assert result["text"] == expected_text(req), result["join"]
+        assert result["offsets_ok"] and result["positions_ok"]
+        assert result["outcome"] == "done"
+
+
+async def test_cancel_from_a_follower_process_stops_the_upstream_within_200ms(
+    redis_server: RedisServer, server_factory: Any, workers: list[Worker]
+) -> None:
+    upstream: ServerThread = server_factory(profile="openai", faults="drip=0.01")
+    key = f"cancel-{random.randrange(1 << 30)}"
+    log = RedisReplyLog(redis_server.url)
+    req = request(tokens=500)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = log.record(client.chat.stream(content_key=key, **req))
+        async with recorded:
+            canceller = Worker("follow", redis_server.url, key, "start", "15")
+            watcher = Worker("follow", redis_server.url, key, "start")
+            workers += [canceller, watcher]
+            async for _ in recorded:
+                pass
+    await log.aclose()
+    assert recorded.outcome is fluxstream.Outcome.CANCELLED
+    asked = canceller.json()["cancel_at"]
+    record = upstream.records.find_disconnect(completed=False)
+    assert record is not None
+    assert 0 <= record.time - asked < 0.2, record.time - asked
+    for result in (canceller.json(), watcher.json()):
+        assert result["outcome"] == "cancelled"
+        assert result["offsets_ok"] and expected_text(req).startswith(result["text"])
+        assert len(result["text"]) > 0
+
+
+async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
+    redis_server: RedisServer, upstream: ServerThread, workers: list[Worker],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """20 kill points with takeover, 20 without: four producer processes of five streams each
+    (different speeds), each killed at a random moment."""
+    caplog.set_level(logging.WARNING, logger="fluxstream.relay")
+    rng = random.Random()
+    lease = 0.6
+    tokens = 100
+    req = request(tokens=tokens)
+    expected = expected_text(req)
+    run = rng.randrange(1 << 30)
+    groups: list[tuple[bool, list[str], Worker]] = []
+    for group in range(4):
+        keys = [f"kill-{run}-{group}-{i}" for i in range(5)]
+        drips = ",".join(str(0.004 + 0.001 * i) for i in range(5))
+        worker = Worker("produce", redis_server.url, upstream.base_url, str(lease),
+                        ",".join(keys), str(tokens), drips)
+        workers.append(worker)
+        groups.append((group < 2, keys, worker))
+    for _, _, worker in groups:
+        assert worker.line() == "ready"
+    log = RedisReplyLog(redis_server.url, lease=lease)
+    results: dict[str, list[tuple[Followed, float]]] = {}
+    killed_at: dict[str, float] = {}
+
+    async def follower(key: str, takeover: Any) -> None:
+        seen = Followed()
+        with anyio.fail_after(30):
+            async for item in log.follow(key, takeover=takeover):
+                seen.events.append(item)
+        results.setdefault(key, []).append((seen, time.monotonic()))
+
+    async def killer(keys: list[str], worker: Worker) -> None:
+        await anyio.sleep(rng.uniform(0.05, 0.4))
+        worker.kill()
+        for key in keys:
+            killed_at[key] = time.monotonic()
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        async with anyio.create_task_group() as tg:
+            for takeover, keys, worker in groups:
+                for key in keys:
+                    tg.start_soon(follower, key, client if takeover else None)
+                    if takeover:  # a second follower races for the same takeover
+                        tg.start_soon(follower, key, client)
+                tg.start_soon(killer, keys, worker)
+    await log.aclose()
+    outcomes = []
+    for takeover, keys, _ in groups:
+        for key in keys:
+            for seen, ended in results[key]:
+                seen.check()
+                outcomes.append(seen.end.outcome)
+                if takeover:
+                    assert seen.text == expected, key
+                    assert seen.end.outcome is fluxstream.Outcome.DONE
+                elif seen.end.outcome is not fluxstream.Outcome.DONE:
+                    assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
+                    assert seen.end.reason == PRODUCER_LOST
+                    assert expected.startswith(seen.text)
+                    assert ended - killed_at[key] < lease + 0.5
+    # The kills really came mid-reply for most streams, and those were taken over.
+    assert outcomes.count(fluxstream.Outcome.TRUNCATED) >= 10
+    takeovers = [r for r in caplog.records if "taking over" in r.getMessage()]
+    assert len(takeovers) >= 10
+
+
+async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_typed_error(
+    upstream: ServerThread,
+) -> None:
+    redis = RedisServer().start()
+    try:
+        log = RedisReplyLog(redis.url, lease=1.0)
+        follower_log = RedisReplyLog(redis.url, lease=1.0)
+        req = request(tokens=150)
+        errors: list[BaseException] = []
+
+        async def follower() -> None:
+            started = time.monotonic()
+            try:
+                async for _ in follower_log.follow("gone"):
+                    pass
+            except RelayUnavailableError as exc:
+                errors.append(exc)
+            assert time.monotonic() - started < 10
+
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            async with anyio.create_task_group() as tg:
+                recorded = log.record(client.chat.stream(content_key="gone", **req))
+                async with recorded:
+                    tg.start_soon(follower)
+                    count = 0
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta):
+                            count += 1
+                            if count == 20:
+                                redis.kill()
+        assert recorded.reply.text == expected_text(req)
+        assert recorded.outcome is fluxstream.Outcome.DONE
+        assert isinstance(recorded.log_error, RelayUnavailableError)
+        assert len(errors) == 1
+        # Restarted (empty): the reply is gone, and saying so is a typed error.
+        redis = RedisServer(port=redis.port).start()
+        with pytest.raises(RelayKeyError):
+            async for _ in follower_log.follow("gone"):
+                pass
+        await log.aclose()
+        await follower_log.aclose()
+    finally:
+        redis.stop()
