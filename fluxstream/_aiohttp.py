@@ -1,0 +1,262 @@
+"""The default HTTP transport on asyncio: aiohttp, behind the part of httpx's interface we use.
+
+Why not ``httpx.AsyncClient`` itself (see ``benchmarks/README.md``, "Transport"): with hundreds
+of concurrent streams, httpcore 1.0's pool re-scans every connection for every queued request
+on every request start and close (O(requests x connections) per pass), and httpx adds a chain
+of async generators and a per-read cancel scope for every chunk. Its fork httpx2 fixes the pool
+but not the per-read cost. aiohttp's connector and stream reader cost a small constant per
+read and per request, so the default client is built on it whenever the running event loop is
+asyncio.
+
+What this module provides is only what :mod:`fluxstream.attempt` / :mod:`fluxstream.stream`
+call: ``build_request`` -> ``send(request, stream=True)`` -> a response with ``status_code``,
+``headers`` (case-insensitive ``get``), ``extensions``, ``aiter_bytes()`` and ``aclose()``, plus
+``fluxstream_abort()`` (a synchronous close that ends a pending read at once, used by
+``ReplyStream.cancel``). aiohttp's exceptions are translated into **httpx's** exception classes,
+so the error handling above does not care which transport ran (a refused connection is
+``httpx.ConnectError``, a body cut short is ``httpx.RemoteProtocolError``, a silent socket is
+``httpx.ReadTimeout``).
+
+Loop affinity: an aiohttp session belongs to the event loop it was created in. A new running
+loop (``asyncio.run`` called again with the same client) gets a new session; the old one is
+detached, not reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+
+import aiohttp
+import httpx
+from yarl import URL
+
+__all__ = ["AiohttpClient", "AiohttpResponse"]
+
+#: Timeout tuple as ``client._build_request`` passes it: (connect, read, write, pool).
+TimeoutTuple = tuple[float | None, float | None, float | None, float | None]
+
+_HTTP11 = {"http_version": b"HTTP/1.1"}
+_URL_CACHE_SIZE = 256
+
+
+class AiohttpRequest:
+    """What ``build_request`` returns: the request as it will be sent, nothing parsed twice."""
+
+    __slots__ = ("content", "headers", "method", "timeout", "url")
+
+    def __init__(
+        self,
+        method: str,
+        url: URL,
+        content: bytes | None,
+        headers: Mapping[str, str],
+        timeout: aiohttp.ClientTimeout,
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.content = content
+        self.headers = headers
+        self.timeout = timeout
+
+    def __repr__(self) -> str:  # never the headers: they carry the API key
+        return f"<AiohttpRequest {self.method} {self.url.with_query(None)}>"
+
+
+class AiohttpClient:
+    """A small asyncio HTTP/1.1 client with httpx's calling convention (see the module doc).
+
+    :param timeout: defaults for every request (``httpx.Timeout``: connect, read, write, pool;
+        ``write`` is not enforced by aiohttp: request bodies here are small).
+    :param limits: ``max_connections`` bounds the pool, ``keepalive_expiry`` the idle time of
+        a kept-alive connection.
+    """
+
+    def __init__(self, *, timeout: httpx.Timeout, limits: httpx.Limits) -> None:
+        self.timeout = timeout
+        self._limits = limits
+        # httpx's own SSL setup (certifi, SSL_CERT_FILE / SSL_CERT_DIR): verification is exactly
+        # what the httpx default did.
+        self._ssl = httpx.create_ssl_context()
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._default_timeout = _client_timeout(
+            (timeout.connect, timeout.read, timeout.write, timeout.pool)
+        )
+        self._timeouts: dict[TimeoutTuple, aiohttp.ClientTimeout] = {}
+        self._urls: dict[str, URL] = {}
+
+    def __repr__(self) -> str:
+        return f"<fluxstream AiohttpClient limit={self._limits.max_connections}>"
+
+    def build_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: TimeoutTuple | None = None,
+    ) -> AiohttpRequest:
+        parsed = self._urls.get(url)
+        if parsed is None:
+            parsed = URL(url)
+            if parsed.scheme not in ("http", "https"):
+                raise httpx.UnsupportedProtocol(
+                    f"Request URL has an unsupported protocol '{parsed.scheme}://'."
+                )
+            if len(self._urls) >= _URL_CACHE_SIZE:
+                self._urls.clear()
+            self._urls[url] = parsed
+        if timeout is None:
+            client_timeout = self._default_timeout
+        else:
+            client_timeout = self._timeouts.get(timeout) or self._timeouts.setdefault(
+                timeout, _client_timeout(timeout)
+            )
+        return AiohttpRequest(method, parsed, content, dict(headers or {}), client_timeout)
+
+    def _session_for_loop(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is not None and self._loop is loop and not session.closed:
+            return session
+        if session is not None and not session.closed:
+            session.detach()  # another (finished) loop's connections: never reused
+        connector = aiohttp.TCPConnector(
+            limit=self._limits.max_connections or 0,
+            limit_per_host=0,
+            keepalive_timeout=self._limits.keepalive_expiry,
+            ssl=self._ssl,
+        )
+        self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+        self._loop = loop
+        return self._session
+
+    async def send(self, request: AiohttpRequest, *, stream: bool = True) -> AiohttpResponse:
+        """Send and return once the response head arrived (the body is read lazily)."""
+        session = self._session_for_loop()
+        try:
+            resp = await session.request(
+                request.method,
+                request.url,
+                data=request.content,
+                headers=request.headers,
+                timeout=request.timeout,
+                allow_redirects=False,
+            )
+        except Exception as exc:
+            mapped = _translate(exc, connecting=True)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        response = AiohttpResponse(resp)
+        if not stream:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        return response
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is None or session.closed:
+            return
+        try:
+            same_loop = self._loop is asyncio.get_running_loop()
+        except RuntimeError:  # closed from another event loop library (trio): nothing to await
+            same_loop = False
+        if same_loop:
+            await session.close()
+        else:
+            session.detach()
+
+
+class AiohttpResponse:
+    """A streamed response: status and headers now, the body through :meth:`aiter_bytes`."""
+
+    __slots__ = ("_content", "_resp", "headers", "status_code")
+
+    extensions = _HTTP11
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self._content = resp.content
+        self.status_code: int = resp.status
+        self.headers = resp.headers
+
+    def __repr__(self) -> str:
+        return f"<AiohttpResponse [{self.status_code}]>"
+
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """Whatever is buffered, as soon as anything is: one read may hold several events."""
+        return _Body(self._content)
+
+    async def aread(self) -> bytes:
+        return b"".join([chunk async for chunk in self.aiter_bytes()])
+
+    def fluxstream_abort(self) -> None:
+        """Close the connection now (synchronous): a pending read ends at once."""
+        self._resp.close()
+
+    async def aclose(self) -> None:
+        resp = self._resp
+        if self._content.is_eof():
+            resp.release()  # the whole body was read: the connection goes back to the pool
+        else:
+            resp.close()
+
+
+class _Body:
+    """Async iterator over a response body: one ``readany`` per step, no generator layers."""
+
+    __slots__ = ("_content",)
+
+    def __init__(self, content: aiohttp.StreamReader) -> None:
+        self._content = content
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        try:
+            data = await self._content.readany()
+        except Exception as exc:
+            mapped = _translate(exc, connecting=False)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+
+def _client_timeout(t: TimeoutTuple) -> aiohttp.ClientTimeout:
+    connect, read, _write, pool = t
+    # aiohttp's ``connect`` covers waiting for a pool slot plus connecting; ``sock_connect``
+    # the TCP/TLS handshake; ``sock_read`` the gap between two reads (httpx's read timeout).
+    return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
+
+
+def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
+    """aiohttp's (and asyncio's) exception -> the httpx exception class it corresponds to."""
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        return httpx.ConnectTimeout(message)
+    if isinstance(exc, aiohttp.SocketTimeoutError) or (
+        isinstance(exc, asyncio.TimeoutError) and not connecting
+    ):
+        return httpx.ReadTimeout(message)  # no byte for ``read`` seconds (head or body)
+    if isinstance(exc, asyncio.TimeoutError):
+        return httpx.PoolTimeout(message)  # waiting for a pool slot (aiohttp's ``connect``)
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(message)
+    if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+        return httpx.RemoteProtocolError(message)
+    if isinstance(exc, aiohttp.ClientResponseError):  # a malformed response head
+        return httpx.RemoteProtocolError(message)
+    if isinstance(exc, aiohttp.InvalidURL):
+        return httpx.UnsupportedProtocol(message)
+    if isinstance(exc, (aiohttp.ClientError, OSError)):
+        return httpx.ConnectError(message) if connecting else httpx.ReadError(message)
+    return exc
