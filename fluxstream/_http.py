@@ -77,6 +77,9 @@ def _aborter(response: Any) -> Callable[[], None] | None:
     Not for HTTP/2: its connection is shared by every stream multiplexed on it, so aborting
     it would end them all (those responses are cancelled with a cancel scope instead).
     """
+    own = getattr(response, "fluxstream_abort", None)
+    if own is not None:  # fluxstream's own aiohttp transport (HTTP/1.1 only)
+        return own  # type: ignore[no-any-return]
     extensions = getattr(response, "extensions", {})
     if extensions.get("http_version") == b"HTTP/2":
         return None
