@@ -1,0 +1,74 @@
+"""Sans-IO parts of the relay: coalescing, positions, entries, the takeover's trim and gaps."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluxstream.errors import RelayPositionError
+from fluxstream.events import End, Finish, Outcome, ReasoningDelta, TextDelta, ToolCallDelta
+from fluxstream.relay import Entry, Position, coalesce, parse_position
+from fluxstream.relay.codec import decode_entry, encode_entry
+from fluxstream.relay.takeover import StoredReply
+
+
+def test_coalesce_joins_contiguous_deltas_of_one_channel_only() -> None:
+    events = [
+        TextDelta("k", 0, 0, "ab"), TextDelta("k", 0, 2, "c"),
+        ReasoningDelta("k", 0, 0, "r"), TextDelta("k", 0, 3, "d"), TextDelta("k", 1, 0, "x"),
+        TextDelta("k", 1, 5, "gap"),
+        ToolCallDelta("k", 0, 0, "id", "f", "{", 0), ToolCallDelta("k", 0, 0, None, None, "}", 1),
+        ToolCallDelta("k", 0, 1, "id2", "g", "", 0),
+        Finish("k", 0, "stop"),
+    ]
+    assert coalesce(events) == [
+        TextDelta("k", 0, 0, "abc"), ReasoningDelta("k", 0, 0, "r"), TextDelta("k", 0, 3, "d"),
+        TextDelta("k", 1, 0, "x"), TextDelta("k", 1, 5, "gap"),
+        ToolCallDelta("k", 0, 0, "id", "f", "{}", 0), ToolCallDelta("k", 0, 1, "id2", "g", "", 0),
+        Finish("k", 0, "stop"),
+    ]
+
+
+def test_entries_round_trip_through_json() -> None:
+    events = [TextDelta("k", 0, 0, "é👋🏽\n\"\\"), Finish("k", 0, "stop")]
+    end = {"outcome": "done", "reason": None, "reply": {"id": "x"}, "token": None}
+    assert decode_entry(3, encode_entry(events)) == Entry(3, tuple(events))
+    assert decode_entry(4, encode_entry([End(Outcome.DONE, None)], end)).end == end
+
+
+def test_positions_parse_strictly_and_order() -> None:
+    assert parse_position("12-3") == Position(12, 3) > Position(12, 2) > Position(11, 9)
+    assert str(Position(5, 0)) == "5-0"
+    for bad in ["12", "a-b", "1-2-3", " -1", "1" * 16 + "-0", "1-" + "1" * 10]:
+        with pytest.raises(RelayPositionError):
+            parse_position(bad)
+
+
+def test_takeover_trims_what_is_stored_and_fills_what_the_token_is_ahead_by() -> None:
+    stored = StoredReply.from_entries("k", [Entry(1, (TextDelta("k", 0, 0, "Hello"),))])
+    # The token got further than the stored events: the gap is appended first.
+    reply = {"choices": [{"index": 0, "text": "Hello, wor", "finish_reason": None}]}
+    assert stored.gaps(reply) == [TextDelta("k", 0, 5, ", wor")]
+    # Resumed events that repeat stored text are trimmed, new ones pass.
+    assert stored.filter(TextDelta("k", 0, 7, "wo")) == []
+    assert stored.filter(TextDelta("k", 0, 8, "orld")) == [TextDelta("k", 0, 10, "ld")]
+    assert stored.filter(TextDelta("k", 0, 12, "!")) == [TextDelta("k", 0, 12, "!")]
+    assert stored.filter(Finish("k", 0, "stop")) == [Finish("k", 0, "stop")]
+    assert stored.filter(Finish("k", 0, "stop")) == []
+    # A token behind the stored events adds nothing.
+    assert stored.gaps({"choices": [{"index": 0, "text": "Hel"}]}) == []
+
+
+def test_takeover_gaps_cover_tool_calls_and_finish() -> None:
+    stored = StoredReply.from_entries(
+        "k", [Entry(1, (ToolCallDelta("k", 0, 0, "c1", "f", '{"a"', 0),))]
+    )
+    reply = {"choices": [{
+        "index": 0, "text": "", "finish_reason": "tool_calls",
+        "tool_calls": [{"index": 0, "id": "c1", "name": "f", "arguments": '{"a": 1}'},
+                       {"index": 1, "id": "c2", "name": "g", "arguments": "{}"}],
+    }]}
+    assert stored.gaps(reply) == [
+        ToolCallDelta("k", 0, 0, None, None, ": 1}", 4),
+        ToolCallDelta("k", 0, 1, "c2", "g", "{}", 0),
+        Finish("k", 0, "tool_calls"),
+    ]
