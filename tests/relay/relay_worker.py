@@ -21,7 +21,7 @@ import fluxstream
 from fluxstream.relay import RedisReplyLog, ReplyLog
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
-from relay_support import request  # noqa: E402
+from relay_support import request
 
 
 def say(obj: Any) -> None:

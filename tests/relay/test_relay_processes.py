@@ -35,7 +35,7 @@ class Worker:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
 
-    def line(self, timeout: float = 20.0) -> str:  # noqa: ASYNC109 - sync helper
+    def line(self, timeout: float = 20.0) -> str:
         assert self.process.stdout is not None
         import selectors
 
@@ -49,7 +49,7 @@ class Worker:
             raise RuntimeError(f"worker ended: {err[-2000:]}")
         return text.strip()
 
-    def json(self, timeout: float = 20.0) -> dict[str, Any]:  # noqa: ASYNC109
+    def json(self, timeout: float = 20.0) -> dict[str, Any]:
         return dict(json.loads(self.line(timeout)))
 
     def kill(self) -> None:
