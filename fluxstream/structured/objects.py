@@ -60,6 +60,7 @@ T = TypeVar("T")
 _FENCE_LINE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\r?")
 _FENCE_MAX = 64  # a longer first line that starts with a backtick is not a fence
 _FOLD = 256
+_VALUE_START = frozenset('{["-0123456789')
 
 _setattr = object.__setattr__
 
@@ -166,6 +167,14 @@ def _new_instance(cls: type[BaseModel]) -> BaseModel:
         _setattr(obj, "__pydantic_extra__", None)
         _setattr(obj, "__pydantic_private__", None)
         return obj
+
+
+class _Invalid(Exception):
+    """Internal: the child at ``key`` of a container failed validation."""
+
+    def __init__(self, key: Any, error: ValidationError) -> None:
+        self.key = key
+        self.error = error
 
 
 class _Stop(Exception):
@@ -292,7 +301,13 @@ class ObjectBuilder(Generic[T]):
         kind = self._shape.kind
         first = stripped[0]
         if (kind == MODEL and first != "{") or (kind == LIST and first != "["):
-            self._stop("not an object" if kind == MODEL else "not an array", [])
+            if first in _VALUE_START or any(
+                word.startswith(stripped[:5]) or stripped.startswith(word)
+                for word in ("true", "false", "null")
+            ):
+                self._stop("not an object" if kind == MODEL else "not an array", [])
+            else:
+                self._stop("invalid JSON", [])
             return ""
         self._started = True
         return stripped
@@ -363,10 +378,10 @@ class ObjectBuilder(Generic[T]):
                     self._update_list(node, d + 1 < depth, child, here)
                 else:
                     self._update_model(node, d + 1 < depth, child, keys[d], here)
-            except ValidationError as exc:
-                prefix = self._path_to(d, keys)
+            except _Invalid as invalid:
+                prefix = (*self._path_to(d, keys), invalid.key)
                 errors = []
-                for error in exc.errors(include_url=False):
+                for error in invalid.error.errors(include_url=False):
                     error["loc"] = (*prefix, *error.get("loc", ()))
                     errors.append(error)
                 raise _Stop("schema violation", errors) from None
@@ -404,7 +419,12 @@ class ObjectBuilder(Generic[T]):
         complete = len(raw) - child_open
         item = node.shape.item
         assert item is not None
-        new = [item.validate(value) for value in raw[node.done : complete]]  # validate first
+        new = []  # validate first, change the object after: it stays valid if this fails
+        for index in range(node.done, complete):
+            try:
+                new.append(item.validate(raw[index]))
+            except ValidationError as exc:
+                raise _Invalid(index, exc) from None
         if node.pending:
             out.pop()
             node.pending = False
@@ -447,7 +467,10 @@ class ObjectBuilder(Generic[T]):
                             "msg": "Extra inputs are not permitted", "input": raw[name],
                         }])
                     continue
-                new.append((field.name, field.shape.validate(raw[name])))
+                try:
+                    new.append((field.name, field.shape.validate(raw[name])))
+                except ValidationError as exc:
+                    raise _Invalid(name, exc) from None
             for name, value in new:
                 values[name] = value
                 fields_set.add(name)

@@ -33,7 +33,8 @@ __all__ = [
     "text_format",
 ]
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
+_MODULE_PREFIX = re.compile(r"\b[A-Za-z_][\w]*\.(?=[A-Za-z_])")
 _DEPTH_MAX = 256
 
 
@@ -49,10 +50,12 @@ def schema_name(tp: Any) -> str:
     """A schema name the APIs accept (``^[A-Za-z0-9_-]{1,64}$``), from the type's name."""
     if isinstance(tp, TypeAdapter):
         tp = tp._type
-    name = getattr(tp, "__name__", None)
-    if not isinstance(name, str) or not name:
-        name = "response"
-    return _NAME_CHARS.sub("_", name)[:64]
+    if isinstance(tp, type):
+        name = tp.__name__
+    else:  # list[Item], Annotated[...]: the expression without module prefixes
+        name = _MODULE_PREFIX.sub("", repr(tp)).replace("typing.", "")
+    name = _NAME_CHARS.sub("_", name).strip("_")[:64]
+    return name or "response"
 
 
 def strict_json_schema(tp: Any) -> dict[str, Any]:
