@@ -30,6 +30,7 @@ __all__ = [
     "IdleTimeoutError",
     "LimitExceededError",
     "NotFoundError",
+    "ParseError",
     "RateLimitError",
     "RelayError",
     "RelayKeyError",
@@ -107,6 +108,33 @@ class ArgumentsError(FluxstreamError, ValueError):
         self.name = name
         self.arguments = arguments
         super().__init__(message)
+
+
+class ParseError(FluxstreamError, ValueError):
+    """Structured output (:mod:`fluxstream.structured`) is not JSON, not the expected shape, or
+    does not validate against the requested type.
+
+    ``text`` is the raw text received (markdown fences included), ``errors`` pydantic's error
+    list (``ValidationError.errors()``, locations from the document root), ``partial`` the last
+    valid partial object (``None`` if none was built), ``reason`` a short machine-readable
+    cause: ``"invalid_json"``, ``"not_an_object"``, ``"schema"`` or ``"incomplete"``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        text: str,
+        errors: list[Any] | None = None,
+        partial: Any = None,
+        reason: str = "schema",
+    ) -> None:
+        self.text = text
+        self.errors = errors or []
+        self.partial = partial
+        self.reason = reason
+        excerpt = text if len(text) <= 200 else text[:200] + "..."
+        super().__init__(f"{message}; text starts {excerpt!r}" if text else message)
 
 
 # --------------------------------------------------------------------------- HTTP status
