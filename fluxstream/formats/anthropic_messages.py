@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..events import Event, Finish, ReasoningBlock, TextDelta, ToolCallDelta, UsageUpdate
 from ..reply import unified_stop
 from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
 
@@ -94,6 +94,31 @@ class AnthropicMessagesFormat(JsonEventFormat):
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         if kind == "content_block_delta":
+            # Hot path, inlined (nearly every event is one of these two): a text or argument
+            # fragment for a block of the right kind. Anything else takes ``_delta``.
+            delta = obj.get("delta")
+            index = obj.get("index")
+            if delta.__class__ is dict and index.__class__ is int:
+                block = self._blocks.get(index)
+                if block is not None:
+                    dkind = delta.get("type")
+                    if dkind == "text_delta" and block.kind == "text":
+                        text = delta.get("text")
+                        if text.__class__ is str:
+                            if not text:
+                                return []
+                            offset = self.text
+                            self.text = offset + len(text)
+                            return [TextDelta(self.key, 0, offset, text)]
+                    elif dkind == "input_json_delta" and block.kind == "tool":
+                        text = delta.get("partial_json")
+                        if text.__class__ is str:
+                            if not text:
+                                return []
+                            call = self.calls[index]
+                            offset = call.length
+                            call.length = offset + len(text)
+                            return [ToolCallDelta(self.key, 0, index, None, None, text, offset)]
             return self._delta(obj)
         if kind == "ping":
             self.heartbeats += 1

@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..events import Event, Finish, ReasoningBlock, TextDelta, ToolCallDelta, UsageUpdate
 from ..reply import StopReason, unified_stop
 from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
 
@@ -63,11 +63,12 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_parts")
+    __slots__ = ("_errored", "_parts", "_text_part")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         super().__init__(key, strict=strict)
         self._errored = False
+        self._text_part: tuple[object, object] | None = None
         # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
         self._parts: set[tuple[str, int | None, int | None]] = set()
 
@@ -75,19 +76,47 @@ class ResponsesFormat(JsonEventFormat):
         super().reset()
         self._errored = False
         self._parts = set()
+        self._text_part = None
 
     # ------------------------------------------------------------------ events
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
-        out: list[Event] = []
         if kind == "response.output_text.delta":
-            self._delta("text", obj, out)
-        elif kind == "response.reasoning_summary_text.delta":
+            # Hot path, inlined: nearly every event of a text reply is one of these.
+            text = obj.get("delta")
+            if text.__class__ is not str or not text:
+                return []
+            part = (obj.get("output_index"), obj.get("content_index"))
+            if part != self._text_part:
+                self._text_part = part
+                self._parts.add(("text", _int(part[0]), _int(part[1])))
+            if not self.started:
+                self.start()
+            offset = self.text
+            self.text = offset + len(text)
+            return [TextDelta(self.key, 0, offset, text)]
+        out: list[Event] = []
+        if kind == "response.function_call_arguments.delta":
+            text = obj.get("delta")
+            index: Any = obj.get("output_index")
+            call = self.calls.get(index) if index.__class__ is int else None
+            if call is None or text.__class__ is not str:
+                self._arguments_delta(obj, out)  # the general path: checks, skips, opens
+                return out
+            if not text:
+                return out
+            offset = call.length
+            call.length = offset + len(text)
+            fragments = call.fragments
+            if fragments is not None:
+                fragments.append(text)
+                if len(fragments) > _FOLD:
+                    call.fragments = ["".join(fragments)]
+            return [ToolCallDelta(self.key, 0, index, None, None, text, offset)]
+        if kind == "response.reasoning_summary_text.delta":
             self._delta("reasoning", obj, out, "summary_index")
         elif kind == "response.reasoning_text.delta":
             self._delta("reasoning", obj, out)
-        elif kind == "response.function_call_arguments.delta":
-            self._arguments_delta(obj, out)
         elif kind == "response.refusal.delta":
             self._delta("refusal", obj, out)
         elif kind in ("response.created", "response.in_progress", "response.queued"):
