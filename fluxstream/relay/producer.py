@@ -109,7 +109,7 @@ class RecordedStream:
         self._stream.cancel()
 
     async def __aenter__(self) -> RecordedStream:
-        await self._start()
+        await self.start()
         try:
             await self._stream.__aenter__()
         except BaseException:
@@ -139,7 +139,7 @@ class RecordedStream:
 
     async def __anext__(self) -> Event:
         if not self._started:
-            await self._start()
+            await self.start()
         try:
             event = await self._stream.__anext__()
         except StopAsyncIteration:
@@ -160,7 +160,9 @@ class RecordedStream:
 
     # ------------------------------------------------------------------ recording
 
-    async def _start(self) -> None:
+    async def start(self) -> None:
+        """Create the reply in the log (done by ``async with`` or the first ``anext``; call it
+        first when followers must find the key before the stream is consumed). Idempotent."""
         if self._started:
             return
         self._started = True
