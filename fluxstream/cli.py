@@ -20,11 +20,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import httpx
 
 from .client import AsyncClient
 from .errors import FluxstreamError
@@ -77,7 +78,9 @@ def _print_live(event: object, out: TextIO, state: dict[str, str]) -> None:
         out.flush()
 
 
-def _summary(reply: Reply, stream: ReplyStream | None, out: TextIO) -> None:
+def _summary(
+    reply: Reply, stream: ReplyStream | None, out: TextIO, survived: str | None = None
+) -> None:
     out.write("\n\n")
     out.write(f"outcome:        {reply.outcome.value if reply.outcome else 'unknown'}\n")
     for choice in reply.choices:
@@ -101,7 +104,11 @@ def _summary(reply: Reply, stream: ReplyStream | None, out: TextIO) -> None:
                 out.write(f"tokens/s:       {tokens / span:.0f}\n")
         out.write(f"bytes/events:   {stats.bytes} / {stats.events}")
         out.write(f" (heartbeats {stats.heartbeats}, skipped {stats.skipped_frames})\n")
-    if stream is not None and stream.cause is not None and reply.outcome is not Outcome.CANCELLED:
+    if survived is not None:
+        out.write(f"survived:       {survived}\n")
+    # The cause of a drop that was resumed is told by ``survived``; only a bad end needs it.
+    bad_end = reply.outcome in (Outcome.TRUNCATED, Outcome.FAILED, None)
+    if stream is not None and stream.cause is not None and bad_end:
         out.write(f"cause:          {type(stream.cause).__name__}: {stream.cause}\n")
     out.flush()
 
@@ -111,7 +118,7 @@ def _summary(reply: Reply, stream: ReplyStream | None, out: TextIO) -> None:
 
 async def _stream_to_terminal(
     client: AsyncClient, session: _Session, model: str, prompt: str, headers: dict[str, str],
-    tools: list[dict[str, Any]] | None,
+    tools: list[dict[str, Any]] | None, survived: Callable[[ReplyStream], str] | None = None,
 ) -> int:
     out = sys.stdout
     stream = client.chat.stream(
@@ -127,34 +134,52 @@ async def _stream_to_terminal(
             _print_live(event, out, state)
             if isinstance(event, Finish):
                 state.setdefault("finished", event.reason)
-    _summary(stream.reply, stream, out)
+    _summary(stream.reply, stream, out, survived(stream) if survived else None)
     return _exit_code(stream.reply.outcome)
 
 
 _DEMO_TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"},
+                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    }}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"timezone": {"type": "string"}},
+    }}},
 ]
+#: What the demo's server does to the stream unless told otherwise: ``: ping`` heartbeats
+#: between events, every write at most 24 bytes (so reads split events, even characters), and
+#: the connection dropped once in mid-answer (``fail-first=1``: only the first attempt), which
+#: the client resumes with ``Last-Event-ID``. The reply must still arrive exact.
+DEMO_PROFILE = "heartbeats"
+DEMO_FAULTS = ("write-size=24", "write-pause=0.001", "drop-after-events=12", "fail-first=1")
 
 
 async def _demo(args: argparse.Namespace, session: _Session) -> int:
+    from ._cli_demo import LogTally, ReadCountingTransport, survived
     from .server import serve
 
     headers = _headers(args.header)
-    if args.profile:
-        headers["X-Fluxstream-Profile"] = args.profile
-    faults = list(args.fault or [])
+    profile = args.profile or ("" if args.no_faults else DEMO_PROFILE)
+    if profile:
+        headers["X-Fluxstream-Profile"] = profile
+    faults = list(args.fault or ([] if args.no_faults else DEMO_FAULTS))
     if args.pace > 0 and not any(f.startswith("drip=") for f in faults):
         faults.append(f"drip={args.pace}")  # token by token, at a pace a person can watch
     if faults:
         headers["X-Fluxstream-Fault"] = ",".join(faults)
-    async with serve(port=0) as server:
+    transport = ReadCountingTransport()
+    async with serve(port=0) as server, httpx.AsyncClient(transport=transport) as http:
         sys.stdout.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
-        async with AsyncClient(base_url=server.base_url, api_key="demo-key") as client:
-            return await _stream_to_terminal(
-                client, session, args.model, args.prompt, headers,
-                _DEMO_TOOLS if args.tools else None,
-            )
+        client = AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
+        async with client:
+            with LogTally() as log:
+                return await _stream_to_terminal(
+                    client, session, args.model, args.prompt, headers,
+                    _DEMO_TOOLS if args.tools else None,
+                    lambda stream: survived(stream.stats, transport, log),
+                )
 
 
 def _headers(values: Sequence[str] | None) -> dict[str, str]:
@@ -277,6 +302,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--profile", help="quirk profile(s), e.g. azure,heartbeats")
     demo.add_argument("--fault", action="append", help="a fault, e.g. drop-after=200 (repeatable)")
     demo.add_argument("--tools", action="store_true", help="ask for parallel tool calls")
+    demo.add_argument(
+        "--no-faults", action="store_true",
+        help="a clean connection: no heartbeats, small writes or drop (--fault/--profile replace"
+        " those defaults)",
+    )
     demo.add_argument(
         "--pace", type=float, default=0.03, help="seconds between deltas (0: as fast as possible)"
     )

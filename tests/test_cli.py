@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from fixture_files import chat_expected, chat_stream
 from fluxstream.server import ServerThread
 from fluxstream.server.script import expected_reply
 
+DEMO_PROMPT = "Tell me how fluxstream streams a reply, token by token."
 ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "NO_COLOR": "1"}
 
 
@@ -45,6 +47,44 @@ def test_demo_streams_live_and_reports_the_outcome() -> None:
                   "tokens/s:"):
         assert label in result.stdout
     assert result.stderr == ""
+
+
+SURVIVED = re.compile(
+    r"^survived:\s+(\d+) heartbeats?, (\d+) reads? \((\d+) ending mid-event\), (.*)$", re.M
+)
+
+
+def test_demo_says_on_one_line_what_the_stream_survived() -> None:
+    """By default the demo's server sends heartbeats, writes in small pieces and drops the
+    connection once mid-answer; the reply is still exact and one line says what happened."""
+    result = run_cli("demo", "--pace", "0")
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = {"model": "flux-demo", "messages": [{"role": "user", "content": DEMO_PROMPT}],
+            "stream": True, "stream_options": {"include_usage": True}}
+    assert expected_reply(body).text in result.stdout
+    assert "outcome:        done" in result.stdout
+    (line,) = SURVIVED.findall(result.stdout)
+    heartbeats, reads, split, drops = int(line[0]), int(line[1]), int(line[2]), line[3]
+    assert heartbeats >= 10 and reads >= split >= 30
+    assert drops == "1 dropped connection, resumed by last_event_id"
+    assert result.stderr == ""  # the resume is told in the summary, not as a log line
+
+    calm = run_cli("demo", "--pace", "0", "--no-faults")
+    assert calm.returncode == 0, calm.stdout + calm.stderr
+    (line,) = SURVIVED.findall(calm.stdout)
+    assert line[0] == "0" and line[3] == "no dropped connection"
+    assert expected_reply(body).text in calm.stdout
+
+
+def test_demo_reads_like_an_answer() -> None:
+    """The default reply is a short natural answer, not the prompt echoed between tokens."""
+    result = run_cli("demo", "--pace", "0", "--no-faults")
+    assert result.returncode == 0, result.stderr
+    answer = result.stdout.split("\n\n", 1)[1].split("\n\noutcome:", 1)[0]
+    assert answer.startswith("Hello") and answer.endswith(" in order.")
+    assert "Tell me" not in answer and "Echo" not in answer
+    for needle in ("你好", "👋🏽", "é"):
+        assert needle in answer
 
 
 def test_demo_with_a_quirk_profile_and_tools() -> None:
