@@ -74,8 +74,9 @@ class RecordedStream:
         self._last_token = 0.0
         #: The first error of the log (recording stopped then); the stream goes on regardless.
         self.log_error: BaseException | None = None
-        #: Entries written (terminal included).
+        #: Entries written (terminal included), and lease refreshes (each one log command).
         self.writes = 0
+        self.refreshes = 0
 
     def __repr__(self) -> str:
         return f"<RecordedStream key={show_key(self.key)} writes={self.writes}>"
@@ -258,6 +259,7 @@ class RecordedStream:
                     return
                 if not events and time.monotonic() - last_io >= refresh_every:
                     cancel = await log._refresh(self.key, self._owner)
+                    self.refreshes += 1
                     last_io = time.monotonic()
                 if cancel:
                     self._stream.cancel()
