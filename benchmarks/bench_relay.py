@@ -112,7 +112,15 @@ async def run_followers(url: str, keys: list[str], per_key: int, out: str) -> No
             print("ready", flush=True)
     cpu = time.process_time() - cpu
     await log.aclose()
-    Path(out).write_text(json.dumps({"seen": seen, "cpu": cpu}))
+    write_json(out, {"seen": seen, "cpu": cpu})
+
+
+def write_json(path: str | Path, value: Any) -> None:
+    Path(path).write_text(json.dumps(value))
+
+
+def spawn(*args: str, **options: Any) -> subprocess.Popen[Any]:
+    return subprocess.Popen([sys.executable, *args], **options)
 
 
 # ---------------------------------------------------------------------------- producer
@@ -131,9 +139,8 @@ def redis_commands(url: str) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     redis_proc, url = start_redis()
     port = free_port()
-    upstream = subprocess.Popen(
-        [sys.executable, "-m", "fluxstream", "serve", "--port", str(port), "--fault",
-         f"drip={args.drip}"],
+    upstream = spawn(
+        "-m", "fluxstream", "serve", "--port", str(port), "--fault", f"drip={args.drip}",
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     followers_proc = None
@@ -151,12 +158,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             for r in recorded:
                 await r.start()
             keys_file = Path(tmp) / "keys.json"
-            keys_file.write_text(json.dumps(keys))
+            write_json(keys_file, keys)
             out = Path(tmp) / "followers.json"
-            followers_proc = subprocess.Popen(
-                [sys.executable, __file__, "--role", "followers", "--redis", url,
-                 "--keys", str(keys_file), "--followers", str(args.followers), "--out",
-                 str(out)],
+            followers_proc = spawn(
+                __file__, "--role", "followers", "--redis", url, "--keys", str(keys_file),
+                "--followers", str(args.followers), "--out", str(out),
                 stdout=subprocess.PIPE, text=True,
             )
             assert followers_proc.stdout is not None
