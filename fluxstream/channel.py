@@ -1,0 +1,271 @@
+"""The connection side of a stream: the loop over attempts, and reads of the current one.
+
+:class:`~fluxstream.stream.ReplyStream` iterates and states outcomes; :class:`Channel` gets it
+bytes. It sends the request (retrying what fails before a response is usable, as
+:class:`~fluxstream.recovery.Recovery` decides), reconnects for a retry or a resume, reads the
+current :class:`~fluxstream.attempt.Attempt` directly or through a
+:class:`~fluxstream._readahead.ReadAhead` task, waits out backoffs, and makes ``cancel()``
+reach whatever is pending: a send, a wait, or a read.
+
+``recovery.cancelled`` is the one flag that says the caller cancelled; every wait checks it
+before and after, so nothing is sent after a cancel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import anyio
+
+from ._readahead import ReadAhead
+from .attempt import Attempt, AttemptCancelled, RequestSpec
+from .errors import APIConnectionError, APIStatusError, APITimeoutError
+from .events import ErrorEvent, Event
+from .parser import StreamParser
+from .recovery import Decision, DropState, Recovery, is_transient_error
+
+__all__ = ["Channel"]
+
+logger = logging.getLogger("fluxstream")
+
+#: The reason given for a resume from a token (not a drop: nothing to warn about).
+TOKEN_REASON = "resumed from a token"
+
+
+class Channel:
+    """Sends, re-sends and reads the requests of one logical stream."""
+
+    def __init__(self, spec: RequestSpec, parser: StreamParser, recovery: Recovery) -> None:
+        self.spec = spec
+        self.parser = parser
+        self.recovery = recovery
+        #: The current request/response (``None`` before the first and after closing).
+        self.attempt: Attempt | None = None
+        self._pause_scope: anyio.CancelScope | None = None
+        # text(coalesce=...) reads the body in a helper task (see fluxstream._readahead).
+        self._reader_wanted = False
+        self._readahead: ReadAhead | None = None
+
+    # ------------------------------------------------------------------ sending
+
+    async def connect(
+        self,
+        *,
+        headers: dict[str, str] | None = None,
+        body: dict[str, Any] | None = None,
+        fresh_budget: bool = False,
+    ) -> Attempt:
+        """Send the request; retry (RetryPolicy) what fails before a response is usable.
+
+        ``fresh_budget``: a resume's reconnect gets the policy's attempts afresh; before any
+        content, every request so far was a try of the same request and shares one budget.
+        """
+        recovery = self.recovery
+        tries = 0
+        while True:
+            if recovery.cancelled:
+                raise AttemptCancelled
+            recovery.attempts += 1
+            tries += 1
+            used = tries if fresh_budget else recovery.attempts
+            attempt = self.attempt = Attempt(self.spec)
+            try:
+                await attempt.open(
+                    headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes
+                )
+            except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
+                self.attempt = None
+                status = getattr(exc, "status_code", None)
+                decision = recovery.after_failed_request(
+                    tries=used,
+                    now=time.monotonic(),
+                    retryable=status is None or status in recovery.retry.retry_status,
+                    retry_after=getattr(exc, "retry_after", None),
+                )
+                if decision.action == "cancel":
+                    raise AttemptCancelled from exc
+                if decision.action != "retry":
+                    raise
+                await self.wait_to_retry(used, decision.delay, str(exc))
+                continue
+            except BaseException:
+                self.attempt = None
+                raise
+            if not attempt.is_json:
+                self._stop_reader()
+                self._start_reader()
+            return attempt
+
+    async def reconnect(self, decision: Decision, reason: str) -> tuple[Attempt, list[Event]]:
+        """Perform a ``retry`` or ``resume`` decision after ``reason`` (a drop, an error
+        event, a resume token); the events to deliver first (a restart's ``Reset``)."""
+        if decision.action == "retry":
+            return await self._retry(decision, reason), []
+        recovery = self.recovery
+        recovery.resumes += 1
+        if reason != TOKEN_REASON:
+            logger.warning(
+                "stream %s dropped (%s); resuming by %s (%d/%d)",
+                self.parser.content_key, reason, decision.strategy, recovery.resumes,
+                recovery.resume.max_resumes,
+            )
+        return await self._resume(decision, reason)
+
+    async def _retry(self, decision: Decision, reason: str) -> Attempt:
+        """Before any content (a drop, a transient error event): nothing was shown, so this is
+        a plain retry; the Reset that announces the new attempt is not passed on."""
+        await self.close(drain=False)
+        attempts = self.recovery.attempts
+        if decision.reason == "error event":
+            self.parser.reset(attempts, "error before content")
+        else:
+            self.parser.reset(attempts, "dropped before content")
+            reason = f"dropped early ({reason})"
+        await self.wait_to_retry(attempts, decision.delay, reason)
+        return await self.connect()
+
+    async def _resume(self, decision: Decision, reason: str) -> tuple[Attempt, list[Event]]:
+        parser = self.parser
+        policy = self.recovery.resume
+        await self.close(drain=False)
+        await self.pause(decision.delay)
+        events: list[Event] = []
+        if decision.strategy == "last_event_id":
+            last_id = parser.last_event_id
+            parser.new_connection(resume_after=last_id)
+            attempt = await self.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
+        elif decision.strategy == "continuation":
+            text = parser.begin_continuation(min_overlap=policy.min_overlap)
+            request = self.spec.body
+            messages = list(request.get("messages", []))
+            messages.append({"role": "assistant", "content": text, **policy.prefix_flag})
+            attempt = await self.connect(
+                body={**request, "messages": messages}, fresh_budget=True
+            )
+        else:
+            self.recovery.restarts += 1
+            events = parser.reset(self.recovery.restarts, f"restart after a drop ({reason})")
+            attempt = await self.connect(fresh_budget=True)
+        return attempt, events
+
+    # ------------------------------------------------------------------ decisions
+
+    def drop_state(self, exc: BaseException | None) -> DropState:
+        """What the parser knows now, for :meth:`Recovery.after_drop`."""
+        parser = self.parser
+        return DropState(
+            clean=exc is None,
+            done=parser.done,
+            complete=parser.complete,
+            saw_content=parser.saw_content,
+            has_event_id=bool(parser.last_event_id),
+            reconnection_time=parser.reconnection_time,
+            continuable=parser.continuable(),
+        )
+
+    def error_event_decision(self, events: list[Event], now: float) -> Decision | None:
+        """A retry for the first error event of ``events`` (before content), if it is one."""
+        for event in events:
+            if type(event) is ErrorEvent:
+                transient = is_transient_error(event.error_type, event.code, event.message)
+                return self.recovery.after_error_event(
+                    saw_content=False, transient=transient, now=now
+                )
+        return None
+
+    async def wait_to_retry(self, attempt: int, delay: float, reason: str) -> None:
+        logger.warning(
+            "request %s failed before any content (%s); retry %d/%d in %.2fs",
+            self.parser.content_key, reason, attempt + 1,
+            self.recovery.retry.max_attempts, delay,
+        )
+        await self.pause(delay)
+
+    async def pause(self, seconds: float) -> None:
+        """Sleep, unless ``cancel()`` comes first (then raise ``AttemptCancelled``)."""
+        if self.recovery.cancelled:
+            raise AttemptCancelled
+        with anyio.CancelScope() as self._pause_scope:
+            await anyio.sleep(seconds)
+        self._pause_scope = None
+        if self.recovery.cancelled:
+            raise AttemptCancelled
+
+    # ------------------------------------------------------------------ reading
+
+    async def receive(self) -> bytes:
+        """The next read: straight from the response, or through the read-ahead task."""
+        if self._readahead is not None:
+            return await self._readahead.receive()
+        if self.attempt is None:  # closed under us
+            raise StopAsyncIteration
+        return await self.attempt.read()
+
+    @property
+    def reads_ahead(self) -> bool:
+        """:meth:`start_read_ahead` was called."""
+        return self._reader_wanted
+
+    def start_read_ahead(self) -> None:
+        """From now on, read the body in a helper task (``text(coalesce=...)``)."""
+        self._reader_wanted = True
+        self._start_reader()
+
+    async def wait_for_bytes(self, seconds: float) -> bool:
+        """Whether a read is ready within ``seconds`` (it is kept for the next read)."""
+        if self._readahead is None:
+            return True
+        return await self._readahead.ready_within(seconds)
+
+    def _start_reader(self) -> None:
+        attempt = self.attempt
+        if not self._reader_wanted or self._readahead is not None or attempt is None:
+            return
+        if attempt.body is not None:
+            self._readahead = ReadAhead(attempt.body)
+
+    def _stop_reader(self) -> None:
+        if self._readahead is not None:
+            self._readahead.stop()
+            self._readahead = None
+
+    def resume_token(self, version: int) -> dict[str, Any]:
+        """See :meth:`ReplyStream.resume_token` (no headers: they may hold secrets)."""
+        parser = self.parser
+        return {
+            "version": version,
+            "key": parser.content_key,
+            "path": self.spec.path,
+            "body": self.spec.body,
+            "last_event_id": parser.last_event_id or None,
+            "reconnection_time": parser.reconnection_time,
+            "offsets": parser.offsets(),
+            "reply": parser.reply.model_dump(mode="json"),
+        }
+
+    # ------------------------------------------------------------------ ending
+
+    def cancel(self) -> None:
+        """Interrupt whatever is pending (a send, a wait, a read), from any task."""
+        self.recovery.cancelled = True
+        if self._pause_scope is not None:
+            self._pause_scope.cancel()
+        if self.attempt is not None:
+            self.attempt.cancel()
+        if self._readahead is not None:
+            self._readahead.cancel_task()
+
+    async def close(self, *, drain: bool = True) -> None:
+        """Close the current response (idempotent). ``drain``: after the sentinel, read the
+        body's end first so the connection can go back to the pool."""
+        reader_was_running = self._readahead is not None
+        self._stop_reader()
+        attempt = self.attempt
+        if attempt is None:
+            return
+        self.attempt = None
+        # Drain only after the sentinel, and only if no read-ahead task was reading the body.
+        drain = drain and self.parser.done and not self.recovery.cancelled
+        await attempt.close(drain=drain and not reader_was_running)
