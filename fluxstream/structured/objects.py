@@ -45,7 +45,7 @@ import copy
 import re
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -205,7 +205,10 @@ class ObjectBuilder(Generic[T]):
         self._shape = compile_shape(tp)
         self._parser = _Stepper()
         self._nodes: list[_Node] = []
+        # The text so far: recent deltas, and older ones folded into chunks of ``_FOLD``
+        # deltas each (never re-joined while streaming, so keeping the text stays linear).
         self._parts: list[str] = []
+        self._chunks: list[str] = []
         self._lead = ""  # text held until we know whether it opens a markdown fence
         self._started = False  # the first character of the JSON itself was seen
         self._value: Any = None
@@ -224,15 +227,18 @@ class ObjectBuilder(Generic[T]):
     @property
     def value(self) -> T | None:
         """The live partial object (the validated object once ``complete``)."""
-        return cast("T | None", self._value)
+        value: T | None = self._value
+        return value
 
     @property
     def text(self) -> str:
         """Everything fed so far."""
-        parts = self._parts
-        if len(parts) > 1:
-            self._parts = parts = ["".join(parts)]
-        return parts[0] if parts else ""
+        if self._parts:
+            self._chunks.append("".join(self._parts))
+            self._parts = []
+        if len(self._chunks) > 1:
+            self._chunks = ["".join(self._chunks)]
+        return self._chunks[0] if self._chunks else ""
 
     def snapshot(self) -> T | None:
         """A deep copy of the partial object, unaffected by later text."""
@@ -258,17 +264,18 @@ class ObjectBuilder(Generic[T]):
     def feed(self, text: str) -> T | None:
         """Read one delta; return the (live) partial object. Never raises for bad input."""
         if not text:
-            return self.value
+            return self._value  # type: ignore[no-any-return]
         parts = self._parts
         parts.append(text)
-        if len(parts) > _FOLD:
-            self._parts = ["".join(parts)]
+        if len(parts) >= _FOLD:
+            self._chunks.append("".join(parts))
+            self._parts = []
         if self._stopped or self.complete:
-            return self.value
+            return self._value  # type: ignore[no-any-return]
         if not self._started:
             text = self._lead_in(text)
             if not text:
-                return self.value
+                return self._value  # type: ignore[no-any-return]
         parser = self._parser
         parser.feed(text)
         try:
@@ -280,7 +287,7 @@ class ObjectBuilder(Generic[T]):
                     raise _Stop("invalid JSON", [])
         except _Stop as stop:
             self._stop(stop.problem, stop.errors)
-        return self.value
+        return self._value  # type: ignore[no-any-return]
 
     def _lead_in(self, text: str) -> str:
         """Strip a leading markdown fence line; check the first character of the JSON."""
