@@ -19,14 +19,13 @@ import base64
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
 import httpx
 
+from ._capture import load_capture, record_response, replay_capture, request_fields
 from .client import AsyncClient
 from .errors import FluxstreamError
 from .events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
@@ -36,7 +35,6 @@ from .stream import ReplyStream
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
-CAPTURE_FORMAT = "fluxstream-capture/1"
 DEFAULT_PROMPT = "Tell me how fluxstream streams a reply, token by token."
 
 
@@ -117,15 +115,19 @@ def _summary(
 
 
 async def _stream_to_terminal(
-    client: AsyncClient, session: _Session, model: str, prompt: str, headers: dict[str, str],
-    tools: list[dict[str, Any]] | None, survived: Callable[[ReplyStream], str] | None = None,
+    client: AsyncClient, session: _Session, model: str, messages: list[Any],
+    headers: dict[str, str], tools: list[dict[str, Any]] | None,
+    survived: Callable[[ReplyStream], str] | None = None, *, include_usage: bool = True,
+    fields: dict[str, Any] | None = None,
 ) -> int:
     out = sys.stdout
     stream = client.chat.stream(
         model=model,
-        messages=[{"role": "user", "content": prompt}],
+        messages=messages,
         tools=tools,
         extra_headers=headers,
+        include_usage=include_usage,
+        **(fields or {}),
     )
     session.stream = stream
     state: dict[str, str] = {}
@@ -176,7 +178,8 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
         async with client:
             with LogTally() as log:
                 return await _stream_to_terminal(
-                    client, session, args.model, args.prompt, headers,
+                    client, session, args.model, [{"role": "user", "content": args.prompt}],
+                    headers,
                     _DEMO_TOOLS if args.tools else None,
                     lambda stream: survived(stream.stats, transport, log),
                 )
@@ -193,9 +196,12 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
 
 
 async def _chat(args: argparse.Namespace, session: _Session) -> int:
+    model, messages, fields = _request(args)
+    tools = fields.pop("tools", None)
     async with AsyncClient(base_url=args.base_url, api_key=args.api_key) as client:
         return await _stream_to_terminal(
-            client, session, args.model, args.prompt, _headers(args.header), None
+            client, session, model, messages, _headers(args.header), tools,
+            include_usage=not args.no_usage, fields=fields,
         )
 
 
@@ -213,64 +219,59 @@ async def _serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:
+    """Model, messages and the other request fields of ``chat``/``capture`` (``--body``, ``-p``,
+    ``--max-tokens``); ``model``/``messages`` given as fields replace the flag and the prompt."""
+    fields = request_fields(args.body, args.param, args.max_tokens)
+    model = fields.pop("model", args.model)
+    messages = fields.pop("messages", [{"role": "user", "content": args.prompt}])
+    if not isinstance(model, str) or not isinstance(messages, list):
+        raise ValueError("model must be a string and messages a list")
+    return model, messages, fields
+
+
 async def _capture(args: argparse.Namespace) -> int:
-    """Record a real response's raw bytes with read boundaries and timing (see ``replay``)."""
+    """Record a real response's raw bytes with read boundaries and timing (see ``replay``).
+
+    A connection that breaks mid-body is recorded too: every read that arrived, then the error.
+    """
+    model, messages, fields = _request(args)
+    body: dict[str, Any] = {"model": model, "messages": messages, **fields}
+    body.setdefault("stream", True)
+    if body["stream"] is True and not args.no_usage:
+        options = dict(body.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        body["stream_options"] = options
     client = AsyncClient(base_url=args.base_url, api_key=args.api_key)
-    body = {
-        "model": args.model,
-        "messages": [{"role": "user", "content": args.prompt}],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    request = client._build_request("chat/completions", body, {})
-    reads: list[dict[str, Any]] = []
-    start = time.monotonic()
     try:
+        request = client._build_request("chat/completions", body, _headers(args.header))
         response = await client.http_client.send(request, stream=True)
-        try:
-            async for chunk in response.aiter_bytes():  # decoded if compressed
-                reads.append(
-                    {"t": round(time.monotonic() - start, 6),
-                     "b64": base64.b64encode(chunk).decode("ascii")}
-                )
-        finally:
-            await response.aclose()
+        record = await record_response(response, body)
     finally:
         await client.aclose()
-    record = {
-        "format": CAPTURE_FORMAT,
-        "request": {"path": "chat/completions", "body": body},
-        "status": response.status_code,
-        "content_type": response.headers.get("content-type"),
-        "reads": reads,
-    }
     await anyio.Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    size = sum(len(base64.b64decode(r["b64"])) for r in reads)
-    sys.stdout.write(f"captured {len(reads)} reads, {size} bytes, to {args.output}\n")
-    return EXIT_OK if 200 <= response.status_code < 300 else EXIT_FAILED
+    reads = [base64.b64decode(r["b64"]) for r in record["reads"]]
+    size = sum(len(r) for r in reads)
+    summary = f"{len(reads)} reads, {size} bytes, to {args.output}"
+    if "error" in record:
+        error = record["error"]
+        sys.stderr.write(
+            f"fluxstream: the connection broke ({error['type']}: {error['message']}); "
+            f"captured {summary}\n"
+        )
+        return EXIT_TRUNCATED
+    sys.stdout.write(f"captured {summary} (HTTP {record['status']})\n")
+    return EXIT_OK if 200 <= record["status"] < 300 else EXIT_FAILED
 
 
 def load_fixture(path: str) -> list[bytes]:
     """The reads of a capture file, or a plain ``.sse`` body as one read."""
-    raw = Path(path).read_bytes()
-    if raw.lstrip()[:1] == b"{":
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            record = None
-        if isinstance(record, dict) and record.get("format") == CAPTURE_FORMAT:
-            return [base64.b64decode(r["b64"]) for r in record["reads"]]
-    return [raw]
+    return load_capture(path).reads
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .parser import replay
-
-    reads = load_fixture(args.file)
-    if args.read_size:
-        body = b"".join(reads)
-        reads = [body[i : i + args.read_size] for i in range(0, len(body), args.read_size)]
-    reply = replay(reads)
+    capture = load_capture(args.file)
+    reply = replay_capture(capture, read_size=args.read_size)  # a non-2xx status raises
     if args.json:
         sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
     else:
@@ -284,10 +285,31 @@ def _replay(args: argparse.Namespace) -> int:
             for call in choice.tool_calls:
                 sys.stdout.write(f"[tool call {call.index}] {call.name}({call.arguments})\n")
         _summary(reply, None, sys.stdout)
+        if capture.error is not None:
+            error = capture.error
+            sys.stdout.write(f"recorded break: {error.get('type')}: {error.get('message')}\n")
     return _exit_code(reply.outcome)
 
 
 # ---------------------------------------------------------------------------- entry point
+
+
+def _request_flags(p: argparse.ArgumentParser) -> None:
+    """Any request field, for ``chat`` and ``capture`` alike."""
+    p.add_argument("--max-tokens", type=int, default=None, help="sent as max_tokens")
+    p.add_argument(
+        "-p", "--param", action="append", metavar="KEY=VALUE",
+        help="a request field (repeatable); VALUE is JSON when it parses, else a string:"
+        " -p n=2 -p temperature=0.2 -p 'stop=[\"\\n\"]'",
+    )
+    p.add_argument(
+        "--body", metavar="JSON",
+        help="a JSON object of request fields (tools, n, ...); -p and --max-tokens win over it",
+    )
+    p.add_argument(
+        "--no-usage", action="store_true",
+        help="do not ask for usage (no stream_options.include_usage)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -318,6 +340,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
     chat.add_argument("--api-key", default=None, help="defaults to OPENAI_API_KEY")
     chat.add_argument("--header", action="append", help="an extra request header 'Name: value'")
+    _request_flags(chat)
 
     serve = sub.add_parser("serve", help="run the embedded server for other clients")
     serve.add_argument("--host", default="127.0.0.1")
@@ -332,6 +355,8 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
     cap.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
     cap.add_argument("--api-key", default=None)
+    cap.add_argument("--header", action="append", help="an extra request header 'Name: value'")
+    _request_flags(cap)
 
     rep = sub.add_parser("replay", help="run a fixture (capture or .sse) through the parser")
     rep.add_argument("file")

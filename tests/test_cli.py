@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -213,3 +214,102 @@ def test_bad_usage_is_one_line_with_exit_code_2(tmp_path: Path) -> None:
     result = run_cli("demo", "--fault", "no-such-fault=1")
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) == 1 and "400" in result.stderr
+
+
+# ---------------------------------------------------------------------------- capture and replay
+
+
+def _capture(tmp_path: Path, base_url: str, *args: str) -> tuple[Any, dict[str, Any]]:
+    out = tmp_path / "capture.json"
+    result = run_cli("capture", "--base-url", base_url, "--model", "m", "-o", str(out), *args)
+    return result, json.loads(out.read_text()) if out.exists() else {}
+
+
+def _body_of(record: dict[str, Any]) -> bytes:
+    return b"".join(base64.b64decode(r["b64"]) for r in record["reads"])
+
+
+def test_capture_keeps_every_read_and_the_error_when_the_connection_breaks(
+    tmp_path: Path,
+) -> None:
+    with ServerThread(port=0, faults="drop-after=700") as srv:
+        result, record = _capture(tmp_path, srv.base_url, "break this")
+    assert result.returncode == 3, result.stdout + result.stderr  # the reply was cut
+    assert record, "nothing was written"
+    assert record["status"] == 200 and len(_body_of(record)) == 700
+    assert record["error"]["type"] == "RemoteProtocolError" and record["error"]["message"]
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+    replayed = run_cli("replay", str(tmp_path / "capture.json"))
+    assert replayed.returncode == 3, replayed.stdout + replayed.stderr
+    assert "outcome:        truncated" in replayed.stdout
+    assert "RemoteProtocolError" in replayed.stdout  # what broke the recorded connection
+    body = {"model": "m", "messages": [{"role": "user", "content": "break this"}],
+            "stream": True, "stream_options": {"include_usage": True}}
+    text = replayed.stdout.split("[text 0] ", 1)[1].split("\n", 1)[0]
+    assert text and expected_reply(body).text.startswith(text)
+
+
+def test_replay_of_a_non_2xx_capture_is_the_typed_error(server: Any, tmp_path: Path) -> None:
+    result, record = _capture(
+        tmp_path, server.base_url, "--header", "X-Fluxstream-Fault: status=429,retry-after=7", "hi"
+    )
+    assert result.returncode == 1 and record["status"] == 429
+    replayed = run_cli("replay", str(tmp_path / "capture.json"))
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    (line,) = replayed.stderr.strip().splitlines()
+    assert line.startswith("fluxstream: RateLimitError: HTTP 429")
+
+    hand = tmp_path / "bad-request.json"
+    error = {"error": {"message": "max_tokens is too large", "type": "invalid_request_error"}}
+    hand.write_text(json.dumps({
+        "format": "fluxstream-capture/1", "status": 400, "content_type": "application/json",
+        "reads": [{"t": 0.0, "b64": base64.b64encode(json.dumps(error).encode()).decode()}],
+    }))
+    replayed = run_cli("replay", str(hand))
+    assert replayed.returncode == 1, replayed.stdout + replayed.stderr
+    assert replayed.stderr.strip() == (
+        "fluxstream: APIStatusError: HTTP 400: max_tokens is too large"
+    )
+
+
+def test_replay_of_a_json_capture_is_the_reply_it_was(server: Any, tmp_path: Path) -> None:
+    result, record = _capture(tmp_path, server.base_url, "-p", "stream=false", "whole")
+    assert result.returncode == 0, result.stderr
+    assert record["content_type"].startswith("application/json")
+    replayed = run_cli("replay", str(tmp_path / "capture.json"), "--json")
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    reply = json.loads(replayed.stdout)
+    body = {"model": "m", "messages": [{"role": "user", "content": "whole"}], "stream": False}
+    assert reply["choices"][0]["text"] == expected_reply(body).text
+    assert reply["outcome"] == "done" and reply["usage"]["completion_tokens"] == 30
+
+
+def test_chat_and_capture_send_any_request_field(server: Any, tmp_path: Path) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    flags = ["--max-tokens", "5", "-p", "n=2", "-p", "user=ann=1", "-p", "temperature=0.5",
+             "--body", json.dumps({"tools": tools, "seed": 7, "n": 9}), "--no-usage"]
+    result = run_cli("chat", "--base-url", server.base_url, "--model", "m", *flags, "fields")
+    assert result.returncode == 0, result.stdout + result.stderr
+    sent = server.records.requests[-1].json
+    assert sent == {"model": "m", "messages": [{"role": "user", "content": "fields"}],
+                    "tools": tools, "seed": 7, "n": 2, "user": "ann=1", "temperature": 0.5,
+                    "max_tokens": 5, "stream": True}
+    expected = expected_reply(sent)
+    assert len(expected.choices) == 2 and expected.usage is None
+    for choice in expected.choices:
+        for call in choice.tool_calls:
+            assert f"[tool call {call.index}] {call.name}({call.arguments})" in result.stdout
+    assert "usage:" not in result.stdout
+
+    capture, record = _capture(tmp_path, server.base_url, *flags, "fields")
+    assert capture.returncode == 0, capture.stderr
+    assert record["request"]["body"] == server.records.requests[-1].json == sent
+
+
+def test_request_field_flags_reject_bad_input(server: Any) -> None:
+    for bad in (["--body", "[1, 2]"], ["--body", "{nope"], ["-p", "novalue"], ["-p", "=1"]):
+        result = run_cli("chat", "--base-url", server.base_url, *bad, "hi")
+        assert result.returncode == 2, (bad, result.stdout + result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
