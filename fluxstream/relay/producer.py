@@ -38,6 +38,14 @@ logger = logging.getLogger("fluxstream.relay")
 _CLOSE_WAIT = 5.0
 
 
+def background(factory: Callable[[], Any]) -> Callable[[], None]:
+    """Start ``factory()`` as an owned background task (:func:`fluxstream._tasks.spawn`);
+    returns the function that cancels it (whichever handle ``spawn`` returns)."""
+    handle: Any = spawn(factory)
+    cancel = getattr(handle, "cancel", None)
+    return cancel if callable(cancel) else handle  # type: ignore[no-any-return]
+
+
 class RecordedStream:
     """A :class:`~fluxstream.stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
     consumed (see :meth:`ReplyLog.record`)."""
@@ -181,7 +189,7 @@ class RecordedStream:
         except Exception as exc:
             self._broken(exc)
             return
-        self._stop_writer = spawn(self._writer)
+        self._stop_writer = background(self._writer)
 
     def _cancel_requested(self) -> None:
         logger.info("relay: cancel requested for %s", show_key(self.key))

@@ -15,9 +15,15 @@ can never address another reply's keys or break the hash tag.
 
 Every write is one ``EVALSHA`` of a small Lua script, so it is atomic and fenced by the lease
 (a producer that lost it cannot write), refreshes the lease and the TTL, stores the token when
-given and returns the cancel flag: one Redis command per frame. Followers ``XREAD BLOCK`` with
-a bounded timeout and check the lease between reads. Cancels reach producers through one
-pub/sub connection per log (the flag covers a message missed while subscribing).
+given and returns the cancel flag: one Redis command per frame.
+
+A log uses three connections whatever the number of streams and followers: commands of all
+producers and followers are *pipelined* together (whatever was asked while the previous round
+trip was in flight goes out in one); one *tailer* connection runs a single ``XREAD BLOCK`` over
+every stream that has a waiting follower and wakes those followers, who then read with
+``XRANGE`` (so a thousand followers never hold a thousand blocked connections); and one pub/sub
+connection carries cancels to producers (the flag that every write returns covers a message
+missed while subscribing).
 
 redis-py's asyncio client runs on asyncio only (not trio). Install ``fluxstream[redis]``.
 """
@@ -40,7 +46,7 @@ from .log import LogState, ReplyLog
 
 try:
     import redis.asyncio as aioredis
-    from redis.exceptions import RedisError, ResponseError
+    from redis.exceptions import NoScriptError, RedisError, ResponseError
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "RedisReplyLog needs the optional extra: pip install 'fluxstream[redis]'"
@@ -52,6 +58,8 @@ logger = logging.getLogger("fluxstream.relay")
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _READ_COUNT = 1000
+_BATCH = 1000
+_TAIL_BLOCK_MS = 1000
 _LEASE_LOST = -1
 
 # KEYS: stream, meta, lease, cancel  ARGV: base, owner, lease_ms, ttl_ms, key
@@ -164,13 +172,14 @@ class RedisReplyLog(ReplyLog):
         self.ttl = ttl
         self.prefix = prefix
         self._scripts = {
-            name: redis.register_script(text)
-            for name, text in {
-                "create": _CREATE, "append": _APPEND, "refresh": _REFRESH,
-                "release": _RELEASE, "end": _END_UNOWNED, "acquire": _ACQUIRE,
-                "state": _STATE,
-            }.items()
+            "create": _CREATE, "append": _APPEND, "refresh": _REFRESH, "release": _RELEASE,
+            "end": _END_UNOWNED, "acquire": _ACQUIRE, "state": _STATE,
         }
+        self._shas = {
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
+        }
+        self._pipeline = _Pipeliner(redis)
+        self._tailer = _Tailer(redis, self._pipeline)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
@@ -193,6 +202,7 @@ class RedisReplyLog(ReplyLog):
         }
 
     async def aclose(self) -> None:
+        await self._tailer.aclose()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
@@ -206,11 +216,24 @@ class RedisReplyLog(ReplyLog):
             await self._redis.aclose()
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        """One script, pipelined with everything else asked meanwhile (loaded on NOSCRIPT)."""
+        sha = self._shas[name]
+        for attempt in range(2):
+            try:
+                return await self._call("evalsha", sha, len(keys), *keys, *args)
+            except NoScriptError:
+                if attempt:
+                    raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from None
+                await self._call("script_load", self._scripts[name])
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """One command through the pipeliner; backend failures become RelayUnavailableError."""
         try:
-            return await self._scripts[name](keys=keys, args=args)
-        except RedisError as exc:
-            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
-        except OSError as exc:
+            return await self._pipeline.call(method, *args, **kwargs)
+        except NoScriptError:
+            raise
+        except (RedisError, OSError) as exc:
             raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
 
     @property
@@ -265,18 +288,13 @@ class RedisReplyLog(ReplyLog):
 
     async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         stream = self.keys(key)["stream"]
-        try:
-            if wait <= 0:
-                raw = await self._redis.xrange(stream, min=f"({after}-0", count=None)
-                return [_decode(item) for item in raw]
-            found = await self._redis.xread(
-                {stream: f"{after}-0"}, count=_READ_COUNT, block=max(1, int(wait * 1000))
-            )
-        except (RedisError, OSError) as exc:
-            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
-        if not found:
-            return []
-        return [_decode(item) for _, items in found for item in items]
+        raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
+        if raw or wait <= 0:
+            return [_decode(item) for item in raw]
+        # Caught up: wait for the tailer to see a newer entry (or the poll to end).
+        await self._tailer.wait(stream, after, wait)
+        raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
+        return [_decode(item) for item in raw]
 
     async def _state(self, key: str) -> LogState:
         k = self.keys(key)
@@ -288,10 +306,7 @@ class RedisReplyLog(ReplyLog):
         )
 
     async def _meta(self, key: str) -> dict[str, Any]:
-        try:
-            raw = await self._redis.hmget(self.keys(key)["meta"], ["base", "token"])
-        except (RedisError, OSError) as exc:
-            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
+        raw = await self._call("hmget", self.keys(key)["meta"], ["base", "token"])
         return {
             "base": json.loads(raw[0]) if raw[0] else None,
             "token": json.loads(raw[1]) if raw[1] else None,
@@ -316,13 +331,8 @@ class RedisReplyLog(ReplyLog):
 
     async def _request_cancel(self, key: str) -> None:
         k = self.keys(key)
-        try:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.set(k["cancel"], "1", px=self._ttl_ms)
-                pipe.publish(k["channel"], "cancel")
-                await pipe.execute()
-        except (RedisError, OSError) as exc:
-            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
+        await self._call("set", k["cancel"], "1", px=self._ttl_ms)
+        await self._call("publish", k["channel"], "cancel")
 
     async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
         channel = self.keys(key)["channel"]
@@ -335,10 +345,12 @@ class RedisReplyLog(ReplyLog):
             if self._listener is None or self._listener.done():
                 self._listener = asyncio.get_running_loop().create_task(self._listen())
             # A cancel published before the subscription took effect left its flag.
-            if await self._redis.exists(self.keys(key)["cancel"]):
+            if await self._call("exists", self.keys(key)["cancel"]):
                 self._fire(channel)
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, RelayUnavailableError) as exc:
             self._unwatch(channel, callback)
+            if isinstance(exc, RelayUnavailableError):
+                raise
             raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
 
         def stop() -> None:
@@ -383,6 +395,168 @@ class RedisReplyLog(ReplyLog):
                 if isinstance(channel, bytes):
                     channel = channel.decode()
                 self._fire(channel)
+
+
+class _Pipeliner:
+    """Sends the commands of every task in as few round trips as possible: whatever is asked
+    while a pipeline is in flight goes out together in the next one (at most ``_BATCH``).
+    One connection at a time, so a log never exhausts its client's pool."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._queue: list[tuple[str, tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((method, args, kwargs, future))
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._flush())
+        return await future
+
+    async def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
+            pipe = self._redis.pipeline(transaction=False)
+            for method, args, kwargs, _ in batch:
+                getattr(pipe, method)(*args, **kwargs)
+            try:
+                results = await pipe.execute(raise_on_error=False)
+            except BaseException as exc:  # connection lost: every caller of this batch fails
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(
+                            exc if isinstance(exc, Exception) else RelayError("closed")
+                        )
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            finally:
+                with contextlib.suppress(Exception):
+                    await pipe.reset()
+            for (*_, future), result in zip(batch, results, strict=True):
+                if future.done():
+                    continue
+                if isinstance(result, Exception):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+
+
+class _Tailer:
+    """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
+    wakes the waiters of a stream when a newer entry appears. A stream added while the read
+    is blocked interrupts it (``CLIENT UNBLOCK``) so it is watched at once."""
+
+    def __init__(self, redis: Any, pipeline: _Pipeliner) -> None:
+        self._redis = redis
+        self._pipeline = pipeline
+        self._latest: dict[str, int] = {}
+        self._events: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._client: Any = None
+        self._client_id: int | None = None
+        self._blocked_on: frozenset[str] = frozenset()
+        self._unblocking = False
+
+    async def wait(self, stream: str, after: int, wait: float) -> None:
+        """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
+        if self._latest.get(stream, -1) > after:
+            return
+        self._latest[stream] = max(self._latest.get(stream, after), after)
+        event = self._events.setdefault(stream, asyncio.Event())
+        self._waiting[stream] = self._waiting.get(stream, 0) + 1
+        try:
+            if self._task is None or self._task.done():
+                self._task = asyncio.get_running_loop().create_task(self._run())
+            elif stream not in self._blocked_on:
+                self._interrupt()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(event.wait(), wait)
+        finally:
+            self._waiting[stream] -= 1
+            if not self._waiting[stream]:
+                del self._waiting[stream]
+                self._events.pop(stream, None)
+                self._latest.pop(stream, None)
+
+    def _interrupt(self) -> None:
+        if self._unblocking or self._client_id is None:
+            return
+        self._unblocking = True
+
+        async def unblock() -> None:
+            # The read may not be blocked yet (it is sent on another connection): try again
+            # until it was interrupted or it watches every waited-on stream.
+            try:
+                for _ in range(20):
+                    if await self._pipeline.call("client_unblock", self._client_id):
+                        return
+                    if self._waiting.keys() <= self._blocked_on:
+                        return
+                    await asyncio.sleep(0.002)
+            except Exception:  # the read ends by its own timeout anyway
+                pass
+            finally:
+                self._unblocking = False
+
+        asyncio.get_running_loop().create_task(unblock())
+
+    async def _run(self) -> None:
+        try:
+            while self._waiting:
+                if self._client is None:
+                    self._client = self._redis.client()
+                    self._client_id = int(await self._client.client_id())
+                streams = {name: f"{self._latest.get(name, 0)}-0" for name in self._waiting}
+                self._blocked_on = frozenset(streams)
+                found = await self._client.xread(streams, count=_READ_COUNT, block=_TAIL_BLOCK_MS)
+                self._blocked_on = frozenset()
+                for name, items in found or []:
+                    name = name.decode() if isinstance(name, bytes) else name
+                    if not items:
+                        continue
+                    newest = _number(items[-1][0])
+                    if newest > self._latest.get(name, -1):
+                        self._latest[name] = newest
+                        event = self._events.pop(name, None)
+                        if event is not None:
+                            event.set()
+                            if name in self._waiting:
+                                self._events[name] = asyncio.Event()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # wake everyone: their own reads report the failure
+            logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
+            await self._drop_client()
+            for name, event in list(self._events.items()):
+                event.set()
+                self._events[name] = asyncio.Event()
+            await asyncio.sleep(0.05)
+        finally:
+            self._blocked_on = frozenset()
+
+    async def _drop_client(self) -> None:
+        client, self._client, self._client_id = self._client, None, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+        await self._drop_client()
+
+
+def _number(entry_id: Any) -> int:
+    if isinstance(entry_id, bytes):
+        entry_id = entry_id.decode()
+    return int(str(entry_id).partition("-")[0])
 
 
 def _decode(item: Any) -> Entry:

@@ -14,7 +14,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .._tasks import spawn
 from ..events import (
     Event,
     Finish,
@@ -25,7 +24,7 @@ from ..events import (
     ToolCallDelta,
 )
 from .codec import Entry, show_key
-from .producer import RecordedStream
+from .producer import RecordedStream, background
 
 if TYPE_CHECKING:  # pragma: no cover
     from .log import ReplyLog
@@ -174,4 +173,4 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
                 "relay: takeover of %s failed: %s: %s", show_key(key), type(exc).__name__, exc
             )
 
-    return spawn(run)
+    return background(run)
