@@ -393,6 +393,12 @@ def test_parse_reply_reads_outcome_finish_reason_and_refusal() -> None:
     assert refused.refusal == "no" and refused.value is None
     with pytest.raises(ParseError):
         parse_reply(_reply(text[:40], finish="stop", outcome=Outcome.DONE), Order)
+    anthropic_cut = parse_reply(_reply(text[:40], finish="max_tokens", outcome=Outcome.DONE),
+                                Order)
+    assert not anthropic_cut.complete and anthropic_cut.reason == "max_tokens"
+    said_no = _reply("I won't.", finish="refusal", outcome=Outcome.DONE)
+    said_no.choices[0].stop = "refusal"
+    assert parse_reply(said_no, Order).refusal == "I won't."
 
 
 def test_tool_call_arguments_as_structured_output() -> None:
@@ -403,6 +409,9 @@ def test_tool_call_arguments_as_structured_output() -> None:
     assert not partial.complete and partial.value is not None and partial.value.id == "A-1"
     whole = ToolCall(index=0, id="t", name="Order", arguments=ORDER.model_dump_json())
     assert parse_tool_call(whole, Order).value == whole.parse_arguments(Order)
+    reply = _reply("", finish="length", outcome=Outcome.DONE, calls=[call])
+    cut = parse_tool_call(reply.choices[0].tool_calls[0], Order, reply=reply)
+    assert not cut.complete and cut.reason == "length"
 
 
 # --------------------------------------------------------------------------- properties
@@ -572,3 +581,81 @@ def test_validation_errors_are_pydantic_errors() -> None:
     assert locs == {("sku",), ("name",), ("qty",)}
     with pytest.raises(ValidationError):
         Item.model_validate_json('{"sku": 1}')
+
+
+# --------------------------------------------------------------------------- more shapes
+
+
+def test_optional_nested_models_and_opaque_values() -> None:
+    palette = Palette(main=Color(hue="red"), parent=Palette(main=Color(hue="green", weight=2)),
+                      label="warm", tags={"a": 1, "b": 2})
+    text = palette.model_dump_json()
+    builder: ObjectBuilder[Palette] = ObjectBuilder(Palette)
+    dumps = feed_all(builder, text, 1)
+    # the nested optional model fills in like the top one
+    assert any(d and d.get("parent") == {"main": {"hue": "green"}} for d in dumps)
+    # a dict[str, int] is opaque: absent until complete, then whole
+    tags_seen = [d["tags"] for d in dumps if d and "tags" in d]
+    assert tags_seen and all(t == {"a": 1, "b": 2} for t in tags_seen)
+    assert builder.finish().value == palette
+
+
+def test_aliases_and_names() -> None:
+    class Aliased(BaseModel):
+        model_config = ConfigDict(populate_by_name=True)
+        full_name: str = Field(alias="fullName")
+        age: int
+
+    for key in ("fullName", "full_name"):
+        builder: ObjectBuilder[Aliased] = ObjectBuilder(Aliased)
+        builder.feed(f'{{"{key}": "Ada Lovel')
+        assert builder.value is not None and builder.value.full_name == "Ada Lovel"
+        assert builder.open_path() == (key,)
+        builder.feed('ace", "age": 36}')
+        assert builder.finish().value == Aliased(full_name="Ada Lovelace", age=36)
+
+
+def test_live_object_snapshot_and_version() -> None:
+    builder: ObjectBuilder[Order] = ObjectBuilder(Order)
+    builder.feed('{"id": "x", "items": [{"sku": "a", "name": "n", "qty": 1}')
+    live, frozen = builder.value, builder.snapshot()
+    version = builder.version
+    builder.feed("   \n ")
+    assert builder.version == version  # whitespace changed nothing
+    builder.feed(', {"sku": "b"')
+    assert builder.version > version
+    assert live is builder.value and live is not None and len(live.items) == 2
+    assert frozen is not None and len(frozen.items) == 1  # the snapshot did not move
+    builder.feed(', "name": "m", "qty": 2}]}')
+    assert builder.open_path() is None and builder.complete
+    assert builder.text.endswith('"qty": 2}]}')
+
+
+def test_validators_that_need_other_fields_stop_the_parts_not_the_result() -> None:
+    from pydantic import ValidationInfo
+
+    class Range(BaseModel):
+        low: int
+        high: int
+
+        @field_validator("high")
+        @classmethod
+        def above(cls, value: int, info: ValidationInfo) -> int:
+            if value < info.data["low"]:
+                raise ValueError("high < low")
+            return value
+
+    builder: ObjectBuilder[Range] = ObjectBuilder(Range)
+    builder.feed('{"low": 1, "high": 5')
+    builder.feed(', ')  # alone, "high"'s validator cannot run: parts stop, no error
+    assert builder.problem is None and builder.value is not None
+    assert builder.value.model_fields_set == {"low"}
+    builder.feed('"note": null}')
+    assert builder.finish().value == Range(low=1, high=5)
+
+
+def test_parse_error_message_is_bounded() -> None:
+    text = '{"sku": "' + "x" * 100_000
+    with pytest.raises(ParseError) as info:
+        parse_structured(text, Item)
+    assert len(str(info.value)) < 1000 and info.value.text == text

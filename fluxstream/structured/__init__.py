@@ -5,7 +5,7 @@ Layer: beside :mod:`fluxstream.assembly` (imports errors, partial_json and reply
 """
 
 from .objects import ObjectBuilder, StructuredResult, parse_structured, strip_fences
-from .reply import TRUNCATING_FINISH_REASONS, parse_reply, parse_tool_call
+from .reply import TRUNCATING_STOPS, parse_reply, parse_tool_call
 from .schema import (
     anthropic_tool,
     json_schema,
@@ -20,7 +20,7 @@ __all__ = [
     "StructuredResult",
     "anthropic_tool",
     "json_schema",
-    "TRUNCATING_FINISH_REASONS",
+    "TRUNCATING_STOPS",
     "parse_reply",
     "parse_tool_call",
     "parse_structured",

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reply import Outcome, Reply, ToolCall
+from ..reply import Outcome, Reply, ToolCall, unified_stop
 from .objects import ObjectBuilder, StructuredResult
 
-__all__ = ["TRUNCATING_FINISH_REASONS", "parse_reply", "parse_tool_call"]
+__all__ = ["TRUNCATING_STOPS", "parse_reply", "parse_tool_call"]
 
-#: Finish reasons (Chat Completions, Responses, Anthropic) that cut the content short.
-TRUNCATING_FINISH_REASONS = frozenset(
-    {"length", "max_tokens", "max_output_tokens", "content_filter", "model_context_window_exceeded"}
-)
+#: Unified stop reasons (:data:`fluxstream.reply.StopReason`) that cut the content short.
+TRUNCATING_STOPS = frozenset({"length", "content_filter", "error"})
 _CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
 
 
-def _cut(reply: Reply, finish_reason: str | None) -> tuple[bool, str | None]:
-    if finish_reason in TRUNCATING_FINISH_REASONS:
+def _cut(reply: Reply | None, finish_reason: str | None) -> tuple[bool, str | None]:
+    """Whether the content was cut short, and the reason to report (the raw finish reason,
+    or how the stream ended)."""
+    if unified_stop(finish_reason) in TRUNCATING_STOPS:
         return True, finish_reason
-    if reply.outcome in _CUT_OUTCOMES:
+    if reply is not None and reply.outcome in _CUT_OUTCOMES:
         assert reply.outcome is not None
         return True, reply.outcome.value
     return False, None
@@ -41,8 +41,11 @@ def parse_reply(reply: Reply, tp: Any, *, choice: int = 0) -> StructuredResult[A
     if found is None:
         return builder.finish(truncated=True, reason="no_choice")
     builder.feed(found.text)
+    refusal = found.refusal
+    if not refusal and found.stop == "refusal":  # Anthropic: the text is the refusal
+        refusal = found.text or "refusal"
     truncated, reason = _cut(reply, found.finish_reason)
-    return builder.finish(truncated=truncated, reason=reason, refusal=found.refusal)
+    return builder.finish(truncated=truncated, reason=reason, refusal=refusal)
 
 
 def parse_tool_call(
@@ -56,9 +59,8 @@ def parse_tool_call(
     """
     builder: ObjectBuilder[Any] = ObjectBuilder(tp)
     builder.feed(call.arguments)
-    truncated, reason = (False, None)
-    if finish_reason in TRUNCATING_FINISH_REASONS:
-        truncated, reason = True, finish_reason
-    elif reply is not None:
-        truncated, reason = _cut(reply, finish_reason)
+    if finish_reason is None and reply is not None:
+        owner = next((c for c in reply.choices if any(t is call for t in c.tool_calls)), None)
+        finish_reason = owner.finish_reason if owner is not None else None
+    truncated, reason = _cut(reply, finish_reason)
     return builder.finish(truncated=truncated, reason=reason)
