@@ -13,7 +13,7 @@ from fixture_files import chat_streams, require
 from format_corpus import MODES, check_events_rebuild_reply, check_reply, expected, reads, run
 
 from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame
-from fluxstream.formats import FORMATS, AutoFormat, detect
+from fluxstream.formats import FORMATS, AutoFormat, ChatCompletionsFormat, detect
 from fluxstream.parser import StreamParser, replay
 from fluxstream.reply import unified_stop
 
@@ -198,3 +198,17 @@ def test_reply_with_stop_round_trips() -> None:
     again = type(reply).model_validate(reply.model_dump(mode="json"))
     assert again == reply and again.choices[0].stop == "stop"
     assert again.choices[0].reasoning_blocks == reply.choices[0].reasoning_blocks
+
+
+
+
+def test_auto_hands_the_parsers_limits_to_the_chosen_format() -> None:
+    """A format that caps its own state (Chat Completions) gets the parser's limits through
+    ``auto`` as it does when named, not the defaults."""
+    from fluxstream.limits import StreamLimits
+
+    limits = StreamLimits(max_choices=1, max_tool_calls=1)
+    parser = StreamParser(format="auto", limits=limits)
+    parser.feed(_sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
+    inner = parser._format.inner  # type: ignore[attr-defined]
+    assert isinstance(inner, ChatCompletionsFormat) and inner.limits is limits

@@ -24,6 +24,7 @@ import pydantic_core
 
 from ..errors import FrameDecodeError
 from ..events import Event, SkippedFrame
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
 from ._base import JsonEventFormat, error_event
 from .anthropic_messages import AnthropicMessagesFormat
@@ -110,11 +111,13 @@ class AutoFormat:
     first event that says which (see the module docstring). :attr:`name` is the decision."""
 
     __slots__ = ("_cut", "_id", "_model", "_new", "_restore", "_skipped", "inner", "key",
-                 "name", "strict")
+                 "limits", "name", "strict")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         self.key = key
         self.strict = strict
+        #: Set by the parser; handed to the chosen format when it caps its own state.
+        self.limits: StreamLimits = DEFAULT_STREAM_LIMITS
         self.name: str | None = None
         self.inner: WireFormat | None = None
         self._skipped = 0
@@ -126,6 +129,9 @@ class AutoFormat:
 
     def _choose(self, name: str) -> WireFormat:
         inner: WireFormat = _CLASSES[name](self.key, strict=self.strict)
+        if hasattr(inner, "limits"):
+            capped: Any = inner
+            capped.limits = self.limits
         inner.id, inner.model = self._id, self._model
         inner.new_choices.extend(self._new)
         if self._restore is not None:
