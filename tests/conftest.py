@@ -35,6 +35,13 @@ def server() -> Iterator[ServerThread]:
 
 
 @pytest.fixture
+def test_api_key() -> str:
+    """The key ``keyed_server`` requires. A fixture, not an import: ``from conftest import``
+    breaks as soon as another test directory has its own ``conftest.py`` (tests/relay does)."""
+    return TEST_API_KEY
+
+
+@pytest.fixture
 def keyed_server() -> Iterator[ServerThread]:
     """A server that requires ``Authorization: Bearer sk-fluxstream-test``."""
     with ServerThread(profile="openai", api_key=TEST_API_KEY) as running:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from conftest import TEST_API_KEY
 from test_server_support import accumulate, assert_matches, chat, parse_sse
 
 from fluxstream.server import Server, ServerThread, expected_reply
@@ -39,10 +38,12 @@ async def test_aserver_fixture_runs_in_the_test_loop(aserver: Server, anyio_back
     assert (await aserver.wait_disconnect(1.0)).completed
 
 
-def test_keyed_server_and_factory(keyed_server: ServerThread, server_factory: object) -> None:
+def test_keyed_server_and_factory(
+    keyed_server: ServerThread, test_api_key: str, server_factory: object
+) -> None:
     url = keyed_server.base_url + "/models"
     assert httpx.get(url).status_code == 401
-    assert httpx.get(url, headers={"Authorization": f"Bearer {TEST_API_KEY}"}).status_code == 200
+    assert httpx.get(url, headers={"Authorization": f"Bearer {test_api_key}"}).status_code == 200
     assert callable(server_factory)
     azure = server_factory(profile="azure", faults="drip=0")
     response = httpx.post(azure.base_url + "/chat/completions", json=chat())
