@@ -236,3 +236,55 @@ async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_type
         await follower_log.aclose()
     finally:
         redis.stop()
+
+
+async def test_many_followers_share_a_few_redis_connections(
+    redis_server: RedisServer, upstream: ServerThread
+) -> None:
+    """Commands are pipelined and one tailer read serves every waiting follower: 20 streams
+    with 5 followers each cost a handful of connections, not 100 blocked ones."""
+    import redis.asyncio as aioredis
+
+    producer_log, follower_log = RedisReplyLog(redis_server.url), RedisReplyLog(redis_server.url)
+    req = request(tokens=40)
+    run = random.randrange(1 << 30)
+    keys = [f"many-{run}-{i}" for i in range(20)]
+    results: dict[str, list[Followed]] = {key: [] for key in keys}
+    peak = 0
+    admin = aioredis.Redis.from_url(redis_server.url)
+
+    async def follower(key: str) -> None:
+        seen = Followed()
+        with anyio.fail_after(20):
+            async for item in follower_log.follow(key):
+                seen.events.append(item)
+        results[key].append(seen)
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = [producer_log.record(client.chat.stream(content_key=k, **req)) for k in keys]
+        for r in recorded:
+            await r.start()
+
+        async def drain(r: Any) -> None:
+            async with r:
+                async for _ in r:
+                    pass
+
+        async with anyio.create_task_group() as tg:
+            for key in keys:
+                for _ in range(5):
+                    tg.start_soon(follower, key)
+            for r in recorded:
+                tg.start_soon(drain, r)
+            for _ in range(10):
+                await anyio.sleep(0.05)
+                peak = max(peak, len(await admin.client_list()))
+    await admin.aclose()
+    await producer_log.aclose()
+    await follower_log.aclose()
+    for key in keys:
+        assert len(results[key]) == 5
+        for seen in results[key]:
+            seen.check()
+            assert seen.text == expected_text(req)
+    assert peak <= 12, peak
