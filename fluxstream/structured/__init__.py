@@ -14,10 +14,12 @@ from .schema import (
     strict_json_schema,
     text_format,
 )
+from .track import StructuredTracker
 
 __all__ = [
     "ObjectBuilder",
     "StructuredResult",
+    "StructuredTracker",
     "anthropic_tool",
     "json_schema",
     "TRUNCATING_STOPS",

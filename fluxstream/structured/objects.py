@@ -219,7 +219,8 @@ class ObjectBuilder(Generic[T]):
         #: pydantic's errors for a value that failed validation mid-way.
         self.errors: list[Any] = []
         self._stopped = False
-        #: Bumped whenever the partial object changed (for "only yield on change").
+        #: Bumped whenever the partial object changed or a value in it became complete (for
+        #: "only yield on change"; a string shown in full and then complete bumps it twice).
         self.version = 0
 
     # ------------------------------------------------------------------ reading
