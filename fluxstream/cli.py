@@ -198,6 +198,8 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
 async def _chat(args: argparse.Namespace, session: _Session) -> int:
     model, messages, fields = _request(args)
     tools = fields.pop("tools", None)
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError("tools must be a JSON list")
     async with AsyncClient(base_url=args.base_url, api_key=args.api_key) as client:
         return await _stream_to_terminal(
             client, session, model, messages, _headers(args.header), tools,

@@ -309,7 +309,8 @@ def test_chat_and_capture_send_any_request_field(server: Any, tmp_path: Path) ->
 
 
 def test_request_field_flags_reject_bad_input(server: Any) -> None:
-    for bad in (["--body", "[1, 2]"], ["--body", "{nope"], ["-p", "novalue"], ["-p", "=1"]):
+    for bad in (["--body", "[1, 2]"], ["--body", "{nope"], ["-p", "novalue"], ["-p", "=1"],
+                ["-p", "tools=5"], ["--max-tokens", "0"]):
         result = run_cli("chat", "--base-url", server.base_url, *bad, "hi")
         assert result.returncode == 2, (bad, result.stdout + result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
