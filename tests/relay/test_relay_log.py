@@ -158,7 +158,8 @@ async def test_a_producer_that_stops_writing_is_reported_lost(make_log: MakeLog)
     seen = await follow_all(log, "lost")
     assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
     assert seen.end.reason == "producer lost"
-    assert time.monotonic() - started < 0.3 + 0.3
+    # Within the lease (plus one poll and scheduling slack, as in the SIGKILL test).
+    assert time.monotonic() - started < 0.3 + 0.5
 
 
 async def test_eventsource_reconnects_with_last_event_id_on_the_other_worker(
