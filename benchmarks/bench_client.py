@@ -1,31 +1,41 @@
-"""Benchmark client CPU per delta, end to end over loopback, at 1, 100 and 500 concurrent streams.
+"""Benchmark client CPU per delta, time to first token and memory per open stream, end to end.
 
 Run from the repository root::
 
-    .venv/bin/python benchmarks/bench_client.py            # full run (a few minutes)
-    .venv/bin/python benchmarks/bench_client.py --quick    # smoke run (< 30 s)
-    .venv/bin/python benchmarks/bench_client.py --trio     # also the httpx contenders on trio
-    .venv/bin/python benchmarks/bench_client.py --profile fluxstream-aiohttp --concurrency 1
+    .venv/bin/python benchmarks/bench_client.py            # full run (~10 minutes)
+    .venv/bin/python benchmarks/bench_client.py --quick    # smoke run (~1 minute)
+    .venv/bin/python benchmarks/bench_client.py --options  # also the transport options
+    .venv/bin/python benchmarks/bench_client.py --profile fluxstream --concurrency 500 --regime paced
 
-Method (see benchmarks/README.md, "Client (end to end)"):
+Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
 
-* One embedded server (``python -m fluxstream serve --port P``) in a **separate process**,
-  started and stopped by this script, bound to 127.0.0.1; the same server for every contender.
-  It writes each SSE event with its own ``send``, so when the client keeps up one read is
-  about one delta.
-* Every contender sends the same request (``max_tokens`` = deltas per stream,
-  ``stream_options.include_usage``) and receives the same bytes. At each concurrency the total
-  number of content deltas is the same for every contender: at c=1 the streams run one after
-  another, at c>1 all c streams run at once (one task each).
-* Time is the **client process's CPU time** (``time.process_time``) around a round of streams
-  (the server's CPU is in the other process), divided by the number of content deltas received;
-  the median of ``--repeats`` rounds. Each contender gets its own HTTP client and one untimed
-  warm-up round first (connections opened, code paths warm), so the timed rounds measure steady
-  state on kept-alive connections. Wall time and the server's CPU per delta (from
-  ``/proc/PID/stat``) are reported for context.
-* Every contender's text (per stream) is checked equal to the server's deterministic reply
-  (``fluxstream.server.expected_reply``) and the two raw drains' byte counts equal each other
-  and end with ``[DONE]``, so nobody measures an error path.
+* The server is ``benchmarks/bench_server.py`` in a **separate process** on 127.0.0.1: the exact
+  bytes of the embedded server (``fluxstream serve --profile openai``), written by a bare
+  asyncio protocol in one of three regimes: ``paced`` (one HTTP chunk and one write per event,
+  a fixed interval between two events of a stream: the client wakes up for every delta),
+  ``packed`` (events packed in 64 KiB chunks) and ``chunk16k`` (one HTTP chunk per event, the
+  bytes written 16 KiB at a time). Its CPU and wall time are reported next to every figure, to
+  show that it is not the bottleneck.
+* Contenders, each with its own client made once per concurrency level and warmed up (every
+  connection opened) before timing: ``raw-aiohttp`` (``ClientSession.post`` +
+  ``content.iter_any()``, bytes dropped: the floor), ``raw-httpx`` (``client.stream`` +
+  ``aiter_bytes``), ``httpx-sse+json.loads``, ``openai`` (``AsyncOpenAI`` on its own default
+  HTTP client, httpx2, pool raised to the same 1,000 kept-alive connections) and
+  ``fluxstream`` (``fluxstream.AsyncClient(base_url, api_key)``: the default, nothing
+  injected). ``--options`` adds the alternatives measured for issue 14.
+* **Paired rounds**: each round runs every regime, and within a regime every contender one
+  after another (the order rotates between rounds), on the same server, so the ratios of one
+  round compare runs seconds apart; the tables show medians over rounds of the CPU per delta
+  and of the per-round ratios.
+* Time is the **client process's CPU** (``time.process_time``) around a round, divided by the
+  content deltas received. Every stream's text is checked against the server's deterministic
+  reply and the raw drains' byte counts against each other, so nobody measures an error path.
+* Time to first token: a burst of 100 requests at once on a warm client (first delta from
+  each request's start), and at c=1 fluxstream against the raw transport's first body byte,
+  request by request, interleaved.
+* Memory: for each client a **subprocess** opens N streams (500, 2,000) that the server holds
+  open after their first events, waits for every first token, and reports the growth of its
+  RSS divided by N.
 """
 
 from __future__ import annotations
@@ -37,18 +47,21 @@ import json
 import os
 import platform
 import pstats
+import random
+import resource
 import socket
 import statistics
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout, if not installed
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout first
 
+import aiohttp
 import anyio
 import httpx
 import httpx_sse
@@ -59,6 +72,10 @@ from fluxstream import TextDelta
 from fluxstream.server import expected_reply
 
 try:
+    import httpx2
+except ImportError:  # pragma: no cover - optional
+    httpx2 = None  # type: ignore[assignment]
+try:
     from httpx_aiohttp import HttpxAiohttpClient
 except ImportError:  # pragma: no cover - optional
     HttpxAiohttpClient = None  # type: ignore[assignment,misc]
@@ -66,39 +83,45 @@ except ImportError:  # pragma: no cover - optional
 MODEL = "fluxstream-echo"
 MESSAGES = [{"role": "user", "content": "benchmark the client end to end"}]
 API_KEY = "bench-key"
-# Same pool for every contender: enough connections (and kept-alive ones) for c=500, so no one
-# pays for reconnects between rounds. httpx.Limits' default keeps only 20 alive.
-LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
+POOL = 2100  # connections, all kept alive: nobody pays for reconnects between rounds
+LIMITS = httpx.Limits(max_connections=POOL, max_keepalive_connections=POOL)
 TIMEOUT = httpx.Timeout(60.0)
-RUN_TIMEOUT = 600.0  # one round, seconds: every loop here is bounded
+RUN_TIMEOUT = 300.0  # one round, seconds: every loop here is bounded
+HERE = Path(__file__).resolve().parent
 
-# concurrency -> (streams per round, content deltas per stream); the same total per concurrency.
-FULL_PLAN = {1: (20, 2000), 100: (100, 400), 500: (500, 80)}
-# --quick: c=500 is left out on purpose: with httpx, a burst of 500 requests alone costs ~10 s of
-# client CPU per round in httpcore's pool (see README), more than a smoke run may take.
-QUICK_PLAN = {1: (2, 300), 20: (20, 20), 50: (50, 10)}
+REGIMES = ("paced", "packed", "chunk16k")
+#: concurrency -> (streams per round, content deltas per stream, pace in ms for ``paced``).
+#: At c=1 the streams run one after another; the pace keeps the server's total rate at
+#: 1,000-4,000 events/s, which every contender can follow.
+FULL_PLAN = {1: (2, 1000, 1.0), 100: (100, 100, 25.0), 500: (500, 40, 125.0)}
+QUICK_PLAN = {1: (1, 300, 1.0), 100: (100, 20, 25.0)}
+BURST = 100  # requests in the time-to-first-token burst
+BURST_DELTAS = 50
+BURST_PACE_MS = 20.0
+
+
+def mode_path(regime: str, pace_ms: float) -> str:
+    return f"paced-{pace_ms:g}" if regime == "paced" else regime
 
 
 # --------------------------------------------------------------------------------- the server
 
 
 class ServerProcess:
-    """``python -m fluxstream serve`` on a free loopback port, in its own process."""
+    """``benchmarks/bench_server.py`` on a free loopback port, in its own process."""
 
-    def __init__(self, faults: str | None = None) -> None:
-        self.faults = faults
+    def __init__(self) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.proc: subprocess.Popen[str] | None = None
 
+    def url(self, mode: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{mode}/v1"
+
     def __enter__(self) -> ServerProcess:
-        cmd = [sys.executable, "-m", "fluxstream", "serve", "--host", "127.0.0.1",
-               "--port", str(self.port), "--profile", "openai"]
-        if self.faults:
-            cmd += ["--fault", self.faults]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        cmd = [sys.executable, str(HERE / "bench_server.py"), "--port", str(self.port)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      text=True)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -131,8 +154,9 @@ class ServerProcess:
 
 
 # --------------------------------------------------------------------------------- contenders
-# Each contender: make(base_url) -> (state, close); one(state, base_url, deltas) -> result,
-# where result is the stream's text (or, for raw drains, ("raw", bytes, tail)).
+# A contender: make() -> (state, close); one(state, base_url, deltas, first) -> result, where
+# ``first`` (or None) is called once at the first token (first body bytes for raw drains), and
+# result is the stream's text, or ("raw", nbytes, tail) for raw drains.
 
 
 def _body(deltas: int) -> bytes:
@@ -147,15 +171,7 @@ _HEADERS = {"content-type": "application/json", "accept": "text/event-stream",
             "authorization": f"Bearer {API_KEY}"}
 
 
-def _httpx_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(limits=LIMITS, timeout=TIMEOUT)
-
-
-def _aiohttp_client() -> Any:
-    return HttpxAiohttpClient(limits=LIMITS, timeout=TIMEOUT)
-
-
-async def raw_drain(client: Any, base_url: str, deltas: int) -> Any:
+async def raw_httpx(client: Any, base_url: str, deltas: int, first: Any) -> Any:
     nbytes = 0
     prev = last = b""
     async with client.stream("POST", f"{base_url}/chat/completions", content=_body(deltas),
@@ -163,12 +179,31 @@ async def raw_drain(client: Any, base_url: str, deltas: int) -> Any:
         if response.status_code != 200:
             raise RuntimeError(f"status {response.status_code}")
         async for chunk in response.aiter_bytes():
+            if first is not None:
+                first()
+                first = None
             nbytes += len(chunk)
             prev, last = last, chunk
     return ("raw", nbytes, (prev + last)[-64:])
 
 
-async def httpx_sse_loop(client: Any, base_url: str, deltas: int) -> Any:
+async def raw_aiohttp(session: Any, base_url: str, deltas: int, first: Any) -> Any:
+    nbytes = 0
+    prev = last = b""
+    async with session.post(f"{base_url}/chat/completions", data=_body(deltas),
+                            headers=_HEADERS) as response:
+        if response.status != 200:
+            raise RuntimeError(f"status {response.status}")
+        async for chunk in response.content.iter_any():
+            if first is not None:
+                first()
+                first = None
+            nbytes += len(chunk)
+            prev, last = last, chunk
+    return ("raw", nbytes, (prev + last)[-64:])
+
+
+async def httpx_sse_loop(client: Any, base_url: str, deltas: int, first: Any) -> Any:
     parts: list[str] = []
     async with httpx_sse.aconnect_sse(client, "POST", f"{base_url}/chat/completions",
                                       content=_body(deltas), headers=_HEADERS) as source:
@@ -183,13 +218,20 @@ async def httpx_sse_loop(client: Any, base_url: str, deltas: int) -> Any:
             if choices:
                 content = choices[0]["delta"].get("content")
                 if content:
+                    if first is not None:
+                        first()
+                        first = None
                     parts.append(content)
     return "".join(parts)
 
 
-async def openai_loop(client: Any, base_url: str, deltas: int) -> Any:
+async def openai_loop(client: Any, base_url: str, deltas: int, first: Any) -> Any:
     parts: list[str] = []
-    stream = await client.chat.completions.create(
+    per_url = client["by_url"]
+    api = per_url.get(base_url)
+    if api is None:  # one SDK client per regime URL, sharing the HTTP client
+        api = per_url[base_url] = client["base"].with_options(base_url=base_url)
+    stream = await api.chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=deltas, stream=True,
         stream_options={"include_usage": True},
     )
@@ -198,15 +240,22 @@ async def openai_loop(client: Any, base_url: str, deltas: int) -> Any:
             if chunk.choices:
                 content = chunk.choices[0].delta.content
                 if content:
+                    if first is not None:
+                        first()
+                        first = None
                     parts.append(content)
     return "".join(parts)
 
 
-async def fluxstream_loop(client: Any, base_url: str, deltas: int) -> Any:
+async def fluxstream_loop(client: Any, base_url: str, deltas: int, first: Any) -> Any:
     parts: list[str] = []
+    client.base_url = base_url  # one client for every regime (the path names the regime)
     async with client.chat.stream(model=MODEL, messages=MESSAGES, max_tokens=deltas) as s:
         async for event in s:
             if type(event) is TextDelta:
+                if first is not None:
+                    first()
+                    first = None
                 parts.append(event.text)
     reply = s.reply
     if reply.outcome != "done":
@@ -220,35 +269,45 @@ async def fluxstream_loop(client: Any, base_url: str, deltas: int) -> Any:
 @dataclass
 class Contender:
     name: str
-    make: Callable[[str], tuple[Any, Callable[[], Awaitable[None]]]]
-    one: Callable[[Any, str, int], Awaitable[Any]]
-    asyncio_only: bool = False
+    make: Callable[[], tuple[Any, Callable[[], Awaitable[None]]]]
+    one: Callable[[Any, str, int, Any], Awaitable[Any]]
+    note: str = ""
 
 
-def _plain(factory: Callable[[], Any]) -> Callable[[str], tuple[Any, Any]]:
-    def make(base_url: str) -> tuple[Any, Any]:
-        client = factory()
+def _closing(client: Any) -> tuple[Any, Any]:
+    return client, client.aclose
+
+
+def _make_raw_aiohttp() -> tuple[Any, Any]:
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=POOL))
+    return session, session.close
+
+
+def _make_openai() -> tuple[Any, Any]:
+    http = openai.DefaultAsyncHttpxClient(
+        limits=openai.DEFAULT_CONNECTION_LIMITS.__class__(
+            max_connections=POOL, max_keepalive_connections=POOL))
+    client = openai.AsyncOpenAI(base_url="http://127.0.0.1/v1", api_key=API_KEY, max_retries=0,
+                                http_client=http)
+
+    async def close() -> None:
+        await client.close()
+
+    return {"base": client, "by_url": {}}, close
+
+
+def _make_fluxstream(**kwargs: Any) -> Callable[[], tuple[Any, Any]]:
+    def make() -> tuple[Any, Any]:
+        client = fluxstream.AsyncClient("http://127.0.0.1/v1", API_KEY, limits=LIMITS, **kwargs)
         return client, client.aclose
 
     return make
 
 
-def _openai(base_url: str) -> tuple[Any, Any]:
-    http = _httpx_client()
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=API_KEY, max_retries=0,
-                                http_client=http)
-
-    async def close() -> None:
-        await client.close()
-        await http.aclose()
-
-    return client, close
-
-
-def _fluxstream(factory: Callable[[], Any]) -> Callable[[str], tuple[Any, Any]]:
-    def make(base_url: str) -> tuple[Any, Any]:
+def _make_fluxstream_on(factory: Callable[[], Any]) -> Callable[[], tuple[Any, Any]]:
+    def make() -> tuple[Any, Any]:
         http = factory()
-        client = fluxstream.AsyncClient(base_url=base_url, api_key=API_KEY, http_client=http)
+        client = fluxstream.AsyncClient("http://127.0.0.1/v1", API_KEY, http_client=http)
 
         async def close() -> None:
             await client.aclose()
@@ -260,14 +319,30 @@ def _fluxstream(factory: Callable[[], Any]) -> Callable[[str], tuple[Any, Any]]:
 
 
 CONTENDERS = [
-    Contender("raw-drain-httpx", _plain(_httpx_client), raw_drain),
-    Contender("raw-drain-aiohttp", _plain(_aiohttp_client), raw_drain, asyncio_only=True),
-    Contender("httpx-sse+json.loads", _plain(_httpx_client), httpx_sse_loop),
-    Contender("openai create() loop", _openai, openai_loop),
-    Contender("fluxstream-httpx", _fluxstream(_httpx_client), fluxstream_loop),
-    Contender("fluxstream-aiohttp", _fluxstream(_aiohttp_client), fluxstream_loop,
-              asyncio_only=True),
+    Contender("raw-aiohttp", _make_raw_aiohttp, raw_aiohttp, "floor"),
+    Contender("raw-httpx", lambda: _closing(httpx.AsyncClient(limits=LIMITS, timeout=TIMEOUT)),
+              raw_httpx),
+    Contender("httpx-sse+json.loads",
+              lambda: _closing(httpx.AsyncClient(limits=LIMITS, timeout=TIMEOUT)),
+              httpx_sse_loop),
+    Contender("openai", _make_openai, openai_loop),
+    Contender("fluxstream", _make_fluxstream(), fluxstream_loop, "default"),
 ]
+OPTIONS = [
+    Contender("fluxstream[httpx]", _make_fluxstream(transport="httpx"), fluxstream_loop),
+    Contender("fluxstream[httpx-aiohttp]", _make_fluxstream_on(
+        lambda: HttpxAiohttpClient(limits=LIMITS, timeout=TIMEOUT)), fluxstream_loop),
+]
+if httpx2 is not None:
+    OPTIONS += [
+        Contender("raw-httpx2", lambda: _closing(httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL),
+            timeout=60.0)), raw_httpx),
+        Contender("fluxstream[httpx2]", _make_fluxstream_on(lambda: httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=POOL, max_keepalive_connections=POOL),
+            timeout=60.0)), fluxstream_loop),
+    ]
+TRIO_CONTENDERS = ("raw-httpx", "fluxstream")
 
 
 # --------------------------------------------------------------------------------- running
@@ -278,7 +353,7 @@ class Round:
     cpu: float
     wall: float
     server_cpu: float
-    results: list[Any]
+    results: list[Any] = field(repr=False)
 
 
 async def run_round(contender: Contender, state: Any, base_url: str, concurrency: int,
@@ -286,7 +361,7 @@ async def run_round(contender: Contender, state: Any, base_url: str, concurrency
     results: list[Any] = []
 
     async def one() -> None:
-        results.append(await contender.one(state, base_url, deltas))
+        results.append(await contender.one(state, base_url, deltas, None))
 
     gc.collect()
     s0 = server.cpu()
@@ -305,8 +380,8 @@ async def run_round(contender: Contender, state: Any, base_url: str, concurrency
     return Round(cpu, wall, server.cpu() - s0, results)
 
 
-def check(name: str, results: list[Any], streams: int, expected: str, raw: dict[int, Any],
-          concurrency: int) -> None:
+def check(name: str, results: list[Any], streams: int, expected: str,
+          raw: dict[Any, int], key: Any) -> None:
     if len(results) != streams:
         raise RuntimeError(f"{name}: {len(results)} of {streams} streams")
     for r in results:
@@ -314,162 +389,424 @@ def check(name: str, results: list[Any], streams: int, expected: str, raw: dict[
             _, nbytes, tail = r
             if b"[DONE]" not in tail:
                 raise RuntimeError(f"{name}: body did not end with [DONE]")
-            if raw.setdefault(concurrency, nbytes) != nbytes:
-                raise RuntimeError(f"{name}: {nbytes} bytes, other raw drain {raw[concurrency]}")
+            if raw.setdefault(key, nbytes) != nbytes:
+                raise RuntimeError(f"{name}: {nbytes} bytes, other raw drain {raw[key]}")
         elif r != expected:
             raise RuntimeError(f"{name}: text differs from the expected reply "
                                f"({len(r)} vs {len(expected)} chars)")
 
 
-async def bench(args: argparse.Namespace, server: ServerProcess, backend: str,
-                plan: dict[int, tuple[int, int]]) -> dict[tuple[str, int], dict[str, float]]:
-    table: dict[tuple[str, int], dict[str, float]] = {}
-    raw: dict[int, Any] = {}
-    contenders = [c for c in CONTENDERS if (not args.only or c.name in args.only)
-                  and not (backend == "trio" and c.asyncio_only)
-                  and not (c.asyncio_only and HttpxAiohttpClient is None)]
-    for concurrency, (streams, deltas) in plan.items():
-        request = {"model": MODEL, "messages": MESSAGES, "max_tokens": deltas, "stream": True}
-        expected = expected_reply(request, "openai").choices[0].text
-        total = streams * deltas
-        for contender in contenders:
-            state, close = contender.make(server.base_url)
-            try:
-                warm = await run_round(contender, state, server.base_url, concurrency, streams,
-                                       deltas, server)
-                check(contender.name, warm.results, streams, expected, raw, concurrency)
-                rounds = []
-                for _ in range(args.repeats):
-                    r = await run_round(contender, state, server.base_url, concurrency,
-                                        streams, deltas, server)
-                    check(contender.name, r.results, streams, expected, raw, concurrency)
-                    rounds.append(r)
-            finally:
-                with anyio.move_on_after(10, shield=True):
+def expected_text(deltas: int) -> str:
+    request = {"model": MODEL, "messages": MESSAGES, "max_tokens": deltas, "stream": True}
+    return expected_reply(request, "openai").choices[0].text
+
+
+Table = dict[tuple[str, int, str], list[Round]]
+
+
+async def bench(args: argparse.Namespace, server: ServerProcess, contenders: list[Contender],
+                plan: dict[int, tuple[int, int, float]], regimes: tuple[str, ...]) -> Table:
+    table: Table = {}
+    raw: dict[Any, int] = {}
+    for concurrency, (streams, deltas, pace) in plan.items():
+        expected = expected_text(deltas)
+        states = {}
+        try:
+            for contender in contenders:
+                states[contender.name] = contender.make()
+                state = states[contender.name][0]
+                warm = await run_round(contender, state, server.url("packed"), concurrency,
+                                       streams, 2, server)
+                check(contender.name, warm.results, streams, expected_text(2), {}, None)
+            for r in range(args.repeats):
+                for regime in regimes:
+                    url = server.url(mode_path(regime, pace))
+                    shift = r % len(contenders)
+                    order = contenders[shift:] + contenders[:shift]
+                    if r % 2:
+                        order.reverse()
+                    for contender in order:
+                        rnd = await run_round(contender, states[contender.name][0], url,
+                                              concurrency, streams, deltas, server)
+                        check(contender.name, rnd.results, streams, expected, raw,
+                              (regime, concurrency))
+                        rnd.results = []
+                        table.setdefault((regime, concurrency, contender.name), []).append(rnd)
+                    line = "  ".join(
+                        f"{c.name} {table[(regime, concurrency, c.name)][-1].cpu / (streams * deltas) * 1e6:.0f}"
+                        for c in contenders)
+                    print(f"  round {r + 1} {regime:<8} c={concurrency:<3} us/delta: {line}",
+                          flush=True)
+        finally:
+            for _, close in states.values():
+                with anyio.move_on_after(20, shield=True):
                     await close()
-            row = {
-                "us_per_delta": statistics.median(r.cpu for r in rounds) / total * 1e6,
-                "wall_s": statistics.median(r.wall for r in rounds),
-                "server_us_per_delta": statistics.median(r.server_cpu for r in rounds)
-                / total * 1e6,
-                "min_us": min(r.cpu for r in rounds) / total * 1e6,
-                "max_us": max(r.cpu for r in rounds) / total * 1e6,
-            }
-            table[(contender.name, concurrency)] = row
-            print(f"  [{backend}] c={concurrency:<3} {contender.name:<22} "
-                  f"{row['us_per_delta']:7.2f} us/delta CPU "
-                  f"(min {row['min_us']:.2f}, max {row['max_us']:.2f}; wall {row['wall_s']:.2f} s;"
-                  f" server {row['server_us_per_delta']:.1f} us/delta)", flush=True)
     return table
 
 
-def report(table: dict[tuple[str, int], dict[str, float]], plan: dict[int, tuple[int, int]],
-           backend: str) -> None:
-    concs = list(plan)
-    names = [c.name for c in CONTENDERS if any((c.name, k) in table for k in concs)]
-    print(f"\n### {backend}: client CPU per content delta (us), median\n")
-    head = " | ".join(f"c={k} ({plan[k][0]}x{plan[k][1]})" for k in concs)
-    print(f"| contender | {head} |")
-    print("|---|" + "---:|" * len(concs))
-    for name in names:
-        cells = " | ".join(f"{table[(name, k)]['us_per_delta']:.2f}" if (name, k) in table
-                           else "-" for k in concs)
-        print(f"| {name} | {cells} |")
-    cells = " | ".join(
-        f"{statistics.median(v['server_us_per_delta'] for (n, c), v in table.items() if c == k):.1f}"
-        for k in concs)
-    print(f"| (server process, for context) | {cells} |")
+def per_delta(rounds: list[Round], total: int) -> float:
+    return statistics.median(r.cpu for r in rounds) / total * 1e6
 
-    def ratio(a: str, b: str, k: int) -> str:
-        if (a, k) not in table or (b, k) not in table:
-            return "-"
-        return f"{table[(a, k)]['us_per_delta'] / table[(b, k)]['us_per_delta']:.2f}x"
 
-    print("\n| ratio | target | " + " | ".join(f"c={k}" for k in concs) + " |")
-    print("|---|---|" + "---:|" * len(concs))
-    rows = [
-        ("fluxstream-httpx / raw-drain-httpx", "<= 1.5x", "fluxstream-httpx", "raw-drain-httpx"),
-        ("fluxstream-aiohttp / raw-drain-aiohttp", "-", "fluxstream-aiohttp",
-         "raw-drain-aiohttp"),
-        ("fluxstream-aiohttp / openai", "<= 0.067x (1/15)", "fluxstream-aiohttp",
-         "openai create() loop"),
-        ("fluxstream-httpx / openai", "-", "fluxstream-httpx", "openai create() loop"),
-        ("fluxstream-httpx / httpx-sse+json.loads", "-", "fluxstream-httpx",
-         "httpx-sse+json.loads"),
-        ("fluxstream-aiohttp / httpx-sse+json.loads", "-", "fluxstream-aiohttp",
-         "httpx-sse+json.loads"),
-    ]
-    for label, target, a, b in rows:
-        print(f"| {label} | {target} | " + " | ".join(ratio(a, b, k) for k in concs) + " |")
-    if ("fluxstream-aiohttp", 1) in table:
-        v = table[("fluxstream-aiohttp", 1)]["us_per_delta"]
-        print(f"\nfluxstream-aiohttp at c=1: {v:.2f} us/delta (target < 15)")
+def paired_ratio(table: Table, regime: str, k: int, a: str, b: str) -> float | None:
+    if (regime, k, a) not in table or (regime, k, b) not in table:
+        return None
+    pairs = zip(table[(regime, k, a)], table[(regime, k, b)], strict=True)
+    return statistics.median(x.cpu / y.cpu for x, y in pairs if y.cpu > 0)
+
+
+def report(table: Table, plan: dict[int, tuple[int, int, float]], regimes: tuple[str, ...],
+           names: list[str], backend: str) -> list[str]:
+    """Print the tables; return the target lines that failed."""
+    failed = []
+    for regime in regimes:
+        concs = [k for k in plan if any((regime, k, n) in table for n in names)]
+        print(f"\n### {backend}, regime `{regime}`: client CPU per content delta (µs), "
+              "median of paired rounds\n")
+        head = " | ".join(
+            f"c={k} ({plan[k][0]}x{plan[k][1]}"
+            + (f", {plan[k][2]:g} ms" if regime == "paced" else "") + ")" for k in concs)
+        print(f"| contender | {head} |")
+        print("|---|" + "---:|" * len(concs))
+        for name in names:
+            cells = " | ".join(
+                f"{per_delta(table[(regime, k, name)], plan[k][0] * plan[k][1]):.1f}"
+                if (regime, k, name) in table else "-" for k in concs)
+            print(f"| {name} | {cells} |")
+        for label, fn in (
+            ("server CPU per delta (µs)", lambda rs, t: statistics.median(
+                r.server_cpu for r in rs) / t * 1e6),
+            ("server CPU / wall (busiest contender)", None),
+        ):
+            cells = []
+            for k in concs:
+                total = plan[k][0] * plan[k][1]
+                rows = [table[(regime, k, n)] for n in names if (regime, k, n) in table]
+                if fn is not None:
+                    cells.append(f"{statistics.median(fn(rs, total) for rs in rows):.1f}")
+                else:
+                    util = max(statistics.median(r.server_cpu / r.wall for r in rs)
+                               for rs in rows)
+                    cells.append(f"{util:.0%}")
+            print(f"| ({label}) | " + " | ".join(cells) + " |")
+        print("\n| ratio (median of per-round ratios) | target | "
+              + " | ".join(f"c={k}" for k in concs) + " |")
+        print("|---|---|" + "---:|" * len(concs))
+        for a, b, target, limit_at in (
+            ("fluxstream", "openai", "≤ 0.5x", set(concs)),
+            ("fluxstream", "raw-aiohttp", "≤ 2x at c=100, 500", {100, 500}),
+            ("fluxstream", "httpx-sse+json.loads", "-", set()),
+            ("fluxstream", "raw-httpx", "-", set()),
+            ("fluxstream[httpx]", "openai", "-", set()),
+            ("fluxstream[httpx2]", "openai", "-", set()),
+            ("fluxstream[httpx-aiohttp]", "raw-aiohttp", "-", set()),
+        ):
+            cells = []
+            shown = False
+            for k in concs:
+                ratio = paired_ratio(table, regime, k, a, b)
+                if ratio is None:
+                    cells.append("-")
+                    continue
+                shown = True
+                limit = 0.5 if b == "openai" else 2.0
+                miss = k in limit_at and ratio > limit
+                if miss:
+                    failed.append(f"{regime} c={k}: {a} / {b} = {ratio:.2f}x ({target})")
+                cells.append(f"**{ratio:.2f}x** (miss)" if miss else f"{ratio:.2f}x")
+            if shown:
+                print(f"| {a} / {b} | {target} | " + " | ".join(cells) + " |")
+    return failed
+
+
+# --------------------------------------------------------------------------------- first token
+
+
+async def ttft_burst(contender: Contender, state: Any, base_url: str, n: int,
+                     deltas: int = BURST_DELTAS) -> list[float]:
+    """``n`` requests at once; seconds from each request's start to its first token."""
+    times: list[float] = []
+
+    async def one() -> None:
+        t0 = time.perf_counter()
+        seen: list[float] = []
+        await contender.one(state, base_url, deltas,
+                            lambda: seen.append(time.perf_counter() - t0))
+        times.append(seen[0])
+
+    with anyio.fail_after(RUN_TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+    return times
+
+
+async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
+                     contenders: list[Contender]) -> list[str]:
+    failed = []
+    names = ["fluxstream", "openai", "raw-aiohttp", "raw-httpx"]
+    chosen = [c for c in contenders if c.name in names]
+    url = server.url(f"burst-{BURST_PACE_MS:g}")
+    states = {c.name: c.make() for c in chosen}
+    med: dict[str, list[float]] = {c.name: [] for c in chosen}
+    p90: dict[str, list[float]] = {c.name: [] for c in chosen}
+    try:
+        for c in chosen:  # warm: every connection of the burst opened
+            await ttft_burst(c, states[c.name][0], url, BURST)
+        for r in range(args.repeats):
+            order = chosen if r % 2 == 0 else chosen[::-1]
+            for c in order:
+                times = sorted(await ttft_burst(c, states[c.name][0], url, BURST))
+                med[c.name].append(statistics.median(times))
+                p90[c.name].append(times[int(len(times) * 0.9) - 1])
+        print(f"\n### Time to first token, a burst of {BURST} requests at once (warm clients; "
+              f"server sends the first 3 events with the head, then one every "
+              f"{BURST_PACE_MS:g} ms; {BURST_DELTAS} deltas per request), median of "
+              f"{args.repeats} bursts\n")
+        print("| contender | median TTFT (ms) | p90 TTFT (ms) |")
+        print("|---|---:|---:|")
+        for c in chosen:
+            print(f"| {c.name} | {statistics.median(med[c.name]) * 1e3:.1f} | "
+                  f"{statistics.median(p90[c.name]) * 1e3:.1f} |")
+        if "openai" in med:
+            f, o = statistics.median(med["fluxstream"]), statistics.median(med["openai"])
+            verdict = "met" if f <= o else "MISS"
+            print(f"\nfluxstream / openai median TTFT in the burst: {f / o:.2f}x "
+                  f"(target ≤ 1x: {verdict})")
+            if f > o:
+                failed.append(f"TTFT burst: fluxstream {f * 1e3:.1f} ms > openai {o * 1e3:.1f} ms")
+
+        # c=1: fluxstream's first TextDelta vs the raw transport's first body byte, interleaved.
+        pairs = [c for c in chosen if c.name in ("fluxstream", "raw-aiohttp")]
+        single: dict[str, list[float]] = {c.name: [] for c in pairs}
+        for i in range(args.single):
+            for c in pairs if i % 2 == 0 else pairs[::-1]:
+                # 2 deltas: the whole reply is in the server's first write
+                single[c.name].extend(await ttft_burst(c, states[c.name][0], url, 1, 2))
+        if len(pairs) == 2:
+            f = statistics.median(single["fluxstream"])
+            a = statistics.median(single["raw-aiohttp"])
+            verdict = "met" if f <= 1.2 * a else "MISS"
+            print(f"\nc=1, {args.single} requests each, interleaved: fluxstream first TextDelta "
+                  f"{f * 1e3:.3f} ms (median), raw aiohttp first body byte {a * 1e3:.3f} ms: "
+                  f"{f / a:.2f}x (target ≤ 1.2x: {verdict})")
+            if f > 1.2 * a:
+                failed.append(f"TTFT c=1: {f / a:.2f}x the raw first byte")
+    finally:
+        for _, close in states.values():
+            with anyio.move_on_after(20, shield=True):
+                await close()
+    return failed
+
+
+# --------------------------------------------------------------------------------- memory
+
+MEMORY_CLIENTS = ("fluxstream", "openai", "raw-httpx", "raw-aiohttp")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+async def memory_child(name: str, n: int, base_url: str) -> dict[str, Any]:
+    """In a subprocess: RSS growth while ``n`` streams are open (each past its first token)."""
+    contender = next(c for c in CONTENDERS if c.name == name)
+    state, close = contender.make()
+    release = anyio.Event()
+    firsts = 0
+    all_first = anyio.Event()
+
+    async def one() -> None:
+        nonlocal firsts
+
+        def first() -> None:
+            nonlocal firsts
+            firsts += 1
+            if firsts == n:
+                all_first.set()
+
+        async def hold() -> None:
+            await contender.one(state, base_url, 200, first)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold)
+            await release.wait()
+            tg.cancel_scope.cancel()
+
+    try:
+        # warm-up: one stream open and closed, so code paths and pools exist before measuring
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                n_saved = n
+                n = 1
+                tg.start_soon(one)
+                await all_first.wait()
+                release.set()
+        n = n_saved
+        firsts = 0
+        all_first = anyio.Event()
+        release = anyio.Event()
+        gc.collect()
+        before = _rss()
+        with anyio.fail_after(RUN_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                for _ in range(n):
+                    tg.start_soon(one)
+                await all_first.wait()
+                gc.collect()
+                after = _rss()
+                release.set()
+    finally:
+        with anyio.move_on_after(20, shield=True):
+            await close()
+    return {"name": name, "n": n, "before": before, "after": after,
+            "per_stream": (after - before) / n}
+
+
+def bench_memory(args: argparse.Namespace, server: ServerProcess) -> list[str]:
+    failed = []
+    rows: dict[tuple[str, int], list[float]] = {}
+    for rep in range(args.memory_repeats):
+        for n in args.memory:
+            names = list(MEMORY_CLIENTS) if rep % 2 == 0 else list(MEMORY_CLIENTS)[::-1]
+            for name in names:
+                cmd = [sys.executable, __file__, "--memory-child", name, str(n),
+                       server.url("hold")]
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+                if out.returncode != 0:
+                    raise RuntimeError(f"memory child {name} {n}: {out.stderr[-2000:]}")
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.setdefault((name, n), []).append(result["per_stream"])
+    print(f"\n### Memory per open stream (RSS growth / streams, one subprocess per client and "
+          f"size, median of {args.memory_repeats}), KiB\n")
+    print("| client | " + " | ".join(f"{n} streams" for n in args.memory) + " |")
+    print("|---|" + "---:|" * len(args.memory))
+    for name in MEMORY_CLIENTS:
+        print(f"| {name} | " + " | ".join(
+            f"{statistics.median(rows[(name, n)]) / 1024:.1f}" for n in args.memory) + " |")
+    cells = []
+    for n in args.memory:
+        ratio = statistics.median(rows[("fluxstream", n)]) / statistics.median(
+            rows[("raw-httpx", n)])
+        cells.append(f"{ratio:.2f}x")
+        if ratio > 1.2:
+            failed.append(f"memory at {n}: fluxstream {ratio:.2f}x raw httpx")
+    print("| fluxstream / raw-httpx (target ≤ 1.2x) | " + " | ".join(cells) + " |")
+    cells = [f"{statistics.median(rows[('openai', n)]) / statistics.median(rows[('raw-httpx', n)]):.2f}x"
+             for n in args.memory]
+    print("| openai / raw-httpx | " + " | ".join(cells) + " |")
+    return failed
+
+
+# --------------------------------------------------------------------------------- profile
 
 
 async def profile_one(args: argparse.Namespace, server: ServerProcess,
-                      plan: dict[int, tuple[int, int]]) -> None:
+                      plan: dict[int, tuple[int, int, float]]) -> None:
     """cProfile one round of one contender (client process only)."""
-    contender = next(c for c in CONTENDERS if c.name == args.profile)
-    concurrency = args.concurrency or 1
-    streams, deltas = plan[concurrency]
-    state, close = contender.make(server.base_url)
+    contender = next(c for c in CONTENDERS + OPTIONS if c.name == args.profile)
+    concurrency = args.concurrency[0] if args.concurrency else 1
+    streams, deltas, pace = plan[concurrency]
+    url = server.url(mode_path(args.regime, pace))
+    state, close = contender.make()
     try:
-        await run_round(contender, state, server.base_url, concurrency, streams, deltas, server)
+        await run_round(contender, state, url, concurrency, streams, 2, server)
         prof = cProfile.Profile()
         prof.enable()
-        r = await run_round(contender, state, server.base_url, concurrency, streams, deltas,
-                            server)
+        r = await run_round(contender, state, url, concurrency, streams, deltas, server)
         prof.disable()
     finally:
         await close()
     total = streams * deltas
-    print(f"{contender.name} c={concurrency}: {r.cpu / total * 1e6:.2f} us/delta under cProfile "
-          f"({total} deltas); per-delta tottime below = tottime / {total}")
-    stats = pstats.Stats(prof).sort_stats(args.sort)
-    stats.print_stats(args.lines)
+    print(f"{contender.name} {args.regime} c={concurrency}: {r.cpu / total * 1e6:.2f} us/delta "
+          f"under cProfile ({total} deltas, wall {r.wall:.2f} s, server CPU "
+          f"{r.server_cpu:.2f} s)")
+    pstats.Stats(prof).sort_stats(args.sort).print_stats(args.lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, 1 repeat")
-    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: c=1 and 100, small sizes, 1 round, 500-stream memory")
+    parser.add_argument("--repeats", type=int, default=None, help="paired rounds (default 3)")
     parser.add_argument("--concurrency", type=int, nargs="*", default=None,
                         help="subset of 1 100 500")
+    parser.add_argument("--regimes", nargs="*", default=list(REGIMES), choices=REGIMES)
     parser.add_argument("--only", nargs="*", default=None, help="contender names")
+    parser.add_argument("--options", action="store_true",
+                        help="also the transport options (httpx, httpx2, httpx-aiohttp)")
+    parser.add_argument("--no-cpu", action="store_true", help="skip the CPU tables")
+    parser.add_argument("--no-ttft", action="store_true", help="skip time to first token")
+    parser.add_argument("--no-memory", action="store_true", help="skip memory per stream")
+    parser.add_argument("--memory", type=int, nargs="*", default=None,
+                        help="open streams for the memory figures (default 500 2000)")
+    parser.add_argument("--memory-repeats", type=int, default=None)
+    parser.add_argument("--single", type=int, default=None,
+                        help="requests per client for the c=1 first-token comparison")
     parser.add_argument("--trio", action="store_true",
-                        help="also run the httpx-based contenders under trio")
+                        help="also raw-httpx and fluxstream on trio (paced, c=1 and 100)")
     parser.add_argument("--profile", default=None, help="cProfile one contender instead")
+    parser.add_argument("--regime", default="paced", choices=REGIMES, help="for --profile")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--lines", type=int, default=40)
-    parser.add_argument(
-        "--batch", type=int, default=0,
-        help="server writes events in batches of N bytes (a fast server or buffering proxy)",
-    )
+    parser.add_argument("--memory-child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+
+    if args.memory_child:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 20000), hard))
+        name, n, url = args.memory_child
+        print(json.dumps(anyio.run(memory_child, name, int(n), url, backend="asyncio")))
+        return
+
     plan = dict(QUICK_PLAN if args.quick else FULL_PLAN)
     if args.concurrency and not args.profile:
         plan = {k: v for k, v in plan.items() if k in args.concurrency}
     if args.repeats is None:
         args.repeats = 1 if args.quick else 3
+    if args.memory is None:
+        args.memory = [500] if args.quick else [500, 2000]
+    if args.memory_repeats is None:
+        args.memory_repeats = 1 if args.quick else 2
+    if args.single is None:
+        args.single = 30 if args.quick else 150
+    contenders = CONTENDERS + (OPTIONS if args.options else [])
+    if args.only:
+        contenders = [c for c in contenders if c.name in args.only]
+    load = os.getloadavg()
     print(f"Python {platform.python_version()} {platform.machine()} ({os.cpu_count()} CPU), "
-          f"httpx {httpx.__version__}, openai {openai.__version__}, "
-          f"fluxstream {getattr(fluxstream, '__version__', '?')}; repeats {args.repeats}; "
-          f"plan {plan}", flush=True)
+          f"httpx {httpx.__version__}, aiohttp {aiohttp.__version__}, openai {openai.__version__}"
+          f" (httpx2 {getattr(httpx2, '__version__', '-')}), fluxstream "
+          f"{getattr(fluxstream, '__version__', '?')}; {args.repeats} paired rounds; plan "
+          f"{plan}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
     started = time.perf_counter()
-    if args.batch:
-        print(f"server writes in batches of >= {args.batch} bytes", flush=True)
-    with ServerProcess(f"batch={args.batch}" if args.batch else None) as server:
-        print(f"server: pid {server.proc.pid} at {server.base_url}", flush=True)
+    random.seed(0)
+    failed: list[str] = []
+    with ServerProcess() as server:
+        print(f"server: pid {server.proc.pid} on port {server.port}", flush=True)
         if args.profile:
-            args.concurrency = (args.concurrency or [1])[0]
-            anyio.run(profile_one, args, server, plan, backend="asyncio")
+            full = dict(FULL_PLAN)
+            anyio.run(profile_one, args, server, full, backend="asyncio")
             return
-        table = anyio.run(bench, args, server, "asyncio", plan, backend="asyncio")
-        report(table, plan, "asyncio")
+        if not args.no_cpu:
+            regimes = tuple(args.regimes)
+            table = anyio.run(bench, args, server, contenders, plan, regimes, backend="asyncio")
+            failed += report(table, plan, regimes, [c.name for c in contenders], "asyncio")
         if args.trio:
-            table = anyio.run(bench, args, server, "trio", plan, backend="trio")
-            report(table, plan, "trio")
-    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+            trio_plan = {k: v for k, v in plan.items() if k in (1, 100)}
+            chosen = [c for c in contenders if c.name in TRIO_CONTENDERS]
+            table = anyio.run(bench, args, server, chosen, trio_plan, ("paced",),
+                              backend="trio")
+            report(table, trio_plan, ("paced",), [c.name for c in chosen], "trio")
+        if not args.no_ttft:
+            failed += anyio.run(bench_ttft, args, server, contenders, backend="asyncio")
+        if not args.no_memory:
+            failed += bench_memory(args, server)
+    load = os.getloadavg()
+    print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+          f"total {time.perf_counter() - started:.1f} s")
+    print("targets missed: " + ("; ".join(failed) if failed else "none"))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,8 @@ class AiohttpRequest:
         self.url = url
         self.content = content
         self.headers = headers
+        #: ``sock_read`` covers the wait for the response head; the body's reads are watched
+        #: by :class:`_ReadWatch` instead (the same limit, without a timer per read).
         self.timeout = timeout
 
     def __repr__(self) -> str:  # never the headers: they carry the API key
@@ -150,7 +152,17 @@ class AiohttpClient:
             if mapped is exc:
                 raise
             raise mapped from exc
-        response = AiohttpResponse(resp)
+        watch = None
+        read = request.timeout.sock_read
+        connection = resp.connection
+        if read is not None and connection is not None and connection.protocol is not None:
+            # aiohttp re-arms a timer on every socket read for ``sock_read`` (a cancel and a
+            # new TimerHandle each time); from here on one lazy watchdog per response does it.
+            # aiohttp does the same for websockets; the next request on this connection sets
+            # its own value again.
+            connection.protocol.read_timeout = None
+            watch = _ReadWatch(resp.content, read)
+        response = AiohttpResponse(resp, watch)
         if not stream:
             try:
                 await response.aread()
@@ -175,13 +187,14 @@ class AiohttpClient:
 class AiohttpResponse:
     """A streamed response: status and headers now, the body through :meth:`aiter_bytes`."""
 
-    __slots__ = ("_content", "_resp", "headers", "status_code")
+    __slots__ = ("_content", "_resp", "_watch", "headers", "status_code")
 
     extensions = _HTTP11
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, watch: _ReadWatch | None = None) -> None:
         self._resp = resp
         self._content = resp.content
+        self._watch = watch
         self.status_code: int = resp.status
         self.headers = resp.headers
 
@@ -190,16 +203,20 @@ class AiohttpResponse:
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """Whatever is buffered, as soon as anything is: one read may hold several events."""
-        return _Body(self._content)
+        return _Body(self._content, self._watch)
 
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_bytes()])
 
     def fluxstream_abort(self) -> None:
         """Close the connection now (synchronous): a pending read ends at once."""
+        if self._watch is not None:
+            self._watch.stop()
         self._resp.close()
 
     async def aclose(self) -> None:
+        if self._watch is not None:
+            self._watch.stop()
         resp = self._resp
         if self._content.is_eof():
             resp.release()  # the whole body was read: the connection goes back to the pool
@@ -207,26 +224,85 @@ class AiohttpResponse:
             resp.close()
 
 
+class _ReadWatch:
+    """The read timeout of one response body, as httpx means it: no read may wait longer
+    than ``limit`` seconds for bytes (a slow consumer is not a silent server).
+
+    A read costs two attribute writes and one clock read; the timer fires at most once per
+    ``limit`` while the stream is healthy, and re-arms itself for exactly ``start + limit`` of
+    the read in progress. On expiry the pending read raises aiohttp's ``SocketTimeoutError``
+    (translated to ``httpx.ReadTimeout``).
+    """
+
+    __slots__ = ("_content", "_handle", "_limit", "_loop", "now", "started")
+
+    def __init__(self, content: aiohttp.StreamReader, limit: float) -> None:
+        self._content = content
+        self._limit = limit
+        self._loop = asyncio.get_running_loop()
+        self.now = self._loop.time
+        #: When the read in progress started waiting (loop time), or None between reads.
+        self.started: float | None = None
+        self._handle: asyncio.TimerHandle | None = self._loop.call_at(
+            self._loop.time() + limit, self._fire
+        )
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _fire(self) -> None:
+        self._handle = None
+        if self._content.is_eof():
+            return  # everything arrived: nothing left to wait for
+        now = self._loop.time()
+        started = self.started
+        if started is None:
+            at = now + self._limit
+        elif now - started >= self._limit:
+            self._content.set_exception(
+                aiohttp.SocketTimeoutError(f"no bytes for {self._limit}s")
+            )
+            return
+        else:
+            at = started + self._limit
+        self._handle = self._loop.call_at(at, self._fire)
+
+
 class _Body:
     """Async iterator over a response body: one ``readany`` per step, no generator layers."""
 
-    __slots__ = ("_content",)
+    __slots__ = ("_content", "_watch")
 
-    def __init__(self, content: aiohttp.StreamReader) -> None:
+    def __init__(self, content: aiohttp.StreamReader, watch: _ReadWatch | None) -> None:
         self._content = content
+        self._watch = watch
 
     def __aiter__(self) -> _Body:
         return self
 
     async def __anext__(self) -> bytes:
+        watch = self._watch
         try:
-            data = await self._content.readany()
+            if watch is None:
+                data = await self._content.readany()
+            else:
+                watch.started = watch.now()
+                try:
+                    data = await self._content.readany()
+                finally:
+                    watch.started = None
         except Exception as exc:
+            if watch is not None:
+                watch.stop()
             mapped = _translate(exc, connecting=False)
             if mapped is exc:
                 raise
             raise mapped from exc
         if not data:
+            if watch is not None:
+                watch.stop()
             raise StopAsyncIteration
         return data
 
