@@ -659,3 +659,19 @@ def test_parse_error_message_is_bounded() -> None:
     with pytest.raises(ParseError) as info:
         parse_structured(text, Item)
     assert len(str(info.value)) < 1000 and info.value.text == text
+
+
+def test_deep_recursive_documents_stay_cheap_per_delta() -> None:
+    """The open path is compared from its top (only changed levels cost), and unchanged
+    levels are not revisited: a 150-deep tree fed one character at a time stays fast."""
+    depth = 150
+    text = '{"name": "leaf", "children": []}'
+    for level in range(depth):
+        text = f'{{"name": "n{level}", "children": [{text}]}}'
+    builder: ObjectBuilder[Node] = ObjectBuilder(Node)
+    start = time.perf_counter()
+    for ch in text:
+        builder.feed(ch)
+    elapsed = time.perf_counter() - start
+    assert builder.finish().value == Node.model_validate_json(text)
+    assert elapsed < 2.0, elapsed

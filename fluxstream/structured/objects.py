@@ -346,10 +346,12 @@ class ObjectBuilder(Generic[T]):
         stack, keys = self._parser.open_containers()
         nodes = self._nodes
         depth = len(stack)
-        common = 0
-        limit = min(len(nodes), depth)
-        while common < limit and nodes[common].raw is stack[common]:
-            common += 1
+        # The parser's stack only grows and shrinks at its top, so a node still matching its
+        # container means every node below it matches too: scan down from the top, which
+        # costs the levels that changed, not the depth.
+        common = min(len(nodes), depth)
+        while common and nodes[common - 1].raw is not stack[common - 1]:
+            common -= 1
         if common < len(nodes):
             del nodes[common:]  # closed: their parents now hold them as complete children
         if not nodes:
