@@ -212,3 +212,35 @@ def test_auto_hands_the_parsers_limits_to_the_chosen_format() -> None:
     parser.feed(_sse({"choices": [{"index": 0, "delta": {"content": "x"}}]}))
     inner = parser._format.inner  # type: ignore[attr-defined]
     assert isinstance(inner, ChatCompletionsFormat) and inner.limits is limits
+
+
+def test_fast_event_makers_build_the_same_frozen_events() -> None:
+    """The formats build their hot events without the frozen ``__init__``: the objects must be
+    indistinguishable from the ordinary ones (equal, frozen, same dump)."""
+    import dataclasses
+
+    import pydantic
+
+    from fluxstream.events import (
+        Event,
+        ReasoningDelta,
+        RefusalDelta,
+        TextDelta,
+        ToolCallDelta,
+    )
+    from fluxstream.formats import _base
+
+    pairs = [
+        (_base.text_delta("k", 1, 2, "hé"), TextDelta("k", 1, 2, "hé")),
+        (_base.reasoning_delta("k", 0, 3, "r"), ReasoningDelta("k", 0, 3, "r")),
+        (_base.refusal_delta("k", 0, 4, "n"), RefusalDelta("k", 0, 4, "n")),
+        (_base.tool_delta("k", 0, 2, None, "f", "{}", 7),
+         ToolCallDelta("k", 0, 2, None, "f", "{}", 7)),
+    ]
+    adapter = pydantic.TypeAdapter(Event)
+    for fast, slow in pairs:
+        assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)
+        assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
+        assert adapter.dump_python(fast) == adapter.dump_python(slow)
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            fast.key = "x"  # type: ignore[misc]

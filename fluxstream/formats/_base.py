@@ -20,22 +20,116 @@ count as a heartbeat in the reply just like a ``: ping`` comment does for Chat C
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pydantic_core
 from pydantic import ValidationError
 
 from ..errors import FrameDecodeError
-from ..events import ErrorEvent, Event, ReasoningDelta, RefusalDelta, SkippedFrame, TextDelta
+from ..events import (
+    ErrorEvent,
+    Event,
+    ReasoningDelta,
+    RefusalDelta,
+    SkippedFrame,
+    TextDelta,
+    ToolCallDelta,
+)
 from ..sse import ServerSentEvent
 from ..wire import Usage
 
-__all__ = ["JsonEventFormat", "ToolCallState", "compact", "error_event", "usage"]
+__all__ = [
+    "JsonEventFormat",
+    "ToolCallState",
+    "compact",
+    "error_event",
+    "reasoning_delta",
+    "refusal_delta",
+    "text_delta",
+    "tool_delta",
+    "usage",
+]
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
+
+
+# --------------------------------------------------------------------------- fast events
+#
+# One event is created per delta, and a frozen dataclass's generated ``__init__`` sets each
+# field through ``object.__setattr__``: about five times the cost of a plain slotted class
+# (1.5 us for a ``TextDelta``, 3 us for a ``ToolCallDelta`` on the benchmark machine; a third
+# of the whole per-event cost of these formats). The makers below build the *same* objects
+# (same class, same fields, equal and frozen afterwards) by setting the slots through their
+# member descriptors. If the event classes ever change shape, they fall back to the class
+# itself, so they can never build a wrong event.
+
+_E = TypeVar("_E")
+_new = object.__new__
+
+
+def _slot_setters(cls: type, names: tuple[str, ...]) -> tuple[Any, ...] | None:
+    if tuple(f.name for f in dataclasses.fields(cls)) != names:
+        return None
+    try:
+        return tuple(cls.__dict__[name].__set__ for name in names)
+    except (KeyError, AttributeError):
+        return None
+
+
+def _channel_maker(cls: type[_E], kind: str) -> Callable[[str, int, int, str], _E]:
+    setters = _slot_setters(cls, ("key", "choice", "offset", "text", "type"))
+    if setters is None:
+        return cls  # pragma: no cover - only if the event classes change shape
+    s_key, s_choice, s_offset, s_text, s_type = setters
+
+    def make(key: str, choice: int, offset: int, text: str) -> _E:
+        ev = _new(cls)
+        s_key(ev, key)
+        s_choice(ev, choice)
+        s_offset(ev, offset)
+        s_text(ev, text)
+        s_type(ev, kind)
+        return ev
+
+    return make
+
+
+def _tool_maker() -> Callable[[str, int, int, str | None, str | None, str, int], ToolCallDelta]:
+    names = ("key", "choice", "call", "id", "name", "arguments", "offset", "replace", "type")
+    setters = _slot_setters(ToolCallDelta, names)
+    if setters is None:  # pragma: no cover - only if the event class changes shape
+        return ToolCallDelta
+    s_key, s_choice, s_call, s_id, s_name, s_args, s_offset, s_replace, s_type = setters
+
+    def make(key: str, choice: int, call: int, id: str | None, name: str | None,
+             arguments: str, offset: int) -> ToolCallDelta:
+        ev = _new(ToolCallDelta)
+        s_key(ev, key)
+        s_choice(ev, choice)
+        s_call(ev, call)
+        s_id(ev, id)
+        s_name(ev, name)
+        s_args(ev, arguments)
+        s_offset(ev, offset)
+        s_replace(ev, False)
+        s_type(ev, "tool_call_delta")
+        return ev
+
+    return make
+
+
+#: ``TextDelta(key, choice, offset, text)``, built faster (see above).
+text_delta = _channel_maker(TextDelta, "text")
+#: ``ReasoningDelta(key, choice, offset, text)``, built faster.
+reasoning_delta = _channel_maker(ReasoningDelta, "reasoning")
+#: ``RefusalDelta(key, choice, offset, text)``, built faster.
+refusal_delta = _channel_maker(RefusalDelta, "refusal")
+#: ``ToolCallDelta(key, choice, call, id, name, arguments, offset)``, built faster.
+tool_delta = _tool_maker()
 
 
 def compact(value: object) -> str:
@@ -248,17 +342,17 @@ class JsonEventFormat:
     def add_text(self, text: str, out: list[Event]) -> None:
         if not self.started:
             self.start()
-        out.append(TextDelta(self.key, 0, self.text, text))
+        out.append(text_delta(self.key, 0, self.text, text))
         self.text += len(text)
 
     def add_reasoning(self, text: str, out: list[Event]) -> None:
         if not self.started:
             self.start()
-        out.append(ReasoningDelta(self.key, 0, self.reasoning, text))
+        out.append(reasoning_delta(self.key, 0, self.reasoning, text))
         self.reasoning += len(text)
 
     def add_refusal(self, text: str, out: list[Event]) -> None:
         if not self.started:
             self.start()
-        out.append(RefusalDelta(self.key, 0, self.refusal, text))
+        out.append(refusal_delta(self.key, 0, self.refusal, text))
         self.refusal += len(text)

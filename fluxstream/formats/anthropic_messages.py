@@ -34,9 +34,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import Event, Finish, ReasoningBlock, TextDelta, ToolCallDelta, UsageUpdate
+from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..reply import unified_stop
-from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
+from ._base import (
+    JsonEventFormat,
+    ToolCallState,
+    compact,
+    error_event,
+    text_delta,
+    tool_delta,
+    usage,
+)
 
 __all__ = ["AnthropicMessagesFormat"]
 
@@ -109,7 +117,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                                 return []
                             offset = self.text
                             self.text = offset + len(text)
-                            return [TextDelta(self.key, 0, offset, text)]
+                            return [text_delta(self.key, 0, offset, text)]
                     elif dkind == "input_json_delta" and block.kind == "tool":
                         text = delta.get("partial_json")
                         if text.__class__ is str:
@@ -118,7 +126,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                             call = self.calls[index]
                             offset = call.length
                             call.length = offset + len(text)
-                            return [ToolCallDelta(self.key, 0, index, None, None, text, offset)]
+                            return [tool_delta(self.key, 0, index, None, None, text, offset)]
             return self._delta(obj)
         if kind == "ping":
             self.heartbeats += 1

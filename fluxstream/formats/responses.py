@@ -36,9 +36,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import Event, Finish, ReasoningBlock, TextDelta, ToolCallDelta, UsageUpdate
+from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..reply import StopReason, unified_stop
-from ._base import JsonEventFormat, ToolCallState, compact, error_event, usage
+from ._base import (
+    JsonEventFormat,
+    ToolCallState,
+    compact,
+    error_event,
+    text_delta,
+    tool_delta,
+    usage,
+)
 
 __all__ = ["ResponsesFormat"]
 
@@ -94,7 +102,7 @@ class ResponsesFormat(JsonEventFormat):
                 self.start()
             offset = self.text
             self.text = offset + len(text)
-            return [TextDelta(self.key, 0, offset, text)]
+            return [text_delta(self.key, 0, offset, text)]
         out: list[Event] = []
         if kind == "response.function_call_arguments.delta":
             text = obj.get("delta")
@@ -112,7 +120,7 @@ class ResponsesFormat(JsonEventFormat):
                 fragments.append(text)
                 if len(fragments) > _FOLD:
                     call.fragments = ["".join(fragments)]
-            return [ToolCallDelta(self.key, 0, index, None, None, text, offset)]
+            return [tool_delta(self.key, 0, index, None, None, text, offset)]
         if kind == "response.reasoning_summary_text.delta":
             self._delta("reasoning", obj, out, "summary_index")
         elif kind == "response.reasoning_text.delta":
