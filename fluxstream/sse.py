@@ -72,7 +72,7 @@ DEFAULT_MAX_BYTES_WITHOUT_EVENT = 16 * 1024 * 1024
 #: The largest ``retry`` value kept (milliseconds); larger ones are clamped to it.
 MAX_RETRY_MS = 2**31 - 1
 # Reads larger than this are decoded in slices of this size (see the module docstring).
-_SLICE = 1024 * 1024
+_SLICE = 256 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 

@@ -41,7 +41,12 @@ Rules, in short:
   surrogate;
 * limits (:class:`~fluxstream.limits.StreamLimits`): more distinct choices than
   ``max_choices`` or tool calls in one choice than ``max_tool_calls`` raise
-  :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them.
+  :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them. Decoding
+  itself costs ~250 bytes per JSON object or array (one 16 MiB event of a million
+  ``{"index": i}`` choices decodes to ~1.5 GiB), so a frame over ``_BIG_FRAME`` characters
+  with more ``{``/``[`` than the limits could ever use (``_max_objects``: four per choice and
+  per tool call) is skipped and counted (strict: an error) before it is decoded. Braces
+  inside strings count too: only a frame of tens of thousands of them is affected.
 """
 
 from __future__ import annotations
@@ -78,6 +83,7 @@ _loads = pydantic_core.from_json
 _EXCERPT = 200
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _REPLACEMENT = "\ufffd"
+_BIG_FRAME = 64 * 1024  # frames above this many characters are checked before decoding
 # Channels of held surrogate halves: these three, or a tool call's number (an int).
 _TEXT, _REASONING, _REFUSAL = "text", "reasoning", "refusal"
 
@@ -237,6 +243,8 @@ class ChatCompletionsFormat:
         data = sse.data
         if sse.event == "error":
             return self._error_event(data)
+        if len(data) > _BIG_FRAME and self._too_many_objects(data):
+            return self._bad_frame(data, "more JSON objects than the limits allow", at_eof)
         if data[:1] == "{":
             try:
                 obj = _loads(data)
@@ -264,6 +272,13 @@ class ChatCompletionsFormat:
         if not isinstance(obj, dict):
             return self._bad_frame(data, "not a JSON object", False)
         return self._chunk(obj, scan)
+
+    def _too_many_objects(self, data: str) -> bool:
+        """More ``{`` and ``[`` than a frame within the limits can hold (C-speed counts, run
+        only for big frames)."""
+        limits = self.limits
+        most = 4 * limits.max_choices * (limits.max_tool_calls + 4)
+        return data.count("{") + data.count("[") > most
 
     def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
         if at_eof:
