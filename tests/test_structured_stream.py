@@ -177,3 +177,50 @@ def test_a_restart_starts_the_object_over() -> None:
     assert tracker.content is not None and tracker.content.value is None
     tracker.feed(TextDelta("k", 0, 0, PLAN.model_dump_json()))
     assert tracker.content.value == PLAN
+
+
+def _responses(kind: str, data: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
+
+
+def responses_body(text: str, *, size: int, status: str = "completed",
+                   incomplete: str | None = None) -> list[bytes]:
+    response = {"id": "resp_1", "object": "response", "model": "m", "status": "in_progress",
+                "output": []}
+    reads = [_responses("response.created", {"response": response}),
+             _responses("response.output_item.added", {"output_index": 0, "item": {
+                 "id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
+             _responses("response.content_part.added", {
+                 "item_id": "msg_1", "output_index": 0, "content_index": 0,
+                 "part": {"type": "output_text", "text": ""}})]
+    for i in range(0, len(text), size):
+        reads.append(_responses("response.output_text.delta", {
+            "item_id": "msg_1", "output_index": 0, "content_index": 0,
+            "delta": text[i : i + size]}))
+    final = {**response, "status": status}
+    if incomplete:
+        final["incomplete_details"] = {"reason": incomplete}
+    reads.append(_responses(f"response.{status}", {"response": final}))
+    return reads
+
+
+def test_responses_text_format_content() -> None:
+    text = PLAN.model_dump_json(indent=1)
+    tracker = StructuredTracker(Plan)
+    dumps, parser = drive(responses_body(text, size=3), tracker, fmt="responses")
+    assert {"goal": "tea", "steps": [{"title": "boil water", "minutes": 3}]} in dumps
+    assert tracker.result().value == PLAN
+    assert parse_reply(parser.reply, Plan).value == PLAN
+
+
+def test_responses_incomplete_by_max_output_tokens_is_a_stated_partial() -> None:
+    text = PLAN.model_dump_json()
+    tracker = StructuredTracker(Plan)
+    _, parser = drive(responses_body(text[:45], size=3, status="incomplete",
+                                     incomplete="max_output_tokens"), tracker, fmt="responses")
+    result = tracker.result()
+    assert not result.complete and result.value is not None and result.value.goal == "tea"
+    assert result.reason == "incomplete"  # the raw status; parser.reply.choices[0].stop
+    assert parser.reply.choices[0].stop == "length"
+    replied = parse_reply(parser.reply, Plan)
+    assert not replied.complete and replied.value == result.value

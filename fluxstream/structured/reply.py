@@ -20,10 +20,13 @@ TRUNCATING_STOPS = frozenset({"length", "content_filter", "error"})
 _CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
 
 
-def _cut(reply: Reply | None, finish_reason: str | None) -> tuple[bool, str | None]:
+def _cut(
+    reply: Reply | None, finish_reason: str | None, stop: str | None = None
+) -> tuple[bool, str | None]:
     """Whether the content was cut short, and the reason to report (the raw finish reason,
-    or how the stream ended)."""
-    if unified_stop(finish_reason) in TRUNCATING_STOPS:
+    or how the stream ended). ``stop``: the format's unified stop, when known (Responses
+    ``incomplete`` is ``length`` only through ``incomplete_details``)."""
+    if (stop or unified_stop(finish_reason)) in TRUNCATING_STOPS:
         return True, finish_reason
     if reply is not None and reply.outcome in _CUT_OUTCOMES:
         assert reply.outcome is not None
@@ -44,7 +47,7 @@ def parse_reply(reply: Reply, tp: Any, *, choice: int = 0) -> StructuredResult[A
     refusal = found.refusal
     if not refusal and found.stop == "refusal":  # Anthropic: the text is the refusal
         refusal = found.text or "refusal"
-    truncated, reason = _cut(reply, found.finish_reason)
+    truncated, reason = _cut(reply, found.finish_reason, found.stop)
     return builder.finish(truncated=truncated, reason=reason, refusal=refusal)
 
 
@@ -59,8 +62,10 @@ def parse_tool_call(
     """
     builder: ObjectBuilder[Any] = ObjectBuilder(tp)
     builder.feed(call.arguments)
+    stop = None
     if finish_reason is None and reply is not None:
         owner = next((c for c in reply.choices if any(t is call for t in c.tool_calls)), None)
-        finish_reason = owner.finish_reason if owner is not None else None
-    truncated, reason = _cut(reply, finish_reason)
+        if owner is not None:
+            finish_reason, stop = owner.finish_reason, owner.stop
+    truncated, reason = _cut(reply, finish_reason, stop)
     return builder.finish(truncated=truncated, reason=reason)

@@ -66,7 +66,7 @@ class StructuredTracker:
         )
         self._calls: dict[tuple[int, int], _Call] = {}
         self._refusal: list[str] = []
-        self._finish: dict[int, str] = {}
+        self._finish: dict[int, tuple[str, str | None]] = {}  # raw reason, unified stop
         self._outcome: Outcome | None = None
 
     # ------------------------------------------------------------------ feeding
@@ -91,7 +91,9 @@ class StructuredTracker:
                 self._refusal.append(event.text)
         elif cls is Finish:
             assert isinstance(event, Finish)
-            self._finish.setdefault(event.choice, event.reason)
+            if event.choice not in self._finish:
+                self._finish[event.choice] = (
+                    event.reason, event.stop or unified_stop(event.reason))
         elif cls is End:
             assert isinstance(event, End)
             self._outcome = event.outcome
@@ -144,8 +146,8 @@ class StructuredTracker:
         return None if entry is None else entry.builder
 
     def _cut(self, choice: int) -> tuple[bool, str | None]:
-        raw = self._finish.get(choice)
-        if unified_stop(raw) in TRUNCATING_STOPS:
+        raw, stop = self._finish.get(choice, (None, None))
+        if stop in TRUNCATING_STOPS:
             return True, raw
         if self._outcome in _CUT_OUTCOMES:
             assert self._outcome is not None
