@@ -131,6 +131,9 @@ def redis_commands(url: str) -> int:
 
     client = redis.Redis.from_url(url)
     try:
+        if os.environ.get("BENCH_RELAY_COMMANDSTATS"):
+            stats = client.info("commandstats")
+            print({k: v["calls"] for k, v in stats.items()}, file=sys.stderr)
         return int(client.info("stats")["total_commands_processed"])
     finally:
         client.close()

@@ -36,6 +36,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -60,6 +61,9 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _READ_COUNT = 1000
 _BATCH = 1000
 _TAIL_BLOCK_MS = 1000
+_TAIL_COUNT = 8
+#: Seconds a stream stays watched after its last waiter woke.
+_LINGER = 2.0
 _LEASE_LOST = -1
 
 # KEYS: stream, meta, lease, cancel  ARGV: base, owner, lease_ms, ttl_ms, key
@@ -288,6 +292,8 @@ class RedisReplyLog(ReplyLog):
 
     async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         stream = self.keys(key)["stream"]
+        if wait > 0 and self._tailer.caught_up(stream, after):
+            await self._tailer.wait(stream, after, wait)
         raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
         if raw or wait <= 0:
             return [_decode(item) for item in raw]
@@ -447,7 +453,9 @@ class _Pipeliner:
 class _Tailer:
     """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
     wakes the waiters of a stream when a newer entry appears. A stream added while the read
-    is blocked interrupts it (``CLIENT UNBLOCK``) so it is watched at once."""
+    is blocked interrupts it (``CLIENT UNBLOCK``) so it is watched at once. A stream stays
+    watched for a moment after its last waiter woke (:data:`_LINGER`), so a follower that
+    comes back knows, without asking Redis, that nothing newer exists yet."""
 
     def __init__(self, redis: Any, pipeline: _Pipeliner) -> None:
         self._redis = redis
@@ -455,11 +463,22 @@ class _Tailer:
         self._latest: dict[str, int] = {}
         self._events: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}
+        self._linger: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
         self._client: Any = None
         self._client_id: int | None = None
         self._blocked_on: frozenset[str] = frozenset()
         self._unblocking = False
+
+    def caught_up(self, stream: str, after: int) -> bool:
+        """Whether ``stream`` is watched and no entry above ``after`` is known: a read now
+        would find nothing, so the follower can wait straight away."""
+        latest = self._latest.get(stream)
+        return (
+            latest is not None and latest <= after
+            and (stream in self._waiting or stream in self._linger)
+            and self._task is not None and not self._task.done()
+        )
 
     async def wait(self, stream: str, after: int, wait: float) -> None:
         """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
@@ -468,19 +487,28 @@ class _Tailer:
         self._latest[stream] = max(self._latest.get(stream, after), after)
         event = self._events.setdefault(stream, asyncio.Event())
         self._waiting[stream] = self._waiting.get(stream, 0) + 1
+        self._linger.pop(stream, None)
         try:
             if self._task is None or self._task.done():
                 self._task = asyncio.get_running_loop().create_task(self._run())
-            elif stream not in self._blocked_on:
-                self._interrupt()
+            elif self._blocked_on and stream not in self._blocked_on:
+                self._interrupt()  # a read is out without this stream: cut it short
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(event.wait(), wait)
         finally:
             self._waiting[stream] -= 1
             if not self._waiting[stream]:
                 del self._waiting[stream]
-                self._events.pop(stream, None)
-                self._latest.pop(stream, None)
+                self._linger[stream] = time.monotonic() + _LINGER
+
+    def _watched(self) -> list[str]:
+        now = time.monotonic()
+        for name, until in list(self._linger.items()):
+            if until <= now:
+                del self._linger[name]
+                self._events.pop(name, None)
+                self._latest.pop(name, None)
+        return [*self._waiting, *self._linger]
 
     def _interrupt(self) -> None:
         if self._unblocking or self._client_id is None:
@@ -494,7 +522,7 @@ class _Tailer:
                 for _ in range(20):
                     if await self._pipeline.call("client_unblock", self._client_id):
                         return
-                    if self._waiting.keys() <= self._blocked_on:
+                    if set(self._watched()) <= self._blocked_on:
                         return
                     await asyncio.sleep(0.002)
             except Exception:  # the read ends by its own timeout anyway
@@ -506,13 +534,13 @@ class _Tailer:
 
     async def _run(self) -> None:
         try:
-            while self._waiting:
+            while watched := self._watched():
                 if self._client is None:
                     self._client = self._redis.client()
                     self._client_id = int(await self._client.client_id())
-                streams = {name: f"{self._latest.get(name, 0)}-0" for name in self._waiting}
+                streams = {name: f"{self._latest.get(name, 0)}-0" for name in watched}
                 self._blocked_on = frozenset(streams)
-                found = await self._client.xread(streams, count=_READ_COUNT, block=_TAIL_BLOCK_MS)
+                found = await self._client.xread(streams, count=_TAIL_COUNT, block=_TAIL_BLOCK_MS)
                 self._blocked_on = frozenset()
                 for name, items in found or []:
                     name = name.decode() if isinstance(name, bytes) else name
@@ -524,8 +552,7 @@ class _Tailer:
                         event = self._events.pop(name, None)
                         if event is not None:
                             event.set()
-                            if name in self._waiting:
-                                self._events[name] = asyncio.Event()
+                        self._events[name] = asyncio.Event()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # wake everyone: their own reads report the failure
