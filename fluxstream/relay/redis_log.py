@@ -183,6 +183,8 @@ class RedisReplyLog(ReplyLog):
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
         }
         self._pipeline = _Pipeliner(redis)
+        self._loaded = False
+        self._loading: asyncio.Task[None] | None = None
         self._tailer = _Tailer(redis, self._pipeline)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
@@ -220,16 +222,30 @@ class RedisReplyLog(ReplyLog):
             await self._redis.aclose()
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        """One script, pipelined with everything else asked meanwhile (loaded on NOSCRIPT)."""
-        sha = self._shas[name]
-        for attempt in range(2):
-            try:
-                return await self._call("evalsha", sha, len(keys), *keys, *args)
-            except NoScriptError:
-                if attempt:
-                    raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from None
-                await self._call("script_load", self._scripts[name])
-        raise AssertionError("unreachable")  # pragma: no cover
+        """One script, pipelined with everything else asked meanwhile."""
+        if not self._loaded:
+            await self._load_scripts()
+        try:
+            return await self._call("evalsha", self._shas[name], len(keys), *keys, *args)
+        except NoScriptError:  # Redis restarted (or SCRIPT FLUSH): load them again, once
+            self._loaded = False
+            await self._load_scripts()
+        try:
+            return await self._call("evalsha", self._shas[name], len(keys), *keys, *args)
+        except NoScriptError as exc:
+            raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from exc
+
+    async def _load_scripts(self) -> None:
+        """Load every script in one round trip, however many tasks ask at once."""
+        if self._loading is None or self._loading.done():
+            async def load() -> None:
+                await asyncio.gather(
+                    *(self._call("script_load", text) for text in self._scripts.values())
+                )
+
+            self._loading = asyncio.get_running_loop().create_task(load())
+        await asyncio.shield(self._loading)
+        self._loaded = True
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """One command through the pipeliner; backend failures become RelayUnavailableError."""
