@@ -245,6 +245,11 @@ class StreamParser:
             if resume_after.isdigit() and len(resume_after) <= 18:
                 self._seen_through = int(resume_after)
         self._decoder = self._new_decoder()
+        # Formats whose streams restate their framing on a new connection (Anthropic's
+        # ``message_start`` of a continuation) are told; the others need nothing.
+        reconnected = getattr(self._format, "new_connection", None)
+        if reconnected is not None:
+            reconnected()
 
     def _new_decoder(self) -> SSEDecoder:
         return SSEDecoder(

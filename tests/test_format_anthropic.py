@@ -419,3 +419,38 @@ def test_fuzz_hostile_event_sequences(payloads: list[dict[str, Any]],
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     assert run(pieces, format="anthropic_messages")[0] == events
     assert as_corpus(parser.reply) == as_corpus(replay([body], format="anthropic_messages"))
+
+
+# --------------------------------------------------------------------------- continuation
+
+
+def test_continuation_on_a_new_connection_continues_the_text() -> None:
+    """Anthropic resumes by continuation: the partial text is sent as an assistant prefill and
+    a new message streams (its own message_start, blocks from 0). The echoed overlap is cut,
+    offsets go on, and the new message_start is not a 'second message_start'."""
+    parser = StreamParser(content_key="k", format="anthropic_messages")
+    events = parser.feed(frame(start({"input_tokens": 5, "output_tokens": 1}),
+                               block(0, type="text", text=""),
+                               text(0, "The quick brown fox ")))
+    assert parser.continuable()
+    prefix = parser.begin_continuation(min_overlap=4)
+    assert prefix == "The quick brown fox "
+    events += parser.feed(frame(start({"input_tokens": 9, "output_tokens": 1}, mid="msg_2"),
+                                block(0, type="text", text=""),
+                                text(0, "brown fox jumps"), text(0, " over."), stop_block(0),
+                                message_delta("end_turn", {"output_tokens": 4}), STOP))
+    events += parser.close()
+    reply = parser.reply
+    assert reply.text == "The quick brown fox jumps over."
+    assert reply.skipped_frames == 0 and reply.outcome is Outcome.DONE
+    assert reply.usage is not None and reply.usage.model_dump(exclude_unset=True) == {
+        "input_tokens": 9, "output_tokens": 4}
+    check_events_rebuild_reply(events, reply)
+
+
+def test_a_second_message_start_without_a_new_connection_is_still_skipped() -> None:
+    parser = StreamParser(format="anthropic_messages")
+    parser.feed(frame(start(), block(0, type="text"), text(0, "a")))
+    parser.new_connection()
+    parser.feed(frame(block(1, type="text"), text(1, "b"), start(mid="msg_x")))
+    assert parser.reply.text == "ab" and parser.reply.skipped_frames == 1

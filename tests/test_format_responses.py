@@ -448,3 +448,36 @@ def test_fuzz_hostile_event_sequences(payloads: list[dict[str, Any]],
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     assert run(pieces, format="responses")[0] == events
     assert as_corpus(parser.reply) == as_corpus(replay([body], format="responses"))
+
+
+# --------------------------------------------------------------------------- resume
+
+
+def _seq(n: int, payload: dict[str, Any]) -> dict[str, Any]:
+    return {**payload, "sequence_number": n}
+
+
+def test_resume_after_a_drop_never_shows_text_twice() -> None:
+    """A background response resumed with ``starting_after=N``: whether the server honours it
+    or starts over, the text arrives once, at continuing offsets."""
+    first = frame(_seq(0, created()), _seq(1, text("Hello")), _seq(2, text(", wor")))
+    rest = [_seq(3, text("ld")), _seq(4, terminal())]
+    for server_starts_over in (False, True):
+        parser = StreamParser(content_key="k", format="responses")
+        events = parser.feed(first)
+        parser.new_connection()
+        fmt = parser._format
+        assert fmt.sequence == 2  # type: ignore[attr-defined]
+        again = ([_seq(0, created()), _seq(1, text("Hello")), _seq(2, text(", wor"))]
+                 if server_starts_over else [])
+        events += parser.feed(frame(*again, *rest)) + parser.close()
+        assert parser.reply.text == "Hello, world"
+        assert parser.reply.outcome is Outcome.DONE
+        deltas = [(e.offset, e.text) for e in events if isinstance(e, TextDelta)]
+        assert deltas == [(0, "Hello"), (5, ", wor"), (10, "ld")]
+        assert fmt.replayed == (3 if server_starts_over else 0)  # type: ignore[attr-defined]
+
+
+def test_a_repeated_event_within_one_connection_is_dropped() -> None:
+    _, reply = go(_seq(0, created()), _seq(1, text("a")), _seq(1, text("a")), _seq(2, terminal()))
+    assert reply.text == "a"

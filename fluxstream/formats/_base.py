@@ -206,6 +206,7 @@ class JsonEventFormat:
         "model",
         "new_choices",
         "reasoning",
+        "reconnected",
         "refusal",
         "skipped",
         "started",
@@ -225,6 +226,8 @@ class JsonEventFormat:
         self.heartbeats = 0
         self.new_choices: list[int] = []
         self.started = False
+        #: A new connection began (resume or continuation) and no event of it was seen yet.
+        self.reconnected = False
         self.text = 0
         self.reasoning = 0
         self.refusal = 0
@@ -234,6 +237,7 @@ class JsonEventFormat:
 
     def reset(self) -> None:
         """Forget the generation (a restart begins at offset 0 again)."""
+        self.reconnected = False
         self.done = False
         self.done_reason = None
         self.cut = False
@@ -267,6 +271,11 @@ class JsonEventFormat:
         """Un-count ``by`` code points of text (an echoed overlap that was cut)."""
         if choice == 0:
             self.text -= by
+
+    def new_connection(self) -> None:
+        """A new connection continues this reply (the parser calls this): offsets and
+        content stay; the format may accept the stream's opening events once more."""
+        self.reconnected = True
 
     # ------------------------------------------------------------------ frames
 

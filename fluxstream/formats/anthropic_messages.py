@@ -160,11 +160,18 @@ class AnthropicMessagesFormat(JsonEventFormat):
         return self.skip(f"unknown Anthropic event type {kind!r}", obj)
 
     def _message_start(self, obj: Mapping[str, Any]) -> list[Event]:
-        if self._message_started:
+        if self._message_started and not self.reconnected:
             return self.skip("second message_start", obj)
         message = obj.get("message")
         if not isinstance(message, Mapping):
             return self.skip("message_start without a message object", obj)
+        if self._message_started:
+            # A continuation on a new connection (the partial text was sent as an assistant
+            # prefill): a new message whose blocks count from 0 again; offsets go on.
+            self._blocks = {}
+            self._stop = None
+            self._usage = None
+        self.reconnected = False
         self._message_started = True
         self.start()
         mid = message.get("id")
@@ -210,6 +217,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         kind = block.get("type")
         out: list[Event] = []
         self.start()
+        self.reconnected = False
         if kind == "text":
             self._blocks[index] = _Block("text")
             text = block.get("text")

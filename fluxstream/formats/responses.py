@@ -29,6 +29,11 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   carry ``encrypted_content`` when requested, which a stateless conversation sends back).
 * other ``response.*`` events (content parts, annotations, hosted tools ...) are ignored; a
   ``type`` outside that namespace is skipped and counted; ``keepalive`` counts as a heartbeat.
+* every event carries a strictly increasing ``sequence_number``: :attr:`ResponsesFormat.
+  sequence` is the highest seen (the ``starting_after`` of OpenAI's resume,
+  ``GET /responses/{id}?stream=true&starting_after=N``), and an event at or below it is
+  dropped as delivered already (a server that ignores ``starting_after`` and starts over
+  never shows text twice; counted in ``replayed``).
 """
 
 from __future__ import annotations
@@ -71,10 +76,15 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_parts", "_text_part")
+    __slots__ = ("_errored", "_parts", "_text_part", "replayed", "sequence")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         super().__init__(key, strict=strict)
+        #: The highest ``sequence_number`` seen (``-1``: none): the ``starting_after`` to
+        #: resume a background response from (``GET /responses/{id}?stream=true&...``).
+        self.sequence = -1
+        #: Events dropped because their ``sequence_number`` was already seen.
+        self.replayed = 0
         self._errored = False
         self._text_part: tuple[object, object] | None = None
         # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
@@ -82,6 +92,7 @@ class ResponsesFormat(JsonEventFormat):
 
     def reset(self) -> None:
         super().reset()
+        self.sequence = -1
         self._errored = False
         self._parts = set()
         self._text_part = None
@@ -89,6 +100,14 @@ class ResponsesFormat(JsonEventFormat):
     # ------------------------------------------------------------------ events
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
+        seq = obj.get("sequence_number")
+        if seq.__class__ is int:
+            if seq <= self.sequence:
+                # Delivered already: a resumed stream (``starting_after``) whose server
+                # started over, or a proxy that repeated an event. Never shown twice.
+                self.replayed += 1
+                return []
+            self.sequence = seq
         if kind == "response.output_text.delta":
             # Hot path, inlined: nearly every event of a text reply is one of these.
             text = obj.get("delta")
