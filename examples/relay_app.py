@@ -46,34 +46,57 @@ border:1px solid #ccc;padding:1em;min-height:4em}</style>
 <button>Ask</button> <button type="button" id="stop">Stop</button></form>
 <p id="status"></p><div id="out"></div>
 <script>
+// Test hooks in the query string (used by the headless-browser test): ?auto=PROMPT asks at
+// once, cut=N makes the server end each event stream after N events (a dropped connection),
+// reload=N reloads the page once after N characters, stop=N presses Stop after N characters.
+const params = new URLSearchParams(location.search);
 let source = null, text = [];
-function render(){ document.getElementById('out').textContent = text.join(''); }
+function render(){
+  document.getElementById('out').textContent = text.join('');
+  const shown = text.filter(c => c !== undefined).length;
+  if (params.get('reload') && !sessionStorage.getItem('reloaded') &&
+      shown >= +params.get('reload')) {
+    sessionStorage.setItem('reloaded', '1'); location.reload();
+  }
+  if (params.get('stop') && !window.stopped && shown >= +params.get('stop')) {
+    window.stopped = true; document.getElementById('stop').click();
+  }
+}
 function follow(key){
   if (source) source.close();
   text = []; render();
-  source = new EventSource('/replies/' + encodeURIComponent(key) + '/events');
+  const cut = params.get('cut') ? '?cut=' + params.get('cut') : '';
+  source = new EventSource('/replies/' + encodeURIComponent(key) + '/events' + cut);
   source.addEventListener('text', e => {            // render by offset: never twice
     const d = JSON.parse(e.data);
     if (d.choice !== 0) return;
-    for (let i = 0; i < [...d.text].length; i++) text[d.offset + i] = [...d.text][i];
+    const chars = [...d.text];
+    for (let i = 0; i < chars.length; i++) {
+      if (text[d.offset + i] !== undefined) document.title = 'TWICE';
+      text[d.offset + i] = chars[i];
+    }
     render();
   });
   source.addEventListener('end', e => {
-    document.getElementById('status').textContent = 'ended: ' + JSON.parse(e.data).outcome;
+    const outcome = JSON.parse(e.data).outcome;
+    document.getElementById('status').textContent = 'ended: ' + outcome;
+    if (document.title !== 'TWICE') document.title = 'ended: ' + outcome;
     source.close();
   });
 }
-document.getElementById('ask').onsubmit = async ev => {
-  ev.preventDefault();
-  const r = await fetch('/replies', {method: 'POST', body: JSON.stringify(
-    {prompt: document.getElementById('prompt').value})});
+async function ask(prompt){
+  const r = await fetch('/replies', {method: 'POST', body: JSON.stringify({prompt})});
   const {key} = await r.json();
   location.hash = key;                               // a reload follows the same reply
   follow(key);
+}
+document.getElementById('ask').onsubmit = ev => {
+  ev.preventDefault(); ask(document.getElementById('prompt').value);
 };
 document.getElementById('stop').onclick = () =>
   fetch('/replies/' + encodeURIComponent(location.hash.slice(1)) + '/stop', {method: 'POST'});
 if (location.hash.length > 1) follow(location.hash.slice(1));
+else if (params.get('auto')) ask(params.get('auto'));
 </script>"""
 
 
@@ -122,11 +145,17 @@ def make_app(log: ReplyLog, base_url: str) -> Starlette:
         except RelayPositionError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
+        cut = int(request.query_params.get("cut", 0))  # test hook: drop after N events
+
         async def rest() -> AsyncIterator[Any]:
             yield first
+            sent = 1
             try:
                 async for item in followed:
+                    if cut and sent >= cut:
+                        break  # the connection "drops": the browser reconnects
                     yield item
+                    sent += 1
             except RelayError:
                 return  # the browser reconnects with Last-Event-ID
 
@@ -191,7 +220,9 @@ def main() -> None:
         if "--serve" in sys.argv:
             import uvicorn
 
-            uvicorn.run(make_app(make_log(), upstream.base_url), host="127.0.0.1", port=8000)
+            port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 8000
+            uvicorn.run(make_app(make_log(), upstream.base_url), host="127.0.0.1", port=port,
+                        log_level="warning")
             return
         text = anyio.run(self_check, upstream.base_url)
     request = {"model": "m", "messages": [{"role": "user", "content": "relay"}],
