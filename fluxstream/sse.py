@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
-DEFAULT_MAX_BYTES_WITHOUT_EVENT = 16 * 1024 * 1024
+DEFAULT_MAX_BYTES_WITHOUT_EVENT = 1024 * 1024
 #: The largest ``retry`` value kept (milliseconds); larger ones are clamped to it.
 MAX_RETRY_MS = 2**31 - 1
 # Reads larger than this are decoded in slices of this size (see the module docstring).
@@ -108,7 +108,7 @@ class SSEDecoder:
         with one byte per line terminator) or one unterminated line may take. Default 16 MiB.
     :param max_bytes_without_event: the most bytes (counted the same way) consumed between two
         dispatched events, or before the first; past it
-        :class:`~fluxstream.errors.LimitExceededError` is raised. Default 16 MiB.
+        :class:`~fluxstream.errors.LimitExceededError` is raised. Default 1 MiB.
     """
 
     __slots__ = (

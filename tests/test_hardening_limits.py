@@ -42,7 +42,7 @@ def peak_of(action: Callable[[], Any]) -> tuple[Any, int]:
 def test_defaults_are_documented_values() -> None:
     assert StreamLimits(
         max_choices=128, max_tool_calls=128, max_reply_chars=32 * MiB,
-        max_bytes_without_event=16 * MiB,
+        max_bytes_without_event=1 * MiB,
     ) == DEFAULT_STREAM_LIMITS
     with pytest.raises(ValueError):
         StreamLimits(max_choices=0)

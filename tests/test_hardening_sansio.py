@@ -324,3 +324,20 @@ def test_every_usage_object_is_kept_in_order() -> None:
 def test_usage_updates_empty_without_usage() -> None:
     _, reply = run(sse(content('"a"', finish="stop")))
     assert reply.usage_updates == [] and reply.usage is None
+
+
+def test_lone_surrogates_elsewhere_in_a_chunk_still_serialise() -> None:
+    """A finish reason, usage counters and error payloads with lone halves: the reply must
+    still serialise (``model_dump_json`` refuses lone surrogates)."""
+    data = sse(
+        '{"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"st\\ud83dop"}],'
+        '"usage":{"prompt_tokens":1,"note":"\\ude42"}}',
+        '{"error":{"message":"bad \\ud83d","code":"x\\ude42"}}',
+    )
+    _, reply = run(data)
+    dumped = json.loads(reply.model_dump_json())
+    assert dumped["choices"][0]["finish_reason"] == "st\ufffdop"
+    assert dumped["usage"]["note"] == "\ufffd" and dumped["usage"]["prompt_tokens"] == 1
+    assert reply.error is not None and reply.error.message == "bad \ufffd"
+    assert reply.error.code == "x\ufffd"
+    assert reply.outcome is Outcome.FAILED

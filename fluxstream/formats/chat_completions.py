@@ -104,6 +104,19 @@ def _fallback_loads(data: str) -> Any:
         return None
 
 
+def _clean_tree(value: Any) -> Any:
+    """``value`` (decoded JSON) with every lone surrogate in its strings replaced, so that
+    usage and error payloads serialise (``model_dump_json`` refuses lone surrogates). One
+    C-level round trip, and only when a surrogate is there at all."""
+    try:
+        dumped = json.dumps(value, ensure_ascii=False)
+        if _SURROGATE.search(dumped) is None:
+            return value
+        return json.loads(_fix_surrogates(dumped))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
 def _fix_surrogates(text: str) -> str:
     """Join surrogate pairs into code points; every lone half becomes U+FFFD."""
     if _SURROGATE.search(text) is None:
@@ -359,6 +372,8 @@ class ChatCompletionsFormat:
                 reason = choice.get("finish_reason")
                 if reason is not None and reason != st.finish:
                     reason = _opt_str(reason)
+                    if scan and reason:
+                        reason = _fix_surrogates(reason)
                     if reason:
                         if st.held:
                             self._flush(index, st, out)
@@ -367,11 +382,15 @@ class ChatCompletionsFormat:
                         out.append(Finish(key, index, reason, stop))
         usage = obj.get("usage")
         if usage and isinstance(usage, dict):
-            out.append(UsageUpdate(_usage(usage)))
+            out.append(UsageUpdate(_usage(_clean_tree(usage) if scan else usage)))
         error = obj.get("error")
         if error:
+            if scan:
+                error, obj = _clean_tree(error), _clean_tree(obj)
             out.append(self._error(error, obj))
         elif obj.get("object") == "error":
+            if scan:
+                obj = _clean_tree(obj)
             out.append(self._error(obj, obj))
         return out
 
