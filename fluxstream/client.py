@@ -24,6 +24,7 @@ import httpx
 
 from ._http import HttpErrors
 from ._transport import make_http_client
+from .endpoints import Messages, Responses
 from .limits import StreamLimits
 from .parser import StreamParser
 from .reply import Reply
@@ -157,6 +158,10 @@ class AsyncClient:
         self._http = http_client
         self._errors = HttpErrors.for_client(http_client)
         self.chat = Chat(self)
+        #: OpenAI Responses API streaming (:class:`~fluxstream.endpoints.Responses`).
+        self.responses = Responses(self)
+        #: Anthropic Messages streaming (:class:`~fluxstream.endpoints.Messages`).
+        self.messages = Messages(self)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -202,7 +207,8 @@ class AsyncClient:
             **self._headers,
             **{name.lower(): value for name, value in headers.items()},
         }
-        if self._api_key and "authorization" not in all_headers:
+        # Anthropic's Messages requests carry the key as ``x-api-key`` instead.
+        if self._api_key and "authorization" not in all_headers and "x-api-key" not in all_headers:
             all_headers["authorization"] = f"Bearer {self._api_key.reveal()}"
         extra: dict[str, Any] = {}
         if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
@@ -302,13 +308,18 @@ class Chat:
         resume: ResumePolicy | None,
         parser: StreamParser | None = None,
         path: str = "chat/completions",
+        format: str = "chat_completions",
+        build: Any = None,
     ) -> ReplyStream:
+        """The one place a request becomes a stream; ``client.responses`` and
+        ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
+        ``path``, wire ``format`` and, for Anthropic's key header, request ``build``er."""
         client = self._client
         logger.debug("chat stream model=%s key=%s", body.get("model"), content_key)
         spec = RequestSpec(
             path=path,
             body=body,
-            build=client._build_request,
+            build=build or client._build_request,
             http=client._http,
             errors=client._errors,
             headers=headers,
@@ -317,7 +328,8 @@ class Chat:
         resuming = parser is not None
         if parser is None:
             parser = StreamParser(
-                content_key=content_key, max_event_bytes=client.max_event_bytes, strict=strict,
+                content_key=content_key, format=format,
+                max_event_bytes=client.max_event_bytes, strict=strict,
                 require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
             )
         return ReplyStream(

@@ -1,0 +1,194 @@
+"""``client.responses`` (OpenAI Responses API) and ``client.messages`` (Anthropic Messages).
+
+Both stream through exactly what ``client.chat`` uses — the same :class:`~fluxstream.stream.
+ReplyStream`, timeouts, cancellation, retries, resume and error mapping — and differ only in
+the request they build and the wire format their parser reads (``"responses"`` /
+``"anthropic_messages"``). They live in their own module so that the request shapes of each
+API stay in one place.
+
+Anthropic's conventions (as anthropic-sdk-python sends them): the key goes in ``x-api-key``
+(added when the request is built, never stored with the request, so it cannot reach a repr, a
+log line, an error or a resume token), with ``anthropic-version``. A gateway that wants a
+Bearer token instead: pass ``headers={"Authorization": "Bearer ..."}`` (then no ``x-api-key``
+is sent). ``529 overloaded_error`` is retried before content like a 503.
+:func:`anthropic_client` makes a client from ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .reply import Reply
+from .retry import ResumePolicy, RetryPolicy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import AsyncClient
+    from .stream import ReplyStream
+
+__all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client"]
+
+logger = logging.getLogger("fluxstream")
+
+#: The ``anthropic-version`` header sent with Messages requests (the API's stable version).
+ANTHROPIC_VERSION = "2023-06-01"
+#: Anthropic's "overloaded" status: as retryable before content as a 503.
+OVERLOADED = 529
+
+
+def anthropic_client(base_url: str | None = None, api_key: str | None = None,
+                     **kwargs: Any) -> AsyncClient:
+    """An :class:`~fluxstream.client.AsyncClient` for Anthropic (or an Anthropic-compatible
+    gateway): ``base_url`` falls back to ``ANTHROPIC_BASE_URL``, then
+    ``https://api.anthropic.com``; ``/v1`` is appended when missing (Anthropic's base URLs
+    name the host, fluxstream's the API root). ``api_key`` falls back to
+    ``ANTHROPIC_API_KEY``. Other arguments as for ``AsyncClient``."""
+    from .client import AsyncClient
+
+    base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
+    base = base.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+    return AsyncClient(base, key, **kwargs)
+
+
+class _Endpoint:
+    path = ""
+    format = ""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    def _build(self) -> Any:
+        """The request builder (the client's own, unless the API authenticates otherwise)."""
+        return None
+
+    def _retry(self, retry: RetryPolicy | None) -> RetryPolicy | None:
+        return retry
+
+    def _open(self, body: dict[str, Any], *, content_key: str | None,
+              extra_headers: Mapping[str, str] | None, strict: bool,
+              retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
+        body["stream"] = True
+        key = content_key or uuid.uuid4().hex
+        logger.debug("%s stream model=%s key=%s", self.path, body.get("model"), key)
+        return self._client.chat._open(
+            body, content_key=key, headers=dict(extra_headers or {}), strict=strict,
+            retry=self._retry(retry), resume=resume, path=self.path, format=self.format,
+            build=self._build(),
+        )
+
+
+class Responses(_Endpoint):
+    """``client.responses``: OpenAI Responses API streaming (``POST {base_url}/responses``)."""
+
+    path = "responses"
+    format = "responses"
+
+    def stream(
+        self,
+        *,
+        model: str,
+        input: str | Sequence[Mapping[str, Any]],
+        instructions: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        **params: Any,
+    ) -> ReplyStream:
+        """Open a streaming Responses request (lazily, like ``client.chat.stream``).
+
+        ``stream: true`` is always set; other keyword arguments (``reasoning``,
+        ``max_output_tokens``, ``previous_response_id``, ``background``...) go into the body
+        as they are. The reply is choice 0; its tool calls are the ``function_call`` items.
+        """
+        body: dict[str, Any] = {"model": model, "input": input, **params}
+        if isinstance(input, Sequence) and not isinstance(input, str):
+            body["input"] = list(input)
+        if instructions is not None:
+            body["instructions"] = instructions
+        if tools is not None:
+            body["tools"] = list(tools)
+        return self._open(body, content_key=content_key, extra_headers=extra_headers,
+                          strict=strict, retry=retry, resume=resume)
+
+    async def complete(self, **kwargs: Any) -> Reply:
+        """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
+        raises like ``client.chat.complete`` unless the stream ended ``done``/``finished``."""
+        async with self.stream(**kwargs) as stream:
+            return await stream.complete()
+
+
+class Messages(_Endpoint):
+    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/messages``)."""
+
+    path = "messages"
+    format = "anthropic_messages"
+
+    def _build(self) -> Any:
+        client = self._client
+        build = client._build_request
+
+        def build_with_key(path: str, body: Mapping[str, Any],
+                           headers: Mapping[str, str]) -> Any:
+            # The key is read here, at send time, and never stored with the request.
+            merged = {"anthropic-version": ANTHROPIC_VERSION,
+                      **{name.lower(): value for name, value in headers.items()}}
+            own = {name.lower() for name in client._headers}
+            key = client._api_key
+            if key and not ({"authorization", "x-api-key"} & (own | set(merged))):
+                merged["x-api-key"] = key.reveal()
+            return build(path, body, merged)
+
+        return build_with_key
+
+    def _retry(self, retry: RetryPolicy | None) -> RetryPolicy | None:
+        policy = retry if retry is not None else self._client.retry
+        if OVERLOADED in policy.retry_status or policy.max_attempts <= 1:
+            return policy
+        return dataclasses.replace(policy, retry_status=policy.retry_status | {OVERLOADED})
+
+    def stream(
+        self,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        **params: Any,
+    ) -> ReplyStream:
+        """Open a streaming Messages request (lazily, like ``client.chat.stream``).
+
+        ``stream: true`` is always set; other keyword arguments (``thinking``,
+        ``temperature``, ``stop_sequences``, ``tool_choice``...) go into the body as they
+        are. The reply is choice 0; thinking blocks with their signatures are kept in
+        ``choice.reasoning_blocks`` to send back with the next request.
+        """
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
+                                "messages": list(messages), **params}
+        if system is not None:
+            body["system"] = system if isinstance(system, str) else list(system)
+        if tools is not None:
+            body["tools"] = list(tools)
+        return self._open(body, content_key=content_key, extra_headers=extra_headers,
+                          strict=strict, retry=retry, resume=resume)
+
+    async def complete(self, **kwargs: Any) -> Reply:
+        """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
+        raises like ``client.chat.complete`` unless the stream ended ``done``/``finished``."""
+        async with self.stream(**kwargs) as stream:
+            return await stream.complete()

@@ -1,0 +1,171 @@
+"""``client.responses`` and ``client.messages``: the requests they send, and recorded replies
+streamed through the same ``ReplyStream`` as ``client.chat`` (asyncio and trio).
+
+The server side is a scripted ``httpx.MockTransport`` serving the corpus bytes: the embedded
+server does not speak these APIs yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from fixture_files import chat_stream
+
+import fluxstream
+from fluxstream.endpoints import ANTHROPIC_VERSION, anthropic_client
+from fluxstream.errors import APIStatusError, StreamFailedError
+from fluxstream.events import TextDelta
+from fluxstream.reply import Outcome
+from fluxstream.retry import RetryPolicy
+
+pytestmark = pytest.mark.anyio
+
+SSE = {"content-type": "text/event-stream"}
+KEY = "sk-ant-SECRET-42"
+USER = [{"role": "user", "content": "hi"}]
+OVERLOADED = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+def _client(responses: list[httpx.Response], seen: list[httpx.Request], *,
+            api_key: str = KEY, **kwargs: Any) -> fluxstream.AsyncClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return responses.pop(0)
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    retry = kwargs.pop("retry", RetryPolicy(base_delay=0.0, max_delay=0.0))
+    return fluxstream.AsyncClient("http://gw.test/v1", api_key, http_client=http, retry=retry,
+                                  **kwargs)
+
+
+def _stream(name: str) -> httpx.Response:
+    return httpx.Response(200, headers=SSE, content=chat_stream(name).read_bytes())
+
+
+async def test_responses_stream_request_and_reply(anyio_backend: str) -> None:
+    seen: list[httpx.Request] = []
+    client = _client([_stream("resp-vercel-azure-function-call")], seen)
+    tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
+    async with client:
+        async with client.responses.stream(model="gpt-5.1", input="weather?",
+                                           instructions="be brief", tools=tools,
+                                           reasoning={"effort": "low"}) as stream:
+            events = [e async for e in stream]
+    request = seen[0]
+    assert request.method == "POST" and request.url.path == "/v1/responses"
+    assert json.loads(request.content) == {
+        "model": "gpt-5.1", "input": "weather?", "instructions": "be brief", "tools": tools,
+        "reasoning": {"effort": "low"}, "stream": True}
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    assert "x-api-key" not in request.headers
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE and reply.choices[0].stop == "tool_calls"
+    (call,) = reply.choices[0].tool_calls
+    assert (call.id, call.name, call.parse_arguments()) == (
+        "call_H5DxLSFnsGhiROnUiDHmgyc8", "weather", {"location": "San Francisco"})
+    assert events[-1].type == "end"
+
+
+async def test_responses_complete(anyio_backend: str) -> None:
+    client = _client([_stream("resp-vercel-xai-reasoning-summary")], [])
+    async with client:
+        reply = await client.responses.complete(model="grok", input=[{"role": "user",
+                                                                       "content": "hi"}])
+    assert reply.text.startswith("### Overview of Sonoran Cuisine")
+    assert reply.choices[0].reasoning and reply.outcome is Outcome.DONE
+
+
+async def test_messages_stream_sends_anthropic_headers_not_bearer(anyio_backend: str) -> None:
+    seen: list[httpx.Request] = []
+    client = _client([_stream("anth-sdk-py-tool-use")], seen)
+    async with client:
+        reply = await client.messages.complete(model="claude-sonnet-4", messages=USER,
+                                               max_tokens=256, system="be brief",
+                                               tools=[{"name": "get_weather",
+                                                       "input_schema": {"type": "object"}}])
+    request = seen[0]
+    assert request.url.path == "/v1/messages"
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == ANTHROPIC_VERSION
+    assert "authorization" not in request.headers
+    body = json.loads(request.content)
+    assert body["max_tokens"] == 256 and body["system"] == "be brief" and body["stream"] is True
+    assert reply.text == "I'll check the current weather in Paris for you."
+    assert reply.choices[0].tool_calls[0].parse_arguments() == {"location": "Paris"}
+    assert reply.choices[0].stop == "tool_calls" and reply.outcome is Outcome.DONE
+
+
+async def test_a_gateway_bearer_token_replaces_the_key_header(anyio_backend: str) -> None:
+    seen: list[httpx.Request] = []
+    client = _client([_stream("anth-docs-basic")], seen,
+                     headers={"Authorization": "Bearer gateway-token"})
+    async with client:
+        await client.messages.complete(model="m", messages=USER, max_tokens=8)
+    assert seen[0].headers["authorization"] == "Bearer gateway-token"
+    assert "x-api-key" not in seen[0].headers
+
+
+async def test_529_overloaded_is_retried_before_content(anyio_backend: str) -> None:
+    seen: list[httpx.Request] = []
+    client = _client([httpx.Response(529, json=OVERLOADED), _stream("anth-docs-basic")], seen)
+    async with client:
+        reply = await client.messages.complete(model="m", messages=USER, max_tokens=8)
+    assert len(seen) == 2 and reply.text == "Hello!" and reply.outcome is Outcome.DONE
+
+
+async def test_529_without_retries_is_a_typed_error_without_the_key(anyio_backend: str) -> None:
+    client = _client([httpx.Response(529, json=OVERLOADED)], [], retry=RetryPolicy.off())
+    async with client:
+        with pytest.raises(APIStatusError) as caught:
+            await client.messages.complete(model="m", messages=USER, max_tokens=8)
+    error = caught.value
+    assert error.status_code == 529 and error.type == "overloaded_error"
+    assert "Overloaded" in str(error)
+    assert KEY not in str(error) and KEY not in repr(error) and KEY not in repr(client)
+
+
+async def test_overloaded_mid_stream_fails_with_the_partial_reply(anyio_backend: str) -> None:
+    client = _client([_stream("anth-syn-overloaded-midstream")], [])
+    async with client:
+        async with client.messages.stream(model="m", messages=USER, max_tokens=8) as stream:
+            texts = [e.text async for e in stream if isinstance(e, TextDelta)]
+    reply = stream.reply
+    assert "".join(texts) == reply.text == "Here is the first paragraph"
+    assert reply.outcome is Outcome.FAILED and reply.error is not None
+    assert reply.error.type == "overloaded_error"
+    client = _client([_stream("anth-syn-overloaded-midstream")], [])
+    async with client:
+        with pytest.raises(StreamFailedError):
+            await client.messages.complete(model="m", messages=USER, max_tokens=8)
+
+
+async def test_a_json_body_is_the_whole_reply(anyio_backend: str) -> None:
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+               "content": [{"type": "text", "text": "whole"}], "stop_reason": "end_turn",
+               "usage": {"input_tokens": 1, "output_tokens": 1}}
+    client = _client([httpx.Response(200, json=message)], [])
+    async with client:
+        reply = await client.messages.complete(model="m", messages=USER, max_tokens=8)
+    assert reply.text == "whole" and reply.choices[0].stop == "stop"
+
+
+def test_anthropic_client_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://gw.example")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-other")
+    client = anthropic_client()
+    assert client.base_url == "https://gw.example/v1"
+    assert client._api_key is not None and client._api_key.reveal() == KEY
+    assert KEY not in repr(client)
+    assert anthropic_client("https://h.example/v1/", api_key="k").base_url == (
+        "https://h.example/v1")
+
+
+def test_endpoints_are_on_every_client() -> None:
+    client = fluxstream.AsyncClient("http://x.test/v1", api_key="k")
+    builders: list[Callable[..., Any]] = [client.responses.stream, client.messages.stream]
+    assert all(callable(b) for b in builders)
