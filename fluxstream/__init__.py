@@ -37,6 +37,7 @@ from .events import (
     Event,
     Finish,
     Outcome,
+    ReasoningBlock,
     ReasoningDelta,
     RefusalDelta,
     Reset,
@@ -47,7 +48,7 @@ from .events import (
     UsageUpdate,
 )
 from .parser import StreamParser, replay
-from .reply import Choice, ErrorInfo, Reply, ToolCall, Usage
+from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
 
@@ -99,6 +100,7 @@ __all__ = [
     "ParseError",
     "Outcome",
     "RateLimitError",
+    "ReasoningBlock",
     "ReasoningDelta",
     "RefusalDelta",
     "Reply",
@@ -111,6 +113,7 @@ __all__ = [
     "ServerSentEvent",
     "SkippedFrame",
     "StallTimeoutError",
+    "StopReason",
     "StreamError",
     "StreamFailedError",
     "StreamParser",
