@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from ..events import (
     Event,
     Finish,
@@ -153,8 +155,16 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
             body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
             prefill = []
             stream = client.chat.stream(content_key=key, include_usage=False, **body)
+    except Exception as exc:  # a token this client cannot resume: the producer stays lost
+        logger.warning(
+            "relay: cannot take %s over: %s: %s", show_key(key), type(exc).__name__, exc
+        )
+        with anyio.CancelScope(shield=True):
+            await log._release(key, owner)
+        return None
     except BaseException:
-        await log._release(key, owner)
+        with anyio.CancelScope(shield=True):
+            await log._release(key, owner)
         raise
     logger.warning("relay: producer of %s lost; taking over after entry %d", show_key(key), last)
     recorded = RecordedStream(

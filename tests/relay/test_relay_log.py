@@ -266,3 +266,25 @@ async def test_memory_log_on_trio(anyio_backend: str, upstream: ServerThread) ->
                     pass
     seen[0].check()
     assert seen[0].text == expected_text(req)
+
+
+async def test_a_takeover_that_cannot_resume_leaves_the_reply_lost_not_broken(
+    make_log: MakeLog,
+) -> None:
+    """A takeover client that cannot resume the stored token (another API, a bad token) must
+    not crash the follower: the reply ends ``producer lost`` for everyone."""
+
+    class Unresumable:
+        class chat:  # noqa: N801 - mimics client.chat
+            @staticmethod
+            def resume(token: Any) -> Any:
+                raise ValueError("unsupported resume token version")
+
+    log = make_log(lease=0.2)
+    await log._create("cannot", "gone", {"key": "cannot", "body": {}})
+    entry = fluxstream.relay.Entry(1, (fluxstream.TextDelta("cannot", 0, 0, "Hel"),))
+    await log._append("cannot", "gone", entry, token={"version": 99, "key": "cannot"}, final=False)
+    seen = await follow_all(log, "cannot", takeover=Unresumable())
+    assert seen.text == "Hel"
+    assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
+    assert seen.end.reason == "producer lost"
