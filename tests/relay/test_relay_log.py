@@ -275,7 +275,7 @@ async def test_a_takeover_that_cannot_resume_leaves_the_reply_lost_not_broken(
     not crash the follower: the reply ends ``producer lost`` for everyone."""
 
     class Unresumable:
-        class chat:  # noqa: N801 - mimics client.chat
+        class chat:
             @staticmethod
             def resume(token: Any) -> Any:
                 raise ValueError("unsupported resume token version")
