@@ -72,3 +72,20 @@ def test_takeover_gaps_cover_tool_calls_and_finish() -> None:
         ToolCallDelta("k", 0, 1, "c2", "g", "{}", 0),
         Finish("k", 0, "tool_calls"),
     ]
+
+
+def test_redis_keys_are_safe_for_any_content_key() -> None:
+    from fluxstream.relay import RedisReplyLog
+
+    log = RedisReplyLog("redis://127.0.0.1:1/0", prefix="p:")
+    plain = log.keys("abc-1.2_3")
+    assert plain["stream"] == "p:{abc-1.2_3}:s"
+    seen = set()
+    for key in ["a{b}", "a}b{", "a:b", "a b", "*", "\n", "é", "x" * 101, "{", "}", ""]:
+        names = log.keys(key)
+        tag = names["stream"][len("p:"):].split("}")[0]
+        # One hash tag per reply, made only of safe characters: no key can reach another's.
+        assert tag.startswith("{#") and all(c in "0123456789abcdef" for c in tag[2:])
+        assert len({n.split("}")[0] for n in names.values()}) == 1
+        seen.add(names["stream"])
+    assert len(seen) == 11
