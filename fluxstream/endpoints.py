@@ -10,7 +10,11 @@ Anthropic's conventions (as anthropic-sdk-python sends them): the key goes in ``
 (added when the request is built, never stored with the request, so it cannot reach a repr, a
 log line, an error or a resume token), with ``anthropic-version``. A gateway that wants a
 Bearer token instead: pass ``headers={"Authorization": "Bearer ..."}`` (then no ``x-api-key``
-is sent). ``529 overloaded_error`` is retried before content like a 503.
+is sent). ``529 overloaded_error`` is retried before content like a 503. With
+``ResumePolicy(continuation=True)`` a drop after content is continued the Anthropic way: the
+partial text becomes a trailing assistant message (prefill; no ``prefix`` flag) and the new
+message's echo of it is cut. (Anthropic rejects a prefill that ends in whitespace: such a
+continuation fails and the stream ends as it would have without one.)
 :func:`anthropic_client` makes a client from ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
 """
 
@@ -38,6 +42,7 @@ logger = logging.getLogger("fluxstream")
 ANTHROPIC_VERSION = "2023-06-01"
 #: Anthropic's "overloaded" status: as retryable before content as a 503.
 OVERLOADED = 529
+_DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
 
 
 def anthropic_client(base_url: str | None = None, api_key: str | None = None,
@@ -71,6 +76,9 @@ class _Endpoint:
     def _retry(self, retry: RetryPolicy | None) -> RetryPolicy | None:
         return retry
 
+    def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
+        return resume
+
     def _open(self, body: dict[str, Any], *, content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,
               retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
@@ -79,8 +87,8 @@ class _Endpoint:
         logger.debug("%s stream model=%s key=%s", self.path, body.get("model"), key)
         return self._client.chat._open(
             body, content_key=key, headers=dict(extra_headers or {}), strict=strict,
-            retry=self._retry(retry), resume=resume, path=self.path, format=self.format,
-            build=self._build(),
+            retry=self._retry(retry), resume=self._resume(resume), path=self.path,
+            format=self.format, build=self._build(),
         )
 
 
@@ -149,6 +157,15 @@ class Messages(_Endpoint):
             return build(path, body, merged)
 
         return build_with_key
+
+    def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
+        """A continuation's prefill is a plain trailing assistant message: Anthropic rejects
+        the ``prefix: true`` flag that DeepSeek-style APIs need, so the default flag is left
+        out (a flag the caller chose is kept)."""
+        policy = resume if resume is not None else self._client.resume
+        if policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
+            return dataclasses.replace(policy, prefix_flag={})
+        return policy
 
     def _retry(self, retry: RetryPolicy | None) -> RetryPolicy | None:
         policy = retry if retry is not None else self._client.retry

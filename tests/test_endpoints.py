@@ -169,3 +169,54 @@ def test_endpoints_are_on_every_client() -> None:
     client = fluxstream.AsyncClient("http://x.test/v1", api_key="k")
     builders: list[Callable[..., Any]] = [client.responses.stream, client.messages.stream]
     assert all(callable(b) for b in builders)
+
+
+class _Dropping(httpx.AsyncByteStream):
+    """A body that yields its bytes, then breaks like a dropped connection."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> Any:
+        yield self.data
+        raise httpx.RemoteProtocolError("peer closed connection")
+
+
+async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
+    """A drop after content, continued by prefill: the partial text goes back as a trailing
+    assistant message (no ``prefix`` flag), the new message's echo is cut, offsets go on."""
+    from fluxstream.retry import ResumePolicy
+
+    def sse(*events: dict[str, Any]) -> bytes:
+        return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+    def start(mid: str) -> dict[str, Any]:
+        return {"type": "message_start", "message": {"id": mid, "model": "m", "content": [],
+                                                     "usage": {"input_tokens": 3}}}
+
+    def delta(text: str) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}
+
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+    first = sse(start("msg_1"), block, delta("The quick brown"), delta(" fox"))
+    second = sse(start("msg_2"), block, delta("brown fox"), delta(" jumps."),
+                 {"type": "content_block_stop", "index": 0},
+                 {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                  "usage": {"output_tokens": 5}}, {"type": "message_stop"})
+    seen: list[httpx.Request] = []
+    client = _client([httpx.Response(200, headers=SSE, stream=_Dropping(first)),
+                      httpx.Response(200, headers=SSE, content=second)], seen,
+                     resume=ResumePolicy(continuation=True, min_overlap=4))
+    async with client:
+        async with client.messages.stream(model="m", messages=USER, max_tokens=64) as stream:
+            events = [e async for e in stream]
+    assert len(seen) == 2
+    continued = json.loads(seen[1].content)["messages"]
+    assert continued[-1] == {"role": "assistant", "content": "The quick brown fox"}
+    reply = stream.reply
+    assert reply.text == "The quick brown fox jumps." and reply.outcome is Outcome.DONE
+    assert reply.skipped_frames == 0
+    deltas = [(e.offset, e.text) for e in events if isinstance(e, TextDelta)]
+    assert deltas == [(0, "The quick brown"), (15, " fox"), (19, " jumps.")]
+    assert seen[1].headers["x-api-key"] == KEY
