@@ -18,8 +18,9 @@ Paths:
 * ``partial [[[``: ``PartialJSON`` (what ``partial_arguments()`` uses) on n unclosed ``[`` in
   one fragment (was 16k brackets 26 s).
 * ``partial {"a":[``: the same with objects and arrays mixed, in 64 fragments.
-* ``blank lines``: ``SSEDecoder.feed`` of n bytes of blank lines in 64 KiB reads (decompressed
-  gzip), until ``max_bytes_without_event`` stops it (set above the largest size here).
+* ``blank lines``: ``SSEDecoder.feed`` of n bytes of blank lines (LF: the C-speed path for
+  reads of nothing but blank lines; CRLF: the line loop) in 64 KiB reads (decompressed
+  gzip), with ``max_bytes_without_event`` set above the largest size here.
 * memory: one event of n ``{"index": i}`` choices, one event of n tool calls, a reply fed
   until ``max_reply_chars``.
 """
@@ -96,8 +97,8 @@ def partial_mixed(n: int) -> Callable[[], Any]:
     return run
 
 
-def blank_lines(n: int) -> Callable[[], Any]:
-    read = b"\n" * 65536
+def blank_lines(n: int, line: bytes = b"\n") -> Callable[[], Any]:
+    read = line * (65536 // len(line))
     reads = max(1, n // len(read))
 
     def run() -> None:
@@ -185,7 +186,9 @@ def main() -> None:
     time_table("text fold", text_fold, [250_000 * 2**k for k in range(doublings)])
     time_table("partial [[[", partial_brackets, [16_000 * 2**k for k in range(doublings)])
     time_table('partial {"a":[', partial_mixed, [16_000 * 2**k for k in range(doublings)])
-    time_table("blank lines", blank_lines, [8 * 2**20 * 2**k for k in range(doublings)])
+    time_table("blank lines LF", blank_lines, [8 * 2**20 * 2**k for k in range(doublings)])
+    time_table("blank lines CRLF", lambda n: blank_lines(n, b"\r\n"),
+               [8 * 2**20 * 2**k for k in range(doublings)])
     print()
     print("memory (tracemalloc peak), default StreamLimits unless stated")
     memory_table(quick)
