@@ -23,6 +23,7 @@ from .errors import (
     FluxstreamError,
     FrameDecodeError,
     IdleTimeoutError,
+    LimitExceededError,
     NotFoundError,
     ParseError,
     RateLimitError,
@@ -47,6 +48,7 @@ from .events import (
     ToolCallDone,
     UsageUpdate,
 )
+from .limits import StreamLimits
 from .parser import StreamParser, replay
 from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
@@ -96,6 +98,7 @@ __all__ = [
     "FluxstreamError",
     "FrameDecodeError",
     "IdleTimeoutError",
+    "LimitExceededError",
     "NotFoundError",
     "ParseError",
     "Outcome",
@@ -116,6 +119,7 @@ __all__ = [
     "StopReason",
     "StreamError",
     "StreamFailedError",
+    "StreamLimits",
     "StreamParser",
     "StreamStats",
     "StreamTruncatedError",
