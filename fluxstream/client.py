@@ -282,6 +282,10 @@ class Chat:
         if token.get("version") != RESUME_TOKEN_VERSION:
             raise ValueError(f"unsupported resume token version {token.get('version')!r}")
         client = self._client
+        path = str(token.get("path") or "chat/completions")
+        endpoint = {"responses": client.responses, "messages": client.messages}.get(path)
+        if endpoint is not None:  # a Responses / Messages stream: its own format and headers
+            return endpoint.resume(token, extra_headers=extra_headers, resume=resume, retry=retry)
         parser = StreamParser.from_token(
             token, max_event_bytes=client.max_event_bytes,
             require_finish_reason=client.require_finish_reason, limits=client.stream_limits,

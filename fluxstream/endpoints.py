@@ -27,12 +27,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .parser import StreamParser
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
+from .stream import RESUME_TOKEN_VERSION, ReplyStream
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient
-    from .stream import ReplyStream
 
 __all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client"]
 
@@ -78,6 +79,31 @@ class _Endpoint:
 
     def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
         return resume
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> ReplyStream:
+        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
+        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
+        that go on, the partial reply already in ``stream.reply``."""
+        if token.get("version") != RESUME_TOKEN_VERSION:
+            raise ValueError(f"unsupported resume token version {token.get('version')!r}")
+        client = self._client
+        parser = StreamParser.from_token(
+            token, format=self.format, max_event_bytes=client.max_event_bytes,
+            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
+        )
+        return client.chat._open(
+            dict(token["body"]), content_key=str(token["key"]),
+            headers=dict(extra_headers or {}), strict=False, retry=self._retry(retry),
+            resume=self._resume(resume), parser=parser, path=self.path, format=self.format,
+            build=self._build(),
+        )
 
     def _open(self, body: dict[str, Any], *, content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,

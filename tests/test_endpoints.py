@@ -220,3 +220,44 @@ async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
     deltas = [(e.offset, e.text) for e in events if isinstance(e, TextDelta)]
     assert deltas == [(0, "The quick brown"), (15, " fox"), (19, " jumps.")]
     assert seen[1].headers["x-api-key"] == KEY
+
+
+async def test_a_messages_resume_token_resumes_through_client_chat(anyio_backend: str) -> None:
+    """``client.chat.resume(token)`` hands a Messages stream's token to ``client.messages``:
+    Anthropic parsing and headers, offsets that go on (here by continuation)."""
+    from fluxstream.retry import ResumePolicy
+
+    def sse(*events: dict[str, Any]) -> bytes:
+        return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+    start = {"type": "message_start", "message": {"id": "m1", "model": "m", "content": []}}
+    block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+
+    def delta(text: str) -> dict[str, Any]:
+        return {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}
+
+    seen: list[httpx.Request] = []
+    client = _client([httpx.Response(200, headers=SSE,
+                                     stream=_Dropping(sse(start, block, delta("Hello wor"))))],
+                     seen, resume=ResumePolicy.off())
+    async with client:
+        async with client.messages.stream(model="m", messages=USER, max_tokens=9) as stream:
+            async for _ in stream:
+                pass
+    assert stream.reply.outcome is Outcome.TRUNCATED
+    token = json.loads(json.dumps(stream.resume_token()))
+    assert token["path"] == "messages" and KEY not in json.dumps(token)
+    rest = sse(start, block, delta("wor"), delta("ld!"),
+               {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+               {"type": "message_stop"})
+    other = _client([httpx.Response(200, headers=SSE, content=rest)], seen)
+    async with other:
+        async with other.chat.resume(token, resume=ResumePolicy(continuation=True,
+                                                                min_overlap=3)) as again:
+            events = [e async for e in again]
+    assert again.reply.text == "Hello world!" and again.reply.outcome is Outcome.DONE
+    assert [(e.offset, e.text) for e in events if isinstance(e, TextDelta)] == [(9, "ld!")]
+    assert seen[-1].url.path == "/v1/messages" and seen[-1].headers["x-api-key"] == KEY
+    assert json.loads(seen[-1].content)["messages"][-1] == {"role": "assistant",
+                                                            "content": "Hello wor"}
