@@ -185,6 +185,7 @@ class RedisReplyLog(ReplyLog):
         self._pipeline = _Pipeliner(redis)
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
+        self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
         self._tailer = _Tailer(redis, self._pipeline)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
@@ -310,13 +311,29 @@ class RedisReplyLog(ReplyLog):
         stream = self.keys(key)["stream"]
         if wait > 0 and self._tailer.caught_up(stream, after):
             await self._tailer.wait(stream, after, wait)
-        raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
-        if raw or wait <= 0:
-            return [_decode(item) for item in raw]
+        entries = await self._range(stream, after)
+        if entries or wait <= 0:
+            return entries
         # Caught up: wait for the tailer to see a newer entry (or the poll to end).
         await self._tailer.wait(stream, after, wait)
-        raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
-        return [_decode(item) for item in raw]
+        return await self._range(stream, after)
+
+    async def _range(self, stream: str, after: int) -> list[Entry]:
+        """Entries after ``after``; followers of one reply woken together (same position)
+        share one read and one decoding."""
+        slot = (stream, after)
+        shared = self._ranges.get(slot)
+        if shared is None:
+            async def read() -> list[Entry]:
+                try:
+                    raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
+                    return [_decode(item) for item in raw]
+                finally:
+                    self._ranges.pop(slot, None)
+
+            shared = self._ranges[slot] = asyncio.get_running_loop().create_task(read())
+            shared.add_done_callback(_ignore_result)  # every waiter may have gone
+        return list(await asyncio.shield(shared))
 
     async def _state(self, key: str) -> LogState:
         k = self.keys(key)
