@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
-from .errors import FrameDecodeError
+from .errors import FluxstreamError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
@@ -124,8 +124,10 @@ class StreamParser:
                 events = fmt_feed(sse)
                 if events:
                     batch += events
-        except FrameDecodeError:
-            self._apply(batch)  # strict mode: what came before the bad frame is kept
+        except FluxstreamError:
+            # A strict-mode bad frame, or a frame past a StreamLimits limit: what came
+            # before it in the same read is kept.
+            self._apply(batch)
             raise
         return self._apply(batch)
 
