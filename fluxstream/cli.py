@@ -323,8 +323,14 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="stream a reply live from the embedded server")
     demo.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
     demo.add_argument("--model", default="flux-demo")
-    demo.add_argument("--profile", help="quirk profile(s), e.g. azure,heartbeats")
-    demo.add_argument("--fault", action="append", help="a fault, e.g. drop-after=200 (repeatable)")
+    demo.add_argument(
+        "--profile", help="quirk profile(s), e.g. azure,heartbeats (default: heartbeats)"
+    )
+    demo.add_argument(
+        "--fault", action="append",
+        help="a fault, e.g. drop-after=200 (repeatable; replaces the default small writes and"
+        " one resumed drop)",
+    )
     demo.add_argument("--tools", action="store_true", help="ask for parallel tool calls")
     demo.add_argument(
         "--no-faults", action="store_true",
