@@ -244,3 +244,10 @@ def test_fast_event_makers_build_the_same_frozen_events() -> None:
         assert adapter.dump_python(fast) == adapter.dump_python(slow)
         with pytest.raises(dataclasses.FrozenInstanceError):
             fast.key = "x"  # type: ignore[misc]
+
+
+def test_a_leading_error_event_with_plain_text_is_the_reply_error() -> None:
+    _, parser = run([b"event: error\ndata: upstream overloaded\n\n"], format="auto")
+    reply = parser.reply
+    assert reply.error is not None and reply.error.message == "upstream overloaded"
+    assert reply.outcome is Outcome.FAILED and reply.skipped_frames == 0

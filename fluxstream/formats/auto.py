@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import pydantic_core
 
 from ..errors import FrameDecodeError
-from ..events import Event, SkippedFrame
+from ..events import ErrorEvent, Event, SkippedFrame
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
 from ._base import JsonEventFormat, error_event
@@ -156,6 +156,10 @@ class AutoFormat:
             try:
                 obj = pydantic_core.from_json(data)
             except ValueError as exc:
+                if sse.event == "error" and not at_eof:  # every format: an error, as text
+                    if not self._new:
+                        self._new.append(0)
+                    return [ErrorEvent(data, None, None, None, data)]
                 return self._bad(data, f"invalid JSON: {exc}", at_eof)
             if not isinstance(obj, dict):
                 return self._bad(data, "not a JSON object", False)
