@@ -36,7 +36,6 @@ import hashlib
 import json
 import logging
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +43,17 @@ from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavai
 from ..events import Event
 from .codec import Entry, decode_entry, encode_entry, show_key
 from .log import LogState, ReplyLog
+from .redis_io import Pipeliner, Tailer, entry_number, ignore_result
+from .redis_scripts import (
+    ACQUIRE,
+    APPEND,
+    CREATE,
+    END_UNOWNED,
+    LEASE_LOST,
+    REFRESH,
+    RELEASE,
+    STATE,
+)
 
 try:
     import redis.asyncio as aioredis
@@ -59,89 +69,6 @@ logger = logging.getLogger("fluxstream.relay")
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _READ_COUNT = 1000
-_BATCH = 1000
-_TAIL_BLOCK_MS = 1000
-_TAIL_COUNT = 8
-#: Seconds a stream stays watched after its last waiter woke.
-_LINGER = 2.0
-_LEASE_LOST = -1
-
-# KEYS: stream, meta, lease, cancel  ARGV: base, owner, lease_ms, ttl_ms, key
-_CREATE = """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-redis.call('HSET', KEYS[2], 'base', ARGV[1], 'key', ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-redis.call('DEL', KEYS[1], KEYS[4])
-redis.call('SET', KEYS[3], ARGV[2], 'PX', ARGV[3])
-return 1
-"""
-
-# KEYS: stream, meta, lease, cancel  ARGV: owner, lease_ms, ttl_ms, id, data, token, final
-_APPEND = """
-if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
-redis.call('XADD', KEYS[1], ARGV[4], 'd', ARGV[5])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-if ARGV[6] ~= '' then redis.call('HSET', KEYS[2], 'token', ARGV[6]) end
-if ARGV[7] == '1' then
-  redis.call('HSET', KEYS[2], 'ended', '1')
-  redis.call('DEL', KEYS[3])
-else
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-end
-return redis.call('EXISTS', KEYS[4])
-"""
-
-# KEYS: lease, cancel  ARGV: owner, lease_ms
-_REFRESH = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return redis.call('EXISTS', KEYS[2])
-"""
-
-# KEYS: lease  ARGV: owner
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
-"""
-
-# KEYS: stream, meta, lease  ARGV: data, ttl_ms
-_END_UNOWNED = """
-if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
-if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
-if redis.call('HGET', KEYS[2], 'ended') then return 0 end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local n = 0
-if #last > 0 then n = tonumber(string.match(last[1][1], '^(%d+)')) end
-redis.call('XADD', KEYS[1], (n + 1) .. '-0', 'd', ARGV[1])
-redis.call('HSET', KEYS[2], 'ended', '1')
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return n + 1
-"""
-
-# KEYS: stream, meta, lease  ARGV: owner, lease_ms
-_ACQUIRE = """
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-if redis.call('HGET', KEYS[2], 'ended') then return -1 end
-if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) == false then return -1 end
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if #last == 0 then return 0 end
-return tonumber(string.match(last[1][1], '^(%d+)'))
-"""
-
-# KEYS: stream, meta, lease  (no ARGV)
-_STATE = """
-local exists = redis.call('EXISTS', KEYS[2])
-local ended = 0
-if redis.call('HGET', KEYS[2], 'ended') then ended = 1 end
-local lease = redis.call('EXISTS', KEYS[3])
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-local n = 0
-if #last > 0 then n = tonumber(string.match(last[1][1], '^(%d+)')) end
-return {exists, n, ended, lease}
-"""
-
 
 class RedisReplyLog(ReplyLog):
     """A :class:`~fluxstream.relay.ReplyLog` on Redis (see the module docstring).
@@ -176,17 +103,17 @@ class RedisReplyLog(ReplyLog):
         self.ttl = ttl
         self.prefix = prefix
         self._scripts = {
-            "create": _CREATE, "append": _APPEND, "refresh": _REFRESH, "release": _RELEASE,
-            "end": _END_UNOWNED, "acquire": _ACQUIRE, "state": _STATE,
+            "create": CREATE, "append": APPEND, "refresh": REFRESH, "release": RELEASE,
+            "end": END_UNOWNED, "acquire": ACQUIRE, "state": STATE,
         }
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
         }
-        self._pipeline = _Pipeliner(redis)
+        self._pipeline = Pipeliner(redis)
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
-        self._tailer = _Tailer(redis, self._pipeline)
+        self._tailer = Tailer(redis, self._pipeline)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
@@ -293,14 +220,14 @@ class RedisReplyLog(ReplyLog):
                 message = f"entry {entry.number} of {show_key(key)} exists"
                 raise RelayLeaseLostError(message) from exc
             raise
-        if result == _LEASE_LOST:
+        if result == LEASE_LOST:
             raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)
 
     async def _refresh(self, key: str, owner: str) -> bool:
         k = self.keys(key)
         result = await self._run("refresh", [k["lease"], k["cancel"]], [owner, self._lease_ms])
-        if result == _LEASE_LOST:
+        if result == LEASE_LOST:
             raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)
 
@@ -332,7 +259,7 @@ class RedisReplyLog(ReplyLog):
                     self._ranges.pop(slot, None)
 
             shared = self._ranges[slot] = asyncio.get_running_loop().create_task(read())
-            shared.add_done_callback(_ignore_result)  # every waiter may have gone
+            shared.add_done_callback(ignore_result)  # every waiter may have gone
         return list(await asyncio.shield(shared))
 
     async def _state(self, key: str) -> LogState:
@@ -366,7 +293,7 @@ class RedisReplyLog(ReplyLog):
         result = await self._run(
             "acquire", [k["stream"], k["meta"], k["lease"]], [owner, self._lease_ms]
         )
-        return None if result == _LEASE_LOST else int(result)
+        return None if result == LEASE_LOST else int(result)
 
     async def _request_cancel(self, key: str) -> None:
         k = self.keys(key)
@@ -406,7 +333,7 @@ class RedisReplyLog(ReplyLog):
             if self._pubsub is not None:
                 pubsub = self._pubsub
                 task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
-                task.add_done_callback(_ignore_result)
+                task.add_done_callback(ignore_result)
 
     def _fire(self, channel: str) -> None:
         for callback in self._watchers.pop(channel, []):
@@ -436,200 +363,12 @@ class RedisReplyLog(ReplyLog):
                 self._fire(channel)
 
 
-class _Pipeliner:
-    """Sends the commands of every task in as few round trips as possible: whatever is asked
-    while a pipeline is in flight goes out together in the next one (at most ``_BATCH``).
-    One connection at a time, so a log never exhausts its client's pool."""
-
-    def __init__(self, redis: Any) -> None:
-        self._redis = redis
-        self._queue: list[tuple[str, tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((method, args, kwargs, future))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._flush())
-        return await future
-
-    async def _flush(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
-            pipe = self._redis.pipeline(transaction=False)
-            for method, args, kwargs, _ in batch:
-                getattr(pipe, method)(*args, **kwargs)
-            try:
-                results = await pipe.execute(raise_on_error=False)
-            except BaseException as exc:  # connection lost: every caller of this batch fails
-                for *_, future in batch:
-                    if not future.done():
-                        future.set_exception(
-                            exc if isinstance(exc, Exception) else RelayError("closed")
-                        )
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            finally:
-                with contextlib.suppress(Exception):
-                    await pipe.reset()
-            for (*_, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
-
-
-class _Tailer:
-    """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
-    wakes the waiters of a stream when a newer entry appears. A stream added while the read
-    is blocked interrupts it (``CLIENT UNBLOCK``) so it is watched at once. A stream stays
-    watched for a moment after its last waiter woke (:data:`_LINGER`), so a follower that
-    comes back knows, without asking Redis, that nothing newer exists yet."""
-
-    def __init__(self, redis: Any, pipeline: _Pipeliner) -> None:
-        self._redis = redis
-        self._pipeline = pipeline
-        self._latest: dict[str, int] = {}
-        self._events: dict[str, asyncio.Event] = {}
-        self._waiting: dict[str, int] = {}
-        self._linger: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._client: Any = None
-        self._client_id: int | None = None
-        self._blocked_on: frozenset[str] = frozenset()
-        self._unblocking = False
-
-    def caught_up(self, stream: str, after: int) -> bool:
-        """Whether ``stream`` is watched and no entry above ``after`` is known: a read now
-        would find nothing, so the follower can wait straight away."""
-        latest = self._latest.get(stream)
-        return (
-            latest is not None and latest <= after
-            and (stream in self._waiting or stream in self._linger)
-            and self._task is not None and not self._task.done()
-        )
-
-    async def wait(self, stream: str, after: int, wait: float) -> None:
-        """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
-        if self._latest.get(stream, -1) > after:
-            return
-        self._latest[stream] = max(self._latest.get(stream, after), after)
-        event = self._events.setdefault(stream, asyncio.Event())
-        self._waiting[stream] = self._waiting.get(stream, 0) + 1
-        self._linger.pop(stream, None)
-        try:
-            if self._task is None or self._task.done():
-                self._task = asyncio.get_running_loop().create_task(self._run())
-            elif self._blocked_on and stream not in self._blocked_on:
-                self._interrupt()  # a read is out without this stream: cut it short
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), wait)
-        finally:
-            self._waiting[stream] -= 1
-            if not self._waiting[stream]:
-                del self._waiting[stream]
-                self._linger[stream] = time.monotonic() + _LINGER
-
-    def _watched(self) -> list[str]:
-        now = time.monotonic()
-        for name, until in list(self._linger.items()):
-            if until <= now:
-                del self._linger[name]
-                self._events.pop(name, None)
-                self._latest.pop(name, None)
-        return [*self._waiting, *self._linger]
-
-    def _interrupt(self) -> None:
-        if self._unblocking or self._client_id is None:
-            return
-        self._unblocking = True
-
-        async def unblock() -> None:
-            # The read may not be blocked yet (it is sent on another connection): try again
-            # until it was interrupted or it watches every waited-on stream.
-            try:
-                for _ in range(20):
-                    if await self._pipeline.call("client_unblock", self._client_id):
-                        return
-                    if set(self._watched()) <= self._blocked_on:
-                        return
-                    await asyncio.sleep(0.002)
-            except Exception:  # the read ends by its own timeout anyway
-                pass
-            finally:
-                self._unblocking = False
-
-        asyncio.get_running_loop().create_task(unblock())
-
-    async def _run(self) -> None:
-        try:
-            while watched := self._watched():
-                if self._client is None:
-                    self._client = self._redis.client()
-                    self._client_id = int(await self._client.client_id())
-                streams = {name: f"{self._latest.get(name, 0)}-0" for name in watched}
-                self._blocked_on = frozenset(streams)
-                found = await self._client.xread(streams, count=_TAIL_COUNT, block=_TAIL_BLOCK_MS)
-                self._blocked_on = frozenset()
-                for name, items in found or []:
-                    name = name.decode() if isinstance(name, bytes) else name
-                    if not items:
-                        continue
-                    newest = _number(items[-1][0])
-                    if newest > self._latest.get(name, -1):
-                        self._latest[name] = newest
-                        event = self._events.pop(name, None)
-                        if event is not None:
-                            event.set()
-                        self._events[name] = asyncio.Event()
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # wake everyone: their own reads report the failure
-            logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
-            await self._drop_client()
-            for name, event in list(self._events.items()):
-                event.set()
-                self._events[name] = asyncio.Event()
-            await asyncio.sleep(0.05)
-        finally:
-            self._blocked_on = frozenset()
-
-    async def _drop_client(self) -> None:
-        client, self._client, self._client_id = self._client, None, None
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
-
-    async def aclose(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
-        await self._drop_client()
-
-
-def _number(entry_id: Any) -> int:
-    if isinstance(entry_id, bytes):
-        entry_id = entry_id.decode()
-    return int(str(entry_id).partition("-")[0])
-
-
 def _decode(item: Any) -> Entry:
     entry_id, fields = item
     if isinstance(entry_id, bytes):
         entry_id = entry_id.decode()
-    number = int(str(entry_id).partition("-")[0])
+    number = entry_number(entry_id)
     data = fields.get(b"d") if b"d" in fields else fields.get("d")
     if data is None:
         raise RelayError(f"stored entry {entry_id} has no data")
     return decode_entry(number, data)
-
-
-def _ignore_result(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
