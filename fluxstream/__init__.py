@@ -7,6 +7,7 @@ Layers, each usable alone (lower layers never import higher ones):
 * :mod:`fluxstream.assembly` - normalized events -> the :class:`~fluxstream.reply.Reply`.
 * :mod:`fluxstream.parser` - the three composed: bytes in, events out, reply kept; ``replay()``.
 * :mod:`fluxstream.client` / :mod:`fluxstream.stream` - httpx transport, cancellation, timeouts.
+* :mod:`fluxstream.relay` - one reply followed from any worker or browser (memory or Redis log).
 * :mod:`fluxstream.server` - an embedded OpenAI-compatible streaming server for demos and tests.
 """
 
