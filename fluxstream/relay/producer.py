@@ -161,6 +161,22 @@ class RecordedStream:
         self._add(event)
         return event
 
+    @property
+    def cause(self) -> BaseException | None:
+        return self._stream.cause
+
+    async def until_done(self) -> Reply:
+        """Read (and record) to the end; the final reply."""
+        async for _ in self:
+            pass
+        return self._stream.reply
+
+    async def complete(self) -> Reply:
+        """Like :meth:`ReplyStream.complete`: the reply, or its typed error, once every event
+        went through the recorder."""
+        await self.until_done()
+        return await self._stream.complete()
+
     async def text(self) -> AsyncIterator[str]:
         """The reply's text (choice 0), recorded on the way."""
         async for event in self:

@@ -288,3 +288,17 @@ async def test_a_takeover_that_cannot_resume_leaves_the_reply_lost_not_broken(
     assert seen.text == "Hel"
     assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
     assert seen.end.reason == "producer lost"
+
+
+async def test_complete_on_a_recorded_stream_records_everything(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    log = make_log()
+    req = request(tokens=30)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        async with log.record(client.chat.stream(content_key="complete", **req)) as recorded:
+            reply = await recorded.complete()
+    assert reply.text == expected_text(req)
+    seen = await follow_all(log, "complete")
+    assert seen.text == expected_text(req)
+    assert seen.end.outcome is fluxstream.Outcome.DONE
