@@ -676,3 +676,38 @@ def test_deep_recursive_documents_stay_cheap_per_delta() -> None:
     elapsed = time.perf_counter() - start
     assert builder.finish().value == Node.model_validate_json(text)
     assert elapsed < 2.0, elapsed
+
+
+_JSON_CHARS = list('{}[]:,"\\ \n0123456789.-+eEtruefalsn`ab\u00e9\U0001f600')
+json_ish = st.text(alphabet=st.sampled_from(_JSON_CHARS), max_size=80)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prefix=st.sampled_from(["", "```json\n", '{"id": "x", "items": [', '{"items": [{"sku": ']),
+       noise=json_ish, sizes=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+       truncated=st.booleans())
+def test_arbitrary_text_never_raises_anything_undocumented(
+    prefix: str, noise: str, sizes: list[int], truncated: bool
+) -> None:
+    builder: ObjectBuilder[Order] = ObjectBuilder(Order)
+    before: Any = None
+    path: tuple[Any, ...] | None = ()
+    frozen: Any = None
+    for piece in _splits(sizes, prefix + noise):
+        stopped = builder.problem is not None
+        after = _dump(builder.feed(piece))  # never raises
+        if stopped:
+            assert after == frozen  # a stopped object never changes again
+        elif before is not None and not builder.complete:
+            _grows(before, after, path)  # the last valid state may be the one it stopped at
+        if builder.problem is not None and frozen is None:
+            frozen = after
+        before, path = after, builder.open_path()
+    try:
+        result = builder.finish(truncated=truncated)
+    except ParseError:
+        return
+    assert result.complete or truncated
+    if result.complete:
+        assert result.value == Order.model_validate_json(
+            (prefix + noise).strip().removeprefix("```json").strip().removesuffix("```"))
