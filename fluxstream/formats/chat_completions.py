@@ -44,8 +44,8 @@ Rules, in short:
   :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them. Decoding
   itself costs ~250 bytes per JSON object or array (one 16 MiB event of a million
   ``{"index": i}`` choices decodes to ~1.5 GiB), so a frame over ``_BIG_FRAME`` characters
-  with more ``{``/``[`` than the limits could ever use (``_max_objects``: four per choice and
-  per tool call) is skipped and counted (strict: an error) before it is decoded. Braces
+  with more ``{``/``[`` than the limits could ever use (``_too_many_objects``: four per choice
+  and per tool call) is skipped and counted (strict: an error) before it is decoded. Braces
   inside strings count too: only a frame of tens of thousands of them is affected.
 """
 
@@ -475,9 +475,9 @@ class ChatCompletionsFormat:
     def _bad_chunk(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
         try:
             excerpt = _compact(obj)
-        except (TypeError, ValueError):
-            excerpt = repr(obj)
-        return self._bad_frame(excerpt[: _EXCERPT * 2], reason, False)
+        except (TypeError, ValueError, RecursionError):
+            excerpt = object.__repr__(obj)
+        return self._bad_frame(_fix_surrogates(excerpt[: _EXCERPT * 2]), reason, False)
 
     def _parts(
         self, parts: object, index: int, st: _Choice, out: list[Event], scan: bool
