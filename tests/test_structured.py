@@ -711,3 +711,33 @@ def test_arbitrary_text_never_raises_anything_undocumented(
     if result.complete:
         assert result.value == Order.model_validate_json(
             (prefix + noise).strip().removeprefix("```json").strip().removesuffix("```"))
+
+
+def test_nested_lists_unions_and_one_pass_partials() -> None:
+    from fluxstream.structured import partial_object
+
+    class Cat(BaseModel):
+        kind: Literal["cat"] = "cat"
+        lives: int
+
+    class Dog(BaseModel):
+        kind: Literal["dog"] = "dog"
+        good: bool
+
+    class Mixed(BaseModel):
+        grid: list[list[str]]
+        pets: list[Cat | Dog]
+        maybe: list[int] | None = None
+
+    value = Mixed(grid=[["a", "bc"], [], ["d"]], pets=[Cat(lives=9), Dog(good=True)], maybe=[1])
+    text = value.model_dump_json()
+    builder: ObjectBuilder[Mixed] = ObjectBuilder(Mixed)
+    dumps = feed_all(builder, text, 2)
+    assert {"grid": [["a", "b"]]} in dumps  # inner lists and their strings grow
+    pets = [d["pets"] for d in dumps if d and "pets" in d]
+    whole = ([], [{"kind": "cat", "lives": 9}], value.model_dump()["pets"])
+    assert pets[0] == [] and all(p in whole for p in pets)  # union items appear only whole
+    assert builder.finish().value == value
+    half = partial_object(text[: text.index('"pets"')], Mixed)
+    assert isinstance(half, Mixed) and half.grid == value.grid
+    assert "pets" not in half.model_fields_set

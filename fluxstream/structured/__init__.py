@@ -1,10 +1,17 @@
 """Structured output: request parameters from pydantic types, typed partial objects while the
 JSON streams, and the validated result (sans-IO; see :mod:`.objects` and :mod:`.schema`).
 
-Layer: beside :mod:`fluxstream.assembly` (imports errors, partial_json and reply only).
+Layer: beside :mod:`fluxstream.assembly` (imports errors, partial_json, reply and events only;
+never the I/O layer).
 """
 
-from .objects import ObjectBuilder, StructuredResult, parse_structured, strip_fences
+from .objects import (
+    ObjectBuilder,
+    StructuredResult,
+    parse_structured,
+    partial_object,
+    strip_fences,
+)
 from .reply import TRUNCATING_STOPS, parse_reply, parse_tool_call
 from .schema import (
     anthropic_tool,
@@ -17,15 +24,16 @@ from .schema import (
 from .track import StructuredTracker
 
 __all__ = [
+    "TRUNCATING_STOPS",
     "ObjectBuilder",
     "StructuredResult",
     "StructuredTracker",
     "anthropic_tool",
     "json_schema",
-    "TRUNCATING_STOPS",
     "parse_reply",
-    "parse_tool_call",
     "parse_structured",
+    "parse_tool_call",
+    "partial_object",
     "response_format",
     "schema_name",
     "strict_json_schema",

@@ -53,7 +53,13 @@ from ..errors import ParseError
 from ..partial_json import PartialJSON
 from .shapes import LIST, MODEL, STR, Shape, compile_shape
 
-__all__ = ["ObjectBuilder", "StructuredResult", "parse_structured", "strip_fences"]
+__all__ = [
+    "ObjectBuilder",
+    "StructuredResult",
+    "parse_structured",
+    "partial_object",
+    "strip_fences",
+]
 
 T = TypeVar("T")
 
@@ -107,6 +113,14 @@ def _validator_of(tp: Any) -> Any:
         return tp.__pydantic_validator__
     adapter = tp if isinstance(tp, TypeAdapter) else TypeAdapter(tp)
     return adapter.validator
+
+
+def partial_object(text: str, tp: Any) -> Any:
+    """The partial object of ``tp`` for ``text`` (a prefix of the JSON), in one pass: for a
+    snapshot such as ``reply.choices[0].tool_calls[0].arguments``. Live streams should keep
+    one :class:`ObjectBuilder` (or a :class:`~.track.StructuredTracker`) instead."""
+    builder: ObjectBuilder[Any] = ObjectBuilder(tp)
+    return builder.feed(text)
 
 
 def parse_structured(text: str, tp: Any) -> Any:
