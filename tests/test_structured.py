@@ -741,3 +741,17 @@ def test_nested_lists_unions_and_one_pass_partials() -> None:
     half = partial_object(text[: text.index('"pets"')], Mixed)
     assert isinstance(half, Mixed) and half.grid == value.grid
     assert "pets" not in half.model_fields_set
+
+
+def test_structured_is_sans_io() -> None:
+    """``fluxstream.structured`` sits beside the assembler: importing it loads no HTTP stack."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fluxstream.structured; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('httpx', 'anyio', 'aiohttp', 'fluxstream.stream', 'fluxstream.client')"
+            " or m in ('fluxstream.stream', 'fluxstream.client')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
