@@ -216,9 +216,12 @@ async def test_reading_the_prompt_is_not_a_stall(
     llama_server: LlamaServer, slow_prompt: dict[str, Any]
 ) -> None:
     """Heartbeats before the first token are prompt processing, not a stalled generation:
-    ``stall_timeout`` counts between content (issue 10, item 6)."""
+    with ``first_token_timeout``, ``stall_timeout`` counts only between content (issue 10,
+    item 6)."""
     prompt = _long_prompt(slow_prompt["words"], seed=-1)  # same size, not a cached prompt
-    async with _client(llama_server, stall_timeout=0.5, idle_timeout=60) as client:
+    async with _client(
+        llama_server, stall_timeout=0.5, first_token_timeout=120, idle_timeout=60
+    ) as client:
         async with client.chat.stream(
             model=MODEL, messages=_messages(prompt), **{**GREEDY, "max_tokens": 1}, **NO_CACHE
         ) as stream:
