@@ -32,10 +32,11 @@ Rules, in short:
   pair's high half (``"\\ud83d"``) at the end of one chunk and the low half at the start of the
   next. ``pydantic_core.from_json`` rejects such a payload, so only when it fails is the payload
   decoded again with ``json.loads`` (which keeps lone halves; the hot path stays the fast
-  decoder). Per choice and channel (text, reasoning, refusal, each tool call's arguments) a
-  high half at the end of a fragment is held back and delivered in front of the next
-  fragment, joined with its low half into one code point (offsets count it once). A half that
-  finds no partner becomes U+FFFD; a held high half still open when its choice finishes or
+  decoder; the helpers, for every format, are in :mod:`fluxstream.formats._surrogates`).
+  Per choice and channel (text, reasoning, refusal, each tool call's arguments) a high half
+  at the end of a fragment is held back and delivered in front of the next fragment, joined
+  with its low half into one code point (offsets count it once). A half that finds no
+  partner becomes U+FFFD; a held high half still open when its choice finishes or
   the sentinel arrives is delivered as U+FFFD; one still open when the bytes end without the
   sentinel is dropped (the stream is truncated anyway). Delivered text never holds a lone
   surrogate;
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,52 +76,20 @@ from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
+from ._surrogates import REPLACEMENT as _REPLACEMENT
+from ._surrogates import clean_tree as _clean_tree
+from ._surrogates import fallback_loads as _fallback_loads
+from ._surrogates import fix_surrogates as _fix_surrogates
+from ._surrogates import is_high_half
 
 __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_REPLACEMENT = "\ufffd"
 _BIG_FRAME = 64 * 1024  # frames above this many characters are checked before decoding
 # Channels of held surrogate halves: these three, or a tool call's number (an int).
 _TEXT, _REASONING, _REFUSAL = "text", "reasoning", "refusal"
 
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _fallback_loads(data: str) -> Any:
-    """The payload decoded by ``json.loads``, which (unlike ``from_json``) accepts lone
-    surrogate escapes; ``None`` when it fails too or when there is no escape to blame (the
-    fallback must not accept anything else the fast decoder rightly rejects: NaN, ...)."""
-    if "\\u" not in data:
-        return None
-    try:
-        return json.loads(data, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return None
-
-
-def _clean_tree(value: Any) -> Any:
-    """``value`` (decoded JSON) with every lone surrogate in its strings replaced, so that
-    usage and error payloads serialise (``model_dump_json`` refuses lone surrogates). One
-    C-level round trip, and only when a surrogate is there at all."""
-    try:
-        dumped = json.dumps(value, ensure_ascii=False)
-        if _SURROGATE.search(dumped) is None:
-            return value
-        return json.loads(_fix_surrogates(dumped))
-    except (TypeError, ValueError, RecursionError):
-        return None
-
-
-def _fix_surrogates(text: str) -> str:
-    """Join surrogate pairs into code points; every lone half becomes U+FFFD."""
-    if _SURROGATE.search(text) is None:
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 class _Call:
@@ -432,7 +400,7 @@ class ChatCompletionsFormat:
                 self._holding -= 1
                 text = before + text
         last = text[-1:]
-        if "\ud800" <= last <= "\udbff":
+        if is_high_half(last):
             if held is None:
                 held = st.held = {}
             held[channel] = last
