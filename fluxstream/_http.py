@@ -172,7 +172,7 @@ def _describe_body(
     text = body.decode("utf-8", "replace")
     try:
         parsed = json.loads(text) if text.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the stack
         parsed = None
     if isinstance(parsed, dict):
         err = parsed.get("error", parsed)

@@ -5,8 +5,14 @@ of a frame can interrupt the *wait* for bytes without interrupting the HTTP read
 httpx read tears the connection down). A task group would have to stay open around the caller's
 code, and a task group held across a user's ``async with`` body breaks ordinary patterns:
 abandoning a wrapping async generator, closing two streams out of order, exiting in another
-task. So the stream owns one unstructured task instead, and cancels it when it closes:
-``loop.create_task`` under asyncio, a system task under trio. The task must never raise.
+task. So the stream owns one unstructured task instead: ``loop.create_task`` under asyncio, a
+system task under trio. The task must never raise.
+
+The task runs inside an anyio cancel scope and is cancelled through it, never by a bare
+``Task.cancel()``: the HTTP library closes a response inside *shielded* scopes, and a native
+asyncio cancel goes through a shield, which left the connection checked out of the pool for
+good (issue 10 item 4). :meth:`Background.wait` lets the owner wait until the task has really
+ended, so nothing of it is left running (or pending, to be destroyed later) after a close.
 """
 
 from __future__ import annotations
@@ -15,30 +21,54 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-__all__ = ["spawn"]
+import anyio
+
+__all__ = ["Background", "spawn"]
 
 
-def spawn(factory: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
-    """Start ``factory()`` in the background; return a function that cancels it (idempotent)."""
+class Background:
+    """Handle of a task started by :func:`spawn`."""
+
+    __slots__ = ("_done", "_scope", "_task")
+
+    def __init__(self) -> None:
+        self._scope = anyio.CancelScope()
+        self._done = anyio.Event()
+        self._task: Any = None  # a strong reference: asyncio keeps only weak ones
+
+    def cancel(self) -> None:
+        """Cancel the task (idempotent, synchronous, from any task)."""
+        self._scope.cancel()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self) -> None:
+        """Until the task has ended."""
+        await self._done.wait()
+
+    async def _run(self, factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        try:
+            with self._scope:
+                await factory()
+        finally:
+            self._done.set()
+            self._task = None
+
+
+def spawn(factory: Callable[[], Coroutine[Any, Any, None]]) -> Background:
+    """Start ``factory()`` in the background; the handle cancels it and waits for its end."""
+    handle = Background()
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
     if loop is not None:
-        task = loop.create_task(factory())
-
-        def cancel() -> None:
-            task.cancel()  # a no-op once the task is done
-
-        return cancel
+        handle._task = loop.create_task(handle._run(factory))
+        return handle
 
     import trio
 
-    scope = trio.CancelScope()
-
-    async def run() -> None:
-        with scope:
-            await factory()
-
-    trio.lowlevel.spawn_system_task(run)
-    return scope.cancel
+    trio.lowlevel.spawn_system_task(handle._run, factory)
+    return handle

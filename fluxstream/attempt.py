@@ -13,6 +13,8 @@ library never reaches the caller from here.
 from __future__ import annotations
 
 import json
+import math
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,14 +22,21 @@ from typing import Any
 import anyio
 
 from ._http import HttpErrors, abort_connection, can_abort, status_error
-from .errors import APIConnectionError, APITimeoutError, ContentTypeError
+from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 
-__all__ = ["Attempt", "AttemptCancelled", "RequestSpec", "read_limited"]
+if sys.version_info >= (3, 11):
+    from builtins import BaseExceptionGroup
+else:  # pragma: no cover - anyio depends on the backport there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
+
+__all__ = ["DRAIN_SECONDS", "Attempt", "AttemptCancelled", "RequestSpec", "read_limited"]
 
 #: The most of an error body read to describe it (the rest is not worth waiting for).
 ERROR_BODY_LIMIT = 64 * 1024
 _DRAIN_AFTER_END_BYTES = 64 * 1024
-_DRAIN_AFTER_END_SECONDS = 0.25
+_FINISH_READS = 8
+#: How long a close after the sentinel reads on for the body's end (see :meth:`Attempt.close`).
+DRAIN_SECONDS = 0.25
 
 
 @dataclass
@@ -57,8 +66,11 @@ class Attempt:
     is idempotent.
     """
 
-    def __init__(self, spec: RequestSpec) -> None:
+    def __init__(self, spec: RequestSpec, *, head_timeout: float | None = None) -> None:
         self.spec = spec
+        #: Bound on the whole wait for the response head: a server that trickles it a byte
+        #: at a time resets the HTTP library's read timeout with every byte.
+        self.head_timeout = head_timeout
         self.response: Any = None
         #: The event stream's bytes (``None`` for a JSON body or before :meth:`open`).
         self.body: AsyncIterator[bytes] | None = None
@@ -113,10 +125,19 @@ class Attempt:
         if self.cancelled:
             raise AttemptCancelled
         response = None
-        with anyio.CancelScope() as scope:
+        head = self.head_timeout
+        deadline = math.inf if head is None else anyio.current_time() + head
+        with anyio.CancelScope(deadline=deadline) as scope:
             self._scope = scope
-            response = await self.spec.http.send(request, stream=True)
+            try:
+                response = await self.spec.http.send(request, stream=True)
+            except BaseExceptionGroup as group:
+                # trio's happy-eyeballs connect runs in a nursery: a cancel while connecting
+                # arrives as a group of Cancelled. It is a plain cancel; say so.
+                raise _only_cancelled(group) or group from None
         self._scope = None
+        if response is None and not self.cancelled:
+            raise APITimeoutError(f"no response head within {head}s")
         if response is None or self.cancelled:
             if response is not None:
                 with anyio.CancelScope(shield=True):
@@ -127,8 +148,10 @@ class Attempt:
     async def _check(self, response: Any, max_json_bytes: int) -> None:
         """Status, then content type, before any SSE parsing."""
         status: int = response.status_code
+        errors = self.spec.errors
         if not 200 <= status < 300:
-            body = await read_limited(response, ERROR_BODY_LIMIT, self.spec.errors)
+            # The status is the error; a body cut short still describes what it can.
+            body, _ = await read_limited(response, ERROR_BODY_LIMIT, errors)
             raise status_error(status, response.headers, body)
         ctype = response.headers.get("content-type", "")
         mime = ctype.partition(";")[0].strip().lower()
@@ -136,14 +159,23 @@ class Attempt:
             self.body = response.aiter_bytes().__aiter__()
             return
         if mime == "application/json" or mime.endswith("+json"):
-            body = await read_limited(response, max_json_bytes, self.spec.errors)
+            body, broken = await read_limited(response, max_json_bytes, errors)
+            if broken is not None:  # the reply itself broke off: a failure, not a retry
+                message = f"the JSON reply broke off: {type(broken).__name__}: {broken}"
+                raise StreamFailedError(message) from broken
             try:
-                self.payload = json.loads(body)
+                payload = json.loads(body)
             except ValueError as exc:
                 raise ContentTypeError(ctype, body[:200].decode("utf-8", "replace")) from exc
+            except RecursionError as exc:
+                raise StreamFailedError("the JSON reply is nested too deeply to read") from exc
+            if not isinstance(payload, dict):
+                kind = type(payload).__name__
+                raise StreamFailedError(f"the JSON reply is a {kind}, not a completion object")
+            self.payload = payload
             self.is_json = True
             return
-        body = await read_limited(response, 512, self.spec.errors)
+        body, _ = await read_limited(response, 512, errors)
         raise ContentTypeError(ctype or "(none)", body[:200].decode("utf-8", "replace"))
 
     # ------------------------------------------------------------------ reading
@@ -181,7 +213,7 @@ class Attempt:
         self.body = None
         try:
             if drain and not self.cancelled and source is not None:
-                with anyio.move_on_after(_DRAIN_AFTER_END_SECONDS):
+                with anyio.move_on_after(DRAIN_SECONDS):
                     drained = 0
                     async for chunk in source:
                         drained += len(chunk)
@@ -191,17 +223,56 @@ class Attempt:
             pass
         finally:
             with anyio.CancelScope(shield=True):
+                if source is not None:
+                    await finish_body(source)
                 await response.aclose()
 
 
-async def read_limited(response: Any, limit: int, errors: HttpErrors | None = None) -> bytes:
-    """At most ``limit`` bytes of a (non-event-stream) body."""
+def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first cancellation in ``group`` if it holds nothing else."""
+    cancelled = anyio.get_cancelled_exc_class()
+    rest = group.split(cancelled)[1]
+    if rest is not None:
+        return None
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
+
+
+async def finish_body(source: AsyncIterator[bytes]) -> None:
+    """End the HTTP library's chain of async generators under a body that was not read to its
+    end, inside a read, so every one of them finishes now.
+
+    Closing only the outermost generator (``aclose()``) leaves the four inner ones suspended
+    for the garbage collector, which under trio is a ``ResourceWarning`` per generator. A read
+    in an already-cancelled scope raises at its first checkpoint, deep in the chain, and the
+    exception unwinds (and finishes) each generator on its way out; the connection under an
+    unfinished body is closed, as it had to be. An exhausted generator just stops.
+    """
+    with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
+        scope.cancel()
+        for _ in range(_FINISH_READS):  # buffered reads may come back without a checkpoint
+            try:
+                await source.__anext__()
+            except Exception:  # StopAsyncIteration, the library's error, or "already running"
+                return
+
+
+async def read_limited(
+    response: Any, limit: int, errors: HttpErrors
+) -> tuple[bytes, BaseException | None]:
+    """At most ``limit`` bytes of a (non-event-stream) body, and the HTTP library's error if
+    the connection broke while reading it (what arrived before is kept)."""
     parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        parts.append(chunk)
-        size += len(chunk)
-        if size >= limit:
-            break
-    return b"".join(parts)[:limit]
-
+    broken: BaseException | None = None
+    try:
+        async for chunk in response.aiter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                break
+    except errors.request as exc:  # transport errors, and decoding errors of the body
+        broken = exc
+    return b"".join(parts)[:limit], broken

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from ._readahead import ReadAhead
-from .attempt import Attempt, AttemptCancelled, RequestSpec
+from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec
 from .errors import APIConnectionError, APIStatusError, APITimeoutError
 from .events import ErrorEvent, Event
 from .parser import StreamParser
@@ -37,8 +37,16 @@ TOKEN_REASON = "resumed from a token"
 class Channel:
     """Sends, re-sends and reads the requests of one logical stream."""
 
-    def __init__(self, spec: RequestSpec, parser: StreamParser, recovery: Recovery) -> None:
+    def __init__(
+        self,
+        spec: RequestSpec,
+        parser: StreamParser,
+        recovery: Recovery,
+        *,
+        head_timeout: float | None = None,
+    ) -> None:
         self.spec = spec
+        self.head_timeout = head_timeout
         self.parser = parser
         self.recovery = recovery
         #: The current request/response (``None`` before the first and after closing).
@@ -70,7 +78,7 @@ class Channel:
             recovery.attempts += 1
             tries += 1
             used = tries if fresh_budget else recovery.attempts
-            attempt = self.attempt = Attempt(self.spec)
+            attempt = self.attempt = Attempt(self.spec, head_timeout=self.head_timeout)
             try:
                 await attempt.open(
                     headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes
@@ -94,7 +102,7 @@ class Channel:
                 self.attempt = None
                 raise
             if not attempt.is_json:
-                self._stop_reader()
+                await self._stop_reader()
                 self._start_reader()
             return attempt
 
@@ -226,10 +234,11 @@ class Channel:
         if attempt.body is not None:
             self._readahead = ReadAhead(attempt.body)
 
-    def _stop_reader(self) -> None:
-        if self._readahead is not None:
-            self._readahead.stop()
+    async def _stop_reader(self, *, linger: float = 0.0) -> None:
+        readahead = self._readahead
+        if readahead is not None:
             self._readahead = None
+            await readahead.close(linger=linger)
 
     def resume_token(self, version: int) -> dict[str, Any]:
         """See :meth:`ReplyStream.resume_token` (no headers: they may hold secrets)."""
@@ -260,12 +269,13 @@ class Channel:
     async def close(self, *, drain: bool = True) -> None:
         """Close the current response (idempotent). ``drain``: after the sentinel, read the
         body's end first so the connection can go back to the pool."""
+        # Drain only after the sentinel: the body's end is usually right behind it, and
+        # reading it lets the connection go back to the pool instead of being torn down.
+        drain = drain and self.parser.done and not self.recovery.cancelled
         reader_was_running = self._readahead is not None
-        self._stop_reader()
+        await self._stop_reader(linger=DRAIN_SECONDS if drain else 0.0)
         attempt = self.attempt
         if attempt is None:
             return
         self.attempt = None
-        # Drain only after the sentinel, and only if no read-ahead task was reading the body.
-        drain = drain and self.parser.done and not self.recovery.cancelled
         await attempt.close(drain=drain and not reader_was_running)

@@ -92,6 +92,11 @@ class AsyncClient:
         :class:`~fluxstream.errors.IdleTimeoutError`.
     :param stall_timeout: seconds in which bytes may arrive (heartbeats, comments) without any
         content before the stream ends with :class:`~fluxstream.errors.StallTimeoutError`.
+    :param first_token_timeout: seconds from the request to the first content (text,
+        reasoning, refusal or tool-call arguments) before the stream ends with
+        :class:`~fluxstream.errors.FirstTokenTimeoutError`; also bounds the wait for the
+        response head. Given, it replaces ``stall_timeout`` before the first content, so a
+        server that pings while it reads a long prompt is not taken for a stalled one.
     :param finish_grace: once every choice has a finish reason, how long to wait for more
         (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
@@ -119,6 +124,7 @@ class AsyncClient:
         timeout: httpx.Timeout | float | _Unset | None = _UNSET,
         idle_timeout: float | None = None,
         stall_timeout: float | None = None,
+        first_token_timeout: float | None = None,
         finish_grace: float | None = 2.0,
         headers: Mapping[str, str] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
@@ -143,6 +149,7 @@ class AsyncClient:
             idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
         self.idle_timeout = idle_timeout
         self.stall_timeout = stall_timeout
+        self.first_token_timeout = first_token_timeout
         self.finish_grace = finish_grace
         self.max_event_bytes = max_event_bytes
         self.require_finish_reason = require_finish_reason
@@ -342,6 +349,7 @@ class Chat:
             retry=retry or client.retry,
             resume=resume or client.resume,
             stall_timeout=client.stall_timeout,
+            first_token_timeout=client.first_token_timeout,
             finish_grace=client.finish_grace,
             resuming=resuming,
         )

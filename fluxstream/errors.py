@@ -25,6 +25,7 @@ __all__ = [
     "AuthenticationError",
     "ContentTypeError",
     "EventTooLargeError",
+    "FirstTokenTimeoutError",
     "FluxstreamError",
     "FrameDecodeError",
     "IdleTimeoutError",
@@ -37,6 +38,7 @@ __all__ = [
     "RelayLeaseLostError",
     "RelayPositionError",
     "RelayUnavailableError",
+    "ResumeMismatchError",
     "StallTimeoutError",
     "StreamError",
     "StreamFailedError",
@@ -208,6 +210,12 @@ class ContentTypeError(FluxstreamError):
 # --------------------------------------------------------------------------- ended streams
 
 
+class ResumeMismatchError(FluxstreamError):
+    """A ``Last-Event-ID`` reconnect did not continue the delivered stream (a new sample,
+    renumbered ids, replayed text that differs): it is not spliced; the stream falls back to
+    the next resume strategy or ends ``truncated`` with this as its reason."""
+
+
 class StreamError(FluxstreamError):
     """A stream ended badly; ``reply`` holds everything that arrived before the end."""
 
@@ -226,6 +234,11 @@ class StreamFailedError(StreamError):
 
 class IdleTimeoutError(StreamError):
     """No bytes at all arrived for ``idle_timeout`` seconds."""
+
+
+class FirstTokenTimeoutError(StreamError):
+    """No content arrived within ``first_token_timeout`` seconds of the request (heartbeats,
+    skipped frames and usage chunks are not content; prompt processing may send them)."""
 
 
 class StallTimeoutError(StreamError):

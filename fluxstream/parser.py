@@ -23,11 +23,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
-from .errors import FluxstreamError
+from .errors import FluxstreamError, ResumeMismatchError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
+from .resume_check import ResumeCheck
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 __all__ = ["StreamParser", "replay"]
@@ -89,9 +90,10 @@ class StreamParser:
         self._ignored_bytes = 0
         self._ignored_events = 0
         self._echo: _EchoFilter | None = None
-        # After a Last-Event-ID reconnect: events whose numeric id is at or below this were
-        # delivered already (a server that ignores the header starts again from the top).
-        self._seen_through: int | None = None
+        # After a Last-Event-ID reconnect: its first events are checked before they are
+        # trusted (see fluxstream.resume_check); the first event id of the stream, for it.
+        self._resume_check: ResumeCheck | None = None
+        self._first_event_id: str | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -110,8 +112,10 @@ class StreamParser:
         sses = self._decoder.feed(data)
         if not sses:
             return []
-        if self._seen_through is not None:
-            sses = self._drop_seen(sses)
+        if self._first_event_id is None:
+            self._first_event_id = sses[0].id
+        if self._resume_check is not None:
+            sses = self._check_resume(sses)
             if not sses:
                 return []
         self._events += len(sses)
@@ -239,13 +243,12 @@ class StreamParser:
         self._old_comments += decoder.comments
         self._old_last_event_id = self.last_event_id
         self._old_reconnection_time = self.reconnection_time
-        self._seen_through = None
+        self._resume_check = None
         if resume_after is not None:
             self._old_last_event_id = resume_after
-            # At most 18 digits: a server-sent id of thousands of digits must not make int()
-            # raise (ValueError past 4300 digits), it is simply not used for ordering.
-            if resume_after.isdigit() and len(resume_after) <= 18:
-                self._seen_through = int(resume_after)
+            # Ids of more than 18 digits are not used for ordering (int() of thousands of
+            # digits raises): see fluxstream.resume_check.
+            self._resume_check = self._new_resume_check(resume_after)
         self._decoder = self._new_decoder()
         # Formats whose streams restate their framing on a new connection (Anthropic's
         # ``message_start`` of a continuation) are told; the others need nothing.
@@ -253,25 +256,44 @@ class StreamParser:
         if reconnected is not None:
             reconnected()
 
+    def _new_resume_check(self, last_id: str) -> ResumeCheck:
+        reply = self.reply
+        try:  # a throwaway format decodes replayed events without touching the reply
+            format_cls: Any = type(self._format)
+            shadow_feed = format_cls(self.content_key, strict=False).feed
+        except Exception:  # a format that cannot be built alone: ids are still checked
+            shadow_feed = None
+        return ResumeCheck(
+            last_id,
+            first_id=self._first_event_id,
+            reply_id=reply.id,
+            delivered={c.index: c.text for c in reply.choices},
+            shadow=shadow_feed,
+        )
+
     def _new_decoder(self) -> SSEDecoder:
         return SSEDecoder(
             max_event_bytes=self.max_event_bytes,
             max_bytes_without_event=self.limits.max_bytes_without_event,
         )
 
-    def _drop_seen(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
-        """Drop events at or before the resume point (numeric ids only; other ids cannot be
-        ordered, so the server's word that it continues after ``Last-Event-ID`` is taken).
-        The first event past the point switches the check off for good."""
-        limit = self._seen_through
-        assert limit is not None
-        for position, sse in enumerate(sses):
-            event_id = sse.id
-            if not event_id.isdigit() or len(event_id) > 18 or int(event_id) > limit:
-                self._seen_through = None
-                return sses[position:]
-            self._ignored_events += 1
-        return []
+    def _check_resume(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
+        """Drop verified replays; raise :class:`ResumeMismatchError` for a reconnect that does
+        not continue the stream (its bytes are then forgotten, so nothing of it is shown)."""
+        check = self._resume_check
+        assert check is not None
+        try:
+            sses, over = check.filter(sses)
+        except ResumeMismatchError:
+            self._resume_check = None
+            self._decoder = self._new_decoder()  # nothing of the rejected connection stays
+            raise
+        finally:
+            self._ignored_events += check.dropped
+            check.dropped = 0
+        if over:
+            self._resume_check = None
+        return sses
 
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restart (a new generation replaces the old one): fresh decoder, format and
@@ -391,46 +413,107 @@ class _EchoFilter:
     back until it is clear whether it starts with a suffix of the prefix that was sent (at
     least ``min_overlap`` code points, or the whole prefix when it is shorter): the longest
     such echo is dropped, the rest delivered at the right offsets.
+
+    Linear in the echoed text (a 16k-code-point echo sent one code point per delta took 28 s
+    when every delta re-tested every candidate length). Per code point ``c`` appended to the
+    held text ``buf`` (length ``L``):
+
+    * "``buf`` is a suffix of the prefix" is a comparison of two polynomial hashes, each
+      updated in O(1): ``buf`` grows at its end, the prefix's suffix of length ``L`` at its
+      start;
+    * "a longer echo is still possible" needs the leftmost position where ``buf`` occurs in the
+      prefix: it stays put while the next code point matches there, and only moves (one
+      ``str.find`` from the old position on) when it does not.
     """
 
-    __slots__ = ("base", "buffer", "deciding", "min_overlap", "prefix", "shift")
+    __slots__ = (
+        "_hash_buf", "_hash_pre", "_power", "_start", "base", "best", "deciding", "held",
+        "min_overlap", "parts", "prefix", "shift", "size",
+    )
+
+    _MOD = (1 << 61) - 1
+    _BASE = 1_000_003
 
     def __init__(self, prefix: str, min_overlap: int) -> None:
         self.prefix = prefix
         self.min_overlap = max(1, min(min_overlap, len(prefix)))
         self.base = len(prefix)  # offset of the first continued code point
-        self.buffer = ""
+        self.parts: list[str] = []  # the held text
+        self.held = 0  # its length
+        self.size = 0  # how much of it was tested (testing stops once the outcome is clear)
         self.deciding = True
         self.shift = 0
+        self.best = 0  # the longest echo seen so far (>= min_overlap)
+        self._hash_buf = 0  # sum of buf[i] * B**i
+        self._hash_pre = 0  # the same for prefix[-size:]
+        self._power = 1  # B**size
+        self._start = 0  # leftmost occurrence of buf in the prefix; -1: none
+
+    @property
+    def buffer(self) -> str:
+        if len(self.parts) > 1:
+            self.parts[:] = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def _add(self, text: str) -> None:
+        prefix, n, mod, base = self.prefix, len(self.prefix), self._MOD, self._BASE
+        low = self.min_overlap
+        start = self._start
+        size = self.size
+        hash_buf, hash_pre, power = self._hash_buf, self._hash_pre, self._power
+        for position, char in enumerate(text):
+            if size >= n:
+                break  # no echo is longer than the prefix
+            code = ord(char)
+            hash_buf = (hash_buf + code * power) % mod
+            hash_pre = (ord(prefix[n - size - 1]) + base * hash_pre) % mod
+            power = power * base % mod
+            if start >= 0 and (start + size >= n or prefix[start + size] != char):
+                held = "".join(self.parts) + text[: position + 1]
+                start = prefix.find(held, start + 1)
+            size += 1
+            if hash_buf == hash_pre and size >= low:
+                self.best = size
+            if start < 0:
+                break  # buf occurs nowhere in the prefix: no longer echo can come
+        self._start = start
+        self.size = size
+        self._hash_buf, self._hash_pre, self._power = hash_buf, hash_pre, power
+        self.parts.append(text)
+        self.held += len(text)
 
     def _decide(self, final: bool) -> int | None:
         """The echo length, or ``None`` while a longer echo is still possible."""
-        prefix, buf, low = self.prefix, self.buffer, self.min_overlap
-        best = 0
-        for k in range(low, min(len(buf), len(prefix)) + 1):
-            if prefix.endswith(buf[:k]):
-                best = k
-        if final or len(buf) >= len(prefix):
-            return best
-        # A longer echo is still possible if ``buf`` occurs in the prefix at a position from
-        # which the prefix's remainder is longer than ``buf`` and at least ``low`` long.
-        start = 0
-        last = len(prefix) - max(low, len(buf) + 1)
-        while 0 <= start <= last:
-            found = prefix.find(buf, start, last + len(buf))
-            if found < 0:
-                break
-            if len(prefix) - found > best:
-                return None
-            start = found + 1
-        return best
+        held = self.held
+        n = len(self.prefix)
+        if (
+            not final
+            and held < n
+            and self._start >= 0
+            and held <= self.size
+            # A longer echo needs ``buf`` to occur where the prefix's remainder is longer
+            # than ``buf`` and at least ``min_overlap`` long.
+            and self._start <= n - max(self.min_overlap, held + 1)
+        ):
+            return None
+        return self._checked(self.best)
+
+    def _checked(self, k: int) -> int:
+        """``k`` once the text proves it (equal hashes, different text: a crafted collision
+        must not cut text); else the longest echo found the slow way (never in practice)."""
+        buf, prefix = self.buffer, self.prefix
+        if k == 0 or prefix.endswith(buf[:k]):
+            return k
+        low = self.min_overlap
+        return next((j for j in range(k - 1, low - 1, -1) if prefix.endswith(buf[:j])), 0)
 
     def _release(self, key: str, k: int, out: list[Event], fmt_shift: Any) -> None:
         self.deciding = False
         self.shift = k
         fmt_shift(k)
         rest = self.buffer[k:]
-        self.buffer = ""
+        self.parts = []
+        self.held = 0
         if rest:
             out.append(TextDelta(key, 0, self.base, rest))
 
@@ -440,7 +523,7 @@ class _EchoFilter:
         for ev in events:
             if type(ev) is TextDelta and ev.choice == 0:
                 if self.deciding:
-                    self.buffer += ev.text
+                    self._add(ev.text)
                     k = self._decide(final=False)
                     if k is not None:
                         self._release(key, k, out, fmt_shift)

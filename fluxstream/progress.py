@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .events import Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from .events import Event, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
 
 if TYPE_CHECKING:  # pragma: no cover
     from .reply import Reply
@@ -25,7 +25,7 @@ CONTENT_EVENTS: frozenset[type] = frozenset(
     {TextDelta, ReasoningDelta, RefusalDelta, ToolCallDelta}
 )
 
-Overdue = Literal["stall"]
+Overdue = Literal["stall", "first_token"]
 
 
 @dataclass(frozen=True)
@@ -47,22 +47,44 @@ class StreamStats:
 
 
 class Progress:
-    """Timestamps and timeouts of one logical stream (every attempt included)."""
+    """Timestamps and timeouts of one logical stream (every attempt included).
+
+    Only content is progress (:data:`CONTENT_EVENTS`): heartbeats, junk frames and a usage
+    chunk repeated forever do not keep a stream alive. Before the first content the limit is
+    ``first_token_timeout`` (from the request) when given, else ``stall_timeout``; after it,
+    ``stall_timeout`` between content. Once every choice has finished, the stream waits at most
+    ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel.
+
+    Cost per read: one look at each event's type, and the parser's "every choice finished"
+    check only when a ``Finish`` arrives (or content after it), so it stays O(1) per read
+    whatever the number of choices.
+    """
 
     __slots__ = (
-        "finish_grace", "finished_at", "first_token", "last_progress", "lingering", "stall_timeout",
-        "started",
+        "finish_grace", "finished_at", "first_token", "first_token_timeout", "last_progress",
+        "linger_until", "stall_timeout", "started",
     )
 
-    def __init__(self, *, stall_timeout: float | None, finish_grace: float | None) -> None:
+    def __init__(
+        self,
+        *,
+        stall_timeout: float | None,
+        finish_grace: float | None,
+        first_token_timeout: float | None = None,
+    ) -> None:
         self.stall_timeout = stall_timeout
+        self.first_token_timeout = first_token_timeout
         self.finish_grace = finish_grace
         self.started: float | None = None
         self.first_token: float | None = None
         self.finished_at: float | None = None
         self.last_progress = 0.0
-        #: Every choice has finished but no sentinel yet: wait at most ``finish_grace``.
-        self.lingering = False
+        #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
+        self.linger_until: float | None = None
+
+    @property
+    def lingering(self) -> bool:
+        return self.linger_until is not None
 
     def start(self, now: float) -> None:
         self.started = now
@@ -72,20 +94,50 @@ class Progress:
         """A response is usable: the stall clock starts again with each connection."""
         self.last_progress = now
 
-    def read(
-        self, events: list[Event], now: float, saw_content: bool, complete: Callable[[], bool]
-    ) -> Overdue | None:
-        """One read's events; a timeout that has passed, if any."""
-        if events:
+    def read(self, events: list[Event], now: float, complete: Callable[[], bool]) -> Overdue | None:
+        """One read's events (``complete``: every choice has finished); a timeout that has
+        passed, if any."""
+        content = finish = False
+        for event in events:
+            kind = type(event)
+            if kind in CONTENT_EVENTS:
+                content = True
+            elif kind is Finish:
+                finish = True
+        if content:
             self.last_progress = now
-            if self.first_token is None and saw_content:
+            if self.first_token is None:
                 self.first_token = now
-            if self.finish_grace is not None:
-                self.lingering = complete()
+            if self.linger_until is not None and not complete():
+                self.linger_until = None  # a choice began after the others finished
+        if finish and self.finish_grace is not None and self.linger_until is None and complete():
+            self.linger_until = now + self.finish_grace
+        return self.overdue(now)
+
+    def overdue(self, now: float) -> Overdue | None:
+        """The timeout that has passed at ``now``, if any (none while lingering: the grace
+        ends the stream ``finished``)."""
+        if self.linger_until is not None:
             return None
+        if self.first_token is None and self.first_token_timeout is not None:
+            start = self.started if self.started is not None else now
+            return "first_token" if now - start > self.first_token_timeout else None
         if self.stall_timeout is not None and now - self.last_progress > self.stall_timeout:
             return "stall"
         return None
+
+    def first_token_left(self, now: float) -> float | None:
+        """Seconds left for the first content (``None``: no such limit, or it came)."""
+        if self.first_token is not None or self.first_token_timeout is None:
+            return None
+        start = self.started if self.started is not None else now
+        return max(0.0, self.first_token_timeout - (now - start))
+
+    def linger_left(self, now: float) -> float | None:
+        """Seconds left of ``finish_grace`` (``None``: not lingering)."""
+        if self.linger_until is None:
+            return None
+        return max(0.0, self.linger_until - now)
 
     def end(self, now: float) -> None:
         if self.finished_at is None:

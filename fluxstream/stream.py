@@ -44,8 +44,10 @@ from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import TOKEN_REASON, Channel
 from .coalesce import Coalesced, FuncSource, Picked
 from .errors import (
+    FirstTokenTimeoutError,
     FluxstreamError,
     IdleTimeoutError,
+    ResumeMismatchError,
     StallTimeoutError,
     StreamError,
     StreamFailedError,
@@ -53,7 +55,7 @@ from .errors import (
 )
 from .events import Event, Outcome, TextDelta
 from .parser import StreamParser
-from .progress import Progress, StreamStats
+from .progress import Overdue, Progress, StreamStats
 from .recovery import Decision, Recovery
 from .retry import ResumePolicy, RetryPolicy
 
@@ -92,13 +94,22 @@ class ReplyStream:
         stall_timeout: float | None,
         finish_grace: float | None = None,
         resuming: bool = False,
+        first_token_timeout: float | None = None,
     ) -> None:
         self._spec = spec
         self._errors = spec.errors
         self._parser = parser
         self._recovery = Recovery(retry, resume)
-        self._channel = Channel(spec, parser, self._recovery)
-        self._progress = Progress(stall_timeout=stall_timeout, finish_grace=finish_grace)
+        # The response head must come within the read timeout (and the first token's).
+        limits = [t for t in (spec.read_timeout, first_token_timeout) if t is not None]
+        self._channel = Channel(
+            spec, parser, self._recovery, head_timeout=min(limits) if limits else None
+        )
+        self._progress = Progress(
+            stall_timeout=stall_timeout,
+            finish_grace=finish_grace,
+            first_token_timeout=first_token_timeout,
+        )
         self._batch: list[Event] = []
         self._pos = 0
         self._ended = False
@@ -208,13 +219,28 @@ class ReplyStream:
                 self._pos = 1
                 return events[0]
 
-    async def _receive_within(self, seconds: float | None) -> bytes:
-        """A read after every choice finished: some servers (OCI) never send the sentinel nor
-        close the connection; after ``seconds`` without bytes the stream ends ``finished``."""
-        with anyio.move_on_after(seconds):
+    async def _receive(self) -> bytes | None:
+        """The next read within the deadline that applies now (``None``: the first token is
+        overdue). No cancel scope on the hot path: only before the first content (with
+        ``first_token_timeout``) and after every choice finished (``finish_grace``: some
+        servers never send the sentinel nor close; the bytes then "end" and the stream ends
+        ``finished``)."""
+        progress = self._progress
+        now = time.monotonic()
+        left = progress.linger_left(now)
+        if left is not None:
+            with anyio.move_on_after(left):
+                return await self._channel.receive()
+            logger.info(
+                "no sentinel %.1fs after every choice finished; ending", progress.finish_grace
+            )
+            raise StopAsyncIteration
+        left = progress.first_token_left(now)
+        if left is None:
             return await self._channel.receive()
-        logger.info("no sentinel %.1fs after every choice finished; ending", seconds)
-        raise StopAsyncIteration
+        with anyio.move_on_after(left):
+            return await self._channel.receive()
+        return None
 
     async def _read(self) -> list[Event]:
         """One read from the network, through the parser. Never raises StopAsyncIteration."""
@@ -222,45 +248,65 @@ class ReplyStream:
         if self._cancel_requested:
             return self._end(parser.cancel("cancelled by stream.cancel()"))
         try:
-            if self._progress.lingering:
-                data = await self._receive_within(self._progress.finish_grace)
-            else:
-                data = await self._channel.receive()
+            data = await self._receive()
         except StopAsyncIteration:
             return await self._bytes_ended(None)
-        except self._errors.read_timeout as exc:
-            return await self._fail_with(
-                IdleTimeoutError, exc, f"no bytes for {self._spec.read_timeout}s"
-            )
-        except self._errors.transport as exc:
-            return await self._bytes_ended(exc)
         except anyio.get_cancelled_exc_class() as exc:
             await self._interrupted(exc)
             raise
-        except Exception as exc:  # e.g. a decoding error: the stream failed, the reply is kept
-            return await self._fail_with(StreamFailedError, exc, f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            return await self._read_failed(exc)
         except BaseException as exc:  # KeyboardInterrupt, SystemExit: the caller stops all
             await self._interrupted(exc)
             raise
+        if data is None:
+            return await self._timed_out("first_token")
         try:
             events = parser.feed(data)
+        except ResumeMismatchError as exc:
+            return await self._resume_rejected(exc)
         except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
             return await self._fail_with(StreamFailedError, exc, str(exc))
         now = time.monotonic()
-        saw_content = parser.saw_content
-        if events and not saw_content:
+        if events and not parser.saw_content:
             decision = self._channel.error_event_decision(events, now)
             if decision is not None:
                 return await self._recover(
                     lambda: self._reconnect(decision, "error event before content")
                 )
-        overdue = self._progress.read(events, now, saw_content, lambda: parser.complete)
+        overdue = self._progress.read(events, now, lambda: parser.complete)
         if events and parser.finished:
             self._end([])
         elif overdue is not None:
-            message = f"no content for {self._progress.stall_timeout}s"
-            return await self._fail_with(StallTimeoutError, None, message)
+            return await self._timed_out(overdue)
         return events
+
+    async def _timed_out(self, overdue: Overdue) -> list[Event]:
+        """No content in time: the typed error, or ``finished`` when nothing more was due."""
+        progress = self._progress
+        if overdue == "first_token":
+            message = f"no content within {progress.first_token_timeout}s of the request"
+            return await self._fail_with(FirstTokenTimeoutError, None, message)
+        if self._parser.complete:  # every choice finished: heartbeats are all that is left
+            logger.info("no content for %.1fs after every choice finished; ending",
+                        progress.stall_timeout)
+            return await self._bytes_ended(None)
+        message = f"no content for {progress.stall_timeout}s"
+        return await self._fail_with(StallTimeoutError, None, message)
+
+    async def _read_failed(self, exc: Exception) -> list[Event]:
+        """A read raised: an idle timeout, a drop (maybe resumable), or a failure."""
+        if self._cancel_requested or self._ended:
+            # cancel() aborted the connection, or aclose() closed it from another task: the
+            # read's error is the caller's own doing, not the server's.
+            return self._end(self._parser.cancel("cancelled by stream.cancel()"))
+        if isinstance(exc, self._errors.read_timeout):
+            message = f"no bytes for {self._spec.read_timeout}s"
+            return await self._fail_with(IdleTimeoutError, exc, message)
+        if isinstance(exc, self._errors.transport):
+            return await self._bytes_ended(exc)
+        # e.g. a decoding error: the stream failed, the reply is kept
+        return await self._fail_with(StreamFailedError, exc, f"{type(exc).__name__}: {exc}")
 
     async def _interrupted(self, exc: BaseException) -> None:
         """Cancellation or an interrupt: close now and state the outcome; the caller re-raises
@@ -316,6 +362,23 @@ class ReplyStream:
             return self._end(parser.close(cause=exc))
         reason = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
         return await self._recover(lambda: self._reconnect(decision, reason))
+
+    async def _resume_rejected(self, exc: ResumeMismatchError) -> list[Event]:
+        """A ``Last-Event-ID`` reconnect did not continue the stream: never splice it. The
+        next strategy takes over, or the stream ends ``truncated`` with this as its reason."""
+        recovery = self._recovery
+        recovery.rule_out("last_event_id")
+        self.cause = exc
+        decision = recovery.resume_decision(self._channel.drop_state(exc))
+        logger.warning(
+            "stream %s: resume by Last-Event-ID rejected (%s); %s", self._parser.content_key,
+            exc, f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
+        )
+        if decision.action != "resume":
+            with anyio.CancelScope(shield=True):
+                await self._close_response(drain=False)
+            return self._end(self._parser.close(cause=exc))
+        return await self._recover(lambda: self._reconnect(decision, f"resume rejected: {exc}"))
 
     async def _reconnect(self, decision: Decision, reason: str) -> list[Event]:
         """Perform a retry or a resume; the events to deliver first (a restart's ``Reset``)."""

@@ -1,0 +1,271 @@
+"""Timeouts a hostile or slow server must not defeat (issue 10 item 6).
+
+Only content is progress: heartbeats, junk ``data:`` frames and a usage chunk sent forever must
+not keep a stream alive past ``stall_timeout``; a response head trickled one byte at a time is
+bounded; after every choice finished, heartbeats end the stream ``finished`` after
+``finish_grace``; and ``first_token_timeout`` (time to the first content) is apart from
+``stall_timeout`` (between content), because a server reading a long prompt sends pings first.
+
+The hostile servers are a few lines of raw sockets on 127.0.0.1 (:func:`raw_server`), each
+bounded in time, so a regression shows as a timeout of the test, never as a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+
+import fluxstream
+from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StallTimeoutError
+from fluxstream.retry import RetryPolicy
+
+pytestmark = pytest.mark.anyio
+
+MSG = [{"role": "user", "content": "hi"}]
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"connection: close\r\n\r\n"
+)
+#: Bound of every hostile server's life, and of every test's wait: a hang fails, never blocks.
+LIFE = 8.0
+
+Script = Callable[[anyio.abc.SocketStream], Awaitable[None]]
+
+
+def frame(choice: dict[str, Any] | None = None, **extra: Any) -> bytes:
+    body: dict[str, Any] = {"id": "c", "model": "m", "choices": [choice] if choice else []}
+    body.update(extra)
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def text(t: str) -> bytes:
+    return frame({"index": 0, "delta": {"content": t}})
+
+
+FINISH = frame({"index": 0, "delta": {}, "finish_reason": "stop"})
+USAGE = frame(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+
+
+async def read_head(sock: anyio.abc.SocketStream) -> None:
+    """Read the request (head and a small JSON body) so the client is not reset."""
+    data = b""
+    with anyio.move_on_after(2):
+        while b"\r\n\r\n" not in data:
+            data += await sock.receive()
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        while len(rest) < length:
+            rest += await sock.receive()
+
+
+async def forever(sock: anyio.abc.SocketStream, data: bytes, every: float) -> None:
+    """Send ``data`` every ``every`` seconds until the client goes (bounded by LIFE)."""
+    with anyio.move_on_after(LIFE):
+        while True:
+            await sock.send(data)
+            await anyio.sleep(every)
+
+
+@asynccontextmanager
+async def raw_server(script: Script) -> AsyncIterator[str]:
+    """A one-purpose HTTP server: every connection gets ``script``; yields the base URL."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+
+    async def handle(sock: anyio.abc.SocketStream) -> None:
+        async with sock:
+            try:
+                with anyio.move_on_after(LIFE):
+                    await script(sock)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass  # the client went away: what these tests expect
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(listener.serve, handle)
+        try:
+            yield f"http://127.0.0.1:{port}/v1"
+        finally:
+            tg.cancel_scope.cancel()
+
+
+def client(base: str, **kwargs: Any) -> fluxstream.AsyncClient:
+    kwargs.setdefault("retry", RetryPolicy.off())
+    return fluxstream.AsyncClient(base, **kwargs)
+
+
+# ------------------------------------------------------------------ only content is progress
+@pytest.mark.parametrize(
+    "junk",
+    [
+        pytest.param(b"data: {}\n\n", id="empty-object-frames"),
+        pytest.param(b"data: not json\n\n", id="skipped-frames"),
+        pytest.param(USAGE, id="usage-repeated"),
+        pytest.param(frame({"index": 0, "delta": {"role": "assistant"}}), id="role-only"),
+    ],
+)
+async def test_junk_data_frames_do_not_defeat_the_stall_timeout(
+    junk: bytes, anyio_backend: str
+) -> None:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD + text("Hel"))
+        await forever(sock, junk, 0.05)
+
+    async with raw_server(script) as base, client(base, stall_timeout=0.5) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2), pytest.raises(StallTimeoutError) as info:
+            await c.chat.complete(model="m", messages=MSG)
+        assert time.monotonic() - started < 3.0
+        assert info.value.reply is not None and info.value.reply.text == "Hel"
+
+
+# ------------------------------------------------------------------ the response head
+async def test_a_head_trickled_byte_by_byte_is_bounded(anyio_backend: str) -> None:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        for byte in HEAD:
+            await sock.send(bytes([byte]))
+            await anyio.sleep(0.3)
+
+    async with raw_server(script) as base, client(base, timeout=1.0) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError, match="head"):
+            await c.chat.complete(model="m", messages=MSG)
+        assert time.monotonic() - started < 3.0  # 1 s read timeout, not 50 s of trickle
+
+
+# ------------------------------------------------------------------ after every choice finished
+@pytest.mark.parametrize("stall_timeout", [None, 0.4])
+async def test_heartbeats_after_every_choice_finished_end_finished_after_the_grace(
+    stall_timeout: float | None, anyio_backend: str
+) -> None:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD + text("Hello") + FINISH + USAGE)
+        await forever(sock, b": ping\n\n", 0.05)
+
+    async with raw_server(script) as base, client(
+        base, finish_grace=0.6, stall_timeout=stall_timeout
+    ) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2):
+            reply = await c.chat.complete(model="m", messages=MSG)
+        assert 0.6 <= time.monotonic() - started < 3.0
+    assert reply.outcome is fluxstream.Outcome.FINISHED
+    assert reply.text == "Hello" and reply.usage is not None
+
+
+async def test_a_choice_that_starts_after_another_finished_is_not_cut_by_the_grace(
+    anyio_backend: str,
+) -> None:
+    """n=2 where choice 0 finishes before choice 1 begins: the grace must not end it."""
+    second = frame({"index": 1, "delta": {"content": "B"}})
+
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD + text("A") + FINISH)
+        for _ in range(8):  # 0.8 s of content on choice 1, longer than the grace
+            await anyio.sleep(0.1)
+            await sock.send(second)
+        await sock.send(frame({"index": 1, "delta": {}, "finish_reason": "stop"}))
+        await sock.send(b"data: [DONE]\n\n")
+
+    async with raw_server(script) as base, client(base, finish_grace=0.3) as c:
+        with anyio.fail_after(LIFE - 2):
+            reply = await c.chat.complete(model="m", messages=MSG)
+    assert reply.outcome is fluxstream.Outcome.DONE
+    assert [ch.text for ch in reply.choices] == ["A", "B" * 8]
+
+
+# ------------------------------------------------------------------ first token vs stall
+def pings_then_text(ping_seconds: float) -> Script:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD)
+        deadline = time.monotonic() + ping_seconds
+        while time.monotonic() < deadline:
+            await sock.send(b": ping\n\n")
+            await anyio.sleep(0.05)
+        for piece in ("Hel", "lo"):
+            await sock.send(text(piece))
+            await anyio.sleep(0.05)
+        await sock.send(FINISH + b"data: [DONE]\n\n")
+
+    return script
+
+
+async def test_prompt_processing_pings_are_not_a_stall_with_a_first_token_timeout(
+    anyio_backend: str,
+) -> None:
+    async with raw_server(pings_then_text(1.0)) as base, client(
+        base, stall_timeout=0.4, first_token_timeout=3.0
+    ) as c:
+        with anyio.fail_after(LIFE - 2):
+            reply = await c.chat.complete(model="m", messages=MSG)
+    assert reply.outcome is fluxstream.Outcome.DONE and reply.text == "Hello"
+
+
+async def test_the_first_token_timeout_ends_a_stream_that_only_pings(anyio_backend: str) -> None:
+    async with raw_server(pings_then_text(5.0)) as base, client(
+        base, first_token_timeout=0.5
+    ) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
+            await c.chat.complete(model="m", messages=MSG)
+        assert time.monotonic() - started < 2.5
+
+
+async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) -> None:
+    """No byte at all after the head: the read timeout (10 s) is not what ends it."""
+
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD)
+        await anyio.sleep(LIFE)
+
+    async with raw_server(script) as base, client(
+        base, first_token_timeout=0.5, timeout=10.0
+    ) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
+            await c.chat.complete(model="m", messages=MSG)
+        assert time.monotonic() - started < 2.5
+
+
+async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) -> None:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        for byte in HEAD:
+            await sock.send(bytes([byte]))
+            await anyio.sleep(0.2)
+
+    async with raw_server(script) as base, client(
+        base, first_token_timeout=0.5, timeout=30.0
+    ) as c:
+        started = time.monotonic()
+        with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError):
+            await c.chat.complete(model="m", messages=MSG)
+        assert time.monotonic() - started < 2.5
+
+
+async def test_the_stall_timeout_still_applies_between_content(anyio_backend: str) -> None:
+    async def script(sock: anyio.abc.SocketStream) -> None:
+        await read_head(sock)
+        await sock.send(HEAD + text("Hel"))
+        await forever(sock, b": ping\n\n", 0.05)
+
+    async with raw_server(script) as base, client(
+        base, stall_timeout=0.4, first_token_timeout=5.0
+    ) as c:
+        with anyio.fail_after(LIFE - 2), pytest.raises(StallTimeoutError):
+            await c.chat.complete(model="m", messages=MSG)
