@@ -454,3 +454,16 @@ def test_a_second_message_start_without_a_new_connection_is_still_skipped() -> N
     parser.new_connection()
     parser.feed(frame(block(1, type="text"), text(1, "b"), start(mid="msg_x")))
     assert parser.reply.text == "ab" and parser.reply.skipped_frames == 1
+
+
+def test_memory_does_not_grow_with_empty_block_starts() -> None:
+    """A stream of block starts that never carry content must not grow the format's state with
+    the bytes: past MAX_BLOCKS they are skipped and counted."""
+    from fluxstream.formats.anthropic_messages import MAX_BLOCKS
+
+    parser = StreamParser(format="anthropic_messages")
+    parser.feed(frame(start()))
+    extra = 50
+    parser.feed(frame(*(block(i, type="text") for i in range(MAX_BLOCKS + extra))))
+    assert len(parser._format._blocks) == MAX_BLOCKS  # type: ignore[attr-defined]
+    assert parser.reply.skipped_frames == extra

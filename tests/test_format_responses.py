@@ -481,3 +481,16 @@ def test_resume_after_a_drop_never_shows_text_twice() -> None:
 def test_a_repeated_event_within_one_connection_is_dropped() -> None:
     _, reply = go(_seq(0, created()), _seq(1, text("a")), _seq(1, text("a")), _seq(2, terminal()))
     assert reply.text == "a"
+
+
+def test_memory_does_not_grow_with_deltas_naming_new_parts() -> None:
+    from fluxstream.formats.responses import MAX_PARTS
+
+    parser = StreamParser(format="responses")
+    parser.feed(frame(created(), *(text("x", oi=i) for i in range(MAX_PARTS + 50))))
+    assert len(parser._format._parts) == MAX_PARTS  # type: ignore[attr-defined]
+    assert parser.reply.text == "x" * (MAX_PARTS + 50)
+    # past the cap a .done text is never used (it could repeat streamed text)
+    parser.feed(frame({"type": "response.output_text.done", "output_index": 10**6,
+                       "content_index": 0, "text": "dup"}))
+    assert parser.reply.text == "x" * (MAX_PARTS + 50)

@@ -60,6 +60,9 @@ _SDK_DERIVED = frozenset({"text", "thinking", "signature", "input_json", "citati
 #: Thinking fragments kept per block before folding them into one string (memory follows the
 #: size of the thinking, not the number of deltas).
 _FOLD = 256
+#: Content blocks remembered per message. Real messages have a few dozen; without a cap a
+#: stream of empty block starts would grow memory with the bytes while the reply stays empty.
+MAX_BLOCKS = 4096
 
 
 class _Block:
@@ -214,6 +217,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
             return self.skip("content_block_start without an integer index and a block", obj)
         if index in self._blocks:
             return self.skip(f"content_block_start for block {index} that already started", obj)
+        if len(self._blocks) >= MAX_BLOCKS:
+            return self.skip(f"more than {MAX_BLOCKS} content blocks", obj)
         kind = block.get("type")
         out: list[Event] = []
         self.start()

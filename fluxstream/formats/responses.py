@@ -58,6 +58,10 @@ __all__ = ["ResponsesFormat"]
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 #: Argument fragments kept per call (to compare with the final value) before folding them.
 _FOLD = 256
+#: Output parts remembered as "streamed" (so that their ``.done`` text is not shown twice).
+#: Real responses have a handful; past the cap a ``.done`` text is never used, so a stream of
+#: deltas each naming a new part cannot grow memory beyond it.
+MAX_PARTS = 4096
 _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -116,7 +120,7 @@ class ResponsesFormat(JsonEventFormat):
             part = (obj.get("output_index"), obj.get("content_index"))
             if part != self._text_part:
                 self._text_part = part
-                self._parts.add(("text", _int(part[0]), _int(part[1])))
+                self._mark(("text", _int(part[0]), _int(part[1])))
             if not self.started:
                 self.start()
             offset = self.text
@@ -180,13 +184,18 @@ class ResponsesFormat(JsonEventFormat):
         text = obj.get("delta")
         if text.__class__ is not str or not text:
             return
-        self._parts.add((channel, _int(obj.get("output_index")), _int(obj.get(part))))
+        self._mark((channel, _int(obj.get("output_index")), _int(obj.get(part))))
         if channel == "text":
             self.add_text(text, out)
         elif channel == "reasoning":
             self.add_reasoning(text, out)
         else:
             self.add_refusal(text, out)
+
+    def _mark(self, marker: tuple[str, int | None, int | None]) -> None:
+        parts = self._parts
+        if len(parts) < MAX_PARTS:
+            parts.add(marker)
 
     def _part_done(
         self,
@@ -198,12 +207,12 @@ class ResponsesFormat(JsonEventFormat):
     ) -> None:
         """A part's final text, used only when none of it was streamed as deltas."""
         marker = (channel, _int(obj.get("output_index")), _int(obj.get(part)))
-        if marker in self._parts:
+        if marker in self._parts or len(self._parts) >= MAX_PARTS:
             return
         text = obj.get(field)
         if text.__class__ is not str or not text:
             return
-        self._parts.add(marker)
+        self._mark(marker)
         if channel == "text":
             self.add_text(text, out)
         elif channel == "reasoning":
