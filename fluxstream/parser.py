@@ -196,7 +196,13 @@ class StreamParser:
         decoder = self._decoder
         delivered_id = self.last_event_id
         if not fmt.done:
-            sses = decoder.close()
+            try:
+                sses = decoder.close()
+            except FluxstreamError as exc:
+                # The decoder failed (an event over max_event_bytes, too many bytes without an
+                # event) after delivering what came before: keep it, end failed, never raise.
+                events = self._apply(events, end=False, final=True)
+                return events + asm.fail(f"{type(exc).__name__}: {exc}")
             self._events += len(sses)
             for sse in sses:
                 events += fmt.feed(sse, at_eof=True)

@@ -468,23 +468,34 @@ class SSEDecoder:
         """A huge read, in ``_SLICE``-sized pieces (each copied once: still linear)."""
         events: list[ServerSentEvent] = []
         for start in range(0, len(data), _SLICE):
-            events += self.feed(data[start : start + _SLICE])
+            try:
+                events += self.feed(data[start : start + _SLICE])
+            except FluxstreamError:
+                if events:  # delivered first; the decoder stays failed, so the next call raises
+                    return events
+                raise
         return events
 
-    def _fail_quiet(self, size: int) -> None:
+    # A limit crossed after events were dispatched by the same call fails "lazily": the
+    # events are returned, and the decoder is failed, so that the next feed or close raises.
+    # Events that completed before the limit was crossed are never lost.
+
+    def _fail_quiet(self, size: int, *, lazy: bool = False) -> None:
         self._failed = LimitExceededError("max_bytes_without_event", self._quiet_limit, size)
         self._slow = True
         self._pending = []
         self._data = []
-        raise self._failed
+        if not lazy:
+            raise self._failed
 
-    def _fail(self, size: int) -> None:
+    def _fail(self, size: int, *, lazy: bool = False) -> None:
         self._failed = EventTooLargeError(self._limit, size)
         self._slow = True
         self._pending = []
         self._data = []
         self._event_size = size  # the failed event stays "in progress": in_event is True
-        raise self._failed
+        if not lazy:
+            raise self._failed
 
     # ------------------------------------------------------------------ interpreting lines
 
@@ -548,7 +559,8 @@ class SSEDecoder:
             if size > limit:
                 self.comments += comments
                 self.last_event_id = last_id
-                self._fail(size)
+                self._fail(size, lazy=bool(events))
+                return events
             if line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
             elif line[0] == 58:  # b":" - a comment
@@ -592,12 +604,13 @@ class SSEDecoder:
             self.comments += comments
         self._quiet = quiet
         if quiet > self._quiet_limit:
-            self._fail_quiet(quiet)
+            self._fail_quiet(quiet, lazy=bool(events))
+            return events
         if rest:
             self._pending = [rest]
             self._pending_len = len(rest)
             if size + len(rest) > limit:
-                self._fail(size + len(rest))
+                self._fail(size + len(rest), lazy=bool(events))
         return events
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from fluxstream.errors import EventTooLargeError, LimitExceededError
-from fluxstream.events import Outcome, SkippedFrame, TextDelta, ToolCallDelta
+from fluxstream.events import End, Outcome, SkippedFrame, TextDelta, ToolCallDelta
 from fluxstream.limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from fluxstream.parser import StreamParser
 from fluxstream.sse import SSEDecoder
@@ -192,3 +192,47 @@ def test_limit_error_on_the_live_parser_keeps_the_reply() -> None:
         parser.feed(event({"choices": [{"index": 1, "delta": {"content": "x"}}]}))
     assert parser.fail("limit") and parser.reply.outcome is Outcome.FAILED
     assert parser.reply.text == "kept"
+
+
+@pytest.mark.parametrize(
+    ("options", "tail", "error"),
+    [
+        ({"max_bytes_without_event": 100}, b": c\n\n" * 50, LimitExceededError),
+        ({"max_event_bytes": 20}, b"data: " + b"x" * 50 + b"\n\n", EventTooLargeError),
+        ({"max_event_bytes": 20}, b"data: " + b"x" * 50, EventTooLargeError),
+    ],
+)
+def test_events_before_a_limit_in_the_same_read_are_delivered(
+    options: dict[str, int], tail: bytes, error: type[Exception]
+) -> None:
+    """The limit is crossed by the same read that completed an event: the event is returned
+    first; the decoder is failed, so the next feed (or close) raises."""
+    decoder = SSEDecoder(**options)
+    events = decoder.feed(b"data: a\n\n" + tail)
+    assert [e.data for e in events] == ["a"]
+    with pytest.raises(error):
+        decoder.feed(b"data: b\n\n")
+    with pytest.raises(error):
+        decoder.close()
+
+
+def test_events_before_a_limit_in_a_huge_read_are_delivered() -> None:
+    """A huge read is decoded in slices: events of the slices before the one that crosses the
+    limit are returned."""
+    decoder = SSEDecoder(max_bytes_without_event=1 * MiB)
+    events = decoder.feed(b"data: a\n\n" + b"\r\n" * (4 * MiB))
+    assert [e.data for e in events] == ["a"]
+    with pytest.raises(LimitExceededError):
+        decoder.close()
+
+
+def test_parser_close_after_a_lazy_decoder_failure_ends_failed() -> None:
+    """The last read completed an event and then crossed a limit: the event is kept and the
+    parser's close ends the stream ``failed`` (it never raises at the end of the bytes)."""
+    parser = StreamParser(max_event_bytes=80)
+    first = event({"choices": [{"index": 0, "delta": {"content": "ok"}}]})
+    assert [e.text for e in parser.feed(first + b"data: " + b"x" * 100)] == ["ok"]
+    events = parser.close()
+    assert isinstance(events[-1], End) and events[-1].outcome is Outcome.FAILED
+    assert "EventTooLargeError" in (parser.reply.end_reason or "")
+    assert parser.reply.text == "ok"
