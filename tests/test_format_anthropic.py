@@ -467,3 +467,18 @@ def test_memory_does_not_grow_with_empty_block_starts() -> None:
     parser.feed(frame(*(block(i, type="text") for i in range(MAX_BLOCKS + extra))))
     assert len(parser._format._blocks) == MAX_BLOCKS  # type: ignore[attr-defined]
     assert parser.reply.skipped_frames == extra
+
+
+def test_never_shown_data_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Signatures and redacted thinking are not reply text, so max_reply_chars does not bound
+    them: the format's own budget does (skipped and counted past it)."""
+    from fluxstream.formats import _base
+
+    monkeypatch.setattr(_base, "MAX_KEPT_CHARS", 100)
+    sig = delta(0, type="signature_delta", signature="s" * 40)
+    _, reply = go(start(), block(0, type="thinking", thinking=""), sig, sig, sig,
+                  stop_block(0), block(1, type="redacted_thinking", data="d" * 50),
+                  stop_block(1), message_delta("end_turn"), STOP)
+    assert reply.skipped_frames == 2
+    assert reply.choices[0].reasoning_blocks == [
+        {"type": "thinking", "thinking": "", "signature": "s" * 80}]

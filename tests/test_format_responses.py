@@ -494,3 +494,13 @@ def test_memory_does_not_grow_with_deltas_naming_new_parts() -> None:
     parser.feed(frame({"type": "response.output_text.done", "output_index": 10**6,
                        "content_index": 0, "text": "dup"}))
     assert parser.reply.text == "x" * (MAX_PARTS + 50)
+
+
+def test_kept_reasoning_items_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluxstream.formats import _base
+
+    monkeypatch.setattr(_base, "MAX_KEPT_CHARS", 250)  # two items of ~108 characters
+    items = [item(i, True, type="reasoning", id=f"rs_{i}", encrypted_content="e" * 60)
+             for i in range(4)]
+    _, reply = go(created(), *items, terminal())
+    assert len(reply.choices[0].reasoning_blocks) == 2 and reply.skipped_frames == 2

@@ -42,8 +42,10 @@ from ..sse import ServerSentEvent
 from ..wire import Usage
 
 __all__ = [
+    "MAX_KEPT_CHARS",
     "JsonEventFormat",
     "ToolCallState",
+    "approx_size",
     "compact",
     "error_event",
     "reasoning_delta",
@@ -55,6 +57,10 @@ __all__ = [
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
+#: Characters of never-shown provider data (thinking signatures, redacted thinking, reasoning
+#: items) kept per stream. It is not part of the reply's text, so ``max_reply_chars`` does not
+#: bound it; this does (real streams keep kilobytes).
+MAX_KEPT_CHARS = 32 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------- fast events
@@ -137,6 +143,14 @@ def compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def approx_size(value: object) -> int:
+    """Characters of ``value`` as compact JSON (its ``repr`` when it is not JSON)."""
+    try:
+        return len(compact(value))
+    except (TypeError, ValueError):
+        return len(repr(value))
+
+
 def opt_str(value: object) -> str | None:
     if value is None:
         return None
@@ -202,6 +216,7 @@ class JsonEventFormat:
         "done_reason",
         "heartbeats",
         "id",
+        "kept",
         "key",
         "model",
         "new_choices",
@@ -224,6 +239,8 @@ class JsonEventFormat:
         self.cut = False
         self.skipped = 0
         self.heartbeats = 0
+        #: Characters of never-shown data kept so far (see :data:`MAX_KEPT_CHARS`).
+        self.kept = 0
         self.new_choices: list[int] = []
         self.started = False
         #: A new connection began (resume or continuation) and no event of it was seen yet.
@@ -242,6 +259,7 @@ class JsonEventFormat:
         self.done_reason = None
         self.cut = False
         self.started = False
+        self.kept = 0
         self.new_choices = []
         self.text = self.reasoning = self.refusal = 0
         self.calls = {}
@@ -339,6 +357,14 @@ class JsonEventFormat:
             with contextlib.suppress(TypeError, ValueError):
                 data = compact(data)
         return [SkippedFrame(reason, data[:_EXCERPT])]
+
+    def keep(self, size: int) -> bool:
+        """Account for ``size`` characters of never-shown data; ``False`` (keep nothing) once
+        :data:`MAX_KEPT_CHARS` would be passed."""
+        if self.kept + size > MAX_KEPT_CHARS:
+            return False
+        self.kept += size
+        return True
 
     # ------------------------------------------------------------------ channels
 

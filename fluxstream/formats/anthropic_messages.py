@@ -39,6 +39,7 @@ from ..reply import unified_stop
 from ._base import (
     JsonEventFormat,
     ToolCallState,
+    approx_size,
     compact,
     error_event,
     text_delta,
@@ -235,10 +236,12 @@ class AnthropicMessagesFormat(JsonEventFormat):
                 state.parts.append(text)
                 self.add_reasoning(text, out)
             signature = block.get("signature")
-            if signature and isinstance(signature, str):
+            if signature and isinstance(signature, str) and self.keep(len(signature)):
                 state.signature = signature
         elif kind == "redacted_thinking":
             self._blocks[index] = _Block("closed")
+            if not self.keep(approx_size(block)):
+                return self.skip("kept reasoning data over the limit", obj)
             out.append(ReasoningBlock(self.key, 0, index, dict(block)))
         elif kind == "tool_use":
             self._blocks[index] = _Block("tool")
@@ -295,6 +298,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "signature_delta" and bkind == "thinking":
             signature = delta.get("signature")
             if signature and isinstance(signature, str):
+                if not self.keep(len(signature)):
+                    return self.skip("kept reasoning data over the limit", obj)
                 block.signature += signature
             return out
         if bkind == "ignored" or kind in _IGNORED_DELTAS:

@@ -46,6 +46,7 @@ from ..reply import StopReason, unified_stop
 from ._base import (
     JsonEventFormat,
     ToolCallState,
+    approx_size,
     compact,
     error_event,
     text_delta,
@@ -268,6 +269,9 @@ class ResponsesFormat(JsonEventFormat):
                     call.fragments.append(args)
         elif kind == "reasoning" and done and index is not None:
             self.start()
+            if not self.keep(approx_size(item)):
+                out += self.skip("kept reasoning data over the limit", obj)
+                return
             out.append(ReasoningBlock(self.key, 0, index, dict(item)))
 
     def _call(self, index: int) -> tuple[ToolCallState, bool]:
@@ -408,7 +412,8 @@ class ResponsesFormat(JsonEventFormat):
                     text = part.get("text") if isinstance(part, Mapping) else None
                     if isinstance(text, str) and text:
                         self.add_reasoning(text, out)
-            out.append(ReasoningBlock(self.key, 0, index, dict(item)))
+            if self.keep(approx_size(item)):
+                out.append(ReasoningBlock(self.key, 0, index, dict(item)))
         elif kind == "function_call":
             self._item({"output_index": index, "item": item}, out, done=True)
 
