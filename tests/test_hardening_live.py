@@ -4,6 +4,7 @@ exception because of server-controlled input."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -43,10 +44,8 @@ async def body_server(body: bytes) -> AsyncIterator[str]:
             with anyio.move_on_after(2):
                 while b"\r\n\r\n" not in data:
                     data += await sock.receive()
-            try:
+            with contextlib.suppress(anyio.BrokenResourceError, OSError):
                 await sock.send(HEAD + body)
-            except (anyio.BrokenResourceError, OSError):
-                pass
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, handle)
