@@ -722,7 +722,13 @@ async def profile_one(args: argparse.Namespace, server: ServerProcess,
     print(f"{contender.name} {args.regime} c={concurrency}: {r.cpu / total * 1e6:.2f} us/delta "
           f"under cProfile ({total} deltas, wall {r.wall:.2f} s, server CPU "
           f"{r.server_cpu:.2f} s)")
-    pstats.Stats(prof).sort_stats(args.sort).print_stats(args.lines)
+    stats = pstats.Stats(prof)
+    stats.sort_stats(args.sort).print_stats(args.lines)
+    print("Where the transport's time goes (cumulative, selected):")
+    stats.sort_stats("cumulative").print_stats(
+        r"connection_pool|_backends/anyio|_backends/_asyncio.py.*(__enter__|__exit__)|"
+        r"http11.py.*(_receive|is_idle|has_expired)|is_socket_readable|aiter_bytes|"
+        r"_aiohttp|client_proto|streams.py|events.py.*__init__|_run_once", 30)
 
 
 def main() -> None:
