@@ -251,3 +251,33 @@ def test_a_leading_error_event_with_plain_text_is_the_reply_error() -> None:
     reply = parser.reply
     assert reply.error is not None and reply.error.message == "upstream overloaded"
     assert reply.outcome is Outcome.FAILED and reply.skipped_frames == 0
+
+
+# --------------------------------------------------------------------------- fuzz
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from test_format_anthropic import hostile_events as anthropic_events  # noqa: E402
+from test_format_responses import hostile_events as responses_events  # noqa: E402
+
+_CHAT = st.fixed_dictionaries({
+    "choices": st.lists(st.fixed_dictionaries({
+        "index": st.integers(0, 1),
+        "delta": st.fixed_dictionaries({"content": st.one_of(st.none(), st.text(max_size=3))}),
+        "finish_reason": st.one_of(st.none(), st.just("stop"))}), max_size=2)})
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(anthropic_events(), responses_events(), _CHAT,
+                          st.just({"type": "error", "message": "x"})), max_size=10),
+       st.data())
+def test_fuzz_auto_on_mixed_hostile_streams(payloads: list[dict[str, Any]],
+                                            data: st.DataObject) -> None:
+    """Whatever the first events and whatever follows (events of other formats included):
+    no exception, one End last, offsets rebuild every channel, read boundaries do not matter."""
+    body = _sse(*payloads)
+    events, parser = run([body], format="auto")
+    check_events_rebuild_reply(events, parser.reply)
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=8, unique=True)))
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    assert run(pieces, format="auto")[0] == events
