@@ -199,3 +199,23 @@ async def test_aiohttp_transport_explicitly(server: Any, anyio_backend: str) -> 
     async with fluxstream.AsyncClient(server.base_url, transport="aiohttp") as client:
         assert isinstance(client.http_client, AiohttpClient)
         assert (await client.chat.complete(model="m", messages=MSG)).outcome == "done"
+
+
+def test_http2_responses_are_never_aborted_by_socket() -> None:
+    """An HTTP/2 connection carries other streams too: such responses fall back to a cancel
+    scope per read instead of a socket shutdown; fluxstream's own HTTP/1.1 responses abort."""
+    from fluxstream._http import can_abort
+
+    class H2Response:
+        def __init__(self) -> None:
+            self.extensions = {"http_version": b"HTTP/2", "network_stream": object()}
+
+    class OwnResponse:
+        def __init__(self) -> None:
+            self.extensions = {"http_version": b"HTTP/1.1"}
+
+        def fluxstream_abort(self) -> None:
+            pass
+
+    assert not can_abort(H2Response())
+    assert can_abort(OwnResponse())
