@@ -133,14 +133,14 @@ async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
     caplog.set_level(logging.WARNING, logger="fluxstream.relay")
     rng = random.Random()
     lease = 0.6
-    tokens = 100
+    tokens = 150  # 0.9 to 1.5 s per stream: every kill below lands mid-reply
     req = request(tokens=tokens)
     expected = expected_text(req)
     run = rng.randrange(1 << 30)
     groups: list[tuple[bool, list[str], Worker]] = []
     for group in range(4):
         keys = [f"kill-{run}-{group}-{i}" for i in range(5)]
-        drips = ",".join(str(0.004 + 0.001 * i) for i in range(5))
+        drips = ",".join(str(0.006 + 0.001 * i) for i in range(5))
         worker = Worker("produce", redis_server.url, upstream.base_url, str(lease),
                         ",".join(keys), str(tokens), drips)
         workers.append(worker)
@@ -159,7 +159,7 @@ async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
         results.setdefault(key, []).append((seen, time.monotonic()))
 
     async def killer(keys: list[str], worker: Worker) -> None:
-        await anyio.sleep(rng.uniform(0.05, 0.4))
+        await anyio.sleep(rng.uniform(0.05, 0.5))
         worker.kill()
         for key in keys:
             killed_at[key] = time.monotonic()
