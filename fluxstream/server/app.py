@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
 from http import HTTPStatus
 from typing import Any, Literal
+from urllib.parse import parse_qs
 
 import anyio
 import anyio.abc
@@ -37,6 +39,7 @@ from .connection import (
     set_reset_on_close,
     set_socket_options,
 )
+from .dialects import from_messages, from_responses
 from .faults import FaultError, Faults, build_faults, parse_fault_spec
 from .profiles import ProfileError, parse_profiles, split_model
 from .records import DisconnectRecord, Records, RequestRecord, ResponseRecord
@@ -49,6 +52,8 @@ from .render import (
     oversize_data,
     stream_events,
 )
+from .render_messages import message_object, messages_events, ping
+from .render_responses import response_id, response_object, responses_events
 from .script import CREATED, Script, build_script, continuation_prefix, dumps, request_digest
 
 __all__ = [
@@ -80,6 +85,36 @@ DEFAULT_IDLE_TIMEOUT = 60.0
 
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 _MODEL_PATHS = ("/v1/models", "/models")
+_RESPONSES_PATHS = ("/v1/responses", "/responses")
+_MESSAGES_PATHS = ("/v1/messages", "/messages")
+_RESPONSE_PATH = re.compile(r"(?:/v1)?/responses/([A-Za-z0-9_-]{1,128})")
+#: Background responses kept for ``GET /v1/responses/{id}`` (oldest dropped beyond this).
+MAX_STORED_RESPONSES = 1024
+#: Anthropic's error type per status (``{"type": "error", "error": {"type": ...}}`` bodies).
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error_json(status: int, message: str) -> bytes:
+    """Anthropic's error body for ``status``."""
+    kind = _ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+def _dialect(path: str) -> Literal["chat", "responses", "messages"]:
+    if path in _MESSAGES_PATHS:
+        return "messages"
+    if path in _RESPONSES_PATHS or path.startswith(("/v1/responses/", "/responses/")):
+        return "responses"
+    return "chat"
 
 
 class Server:
@@ -107,6 +142,8 @@ class Server:
         self.idle_timeout = idle_timeout
         self.records = Records()
         self._attempts: dict[str, int] = {}
+        #: Background responses: id -> (events, the final response object, profile set).
+        self._stored: dict[str, tuple[list[WireEvent], dict[str, Any], frozenset[str]]] = {}
         self._request_seq = 0
         self._connection_seq = 0
 
@@ -198,7 +235,7 @@ class Server:
         """Answer one request; ``False`` if the connection must close afterwards."""
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers]
         method = request.method.decode("ascii", "replace")
-        path = request.target.decode("latin-1").split("?", 1)[0]
+        path, _, query = request.target.decode("latin-1").partition("?")
         parsed: Any = None
         if body:
             try:
@@ -229,7 +266,9 @@ class Server:
             connection=conn.id,
             method=method,
             path=path,
-            headers=[(k, _redact(v) if k == "authorization" else v) for k, v in headers],
+            headers=[
+                (k, _redact(v) if k in ("authorization", "x-api-key") else v) for k, v in headers
+            ],
             json=parsed,
             body_bytes=len(body),
             time=time.monotonic(),
@@ -244,11 +283,10 @@ class Server:
             with anyio.CancelScope() as scope:
                 conn.response_scope = scope
                 if problem is not None:
-                    body_ = error_json(problem, "invalid_request_error")
-                    await conn.simple(400, body_)
+                    await self._error(conn, _dialect(path), 400, problem)
                 else:
                     conn.faults = faults
-                    await self._dispatch(conn, method, path, headers, parsed, names)
+                    await self._dispatch(conn, method, path, query, headers, parsed, names)
                 ending = "complete"
             if scope.cancelled_caught or conn.disconnected:
                 ending = "client-disconnect"
@@ -286,14 +324,21 @@ class Server:
         conn: Connection,
         method: str,
         path: str,
+        query: str,
         headers: list[tuple[str, str]],
         parsed: Any,
         names: frozenset[str],
     ) -> None:
         """Check the key, apply a status fault, route."""
+        dialect = _dialect(path)
         if self.api_key is not None:
             auth = _header(headers, "authorization")
-            if auth is None or auth != f"Bearer {self.api_key}":
+            bearer = auth == f"Bearer {self.api_key}"
+            if dialect == "messages":
+                if not bearer and _header(headers, "x-api-key") != self.api_key:
+                    await self._error(conn, dialect, 401, "invalid x-api-key")
+                    return
+            elif auth is None or not bearer:
                 message = (
                     "You didn't provide an API key. Provide it as 'Authorization: Bearer KEY'."
                     if auth is None
@@ -306,7 +351,7 @@ class Server:
                 )
                 return
         if conn.faults.status is not None:
-            await self._status_fault(conn, conn.faults)
+            await self._status_fault(conn, conn.faults, dialect)
         elif path in _MODEL_PATHS:
             if method != "GET":
                 await self._method_not_allowed(conn, "GET")
@@ -324,9 +369,36 @@ class Server:
                 await self._method_not_allowed(conn, "POST")
                 return
             await self._chat(conn, headers, parsed, names)
+        elif path in _RESPONSES_PATHS or path in _MESSAGES_PATHS:
+            if method != "POST":
+                await self._method_not_allowed(conn, "POST")
+                return
+            if path in _RESPONSES_PATHS:
+                await self._responses(conn, headers, parsed, names)
+            else:
+                await self._messages(conn, headers, parsed, names)
+        elif (found := _RESPONSE_PATH.fullmatch(path)) is not None:
+            if method != "GET":
+                await self._method_not_allowed(conn, "GET")
+                return
+            await self._get_response(conn, headers, found.group(1), query)
         else:
             message = f"Invalid URL ({method} {path})"
+            if dialect == "messages":
+                await conn.simple(404, anthropic_error_json(404, message))
+                return
             await conn.simple(404, error_json(message, "invalid_request_error", "not_found"))
+
+    async def _error(
+        self, conn: Connection, dialect: str, status: int, message: str
+    ) -> None:
+        """A JSON error in the dialect's own shape (Anthropic's for ``/v1/messages``)."""
+        if dialect == "messages":
+            await conn.simple(status, anthropic_error_json(status, message))
+            return
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        code = "invalid_api_key" if status == 401 else None
+        await conn.simple(status, error_json(message, kind, code))
 
     def _profiles_for(self, headers: list[tuple[str, str]], parsed: Any) -> frozenset[str]:
         header = _header(headers, PROFILE_HEADER)
@@ -351,10 +423,12 @@ class Server:
         body = error_json("Method not allowed", "invalid_request_error", "method_not_allowed")
         await conn.simple(405, body, extra=[("allow", allow)])
 
-    async def _status_fault(self, conn: Connection, faults: Faults) -> None:
+    async def _status_fault(self, conn: Connection, faults: Faults, dialect: str) -> None:
         status = faults.status or 500
         extra = [("retry-after", faults.retry_after)] if faults.retry_after else []
         phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        if status == 529:
+            phrase = "Overloaded"
         if faults.status_body == "html":
             html = (
                 f"<html><head><title>{status} {phrase}</title></head><body>"
@@ -369,6 +443,10 @@ class Server:
             404: ("invalid_request_error", "model_not_found"),
         }.get(status, ("server_error", None) if status >= 500 else ("invalid_request_error", None))
         message = f"fluxstream fault: status {status}" + (f" {phrase}" if phrase else "")
+        if dialect == "messages":
+            message = phrase if status == 529 else message
+            await conn.simple(status, anthropic_error_json(status, message), extra=extra)
+            return
         await conn.simple(status, error_json(message, kind, code), extra=extra)
 
     async def _chat(
@@ -396,6 +474,23 @@ class Server:
             stream_options.get("include_usage")
         )
         events = stream_events(script, names, include_usage)
+        await self._event_stream(conn, headers, script, events, names, extra, retry=RETRY_MS)
+
+    async def _event_stream(
+        self,
+        conn: Connection,
+        headers: list[tuple[str, str]],
+        script: Script,
+        events: list[WireEvent],
+        names: frozenset[str],
+        extra: list[tuple[str, str]],
+        *,
+        retry: int | None = None,
+        keepalive: bytes | None = None,
+    ) -> None:
+        """Start a ``text/event-stream`` answer and stream ``events`` (after the request's
+        ``Last-Event-ID``, if any) with the connection's faults; ``keepalive`` is what a
+        heartbeat is in this format (default: a ``: ping`` comment)."""
         last_id = _header(headers, "last-event-id")
         if last_id is not None and last_id.strip().isdigit():
             after = int(last_id.strip())
@@ -410,43 +505,56 @@ class Server:
             ],
             chunked=True,
         )
-        await self._stream(conn, script, events[:MAX_EVENTS_PER_REQUEST], names)
+        beat = keepalive if keepalive is not None else frame_comment(names)
+        await self._stream(conn, script, events[:MAX_EVENTS_PER_REQUEST], names, retry, beat)
 
     async def _stream(
-        self, conn: Connection, script: Script, events: list[WireEvent], names: frozenset[str]
+        self,
+        conn: Connection,
+        script: Script,
+        events: list[WireEvent],
+        names: frozenset[str],
+        retry: int | None,
+        beat: bytes,
     ) -> None:
         faults = conn.faults
-        await self._after_events(conn, script, names, 0)
+        await self._after_events(conn, script, names, 0, beat)
         if faults.batch and not (
             faults.drip or faults.stall or faults.oversize is not None
             or faults.drop_after_events is not None or faults.drop_after is not None
         ):
-            await self._stream_batched(conn, events, names, faults.batch)
+            await self._stream_batched(conn, events, names, faults.batch, retry, beat)
             return
         for position, event in enumerate(events):
             if position and faults.drip:
                 await anyio.sleep(faults.drip)
-            data = frame(event, names, retry=RETRY_MS if position == 0 else None)
+            data = frame(event, names, retry=retry if position == 0 else None)
             if faults.drop_after_events is not None and conn.events >= faults.drop_after_events:
                 await conn.drop_mid_event(data)
             if position and "heartbeats" in names:
-                await conn.body(frame_comment(names))
+                await conn.body(beat)
             await conn.body(data)
             conn.events += 1
-            await self._after_events(conn, script, names, conn.events)
+            await self._after_events(conn, script, names, conn.events, beat)
         if faults.drop_after_events is not None and conn.events >= faults.drop_after_events:
             raise Dropped
         await conn.end()
 
     async def _stream_batched(
-        self, conn: Connection, events: list[WireEvent], names: frozenset[str], size: int
+        self,
+        conn: Connection,
+        events: list[WireEvent],
+        names: frozenset[str],
+        size: int,
+        retry: int | None,
+        beat: bytes,
     ) -> None:
         """The same bytes as :meth:`_stream`, written in batches of at least ``size`` bytes."""
         buffer = bytearray()
         for position, event in enumerate(events):
             if position and "heartbeats" in names:
-                buffer += frame_comment(names)
-            buffer += frame(event, names, retry=RETRY_MS if position == 0 else None)
+                buffer += beat
+            buffer += frame(event, names, retry=retry if position == 0 else None)
             conn.events += 1
             if len(buffer) >= size:
                 await conn.body(bytes(buffer))
@@ -456,7 +564,7 @@ class Server:
         await conn.end()
 
     async def _after_events(
-        self, conn: Connection, script: Script, names: frozenset[str], count: int
+        self, conn: Connection, script: Script, names: frozenset[str], count: int, beat: bytes
     ) -> None:
         """Faults that fire once ``count`` events have been written: stall, oversize."""
         faults = conn.faults
@@ -472,10 +580,90 @@ class Server:
                         break
                     await anyio.sleep(min(interval, remaining))
                     if deadline - anyio.current_time() > 0:
-                        await conn.body(frame_comment(names))
+                        await conn.body(beat)
         if faults.oversize is not None and count == faults.oversize_after_events:
             big = WireEvent(None, oversize_data(script, faults.oversize))
             await conn.body(frame(big, names, wrap=False))
+
+
+    # -- Responses and Messages ----------------------------------------------------------------
+
+    async def _responses(
+        self, conn: Connection, headers: list[tuple[str, str]], parsed: Any,
+        names: frozenset[str],
+    ) -> None:
+        """``POST /v1/responses``: the chat script of the translated request, rendered as
+        Responses events; a ``background`` response is stored for ``GET`` resumes."""
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("input"), (str, list)):
+            message = "The request body must be a JSON object with an 'input' string or array."
+            await self._error(conn, "responses", 400, message)
+            return
+        script = build_script(from_responses(parsed), names, token_cap=True)
+        background = parsed.get("background") is True
+        events = responses_events(script, names, background=background)
+        final = response_object(script, names, background=background)
+        if background:
+            if len(self._stored) >= MAX_STORED_RESPONSES:
+                self._stored.pop(next(iter(self._stored)))
+            self._stored[response_id(script)] = (events, final, names)
+        if parsed.get("stream") is not True or "json" in names:
+            await conn.simple(200, dumps(final).encode())
+            return
+        await self._event_stream(conn, headers, script, events, names, [])
+
+    async def _get_response(
+        self, conn: Connection, headers: list[tuple[str, str]], rid: str, query: str
+    ) -> None:
+        """``GET /v1/responses/{id}`` of a background response: the object, or with
+        ``stream=true`` its events after ``starting_after`` (OpenAI's resume)."""
+        stored = self._stored.get(rid)
+        if stored is None:
+            message = f"No response found with id '{rid}'."
+            await conn.simple(404, error_json(message, "invalid_request_error", "not_found"))
+            return
+        events, final, names = stored
+        params = parse_qs(query)
+        if params.get("stream", ["false"])[-1].lower() != "true":
+            await conn.simple(200, dumps(final).encode())
+            return
+        after_text = params.get("starting_after", ["-1"])[-1]
+        try:
+            after = int(after_text)
+        except ValueError:
+            message = f"Invalid 'starting_after': {after_text!r} is not an integer."
+            await conn.simple(400, error_json(message, "invalid_request_error"))
+            return
+        rest = [e for e in events if json.loads(e.data)["sequence_number"] > after]
+        script = build_script({"messages": []})  # only for an oversize fault's skeleton
+        await self._event_stream(conn, headers, script, rest, names, [])
+
+    async def _messages(
+        self, conn: Connection, headers: list[tuple[str, str]], parsed: Any,
+        names: frozenset[str],
+    ) -> None:
+        """``POST /v1/messages``: the chat script of the translated request (a trailing
+        assistant message is the prefill the reply continues), as Anthropic events."""
+        if (
+            not isinstance(parsed, dict)
+            or not isinstance(parsed.get("messages"), list)
+            or not isinstance(parsed.get("max_tokens"), int)
+        ):
+            message = "The request body must be a JSON object with 'messages' and 'max_tokens'."
+            await self._error(conn, "messages", 400, message)
+            return
+        canonical = from_messages(parsed)
+        script = build_script(canonical, names, token_cap=True)
+        extra: list[tuple[str, str]] = []
+        if continuation_prefix(canonical) is not None:
+            handled = "continued" if script.prefix is not None else "ignored"
+            extra.append((CONTINUATION_HEADER.lower(), handled))
+        if parsed.get("stream") is not True or "json" in names:
+            await conn.simple(200, dumps(message_object(script, names)).encode(), extra=extra)
+            return
+        events = messages_events(script, names)
+        await self._event_stream(
+            conn, headers, script, events, names, extra, keepalive=ping(names)
+        )
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

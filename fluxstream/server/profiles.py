@@ -48,6 +48,10 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
         " min(12, len(prefix)) code points of the prefix, an overlap the client must cut"
     ),
     "json": "ignores `stream` and answers one application/json chat.completion",
+    "sse-ids": (
+        "Responses / Messages events also carry `id:` lines (as some gateways add), so"
+        " Last-Event-ID can resume them"
+    ),
 }
 
 #: The profile names, in a fixed order (the order used when rendering and reporting).

@@ -38,10 +38,12 @@ RETRY_MS = 50
 
 @dataclass(frozen=True)
 class WireEvent:
-    """One SSE event: ``seq`` is sent as its ``id:`` (``None``: no id line); ``data`` is text."""
+    """One SSE event: ``seq`` is sent as its ``id:`` (``None``: no id line); ``data`` is text;
+    ``event`` the ``event:`` line of the named-event formats (``None``: none)."""
 
     seq: int | None
     data: str
+    event: str | None = None
 
 
 def _delta(role: bool, body: dict[str, Any]) -> dict[str, Any]:
@@ -229,10 +231,13 @@ def split_json(text: str, every: int = 4) -> list[str]:
 def frame(
     event: WireEvent, names: frozenset[str], *, retry: int | None = None, wrap: bool = True
 ) -> bytes:
-    """The bytes of one event: ``id:``, optional ``retry:``, ``data:`` line(s), blank line."""
+    """The bytes of one event: ``event:`` and ``id:`` when set, optional ``retry:``, ``data:``
+    line(s), blank line."""
     sep = ":" if "nospace" in names else ": "
     eol = "\r\n" if "crlf" in names else "\n"
     lines: list[str] = []
+    if event.event is not None:
+        lines.append(f"event{sep}{event.event}")
     if event.seq is not None:
         lines.append(f"id{sep}{event.seq}")
     if retry is not None:

@@ -19,6 +19,12 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   with arguments built from each tool's JSON schema (natural sample values, see
   :func:`.content.tool_arguments`); there is no text and the finish reason
   is ``tool_calls``. The arguments are streamed in small fragments interleaved across calls.
+* **Structured output**: with a ``response_format`` JSON schema (or ``json_object``) the text
+  is a JSON value made from the schema (:func:`.schema_value.schema_value`: every property,
+  arrays of a few items, ``$ref``, ``anyOf`` with null, non-ASCII strings), streamed in small
+  uneven pieces (:func:`json_pieces`); a ``tool_choice`` that forces one tool by name gives
+  one call whose arguments are such a value for the tool's whole schema. ``max_tokens`` cuts
+  either at that many pieces, and the finish reason is then ``length``.
 * ``n`` choices each get their own text (opening differently) and their own finish.
 * **Usage** counts words of the prompt and deltas of the reply.
 * **Continuation** (assistant-prefix completion, as DeepSeek's and Mistral's ``prefix``): when
@@ -46,6 +52,7 @@ from typing import Any
 
 from .content import reasoning_deltas, text_deltas, tool_arguments
 from .profiles import parse_profiles
+from .schema_value import schema_value
 
 __all__ = [
     "CREATED",
@@ -66,7 +73,10 @@ __all__ = [
     "dumps",
     "error_cut",
     "expected_reply",
+    "forced_tool",
+    "json_pieces",
     "request_digest",
+    "response_schema",
     "strip_prefix",
 ]
 
@@ -234,6 +244,66 @@ def _fragments(text: str) -> list[str]:
     return [text[i : i + FRAGMENT_SIZE] for i in range(0, len(text), FRAGMENT_SIZE)] or [""]
 
 
+#: Code points per piece of streamed structured JSON, in a cycle: small and uneven, so pieces
+#: end inside strings, escapes, numbers, keys and multi-code-point emoji alike.
+_PIECE_SIZES = (3, 5, 2, 7, 4, 1, 6)
+#: What a ``json_object`` response format (no schema) gets.
+_JSON_OBJECT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}},
+    "required": ["answer", "confidence"],
+}
+
+
+def json_pieces(text: str) -> tuple[str, ...]:
+    """``text`` cut into the small uneven pieces structured output is streamed in."""
+    out: list[str] = []
+    pos = 0
+    for i in range(len(text)):
+        if pos >= len(text):
+            break
+        size = _PIECE_SIZES[i % len(_PIECE_SIZES)]
+        out.append(text[pos : pos + size])
+        pos += size
+    return tuple(out) or ("",)
+
+
+def response_schema(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The JSON schema the reply's content must fit (chat ``response_format``), or ``None``.
+
+    ``{"type": "json_schema", "json_schema": {"schema": S}}`` gives ``S``; ``json_object``
+    gives a small fixed object schema.
+    """
+    fmt = request.get("response_format")
+    if not isinstance(fmt, Mapping):
+        return None
+    if fmt.get("type") == "json_schema":
+        spec = fmt.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, Mapping) else None
+        return schema if isinstance(schema, Mapping) else {"type": "object"}
+    if fmt.get("type") == "json_object":
+        return _JSON_OBJECT_SCHEMA
+    return None
+
+
+def _tool_name(tool: Any) -> str | None:
+    function = tool.get("function") if isinstance(tool, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def forced_tool(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The tool ``tool_choice`` forces by name (``{"type": "function", "function": {"name":
+    N}}``), if it is among ``tools``: its arguments are the whole schema-shaped value."""
+    choice = request.get("tool_choice")
+    function = choice.get("function") if isinstance(choice, Mapping) else None
+    name = function.get("name") if isinstance(function, Mapping) else None
+    tools = request.get("tools")
+    if not isinstance(name, str) or not isinstance(tools, list):
+        return None
+    return next((t for t in tools if _tool_name(t) == name), None)
+
+
 def _interleave(calls: Sequence[ToolCallScript]) -> tuple[tuple[int, str], ...]:
     queues = [_fragments(call.arguments) for call in calls]
     out: list[tuple[int, str]] = []
@@ -304,27 +374,63 @@ def _continue(script: Script, prefix: str, names: frozenset[str]) -> Script:
     return replace(script, choices=(continued,), reasoning=False, prefix=prefix)
 
 
-def build_script(request: Mapping[str, Any], profiles: Iterable[str] | str | None = None) -> Script:
+def build_script(
+    request: Mapping[str, Any],
+    profiles: Iterable[str] | str | None = None,
+    *,
+    token_cap: bool = False,
+) -> Script:
     """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``.
 
     A continuation request (see :func:`continuation_prefix`) gets the continuation of the
-    original request's reply (see the module docstring).
+    original request's reply (see the module docstring). ``token_cap`` (the Responses and
+    Messages dialects): ``max_tokens`` only ever shortens the plain answer, and a cut answer
+    finishes ``length`` (Chat Completions keeps its historical "longer reply goes on").
+    Structured content (:func:`response_schema`, :func:`forced_tool`) is always cut by
+    ``max_tokens`` with finish ``length``.
     """
     names = parse_profiles(profiles)
     prefix = continuation_prefix(request)
     if prefix is None:
-        return _build(request, names)
-    return _continue(_build(strip_prefix(request), names), prefix, names)
+        return _build(request, names, token_cap)
+    return _continue(_build(strip_prefix(request), names, token_cap), prefix, names)
 
 
-def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
+def _forced_call(
+    tool: Mapping[str, Any], digest: str, choice: int, limit: int | None
+) -> tuple[ToolCallScript, tuple[tuple[int, str], ...], bool]:
+    """The one call of a forced tool: the whole schema-shaped value, cut at ``limit`` pieces."""
+    function = tool.get("function")
+    params = function.get("parameters") if isinstance(function, Mapping) else None
+    value = schema_value(params if isinstance(params, Mapping) else {"type": "object"}, seed=choice)
+    args = value if isinstance(value, dict) else {"value": value}
+    pieces = json_pieces(dumps(args))
+    cut = limit is not None and len(pieces) > limit
+    if cut:
+        pieces = pieces[:limit]
+    call = ToolCallScript(
+        index=0,
+        id=f"call_{digest[:12]}_{choice}_0",
+        name=_tool_name(tool) or "tool_0",
+        arguments="".join(pieces),
+        args=args,
+    )
+    return call, tuple((0, p) for p in pieces), cut
+
+
+def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -> Script:
     digest = request_digest(request)
     messages = request.get("messages")
     prompt = _prompt(messages if isinstance(messages, list) else [])
     model = request.get("model")
     model_name = model.partition("@")[0] if isinstance(model, str) else "fluxstream"
-    count = _int_param(request, "max_completion_tokens", "max_tokens")
-    count = DEFAULT_DELTAS if count is None else max(1, min(count, MAX_DELTAS))
+    limit = _int_param(request, "max_completion_tokens", "max_tokens")
+    limit = None if limit is None else max(1, min(limit, MAX_DELTAS))
+    count = DEFAULT_DELTAS if limit is None else limit
+    if token_cap:
+        count = min(count, DEFAULT_DELTAS)
+    schema = response_schema(request)
+    forced = forced_tool(request)
     n = _int_param(request, "n") or 1
     n = max(1, min(n, MAX_CHOICES))
     effort = request.get("reasoning_effort")
@@ -337,6 +443,19 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
     for c in range(n):
         rdeltas = reasoning_deltas(max(1, count // 2), c) if reasoning else ()
         calls: tuple[ToolCallScript, ...] = ()
+        if use_tools and forced is not None:
+            call, fragments, cut = _forced_call(forced, digest, c, limit)
+            choices.append(
+                ChoiceScript(
+                    index=c,
+                    reasoning_deltas=rdeltas,
+                    text_deltas=(),
+                    tool_calls=(call,),
+                    tool_fragments=fragments,
+                    finish_reason="length" if cut else "tool_calls",
+                )
+            )
+            continue
         if use_tools:
             assert isinstance(tools, list)
             built = []
@@ -354,14 +473,26 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
                     )
                 )
             calls = tuple(built)
+        finish = "tool_calls" if calls else "stop"
+        texts: tuple[str, ...] = ()
+        if calls:
+            pass
+        elif schema is not None:
+            texts = json_pieces(dumps(schema_value(schema, seed=c)))
+            if limit is not None and len(texts) > limit:
+                texts, finish = texts[:limit], "length"
+        else:
+            texts = text_deltas(count, c)
+            if token_cap and limit is not None and limit < DEFAULT_DELTAS:
+                finish = "length"
         choices.append(
             ChoiceScript(
                 index=c,
                 reasoning_deltas=rdeltas,
-                text_deltas=() if calls else text_deltas(count, c),
+                text_deltas=texts,
                 tool_calls=calls,
                 tool_fragments=_interleave(calls),
-                finish_reason="tool_calls" if calls else "stop",
+                finish_reason=finish,
             )
         )
 
