@@ -23,7 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluxstream.errors import FrameDecodeError
-from fluxstream.events import End, ErrorEvent, Finish, Outcome, ReasoningBlock, SkippedFrame
+from fluxstream.events import (
+    End,
+    ErrorEvent,
+    Finish,
+    Outcome,
+    ReasoningBlock,
+    SkippedFrame,
+    TextDelta,
+)
 from fluxstream.parser import StreamParser, replay
 
 FILES = chat_streams("anth-")
@@ -482,3 +490,57 @@ def test_never_shown_data_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     assert reply.skipped_frames == 2
     assert reply.choices[0].reasoning_blocks == [
         {"type": "thinking", "thinking": "", "signature": "s" * 80}]
+
+
+# --------------------------------------------------------------------------- surrogates
+
+
+def _raw(*payloads: str) -> bytes:
+    """Frames written by hand, so that ``\\ud83d`` escapes stay exactly as a server sent them."""
+    return b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
+
+
+def _text_delta_json(index: int, text_json: str) -> str:
+    return ('{"type":"content_block_delta","index":' + str(index)
+            + ',"delta":{"type":"text_delta","text":' + text_json + "}}")
+
+
+def test_an_emoji_cut_by_utf16_unit_across_events_is_one_code_point() -> None:
+    """Node-based gateways cut text by UTF-16 unit: the high half ends one event, the low half
+    starts the next. Neither event is valid for the fast decoder; no text may be lost."""
+    head = frame(start(), block(0, type="text", text=""))
+    body = _raw(_text_delta_json(0, '"hi \\ud83d"'), _text_delta_json(0, '"\\ude00 there"'),
+                '{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta",'
+                '"thinking":"x"}}')
+    tail = frame(message_delta("end_turn"), STOP)
+    events, parser = run([head + body + tail], format="anthropic_messages")
+    reply = parser.reply
+    assert reply.text == "hi \U0001f600 there"
+    assert [(e.offset, e.text) for e in events if isinstance(e, TextDelta)] == [
+        (0, "hi "), (3, "\U0001f600 there")]
+    assert reply.skipped_frames == 1  # the thinking delta for a text block
+    reply.model_dump_json()  # serialisable: no lone half anywhere
+    check_events_rebuild_reply(events, reply)
+
+
+def test_a_half_still_held_at_the_end_becomes_the_replacement_character() -> None:
+    body = (frame(start(), block(0, type="text", text=""))
+            + _raw(_text_delta_json(0, '"end \\ud83d"'), _text_delta_json(0, '"\\ude00"'),
+                   _text_delta_json(0, '"\\udfff lone low, then high \\ud83d"'))
+            + frame(message_delta("end_turn"), STOP))
+    reply = replay([body], format="anthropic_messages")
+    assert reply.text == "end \U0001f600\ufffd lone low, then high \ufffd"
+    reply.model_dump_json()
+
+
+def test_tool_arguments_and_errors_with_halves() -> None:
+    body = (frame(start(), block(1, type="tool_use", id="t", name="f", input={}))
+            + _raw('{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",'
+                   '"partial_json":"{\\"e\\": \\"\\ud83d"}}',
+                   '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",'
+                   '"partial_json":"\\ude00\\"}"}}',
+                   '{"type":"error","error":{"type":"x","message":"bad \\ud83d"}}'))
+    reply = replay([body], format="anthropic_messages")
+    assert reply.choices[0].tool_calls[0].parse_arguments() == {"e": "\U0001f600"}
+    assert reply.error is not None and reply.error.message == "bad \ufffd"
+    reply.model_dump_json()

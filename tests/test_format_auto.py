@@ -4,6 +4,7 @@ the unified finish reason of Chat Completions."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from fixture_files import chat_streams, require
 from format_corpus import MODES, check_events_rebuild_reply, check_reply, expected, reads, run
 
-from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame
+from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame, TextDelta
 from fluxstream.formats import FORMATS, AutoFormat, ChatCompletionsFormat, detect
 from fluxstream.parser import StreamParser, replay
 from fluxstream.reply import unified_stop
@@ -281,3 +282,44 @@ def test_fuzz_auto_on_mixed_hostile_streams(payloads: list[dict[str, Any]],
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=8, unique=True)))
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     assert run(pieces, format="auto")[0] == events
+
+
+def _utf16_pieces(text: str, cuts: list[int]) -> list[str]:
+    """``text`` cut at UTF-16 unit positions (a cut may fall between a pair's halves)."""
+    units = text.encode("utf-16-le")
+    bounds = sorted({0, *(2 * c for c in cuts if 0 < 2 * c < len(units)), len(units)})
+    return [units[a:b].decode("utf-16-le", "surrogatepass")
+            for a, b in itertools.pairwise(bounds)]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12),
+       st.lists(st.integers(0, 30), max_size=8), st.sampled_from(["responses", "anthropic"]))
+def test_text_cut_by_utf16_unit_is_never_lost_or_garbled(text: str, cuts: list[int],
+                                                          fmt: str) -> None:
+    """Any text, cut anywhere by UTF-16 unit into events with ``\\u`` escapes (as Node-based
+    servers send them), assembles to exactly that text in both formats, with and without
+    ``auto``; every delivered fragment is valid UTF-8."""
+    pieces = _utf16_pieces(text, cuts)
+    if fmt == "responses":
+        frames = [{"type": "response.created", "response": {"id": "r"}}]
+        frames += [{"type": "response.output_text.delta", "output_index": 0,
+                    "content_index": 0, "delta": p} for p in pieces]
+        frames.append({"type": "response.completed", "response": {"status": "completed"}})
+        name = "responses"
+    else:
+        frames = [{"type": "message_start", "message": {"id": "m"}},
+                  {"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "text", "text": ""}}]
+        frames += [{"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": p}} for p in pieces]
+        frames += [{"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+                   {"type": "message_stop"}]
+        name = "anthropic_messages"
+    body = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+    for f in (name, "auto"):
+        events, parser = run([body], format=f)
+        assert parser.reply.text == text
+        for ev in events:
+            if isinstance(ev, TextDelta):
+                ev.text.encode("utf-8")

@@ -504,3 +504,36 @@ def test_kept_reasoning_items_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
              for i in range(4)]
     _, reply = go(created(), *items, terminal())
     assert len(reply.choices[0].reasoning_blocks) == 2 and reply.skipped_frames == 2
+
+
+# --------------------------------------------------------------------------- surrogates
+
+
+def test_an_emoji_cut_by_utf16_unit_across_events_is_one_code_point() -> None:
+    body = frame(created()) + (
+        b'data: {"type":"response.output_text.delta","output_index":0,"content_index":0,'
+        b'"delta":"a\\ud83d"}\n\n'
+        b'data: {"type":"response.output_text.delta","output_index":0,"content_index":0,'
+        b'"delta":"\\ude00b"}\n\n'
+    ) + frame(fc(1), args_delta(1, '{"e":"')) + (
+        b'data: {"type":"response.function_call_arguments.delta","output_index":1,'
+        b'"delta":"\\ud83d"}\n\n'
+        b'data: {"type":"response.function_call_arguments.delta","output_index":1,'
+        b'"delta":"\\ude00\\"}"}\n\n'
+    ) + frame(terminal())
+    events, parser = run([body], format="responses")
+    reply = parser.reply
+    assert reply.text == "a\U0001f600b" and reply.skipped_frames == 0
+    assert reply.choices[0].tool_calls[0].parse_arguments() == {"e": "\U0001f600"}
+    assert [(e.offset, e.text) for e in events if isinstance(e, TextDelta)] == [
+        (0, "a"), (1, "\U0001f600b")]
+    check_events_rebuild_reply(events, reply)
+    reply.model_dump_json()
+
+
+def test_a_high_half_held_at_the_terminal_event_is_replaced() -> None:
+    body = frame(created()) + (
+        b'data: {"type":"response.output_text.delta","output_index":0,"content_index":0,'
+        b'"delta":"x\\ud83d"}\n\n') + frame(terminal())
+    reply = replay([body], format="responses")
+    assert reply.text == "x\ufffd" and reply.outcome is Outcome.DONE

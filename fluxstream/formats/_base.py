@@ -40,6 +40,7 @@ from ..events import (
 )
 from ..sse import ServerSentEvent
 from ..wire import Usage
+from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
 __all__ = [
     "MAX_KEPT_CHARS",
@@ -57,6 +58,7 @@ __all__ = [
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
+_FOLD = 256  # argument fragments kept per call before folding them into one string
 #: Characters of never-shown provider data (thinking signatures, redacted thinking, reasoning
 #: items) kept per stream. It is not part of the reply's text, so ``max_reply_chars`` does not
 #: bound it; this does (real streams keep kilobytes).
@@ -210,6 +212,7 @@ class JsonEventFormat:
     """Base of the formats whose frames are typed JSON events describing one choice."""
 
     __slots__ = (
+        "_held",
         "calls",
         "cut",
         "done",
@@ -223,11 +226,17 @@ class JsonEventFormat:
         "reasoning",
         "reconnected",
         "refusal",
+        "scan",
         "skipped",
         "started",
         "strict",
         "text",
     )
+
+    #: Event types whose strings are streamed text fragments: a payload of one of these that
+    #: only ``json.loads`` can decode (lone UTF-16 surrogate halves) keeps its halves for
+    #: :meth:`join`; any other such payload is cleaned whole (halves -> U+FFFD).
+    delta_kinds: frozenset[str] = frozenset()
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         self.key = key
@@ -249,6 +258,11 @@ class JsonEventFormat:
         self.reasoning = 0
         self.refusal = 0
         self.calls: dict[int, ToolCallState] = {}
+        #: Fragments may hold lone surrogate halves (see :mod:`._surrogates`): set by the first
+        #: payload only ``json.loads`` could decode, and by :meth:`feed_chunk`.
+        self.scan = False
+        #: Per channel, a high surrogate half held for the channel's next fragment.
+        self._held: dict[object, str] = {}
 
     # ------------------------------------------------------------------ resume hooks
 
@@ -263,6 +277,7 @@ class JsonEventFormat:
         self.new_choices = []
         self.text = self.reasoning = self.refusal = 0
         self.calls = {}
+        self._held = {}
 
     def restore(
         self,
@@ -309,29 +324,47 @@ class JsonEventFormat:
                 # Never sent by these APIs, but test harnesses and proxies append it.
                 self.done = True
                 self.done_reason = "sentinel"
-                return []
+                out: list[Event] = []
+                self.flush_held(out)
+                return out
             if not stripped:
                 return []  # an empty data frame: a keep-alive
+        raw = False
         try:
             obj = _loads(data)
         except ValueError as exc:
-            return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            obj = fallback_loads(data)  # lone surrogate halves: json.loads keeps them
+            if obj is None:
+                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            raw = self.scan = True
         if obj.__class__ is not dict:
             return self._bad_frame(data, "not a JSON object", False)
         event = sse.event
         if event == "error":
-            return self.dispatch("error", obj)
+            return self.dispatch("error", self._cleaned(obj) if raw else obj)
         kind = obj.get("type")
         if kind.__class__ is not str:
             kind = event
+        if raw and kind not in self.delta_kinds:
+            obj = self._cleaned(obj)
         return self.dispatch(kind, obj)
 
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
-        """One event another SDK already decoded (a dict with its ``type``)."""
+        """One event another SDK already decoded (a dict with its ``type``; its strings may
+        hold lone surrogate halves, as ``json.loads`` keeps them)."""
         if self.done:
             return []
+        self.scan = True
         kind = obj.get("type")
-        return self.dispatch(kind if isinstance(kind, str) else "", obj)
+        kind = kind if isinstance(kind, str) else ""
+        if kind not in self.delta_kinds:
+            obj = self._cleaned(obj)
+        return self.dispatch(kind, obj)
+
+    @staticmethod
+    def _cleaned(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        cleaned = clean_tree(obj)
+        return cleaned if isinstance(cleaned, Mapping) else obj
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:  # pragma: no cover
         """One typed event (``kind`` is its ``type``): the format's own vocabulary."""
@@ -356,7 +389,7 @@ class JsonEventFormat:
             data = "<unserialisable>"
             with contextlib.suppress(TypeError, ValueError):
                 data = compact(data)
-        return [SkippedFrame(reason, data[:_EXCERPT])]
+        return [SkippedFrame(reason, fix_surrogates(data[:_EXCERPT]))]
 
     def keep(self, size: int) -> bool:
         """Account for ``size`` characters of never-shown data; ``False`` (keep nothing) once
@@ -374,20 +407,74 @@ class JsonEventFormat:
             self.started = True
             self.new_choices.append(0)
 
+    def join(self, channel: object, text: str) -> str:
+        """(``scan`` mode) ``text`` with the channel's held high half in front and its own
+        trailing high half held back, pairs joined into code points, lone halves replaced:
+        an emoji cut by UTF-16 unit across two events is delivered once, whole."""
+        held = self._held.pop(channel, None)
+        if held is not None:
+            text = held + text
+        if text and is_high_half(text[-1]):
+            self._held[channel] = text[-1]
+            text = text[:-1]
+        return fix_surrogates(text)
+
+    def flush_held(self, out: list[Event]) -> None:
+        """The choice ends: a half still held is delivered as U+FFFD (at a cut end it is
+        simply never delivered, like the rest of the cut payload)."""
+        held = self._held
+        if not held:
+            return
+        self._held = {}
+        for channel in held:
+            if channel == "text":
+                self.add_text(REPLACEMENT, out)
+            elif channel == "reasoning":
+                self.add_reasoning(REPLACEMENT, out)
+            elif channel == "refusal":
+                self.add_refusal(REPLACEMENT, out)
+            elif isinstance(channel, tuple):
+                self.add_tool_text(channel[1], REPLACEMENT, out)
+
     def add_text(self, text: str, out: list[Event]) -> None:
+        if self.scan:
+            text = self.join("text", text)
+            if not text:
+                return
         if not self.started:
             self.start()
         out.append(text_delta(self.key, 0, self.text, text))
         self.text += len(text)
 
-    def add_reasoning(self, text: str, out: list[Event]) -> None:
+    def add_reasoning(self, text: str, out: list[Event], *, joined: bool = False) -> None:
+        if self.scan and not joined:
+            text = self.join("reasoning", text)
+            if not text:
+                return
         if not self.started:
             self.start()
         out.append(reasoning_delta(self.key, 0, self.reasoning, text))
         self.reasoning += len(text)
 
     def add_refusal(self, text: str, out: list[Event]) -> None:
+        if self.scan:
+            text = self.join("refusal", text)
+            if not text:
+                return
         if not self.started:
             self.start()
         out.append(refusal_delta(self.key, 0, self.refusal, text))
         self.refusal += len(text)
+
+    def add_tool_text(self, index: int, text: str, out: list[Event]) -> None:
+        """An argument fragment of an open call (after :meth:`join` when scanning)."""
+        call = self.calls.get(index)
+        if call is None or not text:
+            return
+        out.append(tool_delta(self.key, 0, index, None, None, text, call.length))
+        call.length += len(text)
+        fragments = call.fragments
+        if fragments is not None:
+            fragments.append(text)
+            if len(fragments) > _FOLD:
+                call.fragments = ["".join(fragments)]

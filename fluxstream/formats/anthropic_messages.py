@@ -104,13 +104,16 @@ class AnthropicMessagesFormat(JsonEventFormat):
 
     # ------------------------------------------------------------------ events
 
+    delta_kinds = frozenset({"content_block_delta"})
+
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         if kind == "content_block_delta":
             # Hot path, inlined (nearly every event is one of these two): a text or argument
-            # fragment for a block of the right kind. Anything else takes ``_delta``.
+            # fragment for a block of the right kind. Anything else (and every fragment once
+            # lone surrogate halves were seen: ``scan``) takes ``_delta``.
             delta = obj.get("delta")
             index = obj.get("index")
-            if delta.__class__ is dict and index.__class__ is int:
+            if delta.__class__ is dict and index.__class__ is int and not self.scan:
                 block = self._blocks.get(index)
                 if block is not None:
                     dkind = delta.get("type")
@@ -152,6 +155,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "message_stop":
             out = []
             self._close_all(out)
+            self.flush_held(out)
             self.start()
             self.done = True
             self.done_reason = "message_stop"
@@ -205,6 +209,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if reason and reason != self._stop:
             # The content is over: tool blocks that never got a fragment get their input now.
             self._close_all(out)
+            self.flush_held(out)
             self._stop = reason
             out.append(Finish(self.key, 0, reason, unified_stop(reason)))
         return out
@@ -254,6 +259,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             new_name = name if name and isinstance(name, str) and call.name is None else None
             call.id = call.id or new_id
             call.name = call.name or new_name
+            call.fragments = None  # nothing compares them here: not kept
             call.start_input = block.get("input")
             out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
         elif kind in _IGNORED_BLOCKS or (isinstance(kind, str) and kind.endswith("_result")):
@@ -282,18 +288,22 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "input_json_delta" and bkind == "tool":
             text = delta.get("partial_json")
             if text and text.__class__ is str:
-                call = self.calls[index]
-                out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
-                call.length += len(text)
+                if self.scan:
+                    text = self.join(("tool", index), text)
+                self.add_tool_text(index, text, out)
             return out
         if kind == "thinking_delta" and bkind == "thinking":
             text = delta.get("thinking")
             if text and text.__class__ is str:
+                if self.scan:
+                    text = self.join("reasoning", text)
+                    if not text:
+                        return out
                 parts = block.parts
                 parts.append(text)
                 if len(parts) > _FOLD:
                     block.parts = ["".join(parts)]
-                self.add_reasoning(text, out)
+                self.add_reasoning(text, out, joined=True)
             return out
         if kind == "signature_delta" and bkind == "thinking":
             signature = delta.get("signature")

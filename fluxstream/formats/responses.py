@@ -53,6 +53,7 @@ from ._base import (
     tool_delta,
     usage,
 )
+from ._surrogates import fix_surrogates
 
 __all__ = ["ResponsesFormat"]
 
@@ -104,6 +105,12 @@ class ResponsesFormat(JsonEventFormat):
 
     # ------------------------------------------------------------------ events
 
+    delta_kinds = frozenset({
+        "response.output_text.delta", "response.reasoning_summary_text.delta",
+        "response.reasoning_text.delta", "response.refusal.delta",
+        "response.function_call_arguments.delta",
+    })
+
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         seq = obj.get("sequence_number")
         if seq.__class__ is int:
@@ -113,8 +120,9 @@ class ResponsesFormat(JsonEventFormat):
                 self.replayed += 1
                 return []
             self.sequence = seq
-        if kind == "response.output_text.delta":
-            # Hot path, inlined: nearly every event of a text reply is one of these.
+        if kind == "response.output_text.delta" and not self.scan:
+            # Hot path, inlined: nearly every event of a text reply is one of these (once lone
+            # surrogate halves were seen, ``scan``, the general path joins them).
             text = obj.get("delta")
             if text.__class__ is not str or not text:
                 return []
@@ -132,7 +140,7 @@ class ResponsesFormat(JsonEventFormat):
             text = obj.get("delta")
             index: Any = obj.get("output_index")
             call = self.calls.get(index) if index.__class__ is int else None
-            if call is None or text.__class__ is not str:
+            if call is None or text.__class__ is not str or self.scan:
                 self._arguments_delta(obj, out)  # the general path: checks, skips, opens
                 return out
             if not text:
@@ -145,7 +153,9 @@ class ResponsesFormat(JsonEventFormat):
                 if len(fragments) > _FOLD:
                     call.fragments = ["".join(fragments)]
             return [tool_delta(self.key, 0, index, None, None, text, offset)]
-        if kind == "response.reasoning_summary_text.delta":
+        if kind == "response.output_text.delta":
+            self._delta("text", obj, out)
+        elif kind == "response.reasoning_summary_text.delta":
             self._delta("reasoning", obj, out, "summary_index")
         elif kind == "response.reasoning_text.delta":
             self._delta("reasoning", obj, out)
@@ -290,6 +300,8 @@ class ResponsesFormat(JsonEventFormat):
                              "integer output_index", obj)
             return
         call, fresh = self._call(index)  # a delta before its item: still this call's text
+        if self.scan:
+            text = self.join(("tool", index), text)
         if not text and not fresh:
             return
         out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
@@ -322,6 +334,9 @@ class ResponsesFormat(JsonEventFormat):
         new_name: str | None,
     ) -> None:
         """The provider's final arguments replace the streamed ones (see module docstring)."""
+        if self.scan:
+            self._held.pop(("tool", index), None)  # the final value replaces a held half too
+            final = fix_surrogates(final)
         fragments = call.fragments
         if fragments is None:  # resumed: only the length is known; trust the prefix
             streamed = None
@@ -362,6 +377,7 @@ class ResponsesFormat(JsonEventFormat):
             if error and not self._errored:
                 self._errored = True
                 out.append(error_event(error, obj))
+        self.flush_held(out)
         out.append(Finish(self.key, 0, status, stop))
         self.done = True
         self.done_reason = kind
