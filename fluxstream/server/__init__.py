@@ -6,6 +6,11 @@ real HTTP/1.1 server on 127.0.0.1 whose replies are deterministic (see
 other providers (:mod:`~fluxstream.server.profiles`), whose transport can misbehave on demand
 (:mod:`~fluxstream.server.faults`), and which records every request and client disconnect
 (:mod:`~fluxstream.server.records`) so that cancellation is provable from the other end.
+Besides Chat Completions (``/v1/chat/completions``) it speaks OpenAI's Responses API
+(``/v1/responses``, with ``background`` responses resumable by ``GET /v1/responses/{id}?
+stream=true&starting_after=N``) and Anthropic Messages (``/v1/messages``): the same scripted
+content (:mod:`~fluxstream.server.dialects` translates those requests), rendered per format by
+:mod:`~fluxstream.server.render_responses` and :mod:`~fluxstream.server.render_messages`.
 It also honours assistant-prefix continuation (a last message ``{"role": "assistant",
 "content": P, "prefix": true}`` gets only the rest of the reply after ``P``; see
 :mod:`~fluxstream.server.script`), which clients use to resume a broken stream.
@@ -28,6 +33,7 @@ from .app import (
     Server,
     serve,
 )
+from .dialects import from_messages, from_responses, script_for
 from .faults import FAULT_KEYS, FaultError, Faults, build_faults, parse_fault_spec
 from .profiles import PROFILE_DESCRIPTIONS, PROFILE_NAMES, ProfileError, parse_profiles
 from .records import DisconnectRecord, Records, RequestRecord, ResponseRecord
@@ -67,10 +73,13 @@ __all__ = [
     "build_script",
     "continuation_prefix",
     "expected_reply",
+    "from_messages",
+    "from_responses",
     "parse_fault_spec",
     "parse_profiles",
     "run",
     "run_forever",
+    "script_for",
     "serve",
     "strip_prefix",
 ]

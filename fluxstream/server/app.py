@@ -110,7 +110,7 @@ def anthropic_error_json(status: int, message: str) -> bytes:
 
 
 def _dialect(path: str) -> Literal["chat", "responses", "messages"]:
-    if path in _MESSAGES_PATHS:
+    if path in _MESSAGES_PATHS or path.startswith(("/v1/messages/", "/messages/")):
         return "messages"
     if path in _RESPONSES_PATHS or path.startswith(("/v1/responses/", "/responses/")):
         return "responses"

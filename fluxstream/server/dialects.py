@@ -22,10 +22,30 @@ What is translated (anything else is ignored, as a model ignores unknown knobs):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["from_messages", "from_responses"]
+from .profiles import parse_profiles, split_model
+from .script import Script, build_script
+
+__all__ = ["from_messages", "from_responses", "script_for"]
+
+
+def script_for(
+    api: str, body: Mapping[str, Any], profile: Iterable[str] | str | None = None
+) -> Script:
+    """The script the server streams for ``body`` sent to ``api`` (``"chat"``,
+    ``"responses"`` or ``"messages"``) under ``profile`` (and the model's ``@`` suffix):
+    what a test expects a correct client to assemble."""
+    names = set(parse_profiles(profile))
+    model = body.get("model")
+    if isinstance(model, str):
+        names |= parse_profiles(split_model(model)[1])
+    if api == "responses":
+        return build_script(from_responses(body), names, token_cap=True)
+    if api == "messages":
+        return build_script(from_messages(body), names, token_cap=True)
+    return build_script(body, names)
 
 
 def _text(content: Any) -> Any:
