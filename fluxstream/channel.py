@@ -24,6 +24,7 @@ from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec
 from .errors import APIConnectionError, APIStatusError, APITimeoutError
 from .events import ErrorEvent, Event
 from .parser import StreamParser
+from .progress import Progress
 from .recovery import Decision, DropState, Recovery, is_transient_error
 
 __all__ = ["Channel"]
@@ -160,6 +161,18 @@ class Channel:
 
     # ------------------------------------------------------------------ decisions
 
+    def after_rejected_resume(self, exc: BaseException) -> Decision:
+        """A ``Last-Event-ID`` reconnect failed its check: never that strategy again here;
+        the next one, if any applies."""
+        recovery = self.recovery
+        recovery.rule_out("last_event_id")
+        decision = recovery.resume_decision(self.drop_state(exc))
+        logger.warning(
+            "stream %s: resume by Last-Event-ID rejected (%s); %s", self.parser.content_key,
+            exc, f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
+        )
+        return decision
+
     def drop_state(self, exc: BaseException | None) -> DropState:
         """What the parser knows now, for :meth:`Recovery.after_drop`."""
         parser = self.parser
@@ -202,6 +215,28 @@ class Channel:
             raise AttemptCancelled
 
     # ------------------------------------------------------------------ reading
+
+    async def receive_on_time(self, progress: Progress) -> bytes | None:
+        """The next read within the deadline that applies now (``None``: the first token is
+        overdue). No cancel scope on the hot path: only before the first content (with
+        ``first_token_timeout``) and after every choice finished (``finish_grace``: some
+        servers never send the sentinel nor close; the bytes then "end" and the stream ends
+        ``finished``)."""
+        now = time.monotonic()
+        left = progress.linger_left(now)
+        if left is not None:
+            with anyio.move_on_after(left):
+                return await self.receive()
+            logger.info(
+                "no sentinel %.1fs after every choice finished; ending", progress.finish_grace
+            )
+            raise StopAsyncIteration
+        left = progress.first_token_left(now)
+        if left is None:
+            return await self.receive()
+        with anyio.move_on_after(left):
+            return await self.receive()
+        return None
 
     async def receive(self) -> bytes:
         """The next read: straight from the response, or through the read-ahead task."""

@@ -105,6 +105,9 @@ class Picked(Generic[E, T]):
             if picked is not None:
                 return picked
 
+    async def aclose(self) -> None:
+        """As an async generator's ``aclose``: nothing to release (the source owns it)."""
+
 
 class Coalesced(Generic[E, T, U]):
     """Items of ``source`` that ``pick`` keeps (``None``: skip), joined per ``interval``.

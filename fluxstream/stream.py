@@ -12,22 +12,10 @@ The stream does I/O only and delegates each concern to a module of its own:
 * :mod:`fluxstream.coalesce` and :mod:`fluxstream._readahead` pace ``text(coalesce=...)``.
 
 What stays here is iteration, stating the outcome on every path, and acting on decisions.
-
-Cost on the hot path is kept to what the work needs. There is no cancel scope around each read
-(one costs about as much as parsing a delta): the idle timeout is the HTTP client's own read
-timeout, the stall timeout is checked whenever bytes arrive (a stall is, by definition, bytes
-arriving without content), and :meth:`ReplyStream.cancel` aborts the connection under the
-response synchronously, which ends a pending read at once. Only where that is impossible
-(HTTP/2, whose connection other streams share, or an unknown transport) are reads wrapped in a
-cancel scope.
-
-Cancellation always propagates: any exception that interrupts a read (``CancelledError``, trio's
-``Cancelled``, a caller's timeout) closes the response inside a shielded scope, marks the reply
-``cancelled`` and is re-raised unchanged. Every other way a stream can end states an outcome
-too, and keeps the partial reply.
-
-Retries and resume (see :mod:`fluxstream.retry`) happen inside the stream: a consumer sees one
-sequence of events whose ``(key, choice, offset)`` never repeats, whatever happened underneath.
+Cancellation always propagates: an exception that interrupts a read (``CancelledError``,
+trio's ``Cancelled``, a caller's timeout) closes the response in a shielded scope, marks the
+reply ``cancelled`` and is re-raised unchanged; every other end states an outcome too and keeps
+the partial reply. Why there is no cancel scope per read: see ``docs/architecture.md``.
 """
 
 from __future__ import annotations
@@ -173,7 +161,9 @@ class ReplyStream:
         stream had already ended. Safe to call any number of times, from any task."""
         if not self._ended:
             self._cancel_requested = True  # a read this interrupts is no drop to resume
-            self._recovery.cancelled = True
+            # From another task, a send, a wait or a read may be pending: interrupt it, or
+            # the response it gets later is never closed (the connection leaks from the pool).
+            self._channel.cancel()
             self._end(self._parser.cancel("closed by the caller"))
         with anyio.CancelScope(shield=True):
             await self._close_response()
@@ -219,36 +209,13 @@ class ReplyStream:
                 self._pos = 1
                 return events[0]
 
-    async def _receive(self) -> bytes | None:
-        """The next read within the deadline that applies now (``None``: the first token is
-        overdue). No cancel scope on the hot path: only before the first content (with
-        ``first_token_timeout``) and after every choice finished (``finish_grace``: some
-        servers never send the sentinel nor close; the bytes then "end" and the stream ends
-        ``finished``)."""
-        progress = self._progress
-        now = time.monotonic()
-        left = progress.linger_left(now)
-        if left is not None:
-            with anyio.move_on_after(left):
-                return await self._channel.receive()
-            logger.info(
-                "no sentinel %.1fs after every choice finished; ending", progress.finish_grace
-            )
-            raise StopAsyncIteration
-        left = progress.first_token_left(now)
-        if left is None:
-            return await self._channel.receive()
-        with anyio.move_on_after(left):
-            return await self._channel.receive()
-        return None
-
     async def _read(self) -> list[Event]:
         """One read from the network, through the parser. Never raises StopAsyncIteration."""
         parser = self._parser
         if self._cancel_requested:
             return self._end(parser.cancel("cancelled by stream.cancel()"))
         try:
-            data = await self._receive()
+            data = await self._channel.receive_on_time(self._progress)
         except StopAsyncIteration:
             return await self._bytes_ended(None)
         except anyio.get_cancelled_exc_class() as exc:
@@ -366,14 +333,8 @@ class ReplyStream:
     async def _resume_rejected(self, exc: ResumeMismatchError) -> list[Event]:
         """A ``Last-Event-ID`` reconnect did not continue the stream: never splice it. The
         next strategy takes over, or the stream ends ``truncated`` with this as its reason."""
-        recovery = self._recovery
-        recovery.rule_out("last_event_id")
         self.cause = exc
-        decision = recovery.resume_decision(self._channel.drop_state(exc))
-        logger.warning(
-            "stream %s: resume by Last-Event-ID rejected (%s); %s", self._parser.content_key,
-            exc, f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
-        )
+        decision = self._channel.after_rejected_resume(exc)
         if decision.action != "resume":
             with anyio.CancelScope(shield=True):
                 await self._close_response(drain=False)

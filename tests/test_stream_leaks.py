@@ -232,3 +232,31 @@ async def test_closing_before_the_body_ended_finishes_the_http_generators(
                 assert unfinished == [], f"coalesce={coalesce}"
         await settle()
     assert made and unraisable == []
+
+
+async def test_aclose_from_another_task_before_the_response_head_frees_the_connection(
+    server: Any, unraisable: list[str]
+) -> None:
+    """The soak's finding (tests/test_soak_findings.py): aclose() while the request waits
+    for its head must interrupt the send, or the response that arrives later is never closed."""
+    slow = {"X-Fluxstream-Fault": "delay=0.2"}
+    async with pooled(server) as client:
+        for _ in range(STREAMS):
+            stream = client.chat.stream(model="m", messages=MSG, extra_headers=slow)
+
+            async def close_soon(target: fluxstream.ReplyStream = stream) -> None:
+                await anyio.sleep(0.05)  # while the request waits for the head
+                await target.aclose()
+
+            with anyio.fail_after(10):  # a leak shows as PoolTimeout (2 s) from stream 6 on
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(close_soon)
+                    async with stream:
+                        async for _event in stream:
+                            pass
+            assert stream.outcome is fluxstream.Outcome.CANCELLED
+        with anyio.fail_after(5):
+            reply = await client.chat.complete(model="m", messages=MSG)
+        assert reply.outcome is fluxstream.Outcome.DONE
+        await settle()
+    assert unraisable == []

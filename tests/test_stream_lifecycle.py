@@ -379,6 +379,11 @@ async def test_no_sentinel_and_an_open_connection_end_finished_after_the_grace(
     profile = {"X-Fluxstream-Profile": "no-done"}
     async with fluxstream.AsyncClient(server.base_url) as client:
         await client.chat.complete(model="m", messages=MSG, extra_headers=profile)
+        # The server records a response after it has closed it, which may be after the client
+        # is done: wait for the record (this was the flake: an empty list under trio).
+        with anyio.fail_after(stall / 2):
+            while not server.records.responses:  # noqa: ASYNC110 - records are plain lists
+                await anyio.sleep(0.01)
         events = server.records.responses[-1].events
         stalled = {**profile, "X-Fluxstream-Fault": f"stall={stall},stall-after-events={events}"}
     # The grace counts from the finish; 1 s leaves the usage chunk (written right after the

@@ -125,7 +125,7 @@ async def test_junk_data_frames_do_not_defeat_the_stall_timeout(
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(StallTimeoutError) as info:
             await c.chat.complete(model="m", messages=MSG)
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 5.0  # the junk goes on for LIFE (8 s)
         assert info.value.reply is not None and info.value.reply.text == "Hel"
 
 
@@ -141,7 +141,7 @@ async def test_a_head_trickled_byte_by_byte_is_bounded(anyio_backend: str) -> No
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError, match="head"):
             await c.chat.complete(model="m", messages=MSG)
-        assert time.monotonic() - started < 3.0  # 1 s read timeout, not 50 s of trickle
+        assert time.monotonic() - started < 5.0  # 1 s read timeout, not 30 s of trickle
 
 
 # ------------------------------------------------------------------ after every choice finished
@@ -160,7 +160,7 @@ async def test_heartbeats_after_every_choice_finished_end_finished_after_the_gra
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2):
             reply = await c.chat.complete(model="m", messages=MSG)
-        assert 0.6 <= time.monotonic() - started < 3.0
+        assert 0.6 <= time.monotonic() - started < 5.0  # the pings go on for LIFE (8 s)
     assert reply.outcome is fluxstream.Outcome.FINISHED
     assert reply.text == "Hello" and reply.usage is not None
 
@@ -222,7 +222,7 @@ async def test_the_first_token_timeout_ends_a_stream_that_only_pings(anyio_backe
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
             await c.chat.complete(model="m", messages=MSG)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 4.0  # the pings go on for 5 s
 
 
 async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) -> None:
@@ -239,7 +239,7 @@ async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) 
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
             await c.chat.complete(model="m", messages=MSG)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 5.0  # the read timeout is 10 s
 
 
 async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) -> None:
@@ -255,7 +255,7 @@ async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) ->
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError):
             await c.chat.complete(model="m", messages=MSG)
-        assert time.monotonic() - started < 2.5
+        assert time.monotonic() - started < 5.0  # the head takes 18 s to trickle
 
 
 async def test_the_stall_timeout_still_applies_between_content(anyio_backend: str) -> None:
