@@ -53,6 +53,7 @@ import subprocess
 import sys
 import time
 import traceback
+import tracemalloc
 import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -112,14 +113,19 @@ class Plan:
     max_tokens: int
 
 
-def make_plan(rng: random.Random, index: int) -> Plan:
-    def pick(options: Any) -> Any:
+def make_plan(rng: random.Random, index: int, patterns: set[str] | None = None,
+              cancels: set[str] | None = None, clean_only: bool = False) -> Plan:
+    """A random plan; ``patterns``/``cancels``/``clean_only`` narrow the draw (to find which
+    combination leaks)."""
+
+    def pick(options: Any, allowed: set[str] | None) -> Any:
+        options = [o for o in options if allowed is None or str(o[0]).lower() in allowed]
         return rng.choices([o[0] for o in options], [o[1] for o in options])[0]
 
-    weights = [f[0] for f in FAULTS]
-    _, fault, profile, kind = FAULTS[rng.choices(range(len(FAULTS)), weights)[0]]
-    pattern = pick(PATTERNS)
-    cancel = None if pattern == "complete" else pick(CANCELS)
+    faults = [f for f in FAULTS if not clean_only or (f[1] is None and f[2] is None)]
+    _, fault, profile, kind = faults[rng.choices(range(len(faults)), [f[0] for f in faults])[0]]
+    pattern = pick(PATTERNS, patterns)
+    cancel = None if pattern == "complete" else pick(CANCELS, cancels)
     cancel_at = rng.randint(1, 12) if cancel == "break" else rng.uniform(0.0, 0.06)
     return Plan(index, pattern, fault, profile, kind, cancel, cancel_at, rng.randint(5, 80))
 
@@ -165,6 +171,18 @@ def pool_connections(http: Any) -> int:
             conns = getattr(connector, "_conns", {})
             acquired = getattr(connector, "_acquired", ())
             return sum(len(v) for v in conns.values()) + len(acquired)
+    return -1
+
+
+def pool_busy(http: Any) -> int:
+    """Connections the pool still counts as in use (after every stream ended: leaked)."""
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    if pool is not None and hasattr(pool, "connections"):
+        return sum(1 for c in pool.connections if not c.is_idle())
+    connector = getattr(getattr(getattr(http, "_transport", None), "client", None),
+                        "connector", None)
+    if connector is not None:
+        return len(getattr(connector, "_acquired", ()))
     return -1
 
 
@@ -348,6 +366,7 @@ class RunResult:
     examples: dict[str, str]
     warnings: dict[str, int]
     baseline: dict[str, float]
+    pool_busy_after_drain: int
     after_close: dict[str, float]
     samples: list[dict[str, Any]]
 
@@ -415,13 +434,16 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
     )
     rng = random.Random(f"{args.seed}-{run}")
     total = args.warmup + args.streams
-    plans = [make_plan(rng, i) for i in range(total)]
+    patterns = set(args.patterns.split(",")) if args.patterns else None
+    cancels = set(args.cancels.split(",")) if args.cancels else None
+    plans = [make_plan(rng, i, patterns, cancels, args.clean_only) for i in range(total)]
     tally = Tally()
     samples: list[Sample] = []
     start = time.monotonic()
     deadline = start + args.time_limit
     state = {"next": 0, "done": 0}
     warm_tally = Tally()
+    snapshots: list[tracemalloc.Snapshot] = []
 
     async def worker() -> None:
         while state["next"] < total and time.monotonic() < deadline:
@@ -436,11 +458,21 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
             busy = state["next"] < total
             if busy and measured >= 0 and measured % args.sample_every == 0:
                 samples.append(take_sample(measured, start, http))
+                if args.tracemalloc and measured == 0:
+                    snapshots.append(tracemalloc.take_snapshot())
 
     async with anyio.create_task_group() as tg:
         for _ in range(args.concurrency):
             tg.start_soon(worker)
     wall = time.monotonic() - start
+    if snapshots:  # what grew between the first sample and the end, by line
+        gc.collect()
+        top = tracemalloc.take_snapshot().compare_to(snapshots[0], "lineno")[:args.tracemalloc]
+        sys.stderr.write("tracemalloc, growth since the first sample:\n")
+        for stat in top:
+            sys.stderr.write(f"  {stat}\n")
+    await anyio.sleep(0.2)
+    busy_after = pool_busy(http)
     await client.aclose()
     await http.aclose()
     await anyio.sleep(0.2)  # let closed transports finish (aiohttp closes on the next tick)
@@ -454,12 +486,17 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
         wall=round(wall, 2), finished_streams=max(0, state["done"] - args.warmup),
         outcomes=dict(tally.outcomes), errors=dict(tally.errors),
         anomalies=dict(tally.anomalies), examples={**tally.examples, **watch.examples},
-        warnings=dict(watch.counts), baseline=baseline, after_close=after,
+        warnings=dict(watch.counts), baseline=baseline, pool_busy_after_drain=busy_after,
+        after_close=after,
         samples=[asdict(s) for s in samples],
     )
 
 
 def child(args: argparse.Namespace) -> int:
+    # Retries and resumes log a warning each: thousands of lines that say nothing here.
+    logging.getLogger("fluxstream").setLevel(logging.ERROR)
+    if args.tracemalloc:
+        tracemalloc.start(8)
     watch = Watch()
     watch.install()
     backend = args.child.split("-")[0]
@@ -521,8 +558,8 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = [
         "| run | streams | wall s | outcomes | typed errors | anomalies | leak reports "
         "| fds first→last decile | tasks | RSS MiB | pool conns | objects (k) "
-        "| fds/tasks after close (baseline) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| pool busy after drain | fds/tasks after close (baseline) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         s = r["samples"]
@@ -541,7 +578,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"| {r['run']} | {r['finished_streams']}/{r['streams']} (c={r['concurrency']}) "
             f"| {r['wall']:.0f} | {outcomes} | {errors} | {anomalies} | {reports} "
             f"| {pair('fds')} | {pair('tasks')} | {pair('rss_mib', '{:.1f}')} | {pair('pool')} "
-            f"| {pair('objects', '{:.0f}', 1000.0)} "
+            f"| {pair('objects', '{:.0f}', 1000.0)} | {r['pool_busy_after_drain']} "
             f"| {after['fds']:.0f}/{after['tasks']:.0f} ({base['fds']:.0f}/{base['tasks']:.0f}) |"
         )
     return "\n".join(rows)
@@ -561,6 +598,8 @@ def parent(args: argparse.Namespace) -> int:
                 "--concurrency", str(args.concurrency), "--seed", str(args.seed),
                 "--sample-every", str(args.sample_every), "--time-limit", str(args.time_limit),
                 "--stream-timeout", str(args.stream_timeout),
+                "--patterns", args.patterns or "", "--cancels", args.cancels or "",
+                *(["--clean-only"] if args.clean_only else []),
             ]
             sys.stderr.write(f"soak: {run} ...\n")
             done = subprocess.run(command, capture_output=True, text=True,
@@ -591,7 +630,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-every", type=int, default=10)
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per run")
     p.add_argument("--stream-timeout", type=float, default=30.0, help="seconds per stream")
+    p.add_argument("--patterns", help="only these reading patterns, e.g. coalesce,events "
+                   f"(of {', '.join(x[0] for x in PATTERNS)})")
+    p.add_argument("--cancels", help="only these cancellations, e.g. none,break (of "
+                   f"{', '.join(str(x[0]).lower() for x in CANCELS)})")
+    p.add_argument("--clean-only", action="store_true", help="no faults, no quirk profiles")
     p.add_argument("--json", help="also write the full results (samples included) here")
+    p.add_argument("--tracemalloc", type=int, default=0, metavar="N",
+                   help="(one run, with --child) print the N lines whose memory grew most")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--base-url", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
