@@ -19,7 +19,9 @@ so the error handling above does not care which transport ran (a refused connect
 
 Loop affinity: an aiohttp session belongs to the event loop it was created in. A new running
 loop (``asyncio.run`` called again with the same client) gets a new session; the old one is
-detached, not reused.
+detached, never reused (its sockets, whose loop is gone, are closed when garbage-collected, with
+the ``ResourceWarning`` Python gives any transport its loop outlived). One client per loop,
+closed with ``aclose()`` before the loop ends, avoids that.
 """
 
 from __future__ import annotations
