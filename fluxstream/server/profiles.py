@@ -48,6 +48,10 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
         " min(12, len(prefix)) code points of the prefix, an overlap the client must cut"
     ),
     "json": "ignores `stream` and answers one application/json chat.completion",
+    "ignore-schema": (
+        "a model that ignores `response_format` / `text.format` and answers its plain text"
+    ),
+    "fenced-json": "structured output wrapped in a ```json markdown fence, as chatty models do",
     "sse-ids": (
         "Responses / Messages events also carry `id:` lines (as some gateways add), so"
         " Last-Event-ID can resume them"

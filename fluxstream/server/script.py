@@ -24,7 +24,9 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   arrays of a few items, ``$ref``, ``anyOf`` with null, non-ASCII strings), streamed in small
   uneven pieces (:func:`json_pieces`); a ``tool_choice`` that forces one tool by name gives
   one call whose arguments are such a value for the tool's whole schema. ``max_tokens`` cuts
-  either at that many pieces, and the finish reason is then ``length``.
+  either at that many pieces, and the finish reason is then ``length``. Profiles
+  ``ignore-schema`` (plain text instead) and ``fenced-json`` (a markdown fence around the
+  JSON) play models that do not quite comply.
 * ``n`` choices each get their own text (opening differently) and their own finish.
 * **Usage** counts words of the prompt and deltas of the reply.
 * **Continuation** (assistant-prefix completion, as DeepSeek's and Mistral's ``prefix``): when
@@ -429,7 +431,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -
     count = DEFAULT_DELTAS if limit is None else limit
     if token_cap:
         count = min(count, DEFAULT_DELTAS)
-    schema = response_schema(request)
+    schema = None if "ignore-schema" in names else response_schema(request)
     forced = forced_tool(request)
     n = _int_param(request, "n") or 1
     n = max(1, min(n, MAX_CHOICES))
@@ -479,6 +481,8 @@ def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -
             pass
         elif schema is not None:
             texts = json_pieces(dumps(schema_value(schema, seed=c)))
+            if "fenced-json" in names:
+                texts = ("```json\n", *texts, "\n```")
             if limit is not None and len(texts) > limit:
                 texts, finish = texts[:limit], "length"
         else:
