@@ -86,6 +86,14 @@ class Progress:
     def lingering(self) -> bool:
         return self.linger_until is not None
 
+    @property
+    def deadline_free(self) -> bool:
+        """No deadline applies to the next read (neither ``finish_grace`` running nor the
+        first token awaited under ``first_token_timeout``): read without a cancel scope."""
+        return self.linger_until is None and (
+            self.first_token is not None or self.first_token_timeout is None
+        )
+
     def start(self, now: float) -> None:
         self.started = now
         self.last_progress = now
