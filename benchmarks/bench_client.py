@@ -544,7 +544,7 @@ async def ttft_burst(contender: Contender, state: Any, base_url: str, n: int,
 async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
                      contenders: list[Contender]) -> list[str]:
     failed = []
-    names = ["fluxstream", "openai", "raw-aiohttp", "raw-httpx"]
+    names = ["fluxstream", "openai", "raw-aiohttp", "raw-httpx", "fluxstream[httpx]"]
     chosen = [c for c in contenders if c.name in names]
     url = server.url(f"burst-{BURST_PACE_MS:g}")
     states = {c.name: c.make() for c in chosen}
