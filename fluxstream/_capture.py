@@ -52,6 +52,8 @@ class Capture:
     headers: dict[str, str] = field(default_factory=dict)
     #: ``{"type": ..., "message": ...}`` when the recorded connection broke.
     error: dict[str, str] | None = None
+    #: The wire format the capture was recorded in (``"responses"``...), if it says.
+    wire_format: str | None = None
 
     @property
     def body(self) -> bytes:
@@ -80,6 +82,7 @@ def _from_record(record: Mapping[str, Any]) -> Capture:
     ctype = record.get("content_type")
     headers = record.get("headers")
     error = record.get("error")
+    wire_format = record.get("wire_format")
     headers = {str(k).lower(): str(v) for k, v in headers.items()} if isinstance(
         headers, dict
     ) else {}
@@ -91,6 +94,7 @@ def _from_record(record: Mapping[str, Any]) -> Capture:
         content_type=ctype if isinstance(ctype, str) else None,
         headers=headers,
         error={str(k): str(v) for k, v in error.items()} if isinstance(error, dict) else None,
+        wire_format=wire_format if isinstance(wire_format, str) else None,
     )
 
 
@@ -125,8 +129,15 @@ def replay_capture(capture: Capture, *, read_size: int = 0, **parser_kwargs: Any
     return replay(reads, **parser_kwargs)
 
 
-async def record_response(response: Any, request_body: Mapping[str, Any]) -> dict[str, Any]:
-    """Read ``response`` (an open, streamed httpx response) to its end into a capture record.
+async def record_response(
+    response: Any,
+    request_body: Mapping[str, Any],
+    *,
+    path: str = "chat/completions",
+    wire_format: str = "chat_completions",
+) -> dict[str, Any]:
+    """Read ``response`` (an open, streamed httpx response) to its end into a capture record
+    (``path`` and ``wire_format`` say which API answered, so a replay reads it right).
 
     A transport error while reading ends the recording instead of losing it: every read that
     arrived is kept and the error is recorded after them. The response is always closed.
@@ -148,7 +159,8 @@ async def record_response(response: Any, request_body: Mapping[str, Any]) -> dic
     headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
     record: dict[str, Any] = {
         "format": CAPTURE_FORMAT,
-        "request": {"path": "chat/completions", "body": dict(request_body)},
+        "request": {"path": path, "body": dict(request_body)},
+        "wire_format": wire_format,
         "status": response.status_code,
         "content_type": response.headers.get("content-type"),
         "headers": headers,

@@ -19,6 +19,7 @@ import base64
 import json
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -27,15 +28,24 @@ import httpx
 
 from ._capture import load_capture, record_response, replay_capture, request_fields
 from .client import AsyncClient
+from .endpoints import anthropic_client
 from .errors import FluxstreamError
 from .events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
 from .reply import Outcome, Reply
+from .retry import ResumePolicy
 from .stream import ReplyStream
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
 DEFAULT_PROMPT = "Tell me how fluxstream streams a reply, token by token."
+#: Wire formats of ``--format``: the API each one talks to (``client.chat``,
+#: ``client.responses``, ``client.messages``) and its path under the base URL.
+FORMATS = ("chat_completions", "responses", "anthropic_messages")
+_PATHS = {"chat_completions": "chat/completions", "responses": "responses",
+          "anthropic_messages": "messages"}
+#: ``max_tokens`` is required by Anthropic Messages; what the CLI sends when not given.
+DEFAULT_MAX_TOKENS = 1024
 
 
 def _exit_code(outcome: Outcome | None) -> int:
@@ -86,17 +96,14 @@ def _summary(
     if reply.error is not None:
         out.write(f"error:          {reply.error.message}\n")
     if reply.usage is not None:
-        u = reply.usage
-        out.write(
-            f"usage:          prompt {u.prompt_tokens}, completion {u.completion_tokens}, "
-            f"total {u.total_tokens}\n"
-        )
+        prompt, completion, total = _tokens(reply)
+        out.write(f"usage:          prompt {prompt}, completion {completion}, total {total}\n")
     if stream is not None:
         stats = stream.stats
         if stats.time_to_first_token is not None:
             out.write(f"first token:    {stats.time_to_first_token * 1000:.1f} ms\n")
         if stats.duration and stats.time_to_first_token is not None:
-            tokens = reply.usage.completion_tokens if reply.usage else None
+            tokens = _tokens(reply)[1]
             span = stats.duration - stats.time_to_first_token
             if tokens and span > 0:
                 out.write(f"tokens/s:       {tokens / span:.0f}\n")
@@ -111,23 +118,70 @@ def _summary(
     out.flush()
 
 
+def _tokens(reply: Reply) -> tuple[int | None, int | None, int | None]:
+    """Prompt, completion and total tokens, whatever the format calls them (Responses and
+    Anthropic say ``input_tokens`` / ``output_tokens``; Anthropic sends no total)."""
+    u = reply.usage
+    if u is None:
+        return None, None, None
+    prompt = u.prompt_tokens if u.prompt_tokens is not None else getattr(u, "input_tokens", None)
+    completion = u.completion_tokens
+    if completion is None:
+        completion = getattr(u, "output_tokens", None)
+    total = u.total_tokens
+    if total is None and isinstance(prompt, int) and isinstance(completion, int):
+        total = prompt + completion
+    return prompt, completion, total
+
+
 # ---------------------------------------------------------------------------- commands
+
+
+def _tools_for(fmt: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Chat-shaped function tools in the shape of ``fmt``'s API."""
+    if tools is None or fmt == "chat_completions":
+        return tools
+    functions = [t["function"] for t in tools]
+    if fmt == "responses":
+        return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
+                for f in functions]
+    return [{"name": f["name"], "input_schema": f["parameters"]} for f in functions]
+
+
+def _open_stream(
+    client: AsyncClient, fmt: str, model: str, messages: list[Any], headers: dict[str, str],
+    tools: list[dict[str, Any]] | None, include_usage: bool, fields: dict[str, Any],
+    resume: ResumePolicy | None = None,
+) -> ReplyStream:
+    """The stream of one request in wire format ``fmt`` (``messages`` is the Responses
+    ``input`` there; Anthropic gets ``max_tokens`` when not given)."""
+    if fmt == "responses":
+        return client.responses.stream(
+            model=model, input=messages, tools=tools, extra_headers=headers, resume=resume,
+            **fields,
+        )
+    if fmt == "anthropic_messages":
+        fields = {"max_tokens": DEFAULT_MAX_TOKENS, **fields}
+        return client.messages.stream(
+            model=model, messages=messages, tools=tools, extra_headers=headers, resume=resume,
+            **fields,
+        )
+    return client.chat.stream(
+        model=model, messages=messages, tools=tools, extra_headers=headers,
+        include_usage=include_usage, resume=resume, **fields,
+    )
 
 
 async def _stream_to_terminal(
     client: AsyncClient, session: _Session, model: str, messages: list[Any],
     headers: dict[str, str], tools: list[dict[str, Any]] | None,
     survived: Callable[[ReplyStream], str] | None = None, *, include_usage: bool = True,
-    fields: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None, fmt: str = "chat_completions",
+    resume: ResumePolicy | None = None,
 ) -> int:
     out = sys.stdout
-    stream = client.chat.stream(
-        model=model,
-        messages=messages,
-        tools=tools,
-        extra_headers=headers,
-        include_usage=include_usage,
-        **(fields or {}),
+    stream = _open_stream(
+        client, fmt, model, messages, headers, tools, include_usage, dict(fields or {}), resume
     )
     session.stream = stream
     state: dict[str, str] = {}
@@ -156,6 +210,13 @@ _DEMO_TOOLS = [
 #: the client resumes with ``Last-Event-ID``. The reply must still arrive exact.
 DEMO_PROFILE = "heartbeats"
 DEMO_FAULTS = ("write-size=24", "write-pause=0.001", "drop-after-events=12", "fail-first=1")
+#: Per format: the demo's default profile and how the client resumes the dropped stream.
+#: Responses events carry no ``id:`` on OpenAI's wire, and the client has no ``starting_after``
+#: strategy yet, so the demo's server numbers them (``sse-ids``) and the client resumes by
+#: ``Last-Event-ID``; Anthropic resumes the Anthropic way, by prefill continuation (``ping``
+#: events are its heartbeats).
+DEMO_PROFILES = {"chat_completions": DEMO_PROFILE, "responses": "heartbeats,sse-ids",
+                 "anthropic_messages": DEMO_PROFILE}
 
 
 async def _demo(args: argparse.Namespace, session: _Session) -> int:
@@ -163,7 +224,11 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     from .server import serve
 
     headers = _headers(args.header)
-    profile = args.profile or ("" if args.no_faults else DEMO_PROFILE)
+    fmt = args.format
+    profile = DEMO_PROFILES[fmt]
+    if fmt == "anthropic_messages" and args.tools:
+        profile += ",sse-ids"  # tool use cannot be continued by a prefill: resume by id
+    profile = args.profile or ("" if args.no_faults else profile)
     if profile:
         headers["X-Fluxstream-Profile"] = profile
     faults = list(args.fault or ([] if args.no_faults else DEMO_FAULTS))
@@ -171,6 +236,11 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
         faults.append(f"drip={args.pace}")  # token by token, at a pace a person can watch
     if faults:
         headers["X-Fluxstream-Fault"] = ",".join(faults)
+    resume = None
+    if fmt == "anthropic_messages":
+        resume = ResumePolicy(continuation=True)
+        # ``fail-first`` counts a continuation (its body differs) only by an attempt key.
+        headers.setdefault("X-Fluxstream-Attempt-Key", f"demo-{uuid.uuid4().hex}")
     transport = ReadCountingTransport()
     async with serve(port=0) as server, httpx.AsyncClient(transport=transport) as http:
         sys.stdout.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
@@ -180,8 +250,9 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
                 return await _stream_to_terminal(
                     client, session, args.model, [{"role": "user", "content": args.prompt}],
                     headers,
-                    _DEMO_TOOLS if args.tools else None,
+                    _tools_for(fmt, _DEMO_TOOLS if args.tools else None),
                     lambda stream: survived(stream.stats, transport, log),
+                    fmt=fmt, resume=resume,
                 )
 
 
@@ -195,15 +266,29 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
     return headers
 
 
+_BASE_URL_HELP = (
+    "the API root; defaults to OPENAI_BASE_URL (ANTHROPIC_BASE_URL + /v1 with --format"
+    " anthropic_messages)"
+)
+
+
+def _client(args: argparse.Namespace) -> AsyncClient:
+    """The client for ``chat``/``capture``: Anthropic's environment (``ANTHROPIC_BASE_URL``,
+    ``ANTHROPIC_API_KEY``) for ``--format anthropic_messages``, OpenAI's otherwise."""
+    if args.format == "anthropic_messages":
+        return anthropic_client(args.base_url, args.api_key)
+    return AsyncClient(base_url=args.base_url, api_key=args.api_key)
+
+
 async def _chat(args: argparse.Namespace, session: _Session) -> int:
     model, messages, fields = _request(args)
     tools = fields.pop("tools", None)
     if tools is not None and not isinstance(tools, list):
         raise ValueError("tools must be a JSON list")
-    async with AsyncClient(base_url=args.base_url, api_key=args.api_key) as client:
+    async with _client(args) as client:
         return await _stream_to_terminal(
             client, session, model, messages, _headers(args.header), tools,
-            include_usage=not args.no_usage, fields=fields,
+            include_usage=not args.no_usage, fields=fields, fmt=args.format,
         )
 
 
@@ -225,6 +310,8 @@ def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:
     """Model, messages and the other request fields of ``chat``/``capture`` (``--body``, ``-p``,
     ``--max-tokens``); ``model``/``messages`` given as fields replace the flag and the prompt."""
     fields = request_fields(args.body, args.param, args.max_tokens)
+    if args.max_tokens is not None and getattr(args, "format", None) == "responses":
+        fields["max_output_tokens"] = fields.pop("max_tokens")  # the Responses API's name
     model = fields.pop("model", args.model)
     messages = fields.pop("messages", [{"role": "user", "content": args.prompt}])
     if not isinstance(model, str) or not isinstance(messages, list):
@@ -238,17 +325,24 @@ async def _capture(args: argparse.Namespace) -> int:
     A connection that breaks mid-body is recorded too: every read that arrived, then the error.
     """
     model, messages, fields = _request(args)
-    body: dict[str, Any] = {"model": model, "messages": messages, **fields}
+    fmt = args.format
+    key = "input" if fmt == "responses" else "messages"
+    body: dict[str, Any] = {"model": model, key: messages, **fields}
+    if fmt == "anthropic_messages":
+        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
     body.setdefault("stream", True)
-    if body["stream"] is True and not args.no_usage:
+    if fmt == "chat_completions" and body["stream"] is True and not args.no_usage:
         options = dict(body.get("stream_options") or {})
         options.setdefault("include_usage", True)
         body["stream_options"] = options
-    client = AsyncClient(base_url=args.base_url, api_key=args.api_key)
+    client = _client(args)
     try:
-        request = client._build_request("chat/completions", body, _headers(args.header))
+        path = _PATHS[fmt]
+        build = client.messages._build() if fmt == "anthropic_messages" else None
+        build = build or client._build_request
+        request = build(path, body, _headers(args.header))
         response = await client.http_client.send(request, stream=True)
-        record = await record_response(response, body)
+        record = await record_response(response, body, path=path, wire_format=fmt)
     finally:
         await client.aclose()
     await anyio.Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -273,7 +367,9 @@ def load_fixture(path: str) -> list[bytes]:
 
 def _replay(args: argparse.Namespace) -> int:
     capture = load_capture(args.file)
-    reply = replay_capture(capture, read_size=args.read_size)  # a non-2xx status raises
+    fmt = args.format or capture.wire_format or "chat_completions"
+    # A non-2xx status raises its typed error.
+    reply = replay_capture(capture, read_size=args.read_size, format=fmt)
     if args.json:
         sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
     else:
@@ -314,6 +410,13 @@ def _request_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _format_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--format", choices=FORMATS, default="chat_completions",
+        help=f"{what}: chat_completions (default), responses or anthropic_messages",
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fluxstream", description="Stream LLM replies correctly from OpenAI-style endpoints."
@@ -341,14 +444,16 @@ def _parser() -> argparse.ArgumentParser:
         "--pace", type=float, default=0.03, help="seconds between deltas (0: as fast as possible)"
     )
     demo.add_argument("--header", action="append", help="an extra request header 'Name: value'")
+    _format_flag(demo, "the API the demo speaks to its embedded server")
 
     chat = sub.add_parser("chat", help="stream a reply from any OpenAI-style endpoint")
     chat.add_argument("prompt")
-    chat.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
+    chat.add_argument("--base-url", default=None, help=_BASE_URL_HELP)
     chat.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
     chat.add_argument("--api-key", default=None, help="defaults to OPENAI_API_KEY")
     chat.add_argument("--header", action="append", help="an extra request header 'Name: value'")
     _request_flags(chat)
+    _format_flag(chat, "the endpoint's API (the prompt is the Responses `input` there)")
 
     serve = sub.add_parser("serve", help="run the embedded server for other clients")
     serve.add_argument("--host", default="127.0.0.1")
@@ -360,16 +465,22 @@ def _parser() -> argparse.ArgumentParser:
     cap = sub.add_parser("capture", help="record a response's raw bytes to a fixture file")
     cap.add_argument("prompt")
     cap.add_argument("-o", "--output", required=True)
-    cap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL"))
+    cap.add_argument("--base-url", default=None, help=_BASE_URL_HELP)
     cap.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
     cap.add_argument("--api-key", default=None)
     cap.add_argument("--header", action="append", help="an extra request header 'Name: value'")
     _request_flags(cap)
+    _format_flag(cap, "the endpoint's API; recorded in the capture for replay")
 
     rep = sub.add_parser("replay", help="run a fixture (capture or .sse) through the parser")
     rep.add_argument("file")
     rep.add_argument("--read-size", type=int, default=0, help="re-split into reads of N bytes")
     rep.add_argument("--json", action="store_true", help="print the reply as JSON")
+    rep.add_argument(
+        "--format", choices=(*FORMATS, "auto"), default=None,
+        help="the wire format (default: the one the capture recorded, else chat_completions;"
+        " auto recognises it from the first event)",
+    )
     return p
 
 

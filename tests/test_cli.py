@@ -315,3 +315,85 @@ def test_request_field_flags_reject_bad_input(server: Any) -> None:
         result = run_cli("chat", "--base-url", server.base_url, *bad, "hi")
         assert result.returncode == 2, (bad, result.stdout + result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------- --format
+
+
+@pytest.mark.parametrize(
+    ("fmt", "finish", "resumed_by"),
+    [("responses", "completed", "last_event_id"),
+     ("anthropic_messages", "end_turn", "continuation")],
+)
+def test_demo_speaks_each_format_and_survives_the_drop(
+    fmt: str, finish: str, resumed_by: str
+) -> None:
+    """``demo --format``: the same exact answer over Responses and Anthropic Messages, with
+    the demo's heartbeats, small writes and one dropped connection, resumed (Anthropic by
+    prefill continuation)."""
+    result = run_cli("demo", "--format", fmt, "--pace", "0", "hello rivers")
+    assert result.returncode == 0, result.stdout + result.stderr
+    body = {"model": "flux-demo", "messages": [{"role": "user", "content": "hello rivers"}]}
+    assert expected_reply(body).text in result.stdout
+    assert f"finish reason:  {finish} (choice 0)" in result.stdout
+    usage = expected_reply({**body, "stream": False}).usage
+    assert usage is not None
+    assert (f"usage:          prompt {usage['prompt_tokens']}, completion 30, total"
+            f" {usage['prompt_tokens'] + 30}") in result.stdout
+    (line,) = SURVIVED.findall(result.stdout)
+    assert int(line[0]) >= 10  # comments (Responses) / ping events (Anthropic) counted
+    assert line[3] == f"1 dropped connection, resumed by {resumed_by}"
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["responses", "anthropic_messages"])
+def test_demo_tools_in_each_format(fmt: str) -> None:
+    result = run_cli("demo", "--format", fmt, "--pace", "0", "--tools")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert '[tool call 0] get_weather({"city":"Zürich","unit":"celsius"})' in result.stdout
+    assert "get_time(" in result.stdout and "outcome:        done" in result.stdout
+
+
+def test_demo_rejects_an_unknown_format() -> None:
+    result = run_cli("demo", "--format", "soap")
+    assert result.returncode == 2 and "invalid choice: 'soap'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("fmt", "path", "finish"),
+    # 12 tokens cut the 30-token answer: each API says so in its own words.
+    [("responses", "/v1/responses", "incomplete"), ("anthropic_messages", "/v1/messages",
+                                                   "max_tokens")],
+)
+def test_chat_capture_and_replay_take_the_format(
+    fmt: str, path: str, finish: str, tmp_path: Path
+) -> None:
+    with ServerThread(port=0, api_key="sk-cli-format") as srv:
+        args = ("--base-url", srv.base_url, "--api-key", "sk-cli-format", "--format", fmt,
+                "--model", "m", "--max-tokens", "12")
+        chat = run_cli("chat", *args, "tell me about rain")
+        out = tmp_path / "capture.json"
+        capture = run_cli("capture", *args, "-o", str(out), "tell me about rain")
+        requests = list(srv.records.requests)
+    assert chat.returncode == 0, chat.stdout + chat.stderr
+    assert capture.returncode == 0, capture.stdout + capture.stderr
+    assert [r.path for r in requests] == [path, path]
+    if fmt == "anthropic_messages":  # Anthropic's key header, not a Bearer token
+        assert requests[0].header("x-api-key") == "<redacted>"
+        assert requests[0].header("authorization") is None
+    limit = "max_output_tokens" if fmt == "responses" else "max_tokens"
+    assert requests[0].json[limit] == 12 and requests[1].json[limit] == 12
+    text = "".join(expected_reply(
+        {"model": "m", "messages": [{"role": "user", "content": "tell me about rain"}],
+         "max_tokens": 12}).text)
+    assert text in chat.stdout
+    record = json.loads(out.read_text())
+    assert record["wire_format"] == fmt and record["request"]["path"] == path.removeprefix("/v1/")
+    replayed = run_cli("replay", str(out), "--json")  # the recorded format is used
+    assert replayed.returncode == 0, replayed.stderr
+    reply = json.loads(replayed.stdout)
+    assert reply["choices"][0]["text"] == text and reply["choices"][0]["finish_reason"] == finish
+    as_auto = run_cli("replay", str(out), "--format", "auto")
+    assert as_auto.returncode == 0 and text in as_auto.stdout
+    wrong = run_cli("replay", str(out), "--format", "chat_completions", "--json")
+    assert json.loads(wrong.stdout)["choices"] == [] or text not in wrong.stdout
