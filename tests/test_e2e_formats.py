@@ -289,3 +289,47 @@ async def test_messages_529_retried_before_content(aserver: Server) -> None:
                 extra_headers=fault("status=529"))
     assert info.value.status_code == 529
     assert "sk-e2e" not in str(info.value) and "sk-e2e" not in repr(info.value)
+
+
+# ---------------------------------------------------------------------------- both formats
+
+BODIES: dict[str, dict[str, Any]] = {
+    "responses": {"model": "m", "input": USER},
+    "messages": {"model": "m", "max_tokens": 1024, "messages": USER},
+}
+
+
+def endpoint(client: fluxstream.AsyncClient, api: str) -> Any:
+    return client.responses if api == "responses" else client.messages
+
+
+@pytest.mark.parametrize("api", sorted(BODIES))
+@pytest.mark.parametrize("profile", ["crlf", "nospace", "multiline", "crlf,multiline,nospace",
+                                     "json", "reasoning"])
+async def test_framing_profiles_and_json_answers_are_exact(
+    aserver: Server, api: str, profile: str
+) -> None:
+    body = BODIES[api]
+    script = script_for(api, body, profile).choices[0]
+    async with client_for(aserver) as client:
+        reply = await endpoint(client, api).complete(
+            **body, extra_headers={"X-Fluxstream-Profile": profile})
+    assert reply.text == script.text and reply.outcome is fluxstream.Outcome.DONE
+    assert (reply.choices[0].reasoning or "") == (script.reasoning if profile == "reasoning"
+                                                  else "")
+    assert reply.choices[0].stop == "stop"
+
+
+@pytest.mark.parametrize("api", sorted(BODIES))
+async def test_a_stall_with_keepalives_is_still_a_stall(aserver: Server, api: str) -> None:
+    """Heartbeats during a stall (Anthropic: ``ping`` events, Responses: comments) are
+    counted but are not content: the stall timeout still fires."""
+    async with client_for(aserver, stall_timeout=0.3) as client:
+        stream = endpoint(client, api).stream(
+            **BODIES[api], retry=fluxstream.RetryPolicy.off(),
+            resume=fluxstream.ResumePolicy.off(),
+            extra_headers=fault("stall=5,stall-after-events=8,stall-heartbeat=0.05"))
+        with pytest.raises(fluxstream.errors.StallTimeoutError):
+            await run(stream)
+    assert stream.stats.heartbeats >= 3
+    assert stream.reply.text and stream.reply.outcome is not fluxstream.Outcome.DONE
