@@ -231,7 +231,15 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     profile = args.profile or ("" if args.no_faults else profile)
     if profile:
         headers["X-Fluxstream-Profile"] = profile
-    faults = list(args.fault or ([] if args.no_faults else DEMO_FAULTS))
+    defaults: tuple[str, ...] = DEMO_FAULTS
+    if fmt == "anthropic_messages":
+        # Not right after the newline: a prefill that ends in whitespace is refused by
+        # Anthropic (and so by the embedded server), and the client does not yet trim it.
+        defaults = tuple(
+            "drop-after-events=14" if f.startswith("drop-after-events=") else f
+            for f in DEMO_FAULTS
+        )
+    faults = list(args.fault or ([] if args.no_faults else defaults))
     if args.pace > 0 and not any(f.startswith("drip=") for f in faults):
         faults.append(f"drip={args.pace}")  # token by token, at a pace a person can watch
     if faults:

@@ -237,7 +237,7 @@ async def test_messages_drop_resumed_by_prefill_continuation(aserver: Server) ->
     policy = fluxstream.ResumePolicy(continuation=True, min_overlap=4)
     async with client_for(aserver) as client:
         # The attempt key makes ``fail-first`` count the continuation (its body differs).
-        headers = {**fault("drop-after-events=12,write-size=9,fail-first=1", "prefix-echo"),
+        headers = {**fault("drop-after-events=14,write-size=9,fail-first=1", "prefix-echo"),
                    "X-Fluxstream-Attempt-Key": "continued-once"}
         stream = client.messages.stream(**params, resume=policy, extra_headers=headers)
         shown, _ = await run(stream)
@@ -257,12 +257,32 @@ async def test_messages_every_attempt_dropping_still_ends_exact(aserver: Server)
     async with client_for(aserver) as client:
         stream = client.messages.stream(
             **params, resume=fluxstream.ResumePolicy(continuation=True),
-            extra_headers=fault("drop-after-events=12"))
+            extra_headers=fault("drop-after-events=14"))
         shown, _ = await run(stream)
     assert shown == stream.reply.text == script_for("messages", params).choices[0].text
     assert stream.stats.resumes >= 2 and stream.reply.outcome is fluxstream.Outcome.DONE
     prefills = [r.json["messages"][-1]["content"] for r in aserver.records.requests[1:]]
     assert all(len(a) < len(b) for a, b in itertools.pairwise(prefills))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="client bug (fluxstream/endpoints.py + parser.begin_continuation, not server/): a"
+    " drop right after a whitespace delta (here the newline) makes the Anthropic continuation"
+    " send a prefill ending in whitespace, which Anthropic (and the embedded server) refuse"
+    " with 400; the stream then ends truncated. Fix: send prefix.rstrip() and cut the"
+    " re-sent whitespace from the continuation as an echo.",
+)
+async def test_messages_drop_after_a_newline_is_continued(aserver: Server) -> None:
+    params: dict[str, Any] = {"model": "m", "max_tokens": 1024, "messages": USER}
+    async with client_for(aserver) as client:
+        stream = client.messages.stream(
+            **params, resume=fluxstream.ResumePolicy(continuation=True),
+            # 12 events: message_start, ping, block start and 9 deltas, the 9th is "\n".
+            extra_headers={**fault("drop-after-events=12,fail-first=1"),
+                           "X-Fluxstream-Attempt-Key": "after-newline"})
+        shown, _ = await run(stream)
+    assert shown == stream.reply.text == script_for("messages", params).choices[0].text
 
 
 async def test_messages_error_midstream(aserver: Server) -> None:

@@ -214,6 +214,17 @@ def test_messages_prefill_is_continued(http: httpx.Client) -> None:
     assert payloads[0]["message"]["id"] == http.post("/messages", json=original).json()["id"]
 
 
+def test_messages_prefill_ending_in_whitespace_is_refused(http: httpx.Client) -> None:
+    """As Anthropic does: "final assistant content cannot end with trailing whitespace"."""
+    for prefill in ("Hello — or 你好 — from fluxstream 👋🏽\n", "Hello ", "Hi\t"):
+        body = {"model": "m", "max_tokens": 1024, "stream": True,
+                "messages": [*USER, {"role": "assistant", "content": prefill}]}
+        refused = http.post("/messages", json=body)
+        assert refused.status_code == 400
+        assert refused.json()["error"]["type"] == "invalid_request_error"
+        assert "trailing whitespace" in refused.json()["error"]["message"]
+
+
 def test_messages_heartbeats_are_ping_events(http: httpx.Client) -> None:
     body = {"model": "m@heartbeats", "max_tokens": 1024, "messages": USER, "stream": True}
     response = http.post("/messages", json=body)

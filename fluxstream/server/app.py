@@ -652,6 +652,12 @@ class Server:
             await self._error(conn, "messages", 400, message)
             return
         canonical = from_messages(parsed)
+        prefill = continuation_prefix(canonical)
+        if prefill is not None and prefill != prefill.rstrip():
+            # Anthropic's own rule (and a trap for clients that resume by prefill).
+            message = "messages: final assistant content cannot end with trailing whitespace"
+            await self._error(conn, "messages", 400, message)
+            return
         script = build_script(canonical, names, token_cap=True)
         extra: list[tuple[str, str]] = []
         if continuation_prefix(canonical) is not None:

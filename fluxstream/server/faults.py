@@ -25,6 +25,8 @@ Keys (sizes in bytes, times in seconds):
                         events (default 1)
 ``status=C``            answer HTTP status C instead of the stream, with ``status-body=json``
                         (OpenAI-style error object, the default) or ``status-body=html``
+                        (on ``/v1/messages`` the body is Anthropic's ``{"type": "error",
+                        "error": {...}}``; ``status=529`` is its ``overloaded_error``)
 ``retry-after=V``       add ``Retry-After: V`` to that error response
 ``fail-first=N``        apply this request's faults only to the first N attempts that share an
                         ``X-Fluxstream-Attempt-Key`` (or, without that header, the same method,

@@ -13,7 +13,8 @@ Profiles that apply: ``error-midstream`` (after half the text an ``event: error`
 between the others: :func:`ping`), ``sse-ids``, ``prefix-echo`` (through the script) and the
 framing profiles of :func:`~.render.frame`. A continuation (a trailing assistant message, the
 prefill) streams only what follows the prefill, in a new message with the original's id and
-usage (see :mod:`.script`).
+usage (see :mod:`.script`); a prefill that ends in whitespace is refused with 400, as
+Anthropic does (the server checks that, see :mod:`.app`).
 """
 
 from __future__ import annotations
