@@ -131,3 +131,43 @@ async def test_anthropic_sdk_sees_overloaded_529_as_its_typed_error(keyed: Serve
     assert info.value.status_code == 529
     assert info.value.body == {"type": "error",
                                "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+async def test_openai_sdk_resumes_a_background_response_with_starting_after(
+    keyed: Server,
+) -> None:
+    """OpenAI's own resume, by OpenAI's own client: a background response's stream read again
+    from ``retrieve(id, stream=True, starting_after=N)`` is exactly the events after ``N``."""
+    sdk = openai.AsyncOpenAI(base_url=keyed.base_url, api_key=KEY, max_retries=0)
+    first = await sdk.responses.create(model="m", input=USER, background=True, stream=True)
+    events = [event async for event in first]
+    assert events[0].response.background is True
+    rid = events[0].response.id
+    rest = await sdk.responses.retrieve(rid, stream=True, starting_after=10)
+    again = [event async for event in rest]
+    async with sdk.responses.stream(response_id=rid, starting_after=10) as helper:
+        helped = [event async for event in helper]
+        final = await helper.get_final_response()
+    stored = await sdk.responses.retrieve(rid)
+    await sdk.close()
+    assert [e.sequence_number for e in again] == list(range(11, len(events)))
+    assert [e.model_dump() for e in again] == [e.model_dump() for e in events[11:]]
+    assert len(helped) == len(again)
+    text = script_for("responses", {"model": "m", "input": USER}).choices[0].text
+    assert stored.output_text == text and stored.status == "completed"
+    # The helper rebuilt the response from events 11.. only (it missed the created event's
+    # snapshot): its final response is still the completed event's.
+    assert final.output_text == text
+
+
+async def test_anthropic_sdk_prefill_is_continued(keyed: Server) -> None:
+    params: dict[str, Any] = {"model": "m", "max_tokens": 1024, "messages": USER}
+    text = script_for("messages", params).choices[0].text
+    prefill = text[:25].rstrip()
+    sdk = anthropic.AsyncAnthropic(base_url=keyed.url, api_key=KEY, max_retries=0)
+    async with sdk.messages.stream(
+        **{**params, "messages": [*USER, {"role": "assistant", "content": prefill}]}
+    ) as stream:
+        final = await stream.get_final_message()
+    await sdk.close()
+    assert prefill + final.content[0].text == text  # type: ignore[union-attr]
