@@ -463,7 +463,11 @@ def _parser() -> argparse.ArgumentParser:
     _request_flags(chat)
     _format_flag(chat, "the endpoint's API (the prompt is the Responses `input` there)")
 
-    serve = sub.add_parser("serve", help="run the embedded server for other clients")
+    serve = sub.add_parser(
+        "serve",
+        help="run the embedded server for other clients (/v1/chat/completions, /v1/responses,"
+        " /v1/messages)",
+    )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8787)
     serve.add_argument("--profile", default="openai")
