@@ -72,7 +72,14 @@ async def test_tool_arguments_cut_by_the_network_are_a_stated_partial(aserver: A
 
 async def test_text_that_is_not_json_is_a_parse_error_not_a_crash(aserver: Any) -> None:
     tracker = StructuredTracker(Forecast)
-    dumps, reply = await _run(aserver, tracker, response_format=response_format(Forecast))
+    # The server answers a schema with schema-shaped JSON; this profile makes it ignore the
+    # schema and answer plain text, as a model that disregards response_format would.
+    dumps, reply = await _run(
+        aserver,
+        tracker,
+        response_format=response_format(Forecast),
+        extra_headers={"X-Fluxstream-Profile": "ignore-schema"},
+    )
     assert dumps == [] and reply.outcome is fluxstream.Outcome.DONE
     with pytest.raises(ParseError) as info:
         tracker.result()
