@@ -323,13 +323,18 @@ class StreamParser:
         back at the start of the continuation (a suffix of the prefix, at least
         ``min_overlap`` code points, or the whole prefix if shorter) is cut, so nothing is
         shown twice.
+
+        The prefix is returned without trailing whitespace: Anthropic (and others) refuse a
+        prefill that ends in whitespace. The whitespace the provider then sends again at the
+        start of the continuation is cut as an echo too, however short.
         """
         if not self.continuable():
             raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
         prefix = self._assembler.text_of(0)
+        sent = prefix.rstrip() or prefix  # an all-whitespace prefix is sent as it is
         self.new_connection()
-        self._echo = _EchoFilter(prefix, min_overlap)
-        return prefix
+        self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
+        return sent
 
     def offsets(self) -> dict[str, Any]:
         """Code points delivered so far per choice, channel and tool call (JSON-serialisable);
@@ -433,16 +438,19 @@ class _EchoFilter:
     """
 
     __slots__ = (
-        "_hash_buf", "_hash_pre", "_power", "_start", "base", "best", "deciding", "held",
-        "min_overlap", "parts", "prefix", "shift", "size",
+        "_hash_buf", "_hash_pre", "_power", "_start", "base", "best", "deciding", "forced",
+        "held", "min_overlap", "parts", "prefix", "shift", "size",
     )
 
     _MOD = (1 << 61) - 1
     _BASE = 1_000_003
 
-    def __init__(self, prefix: str, min_overlap: int) -> None:
+    def __init__(self, prefix: str, min_overlap: int, *, forced: int = 0) -> None:
         self.prefix = prefix
         self.min_overlap = max(1, min(min_overlap, len(prefix)))
+        #: An echo of exactly this length counts however short: the trailing whitespace
+        #: that was not sent with the prefix (see StreamParser.begin_continuation).
+        self.forced = forced
         self.base = len(prefix)  # offset of the first continued code point
         self.parts: list[str] = []  # the held text
         self.held = 0  # its length
@@ -464,6 +472,7 @@ class _EchoFilter:
     def _add(self, text: str) -> None:
         prefix, n, mod, base = self.prefix, len(self.prefix), self._MOD, self._BASE
         low = self.min_overlap
+        forced = self.forced
         start = self._start
         size = self.size
         hash_buf, hash_pre, power = self._hash_buf, self._hash_pre, self._power
@@ -478,7 +487,7 @@ class _EchoFilter:
                 held = "".join(self.parts) + text[: position + 1]
                 start = prefix.find(held, start + 1)
             size += 1
-            if hash_buf == hash_pre and size >= low:
+            if hash_buf == hash_pre and (size >= low or size == forced):
                 self.best = size
             if start < 0:
                 break  # buf occurs nowhere in the prefix: no longer echo can come
@@ -497,9 +506,13 @@ class _EchoFilter:
             and held < n
             and self._start >= 0
             and held <= self.size
-            # A longer echo needs ``buf`` to occur where the prefix's remainder is longer
-            # than ``buf`` and at least ``min_overlap`` long.
-            and self._start <= n - max(self.min_overlap, held + 1)
+            and (
+                # A longer echo needs ``buf`` to occur where the prefix's remainder is longer
+                # than ``buf`` and at least ``min_overlap`` long,
+                self._start <= n - max(self.min_overlap, held + 1)
+                # or ``buf`` to be the start of the whitespace that was not sent.
+                or (held < self.forced and self.prefix.startswith(self.buffer, n - self.forced))
+            )
         ):
             return None
         return self._checked(self.best)
@@ -511,7 +524,8 @@ class _EchoFilter:
         if k == 0 or prefix.endswith(buf[:k]):
             return k
         low = self.min_overlap
-        return next((j for j in range(k - 1, low - 1, -1) if prefix.endswith(buf[:j])), 0)
+        found = (j for j in range(k - 1, 0, -1) if j >= low or j == self.forced)
+        return next((j for j in found if prefix.endswith(buf[:j])), 0)
 
     def _release(self, key: str, k: int, out: list[Event], fmt_shift: Any) -> None:
         self.deciding = False

@@ -137,3 +137,26 @@ def test_complete_property() -> None:
     assert not parser.complete
     parser.feed(frame(finish="stop", done=False))
     assert parser.complete and not parser.done
+
+
+def test_a_continuation_prefix_never_ends_in_whitespace() -> None:
+    """Anthropic (and others) refuse a prefill that ends in whitespace (400): the prefix is
+    sent without its trailing whitespace, and the whitespace the provider sends again at the
+    start of the continuation is cut as an echo, however short."""
+    from fluxstream.parser import StreamParser
+
+    def chunk(text: str) -> bytes:
+        body = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": text}}]}
+        return f"data: {json.dumps(body)}\n\n".encode()
+
+    for tail, continued in [("\n", "\nNext line."), (" \n\t", " \n\tMore."), ("\n", "Next.")]:
+        parser = StreamParser()
+        parser.feed(chunk("First line." + tail))
+        sent = parser.begin_continuation(min_overlap=8)
+        assert sent == "First line."
+        events = parser.feed(chunk(continued[:1]))
+        events += parser.feed(chunk(continued[1:]))
+        events += parser.feed(b"data: [DONE]\n\n")
+        texts = [e for e in events if type(e).__name__ == "TextDelta"]
+        assert parser.reply.choices[0].text == "First line." + tail + continued.removeprefix(tail)
+        assert all(e.offset >= len("First line." + tail) for e in texts)
