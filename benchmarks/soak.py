@@ -5,6 +5,8 @@ Run from the repository root::
     .venv/bin/python benchmarks/soak.py                     # 1,000 streams per run, all runs
     .venv/bin/python benchmarks/soak.py --streams 200       # a shorter soak
     .venv/bin/python benchmarks/soak.py --runs trio-httpx --json soak.json
+    .venv/bin/python benchmarks/soak.py --runs trio-httpx --patterns events --cancels break \
+        --clean-only --streams 60                           # narrow down a finding
 
 Method (see benchmarks/README.md, "Soak"):
 
@@ -36,7 +38,10 @@ Method (see benchmarks/README.md, "Soak"):
   of samples: flat means the last decile is not above the first beyond noise. A warm-up of
   ``--warmup`` streams runs before sampling begins (imports, pools, caches).
 * Also counted: ``ResourceWarning``s, unraisable exceptions (unfinished async generators), and
-  asyncio's "Task was destroyed but it is pending" / "exception was never retrieved" reports.
+  asyncio's "Task was destroyed but it is pending" / "exception was never retrieved" reports;
+  and, once every stream ended, the pool's connections still checked out (a leak each).
+* The exit status is 1 when any anomaly was counted. ``--tracemalloc N`` (with ``--child``)
+  prints the N source lines whose memory grew most between the first sample and the end.
 """
 
 from __future__ import annotations
