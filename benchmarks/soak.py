@@ -40,7 +40,7 @@ Method (see benchmarks/README.md, "Soak"):
 * Also counted: ``ResourceWarning``s, unraisable exceptions (unfinished async generators), and
   asyncio's "Task was destroyed but it is pending" / "exception was never retrieved" reports;
   and, once every stream ended, the pool's connections still checked out (a leak each).
-* The exit status is 1 when any anomaly was counted. ``--tracemalloc N`` (with ``--child``)
+* The exit status is 1 when any anomaly, leak report or checked-out connection was counted. ``--tracemalloc N`` (with ``--child``)
   prints the N source lines whose memory grew most between the first sample and the end.
 """
 
@@ -621,7 +621,8 @@ def parent(args: argparse.Namespace) -> int:
             sys.stdout.write(f"\n{r['run']}: {kind}: {example}\n")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
-    bad = sum(sum(r["anomalies"].values()) for r in results)
+    bad = sum(sum(r["anomalies"].values()) + sum(r["warnings"].values())
+              + max(0, r["pool_busy_after_drain"]) for r in results)
     return 1 if bad else 0
 
 
