@@ -134,6 +134,60 @@ async def test_complete_returns_the_same_reply(
     assert reply.outcome is fluxstream.Outcome.DONE
 
 
+# ---------------------------------------------------------------------------- other formats
+
+
+async def test_responses_api_matches_openai_python(llama_server: LlamaServer) -> None:
+    """llama.cpp also serves ``/v1/responses``: fluxstream's Responses format against
+    openai-python's own Responses stream on the same request."""
+    params: dict[str, Any] = {"temperature": 0, "max_output_tokens": 16, **NO_CACHE}
+    parts: list[str] = []
+    usage: Any = None
+    oai = openai.AsyncOpenAI(base_url=llama_server.base_url, api_key=SECRET, max_retries=0)
+    async with oai:
+        ostream = await oai.responses.create(
+            model=MODEL, input=UNICODE_PROMPT, stream=True,
+            temperature=params["temperature"], max_output_tokens=params["max_output_tokens"],
+            extra_body=NO_CACHE,
+        )
+        async with ostream:
+            async for event in ostream:
+                if event.type == "response.output_text.delta":
+                    parts.append(event.delta)
+                elif event.type in ("response.completed", "response.incomplete"):
+                    usage = event.response.usage
+    async with _client(llama_server) as client:
+        reply = await client.responses.complete(model=MODEL, input=UNICODE_PROMPT, **params)
+    assert reply.text == "".join(parts) and reply.text
+    assert reply.outcome in (fluxstream.Outcome.DONE, fluxstream.Outcome.FINISHED)
+    assert reply.choices[0].finish_reason is not None
+    assert usage is not None and reply.usage is not None
+    assert getattr(reply.usage, "output_tokens", None) == usage.output_tokens
+
+
+async def test_messages_api_matches_the_anthropic_sdk(llama_server: LlamaServer) -> None:
+    """llama.cpp also serves ``/v1/messages``: fluxstream's Anthropic Messages format against
+    the ``anthropic`` SDK's own stream on the same request."""
+    anthropic = pytest.importorskip("anthropic")
+    # No temperature: recent SDKs no longer take it; the server's default sampling is greedy.
+    request: dict[str, Any] = {"model": MODEL, "max_tokens": 16,
+                               "messages": _messages(UNICODE_PROMPT)}
+    sdk = anthropic.AsyncAnthropic(base_url=llama_server.root_url, api_key=SECRET,
+                                   max_retries=0)
+    async with sdk.messages.stream(**request, extra_body=NO_CACHE) as astream:
+        expected = "".join([piece async for piece in astream.text_stream])
+        final = await astream.get_final_message()
+    await sdk.close()
+    async with _client(llama_server) as client:
+        async with client.messages.stream(**request, **NO_CACHE) as stream:
+            reply = await stream.until_done()
+    assert reply.text == expected and reply.text
+    assert reply.outcome in (fluxstream.Outcome.DONE, fluxstream.Outcome.FINISHED)
+    assert reply.choices[0].finish_reason is not None
+    assert reply.usage is not None
+    assert getattr(reply.usage, "output_tokens", None) == final.usage.output_tokens
+
+
 # ---------------------------------------------------------------------------- n=2
 
 
