@@ -23,6 +23,7 @@ from typing import Any
 import anyio
 
 from ._tasks import Background, spawn
+from .attempt import finish_body
 
 __all__ = ["ReadAhead"]
 
@@ -55,12 +56,10 @@ class ReadAhead:
                     with contextlib.suppress(Exception):  # unless it stopped reading
                         await send.send(exc)
                 finally:
-                    # Finish the HTTP library's generator here, in the task that iterated it,
-                    # so it never waits for the garbage collector (ResourceWarning).
-                    aclose = getattr(source, "aclose", None)
-                    if aclose is not None:
-                        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                            await aclose()
+                    # Finish the HTTP library's chain of generators here, in the task that
+                    # iterated it, so none waits for the garbage collector (ResourceWarning).
+                    # Not aclose(): that finishes only the outermost one.
+                    await finish_body(source)
 
         self._task: Background = spawn(reader)
 

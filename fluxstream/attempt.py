@@ -34,7 +34,10 @@ __all__ = ["DRAIN_SECONDS", "Attempt", "AttemptCancelled", "RequestSpec", "read_
 #: The most of an error body read to describe it (the rest is not worth waiting for).
 ERROR_BODY_LIMIT = 64 * 1024
 _DRAIN_AFTER_END_BYTES = 64 * 1024
-_FINISH_READS = 8
+#: Reads that :func:`finish_body` may take from data already buffered under the body (a read
+#: that needs the socket raises at once in its cancelled scope): one socket read's worth of
+#: tiny chunks at most, so generous and still fast.
+_FINISH_READS = 100_000
 #: How long a close after the sentinel reads on for the body's end (see :meth:`Attempt.close`).
 DRAIN_SECONDS = 0.25
 
@@ -252,7 +255,7 @@ async def finish_body(source: AsyncIterator[bytes]) -> None:
     """
     with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
         scope.cancel()
-        for _ in range(_FINISH_READS):  # buffered reads may come back without a checkpoint
+        for _ in range(_FINISH_READS):  # buffered data comes back without a checkpoint
             try:
                 await source.__anext__()
             except Exception:  # StopAsyncIteration, the library's error, or "already running"
