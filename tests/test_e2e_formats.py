@@ -265,14 +265,6 @@ async def test_messages_every_attempt_dropping_still_ends_exact(aserver: Server)
     assert all(len(a) < len(b) for a, b in itertools.pairwise(prefills))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="client bug (fluxstream/endpoints.py + parser.begin_continuation, not server/): a"
-    " drop right after a whitespace delta (here the newline) makes the Anthropic continuation"
-    " send a prefill ending in whitespace, which Anthropic (and the embedded server) refuse"
-    " with 400; the stream then ends truncated. Fix: send prefix.rstrip() and cut the"
-    " re-sent whitespace from the continuation as an echo.",
-)
 async def test_messages_drop_after_a_newline_is_continued(aserver: Server) -> None:
     params: dict[str, Any] = {"model": "m", "max_tokens": 1024, "messages": USER}
     async with client_for(aserver) as client:
