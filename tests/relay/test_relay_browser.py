@@ -33,6 +33,9 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "browser"
 
+if CHROMIUM is None and os.environ.get("FLUXSTREAM_REQUIRE_BROWSER") == "1":
+    # CI installs Debian's chromium (.ci/run): there a missing browser is a failure, not a skip.
+    raise RuntimeError("FLUXSTREAM_REQUIRE_BROWSER=1 but chromium is not installed")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
 
 
