@@ -8,7 +8,7 @@ the *client's* cost is what a benchmark sees:
 
 * it is a bare ``asyncio.Protocol`` that writes pre-framed bytes: a few µs of CPU per write,
   so the server is never the bottleneck (the benchmark reports its CPU and wall time to show
-  it), where the embedded h11 server needs ~60–100 µs per event;
+  it), where the embedded h11 server needs ~60-100 µs per event;
 * the write pattern is the regime, named by the first path segment:
 
   ``paced-<ms>``    one HTTP chunk per event, one ``write`` per event, ``<ms>`` between two
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import sys
@@ -224,7 +225,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main(args.port))
-    except KeyboardInterrupt:
-        pass
