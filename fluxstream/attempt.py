@@ -54,6 +54,10 @@ class RequestSpec:
     headers: dict[str, str] = field(default_factory=dict)
     #: The read timeout in force, for error messages.
     read_timeout: float | None = None
+    #: Builds a ``GET`` of ``(path with query, headers)`` with the same authentication, for
+    #: resumes that re-read a stored response (``GET /responses/{id}?stream=true&...``);
+    #: ``None``: this client cannot, and such resumes are not offered.
+    build_get: Callable[[str, Mapping[str, str]], Any] | None = None
 
 
 class AttemptCancelled(Exception):
@@ -94,8 +98,12 @@ class Attempt:
         headers: Mapping[str, str] | None = None,
         body: Mapping[str, Any] | None = None,
         max_json_bytes: int,
+        get: str | None = None,
     ) -> None:
         """Send the request and check the response; raises a typed error if unusable.
+
+        ``get``: instead of the stream's request, a ``GET`` of this path (relative to the base
+        URL, query included) with the same headers: a resume that re-reads a stored response.
 
         :raises AttemptCancelled: :meth:`cancel` came first.
         :raises APITimeoutError, APIConnectionError: no response (retryable).
@@ -104,7 +112,13 @@ class Attempt:
         """
         spec = self.spec
         errors = spec.errors
-        request = spec.build(spec.path, body or spec.body, {**spec.headers, **(headers or {})})
+        merged = {**spec.headers, **(headers or {})}
+        if get is not None:
+            if spec.build_get is None:
+                raise APIConnectionError("this client cannot send GET requests to resume")
+            request = spec.build_get(get, merged)
+        else:
+            request = spec.build(spec.path, body or spec.body, merged)
         try:
             response = await self._send(request)
         except errors.timeout as exc:

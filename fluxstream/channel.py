@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 
@@ -27,12 +29,55 @@ from .parser import StreamParser
 from .progress import Progress
 from .recovery import Decision, DropState, Recovery, is_transient_error
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "continuation_body", "is_responses_path", "starting_after_path"]
 
 logger = logging.getLogger("fluxstream")
 
 #: The reason given for a resume from a token (not a drop: nothing to warn about).
 TOKEN_REASON = "resumed from a token"
+#: Statuses of a ``starting_after`` re-read that say it cannot work here (the response was
+#: not stored, or the server has no such endpoint): the next strategy takes over.
+_NOT_REPLAYABLE = frozenset({400, 404, 405, 410, 501})
+
+
+def is_responses_path(path: str) -> bool:
+    """The request goes to the Responses API (``.../responses``)."""
+    return path.rstrip("/").rpartition("/")[2] == "responses"
+
+
+def starting_after_path(path: str, response_id: str, sequence: int) -> str:
+    """``responses/{id}?stream=true&starting_after=N``: OpenAI's resume of a stored response.
+    The id comes from the server, so it is quoted whole (it cannot add a path or query)."""
+    return (
+        f"{path.rstrip('/')}/{quote(response_id, safe='')}"
+        f"?stream=true&starting_after={int(sequence)}"
+    )
+
+
+def continuation_body(
+    path: str, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+) -> dict[str, Any]:
+    """The request that continues ``text`` (the partial answer) as a trailing assistant turn.
+
+    Chat Completions and Anthropic Messages append it to ``messages``. A Responses body has
+    no ``messages``: the turn is appended to ``input`` (a string input becomes the user
+    message it stands for), marked ``"status": "in_progress"`` by ``client.responses`` — the
+    Responses API's way to say the message is unfinished, which servers that continue a
+    partial message (vLLM) honour. OpenAI's own API has no assistant prefill: it answers a
+    trailing assistant item as a finished turn, so continuation is not safe there (the
+    ``starting_after`` strategy is OpenAI's resume).
+    """
+    turn = {"role": "assistant", "content": text, **flag}
+    if is_responses_path(path) and "messages" not in body:
+        given = body.get("input")
+        if isinstance(given, str):
+            items: list[Any] = [{"role": "user", "content": given}]
+        elif isinstance(given, list):
+            items = list(given)
+        else:
+            items = []
+        return {**body, "input": [*items, turn]}
+    return {**body, "messages": [*list(body.get("messages") or []), turn]}
 
 
 class Channel:
@@ -65,6 +110,7 @@ class Channel:
         headers: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
         fresh_budget: bool = False,
+        get: str | None = None,
     ) -> Attempt:
         """Send the request; retry (RetryPolicy) what fails before a response is usable.
 
@@ -82,7 +128,8 @@ class Channel:
             attempt = self.attempt = Attempt(self.spec, head_timeout=self.head_timeout)
             try:
                 await attempt.open(
-                    headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes
+                    headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes,
+                    get=get,
                 )
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
@@ -141,23 +188,49 @@ class Channel:
         await self.close(drain=False)
         await self.pause(decision.delay)
         events: list[Event] = []
+        if decision.strategy == "starting_after":
+            return await self._reread(reason)
         if decision.strategy == "last_event_id":
             last_id = parser.last_event_id
             parser.new_connection(resume_after=last_id)
             attempt = await self.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
         elif decision.strategy == "continuation":
             text = parser.begin_continuation(min_overlap=policy.min_overlap)
-            request = self.spec.body
-            messages = list(request.get("messages", []))
-            messages.append({"role": "assistant", "content": text, **policy.prefix_flag})
-            attempt = await self.connect(
-                body={**request, "messages": messages}, fresh_budget=True
-            )
+            body = continuation_body(self.spec.path, self.spec.body, text, policy.prefix_flag)
+            attempt = await self.connect(body=body, fresh_budget=True)
         else:
             self.recovery.restarts += 1
             events = parser.reset(self.recovery.restarts, f"restart after a drop ({reason})")
             attempt = await self.connect(fresh_budget=True)
         return attempt, events
+
+    async def _reread(self, reason: str) -> tuple[Attempt, list[Event]]:
+        """OpenAI's resume: ``GET /responses/{id}?stream=true&starting_after=N`` streams the
+        stored response's events after the last one delivered. The format drops any event at
+        or below ``N`` (a server that starts over shows nothing twice). A status that says
+        the response cannot be re-read here rules the strategy out; the next one applies."""
+        parser = self.parser
+        response_id, sequence = parser.response_id, parser.sequence
+        assert response_id is not None and sequence is not None  # DropState.replayable
+        parser.new_connection()
+        try:
+            attempt = await self.connect(
+                get=starting_after_path(self.spec.path, response_id, sequence),
+                fresh_budget=True,
+            )
+        except APIStatusError as exc:
+            if exc.status_code not in _NOT_REPLAYABLE:
+                raise
+            self.recovery.rule_out("starting_after")
+            decision = self.recovery.resume_decision(self.drop_state(exc))
+            logger.warning(
+                "stream %s: resume by starting_after refused (%s); %s", parser.content_key,
+                exc, f"resuming by {decision.strategy}" if decision.strategy else "ending",
+            )
+            if decision.action != "resume":
+                raise
+            return await self._resume(decision, reason)
+        return attempt, []
 
     # ------------------------------------------------------------------ decisions
 
@@ -184,6 +257,12 @@ class Channel:
             has_event_id=bool(parser.last_event_id),
             reconnection_time=parser.reconnection_time,
             continuable=parser.continuable(),
+            stored_response=(
+                is_responses_path(self.spec.path) and self.spec.body.get("background") is True
+                and self.spec.build_get is not None
+            ),
+            response_id=parser.response_id,
+            sequence=parser.sequence,
         )
 
     def error_event_decision(self, events: list[Event], now: float) -> Decision | None:
@@ -285,6 +364,9 @@ class Channel:
             "body": self.spec.body,
             "last_event_id": parser.last_event_id or None,
             "reconnection_time": parser.reconnection_time,
+            # Responses API: what a starting_after resume needs (None for other formats).
+            "response_id": parser.response_id,
+            "sequence": parser.sequence,
             "offsets": parser.offsets(),
             "reply": parser.reply.model_dump(mode="json"),
         }

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 
 from ._http import HttpErrors
+from ._objects import prepare, structured_request
 from ._transport import make_http_client
 from .endpoints import Messages, Responses
 from .limits import StreamLimits
@@ -204,12 +205,20 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ request building
 
-    def _build_request(self, path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
+    def _build_get(self, path: str, headers: Mapping[str, str]) -> Any:
+        """A ``GET`` of ``path`` (query included), authenticated like the stream's requests:
+        the Responses API's resume re-reads a stored response this way."""
+        return self._build_request(path, None, headers)
+
+    def _build_request(
+        self, path: str, body: Mapping[str, Any] | None, headers: Mapping[str, str]
+    ) -> Any:
+        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``)."""
         # Header names are case-insensitive: merge them lowercased, so a caller's own
         # Authorization (a proxy's token) replaces ours instead of being sent beside it.
         all_headers = {
             "accept": "text/event-stream",
-            "content-type": "application/json",
+            **({} if body is None else {"content-type": "application/json"}),
             "user-agent": _USER_AGENT,
             **self._headers,
             **{name.lower(): value for name, value in headers.items()},
@@ -222,10 +231,11 @@ class AsyncClient:
             t = self.timeout
             # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
             extra["timeout"] = (t.connect, self.read_timeout, t.write, t.pool)
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         return self._http.build_request(
-            "POST",
+            "GET" if body is None else "POST",
             f"{self.base_url}/{path}",
-            content=json.dumps(body, separators=(",", ":")).encode(),
+            content=content,
             headers=all_headers,
             **extra,
         )
@@ -249,6 +259,8 @@ class Chat:
         strict: bool = False,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -257,16 +269,21 @@ class Chat:
         ``include_usage=False``. Other keyword arguments go into the request body as they are.
         ``content_key`` names the logical request for resumable rendering (generated if None);
         ``retry`` and ``resume`` override the client's policies for this request.
+        ``response_format``: a pydantic model (or any type pydantic adapts) is sent as its
+        strict JSON schema and read back by ``stream.objects()`` / ``stream.parsed``; a
+        ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
+        the stream as it is delivered (``log.record(stream)``, same API).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if tools is not None:
             body["tools"] = list(tools)
+        structured = structured_request("chat", body, response_format)
         body["stream"] = True
         if include_usage:
             options = dict(body.get("stream_options") or {})
             options.setdefault("include_usage", True)
             body["stream_options"] = options
-        return self._open(
+        stream = self._open(
             body,
             content_key=content_key or uuid.uuid4().hex,
             headers=dict(extra_headers or {}),
@@ -274,6 +291,7 @@ class Chat:
             retry=retry,
             resume=resume,
         )
+        return prepare(stream, structured, log)
 
     def resume(
         self,
@@ -335,6 +353,7 @@ class Chat:
             errors=client._errors,
             headers=headers,
             read_timeout=client.read_timeout,
+            build_get=client._build_get,
         )
         resuming = parser is not None
         if parser is None:
@@ -366,6 +385,8 @@ class Chat:
         strict: bool = False,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
         **params: Any,
     ) -> Reply:
         """Stream underneath and return the whole reply (same arguments as :meth:`stream`).
@@ -377,7 +398,7 @@ class Chat:
         stream = self.stream(
             model=model, messages=messages, tools=tools, content_key=content_key,
             include_usage=include_usage, extra_headers=extra_headers, strict=strict,
-            retry=retry, resume=resume, **params,
+            retry=retry, resume=resume, response_format=response_format, log=log, **params,
         )
         async with stream:
             return await stream.complete()

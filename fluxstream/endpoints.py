@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._objects import prepare, structured_request
 from .parser import StreamParser
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -124,6 +125,16 @@ class Responses(_Endpoint):
     path = "responses"
     format = "responses"
 
+    def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
+        """A continuation appends the partial answer to ``input`` as an assistant message
+        marked ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which
+        servers that continue a partial message honour) instead of the Chat ``prefix`` flag
+        (a flag the caller chose is kept). See :func:`fluxstream.channel.continuation_body`."""
+        policy = resume if resume is not None else self._client.resume
+        if policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
+            return dataclasses.replace(policy, prefix_flag={"status": "in_progress"})
+        return policy
+
     def stream(
         self,
         *,
@@ -136,6 +147,8 @@ class Responses(_Endpoint):
         strict: bool = False,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -143,6 +156,10 @@ class Responses(_Endpoint):
         ``stream: true`` is always set; other keyword arguments (``reasoning``,
         ``max_output_tokens``, ``previous_response_id``, ``background``...) go into the body
         as they are. The reply is choice 0; its tool calls are the ``function_call`` items.
+        ``response_format``: a pydantic model (or adaptable type) is sent as ``text.format``
+        with its strict JSON schema and read back by ``stream.objects()`` /
+        ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
+        :class:`fluxstream.relay.ReplyLog` that records the stream (same API).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -151,8 +168,10 @@ class Responses(_Endpoint):
             body["instructions"] = instructions
         if tools is not None:
             body["tools"] = list(tools)
-        return self._open(body, content_key=content_key, extra_headers=extra_headers,
-                          strict=strict, retry=retry, resume=resume)
+        structured = structured_request(self.path, body, response_format)
+        stream = self._open(body, content_key=content_key, extra_headers=extra_headers,
+                            strict=strict, retry=retry, resume=resume)
+        return prepare(stream, structured, log)
 
     async def complete(self, **kwargs: Any) -> Reply:
         """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
@@ -212,6 +231,8 @@ class Messages(_Endpoint):
         strict: bool = False,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -220,6 +241,10 @@ class Messages(_Endpoint):
         ``temperature``, ``stop_sequences``, ``tool_choice``...) go into the body as they
         are. The reply is choice 0; thinking blocks with their signatures are kept in
         ``choice.reasoning_blocks`` to send back with the next request.
+        ``response_format``: a pydantic model (or adaptable type) becomes a tool whose
+        ``input_schema`` is the type, forced by ``tool_choice`` (unless one is given); its
+        input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
+        that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -227,8 +252,10 @@ class Messages(_Endpoint):
             body["system"] = system if isinstance(system, str) else list(system)
         if tools is not None:
             body["tools"] = list(tools)
-        return self._open(body, content_key=content_key, extra_headers=extra_headers,
-                          strict=strict, retry=retry, resume=resume)
+        structured = structured_request(self.path, body, response_format)
+        stream = self._open(body, content_key=content_key, extra_headers=extra_headers,
+                            strict=strict, retry=retry, resume=resume)
+        return prepare(stream, structured, log)
 
     async def complete(self, **kwargs: Any) -> Reply:
         """Stream underneath and return the whole reply (same arguments as :meth:`stream`);

@@ -333,6 +333,10 @@ class StreamParser:
         prefix = self._assembler.text_of(0)
         sent = prefix.rstrip() or prefix  # an all-whitespace prefix is sent as it is
         self.new_connection()
+        # A continuation is a new response (Responses API: sequence numbers from 0 again).
+        continued = getattr(self._wire, "continued", None)
+        if continued is not None:
+            continued()
         self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
 
@@ -358,6 +362,13 @@ class StreamParser:
         )
         parser._format.id = reply.id
         parser._format.model = reply.model
+        wire = parser._wire
+        sequence = token.get("sequence")
+        if hasattr(wire, "sequence") and type(sequence) is int and sequence >= 0:
+            wire.sequence = sequence  # events at or below it are never shown again
+        response_id = token.get("response_id")
+        if hasattr(wire, "response_id") and isinstance(response_id, str) and response_id:
+            wire.response_id = response_id
         parser._old_last_event_id = str(token.get("last_event_id") or "")
         parser._old_reconnection_time = token.get("reconnection_time")
         return parser
@@ -406,6 +417,27 @@ class StreamParser:
     def done(self) -> bool:
         """The sentinel (or a complete non-streaming body) arrived."""
         return self._format.done
+
+    @property
+    def _wire(self) -> Any:
+        """The wire format in use (the one ``format="auto"`` chose, once it chose)."""
+        fmt = self._format
+        inner = getattr(fmt, "inner", None)
+        return fmt if inner is None else inner
+
+    @property
+    def sequence(self) -> int | None:
+        """Responses API: the highest ``sequence_number`` delivered (``None``: another
+        format, or none seen yet): the ``starting_after`` of OpenAI's resume."""
+        seq = getattr(self._wire, "sequence", None)
+        return seq if isinstance(seq, int) and seq >= 0 else None
+
+    @property
+    def response_id(self) -> str | None:
+        """Responses API: the id of the response being streamed now (what a
+        ``starting_after`` resume re-reads; after a continuation, the new response's)."""
+        rid = getattr(self._wire, "response_id", None)
+        return rid if isinstance(rid, str) and rid else None
 
     @property
     def last_event_id(self) -> str:

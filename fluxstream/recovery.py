@@ -29,9 +29,9 @@ from .retry import ResumePolicy, RetryPolicy
 __all__ = ["STRATEGIES", "Decision", "DropState", "Recovery", "is_transient_error"]
 
 Action = Literal["end", "retry", "resume", "give_up", "cancel"]
-Strategy = Literal["last_event_id", "continuation", "restart"]
+Strategy = Literal["starting_after", "last_event_id", "continuation", "restart"]
 #: Resume strategies, best first (see :class:`~fluxstream.retry.ResumePolicy`).
-STRATEGIES: tuple[Strategy, ...] = ("last_event_id", "continuation", "restart")
+STRATEGIES: tuple[Strategy, ...] = ("starting_after", "last_event_id", "continuation", "restart")
 
 #: Words in an error event that mean the provider was busy, not that the request was wrong.
 _TRANSIENT_ERROR_WORDS = (
@@ -67,6 +67,10 @@ class DropState:
     :param has_event_id: the stream carried ``id:`` fields (``Last-Event-ID`` can resume it).
     :param reconnection_time: the server's ``retry:`` field in milliseconds, if any.
     :param continuable: a continuation could extend the reply (one text-only choice).
+    :param stored_response: the request asked the provider to store the response (a
+        Responses API request with ``background: true``), so it can be streamed again.
+    :param response_id: the id of the response being streamed (Responses API), if known.
+    :param sequence: the highest ``sequence_number`` delivered (Responses API), if any.
     """
 
     clean: bool
@@ -76,6 +80,21 @@ class DropState:
     has_event_id: bool = False
     reconnection_time: int | None = None
     continuable: bool = False
+    stored_response: bool = False
+    response_id: str | None = None
+    sequence: int | None = None
+
+    @property
+    def replayable(self) -> bool:
+        """OpenAI's own resume applies: ``GET /responses/{id}?stream=true&starting_after=N``
+        streams the events of a stored response after ``N`` (the provider replays them, so
+        nothing is a new sample)."""
+        return (
+            self.stored_response
+            and bool(self.response_id)
+            and self.sequence is not None
+            and self.sequence >= 0
+        )
 
 
 class Recovery:
@@ -195,6 +214,11 @@ class Recovery:
 
     def _allowed(self, state: DropState) -> Iterable[Strategy]:
         policy = self.resume
+        # The provider's own replay of a stored response first: it is exact (the events
+        # after the last one delivered, verified by their sequence numbers) and works
+        # whether or not a gateway numbered the SSE events.
+        if policy.starting_after and state.replayable:
+            yield "starting_after"
         if policy.last_event_id and state.has_event_id:
             yield "last_event_id"
         if policy.continuation and state.continuable:

@@ -22,6 +22,12 @@ Two different situations, two policies:
      event; offsets start again at 0 and the reply holds only the new attempt. Always safe for
      renderers that honour ``Reset`` (they replace instead of append).
 
+  0. ``starting_after`` (on by default, used only for a Responses API stream whose request had
+     ``background: true``, once its response id and a ``sequence_number`` were seen): OpenAI's
+     own resume, ``GET /responses/{id}?stream=true&starting_after=N`` with ``N`` the last
+     sequence number delivered; the provider replays the stored response's later events, and
+     any event at or below ``N`` is dropped anyway. Tried before ``last_event_id``.
+
   Without a strategy that applies, a drop stays ``truncated``, exactly as before.
 """
 
@@ -77,6 +83,8 @@ class RetryPolicy:
 class ResumePolicy:
     """How to continue after a mid-stream drop; see the module docstring for when each is safe.
 
+    :param starting_after: re-read a stored (``background: true``) Responses API response
+        after the last ``sequence_number`` delivered (OpenAI's own resume).
     :param last_event_id: reconnect with ``Last-Event-ID`` when the stream carried ids.
     :param continuation: re-request with the partial text as an assistant prefix.
     :param restart: start a fresh generation (announced by a ``Reset`` event).
@@ -95,10 +103,12 @@ class ResumePolicy:
     max_delay: float = 10.0
     prefix_flag: dict[str, object] = field(default_factory=lambda: {"prefix": True})
     min_overlap: int = 8
+    starting_after: bool = True
 
     @classmethod
     def off(cls) -> ResumePolicy:
-        return cls(last_event_id=False, continuation=False, restart=False, max_resumes=0)
+        return cls(last_event_id=False, continuation=False, restart=False, max_resumes=0,
+                   starting_after=False)
 
     def reconnect_delay(self, retry_ms: int | None) -> float:
         if retry_ms is None:

@@ -231,6 +231,57 @@ def test_a_strategy_ruled_out_for_this_server_falls_back_to_the_next(
     assert rec.strategy(state) == strategy
 
 
+# ------------------------------------------------------------ rule: a stored response is re-read
+#: A Responses API stream whose request had ``background: true``, id and sequence number seen.
+STORED: dict[str, object] = {
+    "saw_content": True, "stored_response": True, "response_id": "resp_1", "sequence": 9,
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "state", "strategy"),
+    [
+        (LEI, drop(**STORED), "starting_after"),  # on by default
+        (ALL, drop(**{**STORED, "has_event_id": True, "continuable": True}), "starting_after"),
+        # every condition is needed: the provider stored it, its id, a sequence number
+        (LEI, drop(**{**STORED, "stored_response": False}), None),
+        (LEI, drop(**{**STORED, "response_id": None}), None),
+        (LEI, drop(**{**STORED, "response_id": ""}), None),
+        (LEI, drop(**{**STORED, "sequence": None}), None),
+        (LEI, drop(**{**STORED, "sequence": -1}), None),
+        (ALL, drop(**{**STORED, "stored_response": False, "continuable": True}), "continuation"),
+        (LEI, drop(**{**STORED, "has_event_id": True, "sequence": None}), "last_event_id"),
+        (ResumePolicy(starting_after=False), drop(**STORED), None),
+        (ResumePolicy(starting_after=False), drop(**STORED, has_event_id=True), "last_event_id"),
+        (ResumePolicy.off(), drop(**STORED), None),
+    ],
+)
+def test_a_stored_response_is_resumed_by_starting_after(
+    policy: ResumePolicy, state: DropState, strategy: str | None
+) -> None:
+    decision = recovery(resume=policy).after_drop(state, T0)
+    if strategy is None:
+        assert decision == Decision("give_up", reason="no resume strategy applies")
+    else:
+        assert (decision.action, decision.strategy) == ("resume", strategy)
+
+
+@pytest.mark.parametrize(("default_delay", "retry_ms"), [(0.0, None), (0.25, 1500)])
+def test_starting_after_waits_the_policys_delay(default_delay: float, retry_ms: int | None) -> None:
+    """No ``retry:`` field applies to a new request of another kind: the policy's delay."""
+    state = drop(**STORED, reconnection_time=retry_ms)
+    decision = recovery(resume=ResumePolicy(default_delay=default_delay)).after_drop(state, T0)
+    assert decision == Decision("resume", default_delay, "starting_after")
+
+
+def test_starting_after_ruled_out_falls_back_to_last_event_id() -> None:
+    rec = recovery(resume=ALL)
+    state = drop(**STORED, has_event_id=True, continuable=True)
+    assert rec.strategy(state) == "starting_after"
+    rec.rule_out("starting_after")
+    assert rec.strategy(state) == "last_event_id"
+
+
 # ---------------------------------------------------------------- rule: what ends without recovery
 @pytest.mark.parametrize(
     ("state", "action"),

@@ -217,6 +217,12 @@ class AutoFormat:
         if self.inner is not None:
             self.inner.shift_text(choice, by)
 
+    def new_connection(self) -> None:
+        """Passed on to the chosen format (Anthropic restates ``message_start``)."""
+        hook = getattr(self.inner, "new_connection", None)
+        if hook is not None:
+            hook()
+
     # ------------------------------------------------------------------ state the parser reads
 
     @property

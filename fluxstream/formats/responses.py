@@ -82,7 +82,7 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_parts", "_text_part", "replayed", "sequence")
+    __slots__ = ("_errored", "_parts", "_text_part", "replayed", "response_id", "sequence")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         super().__init__(key, strict=strict)
@@ -91,6 +91,9 @@ class ResponsesFormat(JsonEventFormat):
         self.sequence = -1
         #: Events dropped because their ``sequence_number`` was already seen.
         self.replayed = 0
+        #: The id of the response being streamed now (``reply.id`` stays the first one's: a
+        #: continuation is a new response). What a ``starting_after`` resume re-reads.
+        self.response_id: str | None = None
         self._errored = False
         self._text_part: tuple[object, object] | None = None
         # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
@@ -99,7 +102,16 @@ class ResponsesFormat(JsonEventFormat):
     def reset(self) -> None:
         super().reset()
         self.sequence = -1
+        self.response_id = None
         self._errored = False
+        self._parts = set()
+        self._text_part = None
+
+    def continued(self) -> None:
+        """A continuation request follows: a *new* response, whose sequence numbers count
+        from 0 again and whose parts are new (offsets and the reply go on)."""
+        self.sequence = -1
+        self.response_id = None
         self._parts = set()
         self._text_part = None
 
@@ -234,10 +246,12 @@ class ResponsesFormat(JsonEventFormat):
     def _response(self, response: object) -> Mapping[str, Any] | None:
         if not isinstance(response, Mapping):
             return None
-        if self.id is None:
-            rid = response.get("id")
-            if rid and isinstance(rid, str):
+        rid = response.get("id")
+        if rid and isinstance(rid, str):
+            if self.id is None:
                 self.id = rid
+            if self.response_id is None:
+                self.response_id = rid
         if self.model is None:
             model = response.get("model")
             if model and isinstance(model, str):

@@ -1,0 +1,230 @@
+"""Responses API streams resumed the Responses way, end to end over 127.0.0.1 (asyncio, trio).
+
+* ``starting_after``: a dropped stream of a response created with ``background: true`` is read
+  again with ``GET /responses/{id}?stream=true&starting_after=N`` (OpenAI's own resume; ``N``
+  the last ``sequence_number`` delivered): the text is shown once, exactly, offsets go on; a
+  resume token carries what another worker needs to do the same; a re-read the server refuses
+  (the response was not stored) rules the strategy out and the next one applies.
+* ``continuation`` for Responses bodies: the partial answer is appended to ``input`` (never to
+  a ``messages`` list the Responses API does not have), marked ``"status": "in_progress"``.
+
+The embedded server's script says what the full answer is (``script_for``), and its records say
+which requests were sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+
+import fluxstream
+from fluxstream.events import Reset, TextDelta
+from fluxstream.retry import ResumePolicy
+from fluxstream.server import Server, script_for
+
+pytestmark = pytest.mark.anyio
+
+USER = [{"role": "user", "content": "Weather in Zürich? 你好 🌍"}]
+
+
+def faults(spec: str, key: str) -> dict[str, str]:
+    """A fault for the first attempt only (the key ties the POST and its re-reads together:
+    without it, the GET would count as another request and drop again)."""
+    return {"X-Fluxstream-Fault": f"{spec},fail-first=1", "X-Fluxstream-Attempt-Key": key}
+
+
+#: Every request the clients of a test sent (the server's records keep no query string).
+SENT: list[httpx.Request] = []
+
+
+@asynccontextmanager
+async def client_for(server: Server, **kwargs: Any) -> AsyncIterator[fluxstream.AsyncClient]:
+    async def record(request: httpx.Request) -> None:
+        SENT.append(request)
+
+    async with httpx.AsyncClient(timeout=10, event_hooks={"request": [record]}) as http:
+        async with fluxstream.AsyncClient(
+            base_url=server.base_url, api_key="sk-resume", http_client=http, **kwargs
+        ) as client:
+            yield client
+
+
+@pytest.fixture(autouse=True)
+def _fresh_log() -> None:
+    SENT.clear()
+
+
+async def run(stream: Any) -> tuple[str, list[Any]]:
+    shown: list[str] = []
+    events: list[Any] = []
+    async with stream:
+        async for event in stream:
+            events.append(event)
+            if isinstance(event, TextDelta):
+                shown.append(event.text)
+    return "".join(shown), events
+
+
+def assert_offsets_continue(events: list[Any], start: int = 0) -> None:
+    """Every text delta starts where the previous one ended: nothing twice, nothing skipped."""
+    at = start
+    for event in events:
+        if isinstance(event, TextDelta):
+            assert event.offset == at, (event.offset, at)
+            at += len(event.text)
+
+
+def gets(server: Server) -> list[httpx.Request]:
+    """The GETs sent (and the server received as many)."""
+    sent = [r for r in SENT if r.method == "GET"]
+    assert len(sent) == len([r for r in server.records.requests if r.method == "GET"])
+    return sent
+
+
+def afters(server: Server) -> list[list[str]]:
+    return [parse_qs(r.url.query.decode())["starting_after"] for r in gets(server)]
+
+
+def text_of(params: dict[str, Any]) -> str:
+    return script_for("responses", params).choices[0].text
+
+
+async def test_a_background_response_is_resumed_by_starting_after(aserver: Server) -> None:
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    async with client_for(aserver) as client:
+        stream = client.responses.stream(
+            **params, extra_headers=faults("drop-after-events=10,write-size=5", "bg-1")
+        )
+        shown, events = await run(stream)
+    reply = stream.reply
+    assert shown == reply.text == text_of(params)
+    assert reply.outcome is fluxstream.Outcome.DONE and stream.stats.resumes == 1
+    assert_offsets_continue(events)
+    [get] = gets(aserver)
+    assert get.url.path == f"/v1/responses/{reply.id}"
+    # events 0..9 were written before the drop: the last one delivered is 9
+    assert parse_qs(get.url.query.decode()) == {"stream": ["true"], "starting_after": ["9"]}
+    assert get.headers["authorization"] == "Bearer sk-resume"  # authenticated like the stream
+    assert get.content == b"" and "last-event-id" not in get.headers
+    assert "content-type" not in get.headers
+
+
+async def test_every_drop_of_a_background_response_is_resumed(aserver: Server) -> None:
+    """Each re-read drops too (``fail-first=3``): three resumes, each after the last event
+    delivered by the one before, and the text is still exact."""
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    headers = {"X-Fluxstream-Fault": "drop-after-events=6,fail-first=3",
+               "X-Fluxstream-Attempt-Key": "bg-3"}
+    async with client_for(aserver) as client:
+        stream = client.responses.stream(**params, extra_headers=headers)
+        shown, events = await run(stream)
+    assert shown == stream.reply.text == text_of(params)
+    assert stream.reply.outcome is fluxstream.Outcome.DONE and stream.stats.resumes == 3
+    assert_offsets_continue(events)
+    assert afters(aserver) == [["5"], ["11"], ["17"]]
+
+
+async def test_without_background_there_is_nothing_to_re_read(aserver: Server) -> None:
+    params: dict[str, Any] = {"model": "m", "input": USER}
+    async with client_for(aserver) as client:
+        stream = client.responses.stream(**params,
+                                         extra_headers=faults("drop-after-events=10", "nb"))
+        shown, _ = await run(stream)
+    assert stream.reply.outcome is fluxstream.Outcome.TRUNCATED
+    assert text_of(params).startswith(shown) and shown == stream.reply.text
+    assert gets(aserver) == []
+
+
+async def test_starting_after_can_be_turned_off(aserver: Server) -> None:
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    async with client_for(aserver, resume=ResumePolicy(starting_after=False)) as client:
+        stream = client.responses.stream(**params,
+                                         extra_headers=faults("drop-after-events=10", "off"))
+        await run(stream)
+    assert stream.reply.outcome is fluxstream.Outcome.TRUNCATED and gets(aserver) == []
+
+
+async def test_a_resume_token_is_resumed_by_starting_after_in_another_client(
+    aserver: Server,
+) -> None:
+    """Worker A's stream drops (A does not resume); worker B resumes from A's token with
+    ``client.responses.resume`` (or ``client.chat.resume``, which hands it over): B shows
+    only the rest, at the offsets where A stopped."""
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    full = text_of(params)
+    async with client_for(aserver, resume=ResumePolicy.off()) as worker_a:
+        first = worker_a.responses.stream(
+            **params, extra_headers=faults("drop-after-events=12", "tok")
+        )
+        shown_a, _ = await run(first)
+        token = json.loads(json.dumps(first.resume_token()))  # crosses a process boundary
+    assert first.reply.outcome is fluxstream.Outcome.TRUNCATED and 0 < len(shown_a) < len(full)
+    assert token["sequence"] == 11 and token["response_id"] == first.reply.id
+    for resume in ("responses", "chat"):
+        async with client_for(aserver) as worker_b:
+            endpoint = worker_b.responses if resume == "responses" else worker_b.chat
+            second = endpoint.resume(token)
+            shown_b, events = await run(second)
+        assert shown_a + shown_b == second.reply.text == full
+        assert second.reply.outcome is fluxstream.Outcome.DONE
+        assert second.reply.content_key == first.reply.content_key
+        assert_offsets_continue(events, start=len(shown_a))
+    assert afters(aserver) == [["11"], ["11"]]
+
+
+async def test_a_refused_re_read_falls_back_to_the_next_strategy(aserver: Server) -> None:
+    """The server does not know the response (404: it was not stored, or expired): the
+    strategy is ruled out and the next one applies (here a restart); with none left, the
+    resume fails with the typed status error and the partial reply, never a crash."""
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    async with client_for(aserver, resume=ResumePolicy.off()) as worker_a:
+        first = worker_a.responses.stream(
+            **params, extra_headers=faults("drop-after-events=12", "gone")
+        )
+        await run(first)
+    token = {**first.resume_token(), "response_id": "resp_unknown/../x?y=1"}
+    async with client_for(aserver) as worker_b:
+        nothing = worker_b.responses.resume(token)
+        with pytest.raises(fluxstream.errors.NotFoundError):  # typed, as any failed open
+            await run(nothing)
+        assert nothing.reply.outcome is fluxstream.Outcome.FAILED
+        assert nothing.reply.text == first.reply.text  # the partial reply is kept
+        restarted = worker_b.responses.resume(token, resume=ResumePolicy(restart=True))
+        shown, events = await run(restarted)
+    assert any(isinstance(e, Reset) for e in events)
+    assert shown == restarted.reply.text == text_of(params)
+    assert restarted.reply.outcome is fluxstream.Outcome.DONE
+    # the hostile id was quoted whole: one path segment, no query of its own
+    assert [r.url.raw_path.split(b"?")[0] for r in gets(aserver)] == [
+        b"/v1/responses/resp_unknown%2F..%2Fx%3Fy%3D1"] * 2
+    assert afters(aserver) == [["11"], ["11"]]
+
+
+async def test_a_responses_continuation_appends_to_input(aserver: Server) -> None:
+    """``continuation`` for a Responses body: the partial answer goes into ``input`` as an
+    in-progress assistant message; the continuation is a new response whose sequence
+    numbers count from 0 again, and its text is shown (none of it dropped as a replay)."""
+    params: dict[str, Any] = {"model": "m", "input": "Tell me about Zürich"}
+    policy = ResumePolicy(continuation=True, last_event_id=False)
+    async with client_for(aserver, resume=policy) as client:
+        stream = client.responses.stream(**params,
+                                         extra_headers=faults("drop-after-events=12", "cont"))
+        shown, events = await run(stream)
+    requests = [r for r in aserver.records.requests if r.method == "POST"]
+    assert gets(aserver) == []
+    assert len(requests) == 2
+    body = requests[1].json
+    assert "messages" not in body
+    assert body["input"][0] == {"role": "user", "content": "Tell me about Zürich"}
+    prefill = body["input"][-1]
+    assert prefill["role"] == "assistant" and prefill["status"] == "in_progress"
+    assert "prefix" not in prefill and shown.startswith(prefill["content"])
+    assert stream.reply.outcome is fluxstream.Outcome.DONE
+    assert shown == stream.reply.text == text_of(params)
+    assert_offsets_continue(events)
