@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Literal, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
@@ -36,7 +36,11 @@ __all__ = [
     "unified_stop",
 ]
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .structured import StructuredResult
+
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 class Outcome(str, Enum):
@@ -263,3 +267,36 @@ class Reply(BaseModel):
     def text(self) -> str:
         """``choices[0].text``, or ``""`` when there is no choice."""
         return self.choices[0].text if self.choices else ""
+
+    @overload
+    def parse(
+        self, tp: type[T], *, choice: int = 0, tool: str | None = None
+    ) -> StructuredResult[T]: ...
+    @overload
+    def parse(
+        self, tp: Any, *, choice: int = 0, tool: str | None = None
+    ) -> StructuredResult[Any]: ...
+
+    def parse(self, tp: Any, *, choice: int = 0, tool: str | None = None) -> Any:
+        """The structured output of choice ``choice`` read as ``tp`` (a pydantic model or any
+        type pydantic adapts): a :class:`~fluxstream.structured.StructuredResult` whose
+        ``value`` is the validated instance when ``complete``; a reply cut short (``length``,
+        ``max_tokens``, a network cut) gives the last partial object, ``complete=False`` and
+        the ``reason``; a refusal gives ``refusal``.
+
+        The object is the choice's text, or the arguments of its tool call named ``tool``
+        (Anthropic's forced tool; found by ``tp``'s schema name when the text is empty).
+        The type is an argument, not stored on the reply, so a reply dumped, sent and
+        validated back parses the same.
+
+        :raises ParseError: not JSON, not an object, or it does not validate.
+        """
+        from .structured import parse_reply, parse_tool_call, schema_name
+
+        found = next((c for c in self.choices if c.index == choice), None)
+        if found is not None and (tool is not None or not found.text.strip()):
+            name = tool if tool is not None else schema_name(tp)
+            call = next((t for t in found.tool_calls if t.name == name), None)
+            if call is not None:
+                return parse_tool_call(call, tp, reply=self)
+        return parse_reply(self, tp, choice=choice)

@@ -10,7 +10,10 @@ and ``cancel()``. Each concern behind it has a module of its own:
   :class:`~fluxstream.progress.Progress` (sans-IO) keeps the clocks;
 * :class:`~fluxstream.channel.Channel` is the loop over attempts and the reads of the current
   one; :class:`~fluxstream.attempt.Attempt` is one request/response (send, check, read, close);
-* :mod:`fluxstream.coalesce` and :mod:`fluxstream._readahead` pace ``text(coalesce=...)``.
+* :mod:`fluxstream.coalesce` and :mod:`fluxstream._readahead` pace ``text(coalesce=...)`` and
+  ``objects(coalesce=...)``;
+* :mod:`fluxstream._objects` keeps the typed partial objects of ``objects()`` and
+  ``partial_tool_call()`` (:mod:`fluxstream.structured` does the work).
 
 Retries and resume happen underneath: a consumer sees one sequence of events whose
 ``(key, choice, offset)`` never repeats. Why there is no cancel scope per read: see
@@ -20,25 +23,30 @@ Retries and resume happen underneath: a consumer sees one sequence of events who
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .attempt import RequestSpec
 from .coalesce import Coalesced, FuncSource, Picked
 from .errors import StreamError, StreamFailedError, StreamTruncatedError
-from .events import Event, Outcome, TextDelta
+from .events import Event, Outcome, TextDelta, ToolCallDelta
 from .parser import StreamParser
 from .progress import StreamStats
 from .reader import StreamReader
 from .retry import ResumePolicy, RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._objects import Structured, StructuredView
     from .reply import Reply
+    from .structured import ObjectBuilder, StructuredResult
 
 __all__ = ["RESUME_TOKEN_VERSION", "ReplyStream", "RequestSpec", "StreamStats"]
 
 RESUME_TOKEN_VERSION = 1
+
+P = TypeVar("P")
+U = TypeVar("U")
 
 
 class ReplyStream:
@@ -82,6 +90,8 @@ class ReplyStream:
         )
         self._batch: list[Event] = []
         self._pos = 0
+        #: Fed every delivered event once structured output is tracked (see ``objects()``).
+        self._view: StructuredView | None = None
 
     @property
     def cause(self) -> BaseException | None:
@@ -168,8 +178,13 @@ class ReplyStream:
         pos = self._pos
         if pos < len(batch):
             self._pos = pos + 1
-            return batch[pos]
-        return await self._next_batch()
+            event = batch[pos]
+        else:
+            event = await self._next_batch()
+        view = self._view
+        if view is not None:
+            view.feed(event)
+        return event
 
     async def _next_batch(self) -> Event:
         reader = self._reader
@@ -200,22 +215,148 @@ class ReplyStream:
         that a frame's end can interrupt the wait without interrupting the HTTP read; it ends
         with the stream, and nothing keeps running after it.
         """
-        if coalesce is None:
-            return Picked(self, _choice0_text)
-        wait = self._reader.channel.wait_for_bytes
-        source = FuncSource(self._next_read_ahead, self._has_ready, wait)
-        return Coalesced(source, coalesce, _choice0_text, "".join)
+        return self._text(coalesce, self)
 
-    async def _next_read_ahead(self) -> Event:
+    def _text(self, coalesce: float | None, via: AsyncIterator[Event]) -> AsyncIterator[str]:
+        if coalesce is None:
+            return Picked(via, _choice0_text)
+        return self._paced(via, coalesce, _choice0_text, "".join)
+
+    def _paced(
+        self,
+        via: AsyncIterator[Event],
+        coalesce: float,
+        pick: Callable[[Event], P | None],
+        join: Callable[[list[P]], U],
+    ) -> AsyncIterator[U]:
+        """What ``pick`` keeps of the events of ``via`` (this stream, or a wrapper that
+        delivers its events, such as a relay's recorded stream), joined per ``coalesce``
+        seconds: the pacing of ``text(coalesce=)``, for any item."""
+        wait = self._reader.channel.wait_for_bytes
+
+        async def next_event() -> Event:
+            await self._start_read_ahead()
+            return await via.__anext__()
+
+        source = FuncSource(next_event, self._has_ready, wait)
+        return Coalesced(source, coalesce, pick, join)
+
+    async def _start_read_ahead(self) -> None:
         reader = self._reader
         if not reader.channel.reads_ahead:
             if not reader.opened and not reader.ended:
                 await self._open()
             reader.channel.start_read_ahead()
-        return await self.__anext__()
 
     def _has_ready(self) -> bool:
         return self._pos < len(self._batch) or self._reader.ended
+
+    # ------------------------------------------------------------------ structured output
+
+    def objects(
+        self, tp: Any = None, *, coalesce: float | None = None, live: bool = False
+    ) -> AsyncIterator[Any]:
+        """Typed partial objects of the structured reply as its JSON arrives.
+
+        The type is the ``response_format=`` the stream was opened with (for Anthropic, the
+        object is the forced tool's input), or ``tp`` (for a stream opened with a ``dict``
+        ``response_format`` or from a resume token; given before any event was delivered).
+        An object is yielded whenever it changed: complete fields set and validated, strings
+        and lists growing, fields not started absent from ``model_fields_set`` (the user's own
+        class, built like ``model_construct``); a value once complete never changes. With
+        ``coalesce`` (seconds), at most one object per interval, paced like
+        ``text(coalesce=)``.
+
+        Each object yielded is a snapshot (a deep copy: O(size of the object) per yield,
+        so coalescing keeps a large reply cheap); ``live=True`` yields the one partial object
+        that the stream updates in place instead (O(size of each delta), keep no reference
+        across iterations). Bad output never raises here: the objects stop at the last valid
+        state and :attr:`parsed` (or ``reply.parse(Model)``) raises
+        :class:`~fluxstream.errors.ParseError`. A ``Reset`` (a restarted generation) starts
+        the object over.
+        """
+        return self._objects(tp, coalesce, live, self)
+
+    def _objects(
+        self, tp: Any, coalesce: float | None, live: bool, via: AsyncIterator[Event]
+    ) -> AsyncIterator[Any]:
+        view = self._structured_view(tp)
+        from ._objects import hand_out
+
+        def pick_builder(_event: Event) -> ObjectBuilder[Any] | None:
+            return view.take()
+
+        if coalesce is None:
+            def pick(_event: Event) -> Any:
+                builder = view.take()
+                return None if builder is None else hand_out(builder, live)
+
+            return Picked(via, pick)
+        return self._paced(via, coalesce, pick_builder,
+                           lambda batch: hand_out(batch[-1], live))
+
+    def partial_tool_call(self, event: ToolCallDelta, tp: Any, *, live: bool = False) -> Any:
+        """The typed partial arguments (``tp``: a pydantic model or any adaptable type) of
+        ``event``'s tool call, as far as the stream has delivered them (``event`` included).
+
+        Ask with the ``ToolCallDelta`` just received; the first ask reads the arguments
+        delivered so far in one pass, and from then on the stream keeps that call's partial
+        object up to date as it delivers events (linear in the arguments). A snapshot by
+        default; ``live=True`` returns the object the stream updates in place. The final
+        object: ``ToolCall.parse_arguments(Model)``.
+        """
+        view = self._view
+        if view is None:
+            from ._objects import StructuredView
+
+            view = self._view = StructuredView()
+        return view.call(event, tp, lambda: self._parser.reply, live)
+
+    def _structured_view(self, tp: Any) -> StructuredView:
+        view = self._view
+        if view is not None and view.tracker is not None:
+            if tp is not None and tp is not view.structured.type:  # type: ignore[union-attr]
+                raise ValueError("this stream already reads its objects as another type")
+            return view
+        if tp is None:
+            raise ValueError("no type: open the stream with response_format=Model, "
+                             "or pass the type to objects()")
+        if self._pos > 0:
+            raise ValueError("objects(Model) must be called before the stream delivers events")
+        from ._objects import Structured
+
+        self._track(Structured(tp))
+        assert self._view is not None
+        return self._view
+
+    def _track(self, structured: Structured) -> None:
+        """Track structured output (the client does it for ``response_format=Model``; call
+        it before any event is delivered)."""
+        from ._objects import StructuredView
+
+        view = self._view
+        if view is None:
+            view = self._view = StructuredView()
+        # What the reply holds but was not delivered yet comes through __anext__ later; what
+        # it holds beyond that (a resumed stream's partial reply) is fed now.
+        view.track(structured, self._parser.reply, self._batch[self._pos :])
+
+    @property
+    def parsed(self) -> StructuredResult[Any]:
+        """The structured result of the reply so far (final once the stream has ended), for
+        the stream's ``response_format`` type: ``value`` is the validated instance when
+        ``complete``; a reply cut short (``length``, ``max_tokens``, a network cut) gives the
+        last partial object with ``complete=False`` and the ``reason``; a refusal gives
+        ``refusal``. Same as ``stream.reply.parse(Model)``.
+
+        :raises ParseError: the output is not JSON, not an object, or does not validate.
+        :raises LookupError: the stream has no structured type.
+        """
+        view = self._view
+        if view is None or view.structured is None:
+            raise LookupError("no structured type: open the stream with response_format=Model")
+        structured = view.structured
+        return self.reply.parse(structured.type, tool=structured.tool)
 
     # ------------------------------------------------------------------ whole reply
 

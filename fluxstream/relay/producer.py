@@ -21,7 +21,7 @@ import anyio
 
 from .._tasks import spawn
 from ..errors import RelayLeaseLostError
-from ..events import End, Event, Outcome
+from ..events import End, Event, Outcome, ToolCallDelta
 from .codec import Entry, coalesce, show_key
 from .log import _end_record
 
@@ -177,11 +177,24 @@ class RecordedStream:
         await self.until_done()
         return await self._stream.complete()
 
-    async def text(self) -> AsyncIterator[str]:
-        """The reply's text (choice 0), recorded on the way."""
-        async for event in self:
-            if getattr(event, "type", None) == "text" and getattr(event, "choice", -1) == 0:
-                yield event.text  # type: ignore[union-attr]
+    def text(self, coalesce: float | None = None) -> AsyncIterator[str]:
+        """The reply's text (choice 0), recorded on the way: ``ReplyStream.text``."""
+        return self._stream._text(coalesce, self)
+
+    def objects(
+        self, tp: Any = None, *, coalesce: float | None = None, live: bool = False
+    ) -> AsyncIterator[Any]:
+        """Typed partial objects, recorded on the way: ``ReplyStream.objects``."""
+        return self._stream._objects(tp, coalesce, live, self)
+
+    def partial_tool_call(self, event: ToolCallDelta, tp: Any, *, live: bool = False) -> Any:
+        """``ReplyStream.partial_tool_call``."""
+        return self._stream.partial_tool_call(event, tp, live=live)
+
+    @property
+    def parsed(self) -> Any:
+        """``ReplyStream.parsed``."""
+        return self._stream.parsed
 
     # ------------------------------------------------------------------ recording
 

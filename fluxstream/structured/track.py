@@ -138,6 +138,20 @@ class StructuredTracker:
             builder.feed(event.arguments)
         return builder if builder.version != before else None
 
+    def watch(
+        self, choice: int, call: int, tp: Any, *, name: str | None = None, arguments: str = ""
+    ) -> ObjectBuilder[Any]:
+        """Read tool call ``call`` of ``choice`` as ``tp`` from now on, starting from
+        ``arguments`` (what arrived before: the call was not typed when it started)."""
+        entry = self._calls.get((choice, call))
+        if entry is None:
+            entry = self._calls[(choice, call)] = _Call()
+        entry.name = entry.name or name
+        entry.pending = []
+        builder = entry.builder = ObjectBuilder(tp)
+        builder.feed(arguments)
+        return builder
+
     # ------------------------------------------------------------------ reading
 
     def call(self, choice: int, call: int) -> ObjectBuilder[Any] | None:
