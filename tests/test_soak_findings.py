@@ -91,3 +91,56 @@ async def test_break_after_a_few_deltas_of_a_fast_stream_finishes_the_http_gener
             assert unfinished == [], f"stream {i}: {len(unfinished)} unfinished"
     await http.aclose()
     assert made
+
+
+@pytest.mark.parametrize("how", ["aclose", "cancel"])
+async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch, how: str, anyio_backend: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """``aclose()`` (or ``cancel()``) from another task while the owner iterates, mid-body,
+    must leave none of httpx's body generators suspended once the owner's ``async with``
+    is left (under trio each is a ResourceWarning when collected; the soak counted ~1 per
+    stream for ``aclose()``)."""
+    if how == "aclose" and anyio_backend == "trio":
+        request.applymarker(pytest.mark.xfail(
+            strict=True,
+            reason="soak finding: under trio, aclose() from another task mid-body leaves two "
+            "of httpx's body generators suspended (a ResourceWarning each); cancel() does not",
+        ))
+    made: list[Any] = []
+    for name in ("aiter_bytes", "aiter_raw"):
+        original = getattr(httpx.Response, name)
+
+        def recording(self: httpx.Response, *args: Any, _original: Any = original) -> Any:
+            generator = _original(self, *args)
+            made.append(generator)
+            return generator
+
+        monkeypatch.setattr(httpx.Response, name, recording)
+    http = httpx.AsyncClient()
+    async with fluxstream.AsyncClient(base_url=server.base_url, http_client=http) as client:
+        for i in range(5):
+            stream = client.chat.stream(
+                model="fluxstream-echo", messages=MESSAGES, max_tokens=200, content_key=f"k{i}",
+                extra_headers={FAULT_HEADER: "drip=0.005"},
+            )
+
+            async def close_soon(stream: fluxstream.ReplyStream = stream) -> None:
+                await anyio.sleep(0.03)  # mid-body: a few deltas in, most still to come
+                if how == "aclose":
+                    await stream.aclose()
+                else:
+                    stream.cancel()
+
+            with anyio.fail_after(5):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(close_soon)
+                    async with stream:
+                        async for _ in stream:
+                            pass
+            assert stream.outcome is fluxstream.Outcome.CANCELLED
+            unfinished = [g for g in made if g.ag_frame is not None]
+            assert unfinished == [], f"stream {i}: {len(unfinished)} unfinished"
+    await http.aclose()
+    assert made
