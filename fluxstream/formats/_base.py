@@ -39,7 +39,7 @@ from ..events import (
     ToolCallDelta,
 )
 from ..sse import ServerSentEvent
-from ..wire import Usage
+from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "approx_size",
     "compact",
     "error_event",
+    "normalized_usage",
     "reasoning_delta",
     "refusal_delta",
     "text_delta",
@@ -166,6 +167,70 @@ def usage(raw: Mapping[str, Any]) -> Usage:
         return Usage.model_validate(raw)
     except ValidationError:
         return Usage.model_construct(**raw)
+
+
+#: Larger counts are not believed (and not summed): no real reply has 2**53 tokens.
+_MAX_COUNT = 2**53
+
+
+def _count(value: object) -> int | None:
+    """A token count: a plain non-negative ``int`` (not ``bool``, not a string), or ``None``."""
+    if value.__class__ is int and 0 <= value < _MAX_COUNT:
+        return value
+    return None
+
+
+def _detail(raw: Mapping[str, Any], field: str, name: str) -> int | None:
+    details = raw.get(field)
+    return _count(details.get(name)) if isinstance(details, Mapping) else None
+
+
+def _derive(result: Usage, name: str, value: object) -> None:
+    """Fill ``name`` if the provider did not send it, *without* marking it as sent: the
+    derived names read like Chat Completions' while ``model_dump(exclude_unset=True)`` stays
+    exactly what the provider sent."""
+    if value is not None and getattr(result, name, None) is None:
+        result.__dict__[name] = value
+
+
+def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
+    """:func:`usage`, plus the Chat Completions names filled from the provider's own, so
+    ``reply.usage.prompt_tokens`` reads the same for every format.
+
+    ``vocabulary="responses"``: ``input_tokens`` -> ``prompt_tokens``, ``output_tokens`` ->
+    ``completion_tokens``, ``total_tokens`` (or their sum), ``input_tokens_details.
+    cached_tokens`` and ``output_tokens_details.reasoning_tokens`` -> the ``*_details``.
+    ``vocabulary="anthropic"``: Anthropic's ``input_tokens`` counts only the tokens after the
+    last cache breakpoint, so ``prompt_tokens = input_tokens + cache_creation_input_tokens +
+    cache_read_input_tokens`` (every input token, as OpenAI counts them), the cache reads are
+    ``prompt_tokens_details.cached_tokens``, ``total_tokens`` the sum. A count that is not a
+    plain non-negative integer is not normalized (the raw value is still kept).
+    """
+    result = usage(raw)
+    prompt = _count(raw.get("input_tokens"))
+    completion = _count(raw.get("output_tokens"))
+    reasoning = None
+    if vocabulary == "anthropic":
+        cached = _count(raw.get("cache_read_input_tokens"))
+        written = _count(raw.get("cache_creation_input_tokens"))
+        if prompt is not None:
+            prompt += (cached or 0) + (written or 0)
+        total = None
+    else:
+        cached = _detail(raw, "input_tokens_details", "cached_tokens")
+        reasoning = _detail(raw, "output_tokens_details", "reasoning_tokens")
+        total = _count(raw.get("total_tokens"))
+    if total is None and prompt is not None and completion is not None:
+        total = prompt + completion
+    _derive(result, "prompt_tokens", prompt)
+    _derive(result, "completion_tokens", completion)
+    _derive(result, "total_tokens", total)
+    if cached is not None:
+        _derive(result, "prompt_tokens_details", PromptTokensDetails(cached_tokens=cached))
+    if reasoning is not None:
+        _derive(result, "completion_tokens_details",
+                CompletionTokensDetails(reasoning_tokens=reasoning))
+    return result
 
 
 def error_event(payload: object, raw: object) -> ErrorEvent:

@@ -42,9 +42,9 @@ from ._base import (
     approx_size,
     compact,
     error_event,
+    normalized_usage,
     text_delta,
     tool_delta,
-    usage,
 )
 
 __all__ = ["AnthropicMessagesFormat"]
@@ -192,7 +192,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         raw = message.get("usage")
         if isinstance(raw, Mapping) and raw:
             self._usage = dict(raw)
-            out.append(UsageUpdate(usage(self._usage)))
+            out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic")))
         return out
 
     def _message_delta(self, obj: Mapping[str, Any]) -> list[Event]:
@@ -201,7 +201,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         raw = obj.get("usage")
         if isinstance(raw, Mapping) and raw:
             merged = self._usage = {**(self._usage or {}), **raw}
-            out.append(UsageUpdate(usage(merged)))
+            out.append(UsageUpdate(normalized_usage(merged, vocabulary="anthropic")))
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, Mapping) else None
         if reason is not None and not isinstance(reason, str):

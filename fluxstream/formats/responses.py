@@ -49,9 +49,9 @@ from ._base import (
     approx_size,
     compact,
     error_event,
+    normalized_usage,
     text_delta,
     tool_delta,
-    usage,
 )
 from ._surrogates import fix_surrogates
 
@@ -386,7 +386,7 @@ class ResponsesFormat(JsonEventFormat):
         if response is not None:
             raw_usage = response.get("usage")
             if isinstance(raw_usage, Mapping) and raw_usage:
-                out.append(UsageUpdate(usage(raw_usage)))
+                out.append(UsageUpdate(normalized_usage(raw_usage, vocabulary="responses")))
             error = response.get("error")
             if error and not self._errored:
                 self._errored = True

@@ -1,0 +1,187 @@
+"""One ``Reply.usage`` across formats: ``prompt_tokens`` / ``completion_tokens`` /
+``total_tokens`` (and the cached / reasoning token details) are filled for Responses and
+Anthropic Messages streams too, while the provider's own fields stay where they were
+(``usage.input_tokens``; ``usage.model_dump(exclude_unset=True)`` is exactly what was sent).
+
+Anthropic: ``input_tokens`` counts only the tokens after the last cache breakpoint, so the
+normalized ``prompt_tokens`` is ``input_tokens + cache_creation_input_tokens +
+cache_read_input_tokens`` (what OpenAI's ``prompt_tokens`` counts: every input token, the
+cached ones listed in ``prompt_tokens_details.cached_tokens``). Usage starts from
+``message_start`` and is merged (not replaced) with every ``message_delta.usage``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import fluxstream
+from fluxstream import replay
+from fluxstream.server import Server, script_for, serve
+
+
+def sse(*events: dict[str, Any]) -> list[bytes]:
+    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+
+
+def responses_usage(raw: Any) -> fluxstream.Reply:
+    created = {"type": "response.created", "sequence_number": 0,
+               "response": {"id": "resp_1", "model": "m", "status": "in_progress"}}
+    delta = {"type": "response.output_text.delta", "sequence_number": 1, "output_index": 0,
+             "content_index": 0, "delta": "hi"}
+    done = {"type": "response.completed", "sequence_number": 2,
+            "response": {"id": "resp_1", "status": "completed", "usage": raw}}
+    return replay(sse(created, delta, done), format="responses")
+
+
+def anthropic_usage(start: Any, *deltas: Any) -> fluxstream.Reply:
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": start}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}},
+        {"type": "content_block_stop", "index": 0},
+    ]
+    for i, usage in enumerate(deltas):
+        reason = "end_turn" if i == len(deltas) - 1 else None
+        events.append({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": usage})
+    events.append({"type": "message_stop"})
+    return replay(sse(*events), format="anthropic_messages")
+
+
+# ---------------------------------------------------------------------------- Responses
+
+def test_responses_usage_fills_the_chat_names() -> None:
+    raw = {"input_tokens": 36, "input_tokens_details": {"cached_tokens": 30},
+           "output_tokens": 87, "output_tokens_details": {"reasoning_tokens": 64},
+           "total_tokens": 123}
+    usage = responses_usage(raw).usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (36, 87, 123)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 30
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 64
+    # the provider's own fields: as sent, and exactly what was sent
+    assert usage.input_tokens == 36  # type: ignore[attr-defined]
+    assert usage.model_dump(exclude_unset=True) == raw
+
+
+def test_responses_usage_without_a_total_gets_the_sum() -> None:
+    usage = responses_usage({"input_tokens": 3, "output_tokens": 4}).usage
+    assert usage is not None and usage.total_tokens == 7
+    assert usage.model_dump(exclude_unset=True) == {"input_tokens": 3, "output_tokens": 4}
+
+
+# ---------------------------------------------------------------------------- Anthropic
+
+def test_anthropic_usage_fills_the_chat_names_with_the_cache_counted() -> None:
+    start = {"input_tokens": 10, "cache_creation_input_tokens": 3,
+             "cache_read_input_tokens": 20, "output_tokens": 1}
+    usage = anthropic_usage(start, {"output_tokens": 15}).usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (33, 15, 48)
+    assert usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens == 20
+    assert usage.output_tokens == 15  # type: ignore[attr-defined]
+    assert usage.model_dump(exclude_unset=True) == {**start, "output_tokens": 15}
+
+
+def test_anthropic_usage_is_merged_with_every_message_delta_not_replaced() -> None:
+    """``message_delta.usage`` is cumulative and may carry only ``output_tokens``: the input
+    counts of ``message_start`` stay; a later delta may revise them (server tools)."""
+    reply = anthropic_usage(
+        {"input_tokens": 43, "output_tokens": 1, "cache_read_input_tokens": 5},
+        {"output_tokens": 9},
+        {"input_tokens": 61, "output_tokens": 12},
+    )
+    assert [(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+            for u in reply.usage_updates] == [(48, 1, 49), (48, 9, 57), (66, 12, 78)]
+    assert reply.usage is not None
+    assert reply.usage.model_dump(exclude_unset=True) == {
+        "input_tokens": 61, "output_tokens": 12, "cache_read_input_tokens": 5}
+
+
+def test_anthropic_usage_without_cache_fields() -> None:
+    usage = anthropic_usage({"input_tokens": 5, "output_tokens": 1}, {"output_tokens": 9}).usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (5, 9, 14)
+    assert usage.prompt_tokens_details is None  # nothing cached was reported
+
+
+# ---------------------------------------------------------------------------- edges
+
+def test_a_gateways_own_chat_names_are_kept() -> None:
+    """Some gateways send both vocabularies: what the provider sent wins."""
+    raw = {"input_tokens": 3, "output_tokens": 4, "prompt_tokens": 30,
+           "completion_tokens": 40, "total_tokens": 70}
+    usage = responses_usage(raw).usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (30, 40, 70)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"input_tokens": "12", "output_tokens": None},
+        {"input_tokens": True, "output_tokens": -3},
+        {"input_tokens": 1.5, "output_tokens": [1]},
+        {"input_tokens_details": "x", "output_tokens_details": {"reasoning_tokens": "y"}},
+        {"input_tokens": 10**30, "output_tokens": 2},
+    ],
+)
+def test_odd_counts_are_not_normalized_and_never_raise(raw: dict[str, Any]) -> None:
+    reply = responses_usage(raw)
+    assert reply.outcome is fluxstream.Outcome.DONE and reply.text == "hi"
+    usage = reply.usage
+    assert usage is not None
+    for name in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        value = getattr(usage, name)
+        assert value is None or (type(value) is int and value >= 0)
+    assert usage.prompt_tokens is None  # no count that is a plain non-negative int
+    reply_again = anthropic_usage(raw, raw)
+    assert reply_again.usage is not None and reply_again.usage.prompt_tokens is None
+
+
+def test_chat_completions_usage_is_unchanged() -> None:
+    raw = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"},
+                                     "finish_reason": "stop"}], "usage": raw}
+    reply = replay([f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()])
+    assert reply.usage is not None and reply.usage.model_dump(exclude_unset=True) == raw
+
+
+def test_normalized_usage_survives_a_resume_token() -> None:
+    reply = responses_usage({"input_tokens": 3, "output_tokens": 4, "total_tokens": 7})
+    again = fluxstream.Reply.model_validate(json.loads(reply.model_dump_json()))
+    assert again.usage is not None and again.usage.prompt_tokens == 3
+    assert again.usage.input_tokens == 3  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- end to end
+
+@pytest.mark.anyio
+async def test_every_format_answers_usage_prompt_tokens(anyio_backend: str) -> None:
+    """The same question through the three APIs of the embedded server: one way to read the
+    token counts, ``reply.usage.prompt_tokens`` and friends, for every format."""
+    async with serve(port=0, profile="openai", api_key="sk-usage") as server:
+        await _ask_every_format(server)
+
+
+async def _ask_every_format(server: Server) -> None:
+    messages = [{"role": "user", "content": "Weather in Zürich?"}]
+    async with fluxstream.AsyncClient(base_url=server.base_url, api_key="sk-usage") as client:
+        chat = await client.chat.complete(model="m", messages=messages)
+        responses = await client.responses.complete(model="m", input=messages)
+        anthropic = await client.messages.complete(model="m", messages=messages, max_tokens=500)
+    expected = script_for("chat", {"model": "m", "messages": messages}).usage
+    for reply in (chat, responses, anthropic):
+        usage = reply.usage
+        assert usage is not None
+        assert usage.prompt_tokens == expected["prompt_tokens"]
+        assert usage.completion_tokens == expected["completion_tokens"]
+        assert usage.total_tokens == expected["total_tokens"]
+    assert responses.usage is not None and anthropic.usage is not None
+    assert responses.usage.input_tokens == expected["prompt_tokens"]  # type: ignore[attr-defined]
+    assert anthropic.usage.output_tokens == expected["completion_tokens"]  # type: ignore[attr-defined]
