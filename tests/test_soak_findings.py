@@ -17,6 +17,7 @@ from fluxstream.server import FAULT_HEADER, ServerThread
 pytestmark = pytest.mark.anyio
 
 MESSAGES = [{"role": "user", "content": "soak finding"}]
+STREAMS_CLOSED_MID_BODY = 60
 
 
 async def test_aclose_from_another_task_before_the_response_head_returns_the_connection(
@@ -120,14 +121,18 @@ async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
         monkeypatch.setattr(httpx.Response, name, recording)
     http = httpx.AsyncClient()
     async with fluxstream.AsyncClient(base_url=server.base_url, http_client=http) as client:
-        for i in range(5):
+        unfinished_after: list[int] = []
+        for i in range(STREAMS_CLOSED_MID_BODY):
             stream = client.chat.stream(
                 model="fluxstream-echo", messages=MESSAGES, max_tokens=200, content_key=f"k{i}",
                 extra_headers={FAULT_HEADER: "drip=0.005"},
             )
 
-            async def close_soon(stream: fluxstream.ReplyStream = stream) -> None:
-                await anyio.sleep(0.03)  # mid-body: a few deltas in, most still to come
+            # From the response head to a few deltas in, at moments spread over the streams:
+            # where the owner is (in a read, between reads) then varies; the leak needs a
+            # particular interleaving, about one stream in five under trio.
+            async def close_soon(stream: fluxstream.ReplyStream = stream, i: int = i) -> None:
+                await anyio.sleep(0.0007 * i)
                 if how == "aclose":
                     await stream.aclose()
                 else:
@@ -139,8 +144,9 @@ async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
                     async with stream:
                         async for _ in stream:
                             pass
-            assert stream.outcome is fluxstream.Outcome.CANCELLED
-            unfinished = [g for g in made if g.ag_frame is not None]
-            assert unfinished == [], f"stream {i}: {len(unfinished)} unfinished"
+            assert stream.outcome in (fluxstream.Outcome.CANCELLED, fluxstream.Outcome.DONE)
+            if any(g.ag_frame is not None for g in made):
+                unfinished_after.append(i)
+            made.clear()  # (every generator so far was checked)
     await http.aclose()
-    assert made
+    assert unfinished_after == [], f"suspended generators after streams {unfinished_after}"
