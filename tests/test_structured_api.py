@@ -11,8 +11,10 @@ makes of real bytes.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
+import random
 import time
 from typing import Any, Literal
 
@@ -21,10 +23,11 @@ import pytest
 from pydantic import BaseModel, TypeAdapter
 
 import fluxstream
+from fluxstream._objects import snapshot
 from fluxstream.errors import ParseError
 from fluxstream.reply import Reply
 from fluxstream.server import Server
-from fluxstream.structured import strict_json_schema
+from fluxstream.structured import ObjectBuilder, strict_json_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -389,3 +392,66 @@ def event_of(stream: fluxstream.ReplyStream) -> fluxstream.ToolCallDelta:
     return fluxstream.ToolCallDelta(stream.content_key, 0, call.index, call.id, call.name,
                                     "", len(call.arguments))
 
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+class Leaf(BaseModel):
+    words: list[str]
+    n: int
+
+
+class Branch(BaseModel):
+    name: str
+    leaves: list[Leaf]
+    best: Leaf | None
+    grid: list[list[str]]
+
+
+class Tree(BaseModel):
+    title: str
+    branches: list[Branch]
+    root: Branch
+
+
+def tree_json(seed: int) -> str:
+    rng = random.Random(seed)
+
+    def leaf() -> dict[str, Any]:
+        return {"words": [f"w{rng.randrange(99)} ü" for _ in range(rng.randrange(4))],
+                "n": rng.randrange(1000)}
+
+    def branch() -> dict[str, Any]:
+        return {"name": f"b{rng.randrange(99)} \\\"q\\\"",
+                "leaves": [leaf() for _ in range(rng.randrange(4))],
+                "best": leaf() if rng.random() < 0.5 else None,
+                "grid": [[f"{i}{j}" for j in range(rng.randrange(3))]
+                         for i in range(rng.randrange(3))]}
+
+    return json.dumps({"title": "t", "branches": [branch() for _ in range(rng.randrange(1, 5))],
+                       "root": branch()})
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_snapshots_never_move_and_share_only_complete_values(seed: int) -> None:
+    """A snapshot after every delta (random splits): each one still dumps exactly as it did
+    when it was taken after all later text, and each equals a deep copy taken then."""
+    text = tree_json(seed)
+    rng = random.Random(seed)
+    builder: ObjectBuilder[Tree] = ObjectBuilder(Tree)
+    taken: list[tuple[Tree, dict[str, Any]]] = []
+    i = 0
+    while i < len(text):
+        step = rng.randrange(1, 6)
+        builder.feed(text[i : i + step])
+        i += step
+        shot = snapshot(builder)
+        if shot is not None:
+            assert shot == copy.deepcopy(builder.value)
+            taken.append((shot, shot.model_dump(exclude_unset=True)))
+    assert builder.complete and taken[-1][0] == Tree.model_validate_json(text)
+    for shot, dumped in taken:
+        assert shot.model_dump(exclude_unset=True) == dumped
+    for (a, _), (b, _) in itertools.pairwise(taken):
+        assert grows(a.model_dump(exclude_unset=True), b.model_dump(exclude_unset=True))

@@ -259,6 +259,14 @@ class ObjectBuilder(Generic[T]):
         """A deep copy of the partial object, unaffected by later text."""
         return copy.deepcopy(self.value)
 
+    def open_objects(self) -> list[Any]:
+        """The containers of the partial object still being filled in, root first (partial
+        model instances and lists): the only parts that later text changes in place. Every
+        other value in the partial object is complete and never changes, so a copy that
+        later text cannot change needs to copy only these (see
+        ``fluxstream.ReplyStream.objects``)."""
+        return [node.out for node in self._nodes]
+
     def open_path(self) -> tuple[str | int, ...] | None:
         """Where the value still arriving sits (``("items", 3, "name")``), ``()`` for the
         document itself, ``None`` once complete or stopped. Every value of the partial object
