@@ -23,7 +23,7 @@ import anyio
 
 from ._readahead import ReadAhead
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec
-from .errors import APIConnectionError, APIStatusError, APITimeoutError
+from .errors import APIConnectionError, APIStatusError, APITimeoutError, ContentTypeError
 from .events import ErrorEvent, Event
 from .parser import StreamParser
 from .progress import Progress
@@ -218,8 +218,13 @@ class Channel:
                 get=starting_after_path(self.spec.path, response_id, sequence),
                 fresh_budget=True,
             )
-        except APIStatusError as exc:
-            if exc.status_code not in _NOT_REPLAYABLE:
+            if attempt.is_json:
+                # The whole response object instead of its events (``stream`` ignored):
+                # reading it would show the delivered text again. Not a re-read.
+                await self.close(drain=False)
+                raise ContentTypeError("application/json", "the response, not its events")
+        except (APIStatusError, ContentTypeError) as exc:
+            if isinstance(exc, APIStatusError) and exc.status_code not in _NOT_REPLAYABLE:
                 raise
             self.recovery.rule_out("starting_after")
             decision = self.recovery.resume_decision(self.drop_state(exc))

@@ -183,6 +183,10 @@ class Recovery:
             return Decision("cancel")
         if state.done or (state.clean and state.complete):
             return Decision("end")
+        if not state.saw_content and self._rereadable(state):
+            # A stored response keeps generating on the provider's side: sending the request
+            # again would start (and bill) a second one. Re-read it instead.
+            return self.resume_decision(state)
         if (
             not state.saw_content
             and self.attempts < self.retry.max_attempts
@@ -211,6 +215,14 @@ class Recovery:
             if name not in self._ruled_out:
                 return name
         return None
+
+    def _rereadable(self, state: DropState) -> bool:
+        return (
+            self.resume.starting_after
+            and state.replayable
+            and "starting_after" not in self._ruled_out
+            and self.resumes < self.resume.max_resumes
+        )
 
     def _allowed(self, state: DropState) -> Iterable[Strategy]:
         policy = self.resume

@@ -274,6 +274,31 @@ def test_starting_after_waits_the_policys_delay(default_delay: float, retry_ms: 
     assert decision == Decision("resume", default_delay, "starting_after")
 
 
+@pytest.mark.parametrize(
+    ("policy", "state", "action", "strategy"),
+    [
+        # nothing shown yet, but the provider is generating a stored response: re-read it
+        # rather than start (and pay for) a second one
+        (LEI, drop(**{**STORED, "saw_content": False}), "resume", "starting_after"),
+        (ResumePolicy(starting_after=False), drop(**{**STORED, "saw_content": False}),
+         "retry", None),
+        (LEI, drop(**{**STORED, "saw_content": False, "response_id": None}), "retry", None),
+        (LEI, drop(**{**STORED, "saw_content": False, "sequence": None}), "retry", None),
+    ],
+)
+def test_a_stored_response_dropped_before_content_is_re_read_not_sent_again(
+    policy: ResumePolicy, state: DropState, action: str, strategy: str | None
+) -> None:
+    decision = recovery(resume=policy).after_drop(state, T0)
+    assert (decision.action, decision.strategy) == (action, strategy)
+
+
+def test_a_ruled_out_re_read_before_content_is_a_plain_retry() -> None:
+    rec = recovery()
+    rec.rule_out("starting_after")
+    assert rec.after_drop(drop(**{**STORED, "saw_content": False}), T0).action == "retry"
+
+
 def test_starting_after_ruled_out_falls_back_to_last_event_id() -> None:
     rec = recovery(resume=ALL)
     state = drop(**STORED, has_event_id=True, continuable=True)

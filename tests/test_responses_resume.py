@@ -228,3 +228,91 @@ async def test_a_responses_continuation_appends_to_input(aserver: Server) -> Non
     assert stream.reply.outcome is fluxstream.Outcome.DONE
     assert shown == stream.reply.text == text_of(params)
     assert_offsets_continue(events)
+
+
+async def test_a_background_response_dropped_before_content_is_re_read_not_sent_again(
+    aserver: Server,
+) -> None:
+    """Dropped after ``response.created`` but before any text: the provider is generating
+    the stored response anyway, so it is re-read (one POST), not requested a second time."""
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    async with client_for(aserver) as client:
+        stream = client.responses.stream(**params,
+                                         extra_headers=faults("drop-after-events=2", "early"))
+        shown, events = await run(stream)
+    assert shown == stream.reply.text == text_of(params)
+    assert stream.reply.outcome is fluxstream.Outcome.DONE
+    assert_offsets_continue(events)
+    assert len([r for r in SENT if r.method == "POST"]) == 1
+    assert afters(aserver) == [["1"]]
+
+
+# ---------------------------------------------------------------------------- odd servers
+
+def _frames(*events: dict[str, Any]) -> bytes:
+    return b"".join(
+        f"event: {e['type']}\ndata: {json.dumps({**e, 'sequence_number': n})}\n\n".encode()
+        for n, e in enumerate(events)
+    )
+
+
+_CREATED = {"type": "response.created", "response": {"id": "resp_m", "status": "in_progress"}}
+_DONE = {"type": "response.completed", "response": {"id": "resp_m", "status": "completed"}}
+
+
+def _delta(text: str) -> dict[str, Any]:
+    return {"type": "response.output_text.delta", "output_index": 0, "content_index": 0,
+            "delta": text}
+
+
+class _Dropping(httpx.AsyncByteStream):
+    """A body that ends with a transport error after ``data`` (a dropped connection)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+        raise httpx.RemoteProtocolError("peer closed connection")
+
+
+async def test_a_re_read_answered_with_json_is_not_read_twice() -> None:
+    """A server that ignores ``stream=true`` answers the whole response object: reading it
+    would show the delivered text again. It is no re-read: the strategy is ruled out and the
+    next applies (restart), or the stream ends truncated with what was shown once."""
+    posts: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        SENT.append(request)
+        sse = {"content-type": "text/event-stream"}
+        if request.method == "GET":
+            whole = {"id": "resp_m", "object": "response", "status": "completed",
+                     "output": [{"type": "message", "content": [
+                         {"type": "output_text", "text": "Hello world"}]}]}
+            return httpx.Response(200, json=whole)
+        posts.append(request)
+        if len(posts) == 1:
+            return httpx.Response(200, headers=sse,
+                                  stream=_Dropping(_frames(_CREATED, _delta("Hello"))))
+        return httpx.Response(200, headers=sse, content=_frames(
+            _CREATED, _delta("Hello"), _delta(" world"), _DONE))
+
+    for policy, outcome, text in [
+        (ResumePolicy(), fluxstream.Outcome.TRUNCATED, "Hello"),
+        (ResumePolicy(restart=True), fluxstream.Outcome.DONE, "Hello world"),
+    ]:
+        posts.clear()
+        SENT.clear()
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+            async with fluxstream.AsyncClient(base_url="http://127.0.0.1:9/v1", api_key="k",
+                                              http_client=http, resume=policy) as client:
+                stream = client.responses.stream(model="m", input="hi", background=True)
+                shown, events = await run(stream)
+        assert stream.reply.outcome is outcome
+        assert stream.reply.text == text
+        if policy.restart:
+            assert any(isinstance(e, Reset) for e in events)
+        else:
+            assert shown == "Hello"  # never "HelloHello world"
+        assert [r.method for r in SENT] == ["POST", "GET", *(["POST"] if policy.restart else [])]
+        assert SENT[1].url.params["starting_after"] == "1"
