@@ -119,7 +119,8 @@ class Plan:
 
 
 def make_plan(rng: random.Random, index: int, patterns: set[str] | None = None,
-              cancels: set[str] | None = None, clean_only: bool = False) -> Plan:
+              cancels: set[str] | None = None, clean_only: bool = False,
+              fault_match: str | None = None) -> Plan:
     """A random plan; ``patterns``/``cancels``/``clean_only`` narrow the draw (to find which
     combination leaks)."""
 
@@ -128,6 +129,8 @@ def make_plan(rng: random.Random, index: int, patterns: set[str] | None = None,
         return rng.choices([o[0] for o in options], [o[1] for o in options])[0]
 
     faults = [f for f in FAULTS if not clean_only or (f[1] is None and f[2] is None)]
+    if fault_match:
+        faults = [f for f in faults if fault_match in f"{f[1]} {f[2]} {f[3]}"]
     _, fault, profile, kind = faults[rng.choices(range(len(faults)), [f[0] for f in faults])[0]]
     pattern = pick(PATTERNS, patterns)
     cancel = None if pattern == "complete" else pick(CANCELS, cancels)
@@ -441,7 +444,8 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
     total = args.warmup + args.streams
     patterns = set(args.patterns.split(",")) if args.patterns else None
     cancels = set(args.cancels.split(",")) if args.cancels else None
-    plans = [make_plan(rng, i, patterns, cancels, args.clean_only) for i in range(total)]
+    plans = [make_plan(rng, i, patterns, cancels, args.clean_only, args.fault_match)
+             for i in range(total)]
     tally = Tally()
     samples: list[Sample] = []
     start = time.monotonic()
@@ -605,6 +609,7 @@ def parent(args: argparse.Namespace) -> int:
                 "--stream-timeout", str(args.stream_timeout),
                 "--patterns", args.patterns or "", "--cancels", args.cancels or "",
                 *(["--clean-only"] if args.clean_only else []),
+                *(["--fault-match", args.fault_match] if args.fault_match else []),
             ]
             sys.stderr.write(f"soak: {run} ...\n")
             done = subprocess.run(command, capture_output=True, text=True,
@@ -641,6 +646,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cancels", help="only these cancellations, e.g. none,break (of "
                    f"{', '.join(str(x[0]).lower() for x in CANCELS)})")
     p.add_argument("--clean-only", action="store_true", help="no faults, no quirk profiles")
+    p.add_argument("--fault-match", help="only faults/profiles/kinds containing this text, "
+                   "e.g. healed, drop-after, heartbeats")
     p.add_argument("--json", help="also write the full results (samples included) here")
     p.add_argument("--tracemalloc", type=int, default=0, metavar="N",
                    help="(one run, with --child) print the N lines whose memory grew most")
