@@ -455,3 +455,25 @@ def test_snapshots_never_move_and_share_only_complete_values(seed: int) -> None:
         assert shot.model_dump(exclude_unset=True) == dumped
     for (a, _), (b, _) in itertools.pairwise(taken):
         assert grows(a.model_dump(exclude_unset=True), b.model_dump(exclude_unset=True))
+
+
+@pytest.mark.parametrize("api", FORMATS)
+async def test_parsed_while_streaming_is_the_partial_so_far(aserver: Server, api: str) -> None:
+    """Before the end, ``parsed`` (and ``reply.parse``) is the object so far, stated partial
+    (reason ``streaming``), never a parse error for a document that is merely unfinished."""
+    async with client_for(aserver) as client:
+        # One event per read (a pause between events): the reply is not ahead of the objects.
+        async with open_stream(client, api,
+                               extra_headers={"X-Fluxstream-Fault": "drip=0.002"}) as stream:
+            checked = 0
+            async for plan in stream.objects():
+                if stream.outcome is None and "stops" in plan.model_fields_set:
+                    result = stream.parsed
+                    if result.complete:  # the whole document arrived: it validates
+                        assert result.value == Plan.model_validate(plan.model_dump())
+                        continue
+                    assert result.reason == "streaming"
+                    assert result.value is not None and result.value.title == plan.title
+                    assert stream.reply.parse(Plan).reason == "streaming"
+                    checked += 1
+    assert checked > 3 and stream.parsed.complete

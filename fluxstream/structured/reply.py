@@ -31,6 +31,8 @@ def _cut(
     if reply is not None and reply.outcome in _CUT_OUTCOMES:
         assert reply.outcome is not None
         return True, reply.outcome.value
+    if reply is not None and reply.outcome is None:  # still streaming: what arrived is partial
+        return True, "streaming"
     return False, None
 
 

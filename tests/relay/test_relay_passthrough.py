@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from relay_support import Followed, expected_text, request
 
 import fluxstream
-from fluxstream.relay import ReplyLog
+from fluxstream.relay import MemoryReplyLog, ReplyLog
 from fluxstream.server import ServerThread
 from fluxstream.structured import StructuredTracker
 
@@ -115,3 +115,18 @@ async def test_log_records_structured_objects_of_every_endpoint(
         followed.feed(item.event)
     result: Any = followed.call_result(0, 0) if api == "messages" else followed.result()
     assert result.complete and result.value == final.value
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_memory_log_passthrough_on_trio(anyio_backend: str, upstream: ServerThread) -> None:
+    log = MemoryReplyLog()
+    user = [{"role": "user", "content": "plan"}]
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        stream = client.chat.stream(model="m", messages=user, response_format=Plan,
+                                    content_key="trio", log=log)
+        async with stream:
+            objects = [plan async for plan in stream.objects(coalesce=0.02)]
+    assert objects and objects[-1] == stream.parsed.value
+    seen = await follow_all(log, "trio")
+    seen.check()
+    assert seen.text == stream.reply.text and seen.end.outcome is fluxstream.Outcome.DONE
