@@ -69,9 +69,12 @@ def structured_request(api: str, body: dict[str, Any], fmt: Any) -> Structured |
         body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}
         return None if tp is None else Structured(tp)
     tool = anthropic_tool(fmt)
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("a dict response_format for Anthropic is the tool itself: it needs a name")
     body["tools"] = [*(body.get("tools") or []), tool]
-    body.setdefault("tool_choice", {"type": "tool", "name": tool["name"]})
-    return None if tp is None else Structured(tp, tool=str(tool["name"]))
+    body.setdefault("tool_choice", {"type": "tool", "name": name})
+    return None if tp is None else Structured(tp, tool=name)
 
 
 def hand_out(builder: ObjectBuilder[Any], live: bool) -> Any:

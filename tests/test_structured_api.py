@@ -136,6 +136,14 @@ async def test_a_dict_passes_through_untouched(aserver: Server, api: str) -> Non
     assert sent == fmt
 
 
+async def test_an_anthropic_dict_without_a_name_is_a_typed_error(aserver: Server) -> None:
+    async with client_for(aserver) as client:
+        with pytest.raises(ValueError, match="needs a name"):
+            client.messages.stream(model="m", max_tokens=9, messages=USER,
+                                   response_format={"input_schema": {"type": "object"}})
+    assert aserver.records.requests == []
+
+
 async def test_a_type_adapter_type_is_accepted(aserver: Server) -> None:
     """A non-model type (``list[Stop]`` here) goes through ``TypeAdapter``: the request
     carries its schema, the partial lists grow, the last one is the validated list."""

@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import sniffio
 from pydantic import BaseModel
 from relay_support import Followed, expected_text, request
 
@@ -119,6 +120,7 @@ async def test_log_records_structured_objects_of_every_endpoint(
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_memory_log_passthrough_on_trio(anyio_backend: str, upstream: ServerThread) -> None:
+    assert sniffio.current_async_library() == "trio"
     log = MemoryReplyLog()
     user = [{"role": "user", "content": "plan"}]
     async with fluxstream.AsyncClient(upstream.base_url) as client:
