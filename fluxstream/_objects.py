@@ -162,22 +162,32 @@ class StructuredView:
             return None
         return changed
 
-    def call(self, event: ToolCallDelta, tp: Any, reply: Callable[[], Reply], live: bool) -> Any:
-        """The typed partial arguments of ``event``'s call, up to and including ``event``."""
+    def call(
+        self,
+        event: ToolCallDelta,
+        tp: Any,
+        state: Callable[[], tuple[Reply, list[Event]]],
+        live: bool,
+    ) -> Any:
+        """The typed partial arguments of ``event``'s call as far as they were delivered.
+
+        ``state``: the reply and the events it holds that are not delivered yet (asked only
+        at the first ask of a call, which catches up from the reply's arguments without the
+        undelivered ones; the stream then feeds the call's later events)."""
         key = (event.choice, event.call)
         calls = self._calls
         if calls is None:
             calls = self._calls = StructuredTracker(tools={})
         builder = calls.call(*key)
         if builder is None:
-            # First ask: this event was delivered already; catch up from the arguments the
-            # stream delivered up to it (the reply may hold later ones of the same read),
-            # then follow the events delivered after it.
-            found = _tool_call(reply(), event)
-            text = "" if found is None else found[: event.offset + len(event.arguments)]
+            reply, undelivered = state()
+            found = _tool_call(reply, event)
+            cut = next((e.offset for e in undelivered if type(e) is ToolCallDelta
+                        and e.choice == event.choice and e.call == event.call), None)
+            text = "" if found is None else found if cut is None else found[:cut]
             builder = calls.watch(event.choice, event.call, tp, name=event.name, arguments=text)
             self._call_types[key] = tp
-        elif self._call_types.get(key) is not tp:
+        elif self._call_types.get(key) != tp:
             raise ValueError("this tool call is already read as another type")
         return hand_out(builder, live)
 

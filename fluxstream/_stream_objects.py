@@ -102,9 +102,10 @@ class StructuredOutput:
         """The typed partial arguments (``tp``: a pydantic model or any adaptable type) of
         ``event``'s tool call, as far as the stream has delivered them (``event`` included).
 
-        Ask with the ``ToolCallDelta`` just received; the first ask reads the arguments
-        delivered so far in one pass, and from then on the stream keeps that call's partial
-        object up to date as it delivers events (linear in the arguments). A snapshot by
+        Ask with a ``ToolCallDelta`` of the call (usually the one just received); the first
+        ask reads the arguments delivered so far in one pass, and from then on the stream
+        keeps that call's partial object up to date as it delivers events (linear in the
+        arguments). A snapshot by
         default (as in :meth:`objects`: complete values shared, read-only); ``live=True``
         returns the object the stream updates in place. The final object:
         ``ToolCall.parse_arguments(Model)``.
@@ -112,7 +113,8 @@ class StructuredOutput:
         view = self._view
         if view is None:
             view = self._view = StructuredView()
-        return view.call(event, tp, lambda: self._parser.reply, live)
+        return view.call(event, tp, lambda: (self._parser.reply, self._batch[self._pos :]),
+                         live)
 
     def _structured_view(self, tp: Any) -> StructuredView:
         view = self._view

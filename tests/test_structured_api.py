@@ -27,7 +27,7 @@ from fluxstream._objects import snapshot
 from fluxstream.errors import ParseError
 from fluxstream.reply import Reply
 from fluxstream.server import Server
-from fluxstream.structured import ObjectBuilder, strict_json_schema
+from fluxstream.structured import ObjectBuilder, partial_object, strict_json_schema
 
 pytestmark = pytest.mark.anyio
 
@@ -379,6 +379,35 @@ async def test_partial_tool_call_follows_each_delta(aserver: Server) -> None:
         assert grows(a.model_dump(exclude_unset=True), b.model_dump(exclude_unset=True))
     assert partials[-1] == final
     assert "city" in partials[0].model_fields_set
+
+
+async def test_partial_tool_call_first_asked_with_an_earlier_delta(aserver: Server) -> None:
+    """The first ask may come with an older delta of the call: the partial object is still
+    everything delivered so far, and it keeps up afterwards."""
+    async with client_for(aserver) as client:
+        stream = client.chat.stream(
+            model="m", messages=USER, tools=[WEATHER_TOOL],
+            tool_choice={"type": "function", "function": {"name": "weather"}})
+        first: fluxstream.ToolCallDelta | None = None
+        delivered = ""
+        async with stream:
+            async for event in stream:
+                if isinstance(event, fluxstream.ToolCallDelta):
+                    delivered += event.arguments
+                    first = first or event
+                    if '"days"' in delivered and '"notes"' in delivered:
+                        break
+            assert first is not None
+            early = stream.partial_tool_call(first, Weather)
+            assert early.model_dump(exclude_unset=True) == partial_object(delivered, Weather
+                                                                          ).model_dump(
+                exclude_unset=True)
+            assert early.days == json.loads(delivered.split('"days":')[1].split(",")[0])
+            last = early
+            async for event in stream:
+                if isinstance(event, fluxstream.ToolCallDelta):
+                    last = stream.partial_tool_call(event, Weather)
+    assert last == stream.reply.choices[0].tool_calls[0].parse_arguments(Weather)
 
 
 async def test_partial_tool_call_on_the_anthropic_forced_tool(aserver: Server) -> None:
