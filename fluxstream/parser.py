@@ -33,6 +33,10 @@ from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 __all__ = ["StreamParser", "replay"]
 
+#: Larger ``sequence_number`` values are not used to resume (a server's number of thousands
+#: of digits would make a query of thousands of digits, or fail to format at all).
+_MAX_SEQUENCE = 2**53
+
 
 class StreamParser:
     """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
@@ -364,7 +368,7 @@ class StreamParser:
         parser._format.model = reply.model
         wire = parser._wire
         sequence = token.get("sequence")
-        if hasattr(wire, "sequence") and type(sequence) is int and sequence >= 0:
+        if hasattr(wire, "sequence") and type(sequence) is int and 0 <= sequence < _MAX_SEQUENCE:
             wire.sequence = sequence  # events at or below it are never shown again
         response_id = token.get("response_id")
         if hasattr(wire, "response_id") and isinstance(response_id, str) and response_id:
@@ -430,7 +434,7 @@ class StreamParser:
         """Responses API: the highest ``sequence_number`` delivered (``None``: another
         format, or none seen yet): the ``starting_after`` of OpenAI's resume."""
         seq = getattr(self._wire, "sequence", None)
-        return seq if isinstance(seq, int) and seq >= 0 else None
+        return seq if type(seq) is int and 0 <= seq < _MAX_SEQUENCE else None
 
     @property
     def response_id(self) -> str | None:

@@ -316,3 +316,21 @@ async def test_a_re_read_answered_with_json_is_not_read_twice() -> None:
             assert shown == "Hello"  # never "HelloHello world"
         assert [r.method for r in SENT] == ["POST", "GET", *(["POST"] if policy.restart else [])]
         assert SENT[1].url.params["starting_after"] == "1"
+
+
+@pytest.mark.parametrize(
+    "sequence", [2**53, 10**30, 10**5000, -1, True, "9", 9.0],
+    ids=["2**53", "10**30", "10**5000", "-1", "True", "str", "float"],
+)
+def test_an_unbelievable_sequence_number_is_not_resumed_from(sequence: object) -> None:
+    """From the server or from a token: a number no response reaches is never put into a
+    ``starting_after`` query (thousands of digits do not even format)."""
+    if type(sequence) is int and 0 <= sequence < 10**4000:
+        parser = fluxstream.StreamParser(format="responses")
+        parser.feed(_frames(_CREATED).replace(b'"sequence_number": 0',
+                                              f'"sequence_number": {sequence}'.encode()))
+        assert parser.reply.id == "resp_m" and parser.sequence is None
+    token = {"version": 1, "key": "k", "reply": {}, "response_id": "resp_m",
+             "sequence": sequence}
+    resumed = fluxstream.StreamParser.from_token(token, format="responses")
+    assert resumed.sequence is None and resumed.response_id == "resp_m"
