@@ -36,6 +36,8 @@ __all__ = ["StreamParser", "replay"]
 #: Larger ``sequence_number`` values are not used to resume (a server's number of thousands
 #: of digits would make a query of thousands of digits, or fail to format at all).
 _MAX_SEQUENCE = 2**53
+#: Longer response ids are not used to resume (see :attr:`StreamParser.response_id`).
+_MAX_ID_CHARS = 1024
 
 
 class StreamParser:
@@ -441,7 +443,8 @@ class StreamParser:
         """Responses API: the id of the response being streamed now (what a
         ``starting_after`` resume re-reads; after a continuation, the new response's)."""
         rid = getattr(self._wire, "response_id", None)
-        return rid if isinstance(rid, str) and rid else None
+        # Real ids are tens of characters; a server's megabyte "id" is not put into a URL.
+        return rid if isinstance(rid, str) and 0 < len(rid) <= _MAX_ID_CHARS else None
 
     @property
     def last_event_id(self) -> str:

@@ -334,3 +334,10 @@ def test_an_unbelievable_sequence_number_is_not_resumed_from(sequence: object) -
              "sequence": sequence}
     resumed = fluxstream.StreamParser.from_token(token, format="responses")
     assert resumed.sequence is None and resumed.response_id == "resp_m"
+
+
+def test_an_unbelievable_response_id_is_not_resumed_from() -> None:
+    parser = fluxstream.StreamParser(format="responses")
+    huge = "r" * 100_000
+    parser.feed(_frames({"type": "response.created", "response": {"id": huge}}))
+    assert parser.reply.id == huge and parser.response_id is None  # kept, never sent
