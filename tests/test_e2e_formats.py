@@ -126,8 +126,9 @@ async def test_responses_drop_resumed_by_last_event_id(aserver: Server) -> None:
 async def test_responses_drop_without_event_ids_is_truncated_not_duplicated(
     aserver: Server,
 ) -> None:
-    """OpenAI's Responses events carry no ``id:``; the client has no ``starting_after``
-    strategy yet, so a drop ends truncated with what arrived, shown once."""
+    """OpenAI's Responses events carry no ``id:``, and a response created without
+    ``background: true`` is not stored, so ``starting_after`` does not apply: a drop ends
+    truncated with what arrived, shown once."""
     params: dict[str, Any] = {"model": "m", "input": "Hi"}
     async with client_for(aserver) as client:
         stream = client.responses.stream(**params,

@@ -442,7 +442,9 @@ def test_continuation_on_a_new_connection_continues_the_text() -> None:
                                text(0, "The quick brown fox ")))
     assert parser.continuable()
     prefix = parser.begin_continuation(min_overlap=4)
-    assert prefix == "The quick brown fox "
+    # Sent without trailing whitespace (Anthropic refuses a prefill ending in it); the
+    # whitespace the continuation re-sends is cut as an echo.
+    assert prefix == "The quick brown fox"
     events += parser.feed(frame(start({"input_tokens": 9, "output_tokens": 1}, mid="msg_2"),
                                 block(0, type="text", text=""),
                                 text(0, "brown fox jumps"), text(0, " over."), stop_block(0),
