@@ -89,6 +89,8 @@ class Attempt:
         self.cancelled = False
         self._scope: anyio.CancelScope | None = None
         self._closed = False
+        #: The body, if :meth:`close` could not finish it: a read of another task was in it.
+        self.unfinished: AsyncIterator[bytes] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -240,8 +242,11 @@ class Attempt:
             pass
         finally:
             with anyio.CancelScope(shield=True):
-                if source is not None:
-                    await finish_body(source)
+                if source is not None and not await finish_body(source):
+                    # Closed from another task while the owner reads: if that read returns
+                    # bytes, the chain stays suspended; the owner's close finishes it (set
+                    # before any checkpoint, so that close cannot come first and miss it).
+                    self.unfinished = source
                 await response.aclose()
 
 
@@ -257,9 +262,10 @@ def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException |
     return leaf
 
 
-async def finish_body(source: AsyncIterator[bytes]) -> None:
+async def finish_body(source: AsyncIterator[bytes]) -> bool:
     """End the HTTP library's chain of async generators under a body that was not read to its
-    end, inside a read, so every one of them finishes now.
+    end, inside a read, so every one of them finishes now. False: another task's read is in
+    the chain right now (a close from another task), so that task must finish it later.
 
     Closing only the outermost generator (``aclose()``) leaves the four inner ones suspended
     for the garbage collector, which under trio is a ``ResourceWarning`` per generator. A read
@@ -272,8 +278,11 @@ async def finish_body(source: AsyncIterator[bytes]) -> None:
         for _ in range(_FINISH_READS):  # buffered data comes back without a checkpoint
             try:
                 await source.__anext__()
-            except Exception:  # StopAsyncIteration, the library's error, or "already running"
-                return
+            except RuntimeError:  # "asynchronous generator is already running"
+                return False
+            except Exception:  # StopAsyncIteration, or the library's error: it unwound
+                return True
+    return True
 
 
 async def read_limited(

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import anyio
 
 from ._readahead import ReadAhead
-from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec
+from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .errors import APIConnectionError, APIStatusError, APITimeoutError, ContentTypeError
 from .events import ErrorEvent, Event
 from .parser import StreamParser
@@ -101,6 +101,8 @@ class Channel:
         # text(coalesce=...) reads the body in a helper task (see fluxstream._readahead).
         self._reader_wanted = False
         self._readahead: ReadAhead | None = None
+        #: The attempt closed last (its body may be left for the owner to finish: see close).
+        self._closed: Attempt | None = None
 
     # ------------------------------------------------------------------ sending
 
@@ -396,8 +398,25 @@ class Channel:
         drain = drain and self.parser.done and not self.recovery.cancelled
         reader_was_running = self._readahead is not None
         await self._stop_reader(linger=DRAIN_SECONDS if drain else 0.0)
+        await self._finish_left_body()
         attempt = self.attempt
         if attempt is None:
             return
         self.attempt = None
+        self._closed = attempt
         await attempt.close(drain=drain and not reader_was_running)
+
+    async def _finish_left_body(self) -> None:
+        """Closed from another task (``aclose()``) during the owner's read, the body's
+        generators could not be finished there; if the read then returned bytes they are
+        still suspended. The owner always closes after (at the end of the events, or leaving
+        ``async with``), its read returned by then: it finishes them, in the task that
+        iterated them."""
+        closed = self._closed
+        body = None if closed is None else closed.unfinished
+        if closed is None or body is None:
+            return
+        closed.unfinished = None
+        with anyio.CancelScope(shield=True):
+            if not await finish_body(body):  # another task still reads it: its close will
+                closed.unfinished = body

@@ -103,12 +103,6 @@ async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
     must leave none of httpx's body generators suspended once the owner's ``async with``
     is left (under trio each is a ResourceWarning when collected; the soak counted ~1 per
     stream for ``aclose()``)."""
-    if how == "aclose" and anyio_backend == "trio":
-        request.applymarker(pytest.mark.xfail(
-            strict=True,
-            reason="soak finding: under trio, aclose() from another task mid-body leaves two "
-            "of httpx's body generators suspended (a ResourceWarning each); cancel() does not",
-        ))
     made: list[Any] = []
     for name in ("aiter_bytes", "aiter_raw"):
         original = getattr(httpx.Response, name)
