@@ -96,13 +96,12 @@ async def test_break_after_a_few_deltas_of_a_fast_stream_finishes_the_http_gener
 
 @pytest.mark.parametrize("how", ["aclose", "cancel"])
 async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
-    server: ServerThread, monkeypatch: pytest.MonkeyPatch, how: str, anyio_backend: str,
-    request: pytest.FixtureRequest,
+    server: ServerThread, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """``aclose()`` (or ``cancel()``) from another task while the owner iterates, mid-body,
     must leave none of httpx's body generators suspended once the owner's ``async with``
     is left (under trio each is a ResourceWarning when collected; the soak counted ~1 per
-    stream for ``aclose()``)."""
+    stream for ``aclose()``; before the fix 2-7 of these 60 close moments left two)."""
     made: list[Any] = []
     for name in ("aiter_bytes", "aiter_raw"):
         original = getattr(httpx.Response, name)
