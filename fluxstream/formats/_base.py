@@ -272,6 +272,19 @@ class ToolCallState:
         #: Anthropic: the ``input`` of ``content_block_start`` (used when no fragment arrives).
         self.start_input: object = None
 
+    def add(self, text: str) -> int:
+        """Account for a streamed argument fragment; returns its offset (the length before
+        it). Kept fragments are folded into one string past ``_FOLD``, so a call with many
+        tiny fragments costs one string, not a list that grows with every delta."""
+        offset = self.length
+        self.length = offset + len(text)
+        fragments = self.fragments
+        if fragments is not None:
+            fragments.append(text)
+            if len(fragments) > _FOLD:
+                self.fragments = ["".join(fragments)]
+        return offset
+
 
 class JsonEventFormat:
     """Base of the formats whose frames are typed JSON events describing one choice."""
@@ -492,14 +505,19 @@ class JsonEventFormat:
             return
         self._held = {}
         for channel in held:
-            if channel == "text":
-                self.add_text(REPLACEMENT, out)
-            elif channel == "reasoning":
-                self.add_reasoning(REPLACEMENT, out)
-            elif channel == "refusal":
-                self.add_refusal(REPLACEMENT, out)
-            elif isinstance(channel, tuple):
+            if isinstance(channel, tuple):
                 self.add_tool_text(channel[1], REPLACEMENT, out)
+            elif isinstance(channel, str):
+                self.add_to(channel, REPLACEMENT, out)
+
+    def add_to(self, channel: str, text: str, out: list[Event]) -> None:
+        """``text`` on the named channel: ``"text"``, ``"reasoning"`` or ``"refusal"``."""
+        if channel == "text":
+            self.add_text(text, out)
+        elif channel == "reasoning":
+            self.add_reasoning(text, out)
+        else:
+            self.add_refusal(text, out)
 
     def add_text(self, text: str, out: list[Event]) -> None:
         if self.scan:
@@ -536,10 +554,4 @@ class JsonEventFormat:
         call = self.calls.get(index)
         if call is None or not text:
             return
-        out.append(tool_delta(self.key, 0, index, None, None, text, call.length))
-        call.length += len(text)
-        fragments = call.fragments
-        if fragments is not None:
-            fragments.append(text)
-            if len(fragments) > _FOLD:
-                call.fragments = ["".join(fragments)]
+        out.append(tool_delta(self.key, 0, index, None, None, text, call.add(text)))

@@ -58,8 +58,6 @@ from ._surrogates import fix_surrogates
 __all__ = ["ResponsesFormat"]
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-#: Argument fragments kept per call (to compare with the final value) before folding them.
-_FOLD = 256
 #: Output parts remembered as "streamed" (so that their ``.done`` text is not shown twice).
 #: Real responses have a handful; past the cap a ``.done`` text is never used, so a stream of
 #: deltas each naming a new part cannot grow memory beyond it.
@@ -157,14 +155,7 @@ class ResponsesFormat(JsonEventFormat):
                 return out
             if not text:
                 return out
-            offset = call.length
-            call.length = offset + len(text)
-            fragments = call.fragments
-            if fragments is not None:
-                fragments.append(text)
-                if len(fragments) > _FOLD:
-                    call.fragments = ["".join(fragments)]
-            return [tool_delta(self.key, 0, index, None, None, text, offset)]
+            return [tool_delta(self.key, 0, index, None, None, text, call.add(text))]
         if kind == "response.output_text.delta":
             self._delta("text", obj, out)
         elif kind == "response.reasoning_summary_text.delta":
@@ -208,12 +199,7 @@ class ResponsesFormat(JsonEventFormat):
         if text.__class__ is not str or not text:
             return
         self._mark((channel, _int(obj.get("output_index")), _int(obj.get(part))))
-        if channel == "text":
-            self.add_text(text, out)
-        elif channel == "reasoning":
-            self.add_reasoning(text, out)
-        else:
-            self.add_refusal(text, out)
+        self.add_to(channel, text, out)
 
     def _mark(self, marker: tuple[str, int | None, int | None]) -> None:
         parts = self._parts
@@ -236,12 +222,7 @@ class ResponsesFormat(JsonEventFormat):
         if text.__class__ is not str or not text:
             return
         self._mark(marker)
-        if channel == "text":
-            self.add_text(text, out)
-        elif channel == "reasoning":
-            self.add_reasoning(text, out)
-        else:
-            self.add_refusal(text, out)
+        self.add_to(channel, text, out)
 
     def _response(self, response: object) -> Mapping[str, Any] | None:
         if not isinstance(response, Mapping):
@@ -286,11 +267,8 @@ class ResponsesFormat(JsonEventFormat):
             elif fresh or new_id or new_name or args:
                 args = args or ""
                 out.append(
-                    ToolCallDelta(self.key, 0, index, new_id, new_name, args, call.length)
+                    ToolCallDelta(self.key, 0, index, new_id, new_name, args, call.add(args))
                 )
-                call.length += len(args)
-                if call.fragments is not None and args:
-                    call.fragments.append(args)
         elif kind == "reasoning" and done and index is not None:
             self.start()
             if not self.keep(approx_size(item)):
@@ -318,13 +296,7 @@ class ResponsesFormat(JsonEventFormat):
             text = self.join(("tool", index), text)
         if not text and not fresh:
             return
-        out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.length))
-        call.length += len(text)
-        fragments = call.fragments
-        if fragments is not None:
-            fragments.append(text)
-            if len(fragments) > _FOLD:
-                call.fragments = ["".join(fragments)]
+        out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.add(text)))
 
     def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         args = obj.get("arguments")
