@@ -25,13 +25,13 @@ import httpx
 from ._http import HttpErrors
 from ._objects import prepare, structured_request
 from ._transport import make_http_client
-from .endpoints import Messages, Responses
+from .endpoints import Messages, Responses, resume_from_token
 from .limits import StreamLimits
 from .parser import StreamParser
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
-from .stream import RESUME_TOKEN_VERSION, ReplyStream, RequestSpec
+from .stream import ReplyStream, RequestSpec
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
 
@@ -304,26 +304,14 @@ class Chat:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
         reply already in ``stream.reply``; only events after the token's are delivered."""
-        if token.get("version") != RESUME_TOKEN_VERSION:
-            raise ValueError(f"unsupported resume token version {token.get('version')!r}")
         client = self._client
         path = str(token.get("path") or "chat/completions")
         endpoint = {"responses": client.responses, "messages": client.messages}.get(path)
         if endpoint is not None:  # a Responses / Messages stream: its own format and headers
             return endpoint.resume(token, extra_headers=extra_headers, resume=resume, retry=retry)
-        parser = StreamParser.from_token(
-            token, max_event_bytes=client.max_event_bytes,
-            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
-        )
-        return self._open(
-            dict(token["body"]),
-            content_key=str(token["key"]),
-            headers=dict(extra_headers or {}),
-            strict=False,
-            retry=retry,
-            resume=resume,
-            parser=parser,
-            path=str(token.get("path") or "chat/completions"),
+        return resume_from_token(
+            client, token, path=path, format="chat_completions",
+            extra_headers=extra_headers, retry=retry, resume=resume,
         )
 
     def _open(
@@ -344,7 +332,7 @@ class Chat:
         ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
         ``path``, wire ``format`` and, for Anthropic's key header, request ``build``er."""
         client = self._client
-        logger.debug("chat stream model=%s key=%s", body.get("model"), content_key)
+        logger.debug("%s stream model=%s key=%s", path, body.get("model"), content_key)
         spec = RequestSpec(
             path=path,
             body=body,

@@ -21,7 +21,6 @@ continuation fails and the stream ends as it would have without one.)
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -37,8 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient
 
 __all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client"]
-
-logger = logging.getLogger("fluxstream")
 
 #: The ``anthropic-version`` header sent with Messages requests (the API's stable version).
 ANTHROPIC_VERSION = "2023-06-01"
@@ -92,17 +89,9 @@ class _Endpoint:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
         that go on, the partial reply already in ``stream.reply``."""
-        if token.get("version") != RESUME_TOKEN_VERSION:
-            raise ValueError(f"unsupported resume token version {token.get('version')!r}")
-        client = self._client
-        parser = StreamParser.from_token(
-            token, format=self.format, max_event_bytes=client.max_event_bytes,
-            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
-        )
-        return client.chat._open(
-            dict(token["body"]), content_key=str(token["key"]),
-            headers=dict(extra_headers or {}), strict=False, retry=self._retry(retry),
-            resume=self._resume(resume), parser=parser, path=self.path, format=self.format,
+        return resume_from_token(
+            self._client, token, path=self.path, format=self.format,
+            extra_headers=extra_headers, retry=self._retry(retry), resume=self._resume(resume),
             build=self._build(),
         )
 
@@ -110,13 +99,40 @@ class _Endpoint:
               extra_headers: Mapping[str, str] | None, strict: bool,
               retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
         body["stream"] = True
-        key = content_key or uuid.uuid4().hex
-        logger.debug("%s stream model=%s key=%s", self.path, body.get("model"), key)
+        # ``client.chat._open`` logs the request (with this endpoint's path).
         return self._client.chat._open(
-            body, content_key=key, headers=dict(extra_headers or {}), strict=strict,
-            retry=self._retry(retry), resume=self._resume(resume), path=self.path,
-            format=self.format, build=self._build(),
+            body, content_key=content_key or uuid.uuid4().hex,
+            headers=dict(extra_headers or {}), strict=strict, retry=self._retry(retry),
+            resume=self._resume(resume), path=self.path, format=self.format,
+            build=self._build(),
         )
+
+
+def resume_from_token(
+    client: AsyncClient,
+    token: Mapping[str, Any],
+    *,
+    path: str,
+    format: str,
+    extra_headers: Mapping[str, str] | None,
+    retry: RetryPolicy | None,
+    resume: ResumePolicy | None,
+    build: Any = None,
+) -> ReplyStream:
+    """The one way a resume token becomes a stream, for ``client.chat.resume`` and each
+    endpoint's ``resume``: the token's version is checked, its partial reply and offsets are
+    taken over by a parser of the API's wire ``format``, and its body is sent again."""
+    if token.get("version") != RESUME_TOKEN_VERSION:
+        raise ValueError(f"unsupported resume token version {token.get('version')!r}")
+    parser = StreamParser.from_token(
+        token, format=format, max_event_bytes=client.max_event_bytes,
+        require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
+    )
+    return client.chat._open(
+        dict(token["body"]), content_key=str(token["key"]),
+        headers=dict(extra_headers or {}), strict=False, retry=retry, resume=resume,
+        parser=parser, path=path, format=format, build=build,
+    )
 
 
 class Responses(_Endpoint):
