@@ -24,7 +24,7 @@ import dataclasses
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._objects import prepare, structured_request
 from .parser import StreamParser
@@ -64,6 +64,9 @@ def anthropic_client(base_url: str | None = None, api_key: str | None = None,
 class _Endpoint:
     path = ""
     format = ""
+    #: The fields a continuation's appended assistant message carries instead of the Chat
+    #: default ``prefix`` flag (``None``: the default stays; a flag the caller chose is kept).
+    continuation_flag: ClassVar[Mapping[str, object] | None] = None
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -76,7 +79,13 @@ class _Endpoint:
         return retry
 
     def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
-        return resume
+        flag = self.continuation_flag
+        if flag is None:
+            return resume
+        policy = resume if resume is not None else self._client.resume
+        if policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
+            return dataclasses.replace(policy, prefix_flag=dict(flag))
+        return policy
 
     def resume(
         self,
@@ -95,17 +104,24 @@ class _Endpoint:
             build=self._build(),
         )
 
-    def _open(self, body: dict[str, Any], *, content_key: str | None,
+    def _open(self, body: dict[str, Any], *, tools: Sequence[Mapping[str, Any]] | None,
+              response_format: Any, log: Any, content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,
               retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
+        """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
+        tools, structured output, ``stream: true``, then ``client.chat._open`` (which logs
+        the request, with this endpoint's path)."""
+        if tools is not None:
+            body["tools"] = list(tools)
+        structured = structured_request(self.path, body, response_format)
         body["stream"] = True
-        # ``client.chat._open`` logs the request (with this endpoint's path).
-        return self._client.chat._open(
+        stream = self._client.chat._open(
             body, content_key=content_key or uuid.uuid4().hex,
             headers=dict(extra_headers or {}), strict=strict, retry=self._retry(retry),
             resume=self._resume(resume), path=self.path, format=self.format,
             build=self._build(),
         )
+        return prepare(stream, structured, log)
 
 
 def resume_from_token(
@@ -140,16 +156,10 @@ class Responses(_Endpoint):
 
     path = "responses"
     format = "responses"
-
-    def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
-        """A continuation appends the partial answer to ``input`` as an assistant message
-        marked ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which
-        servers that continue a partial message honour) instead of the Chat ``prefix`` flag
-        (a flag the caller chose is kept). See :func:`fluxstream.channel.continuation_body`."""
-        policy = resume if resume is not None else self._client.resume
-        if policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
-            return dataclasses.replace(policy, prefix_flag={"status": "in_progress"})
-        return policy
+    #: A continuation appends the partial answer to ``input`` as an assistant message marked
+    #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
+    #: that continue a partial message honour). See :func:`fluxstream.channel.continuation_body`.
+    continuation_flag: ClassVar[Mapping[str, object] | None] = {"status": "in_progress"}
 
     def stream(
         self,
@@ -182,12 +192,9 @@ class Responses(_Endpoint):
             body["input"] = list(input)
         if instructions is not None:
             body["instructions"] = instructions
-        if tools is not None:
-            body["tools"] = list(tools)
-        structured = structured_request(self.path, body, response_format)
-        stream = self._open(body, content_key=content_key, extra_headers=extra_headers,
-                            strict=strict, retry=retry, resume=resume)
-        return prepare(stream, structured, log)
+        return self._open(body, tools=tools, response_format=response_format, log=log,
+                          content_key=content_key, extra_headers=extra_headers, strict=strict,
+                          retry=retry, resume=resume)
 
     async def complete(self, **kwargs: Any) -> Reply:
         """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
@@ -201,6 +208,9 @@ class Messages(_Endpoint):
 
     path = "messages"
     format = "anthropic_messages"
+    #: A continuation's prefill is a plain trailing assistant message: Anthropic rejects the
+    #: ``prefix: true`` flag that DeepSeek-style APIs need, so the default flag is left out.
+    continuation_flag: ClassVar[Mapping[str, object] | None] = {}
 
     def _build(self) -> Any:
         client = self._client
@@ -218,15 +228,6 @@ class Messages(_Endpoint):
             return build(path, body, merged)
 
         return build_with_key
-
-    def _resume(self, resume: ResumePolicy | None) -> ResumePolicy | None:
-        """A continuation's prefill is a plain trailing assistant message: Anthropic rejects
-        the ``prefix: true`` flag that DeepSeek-style APIs need, so the default flag is left
-        out (a flag the caller chose is kept)."""
-        policy = resume if resume is not None else self._client.resume
-        if policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
-            return dataclasses.replace(policy, prefix_flag={})
-        return policy
 
     def _retry(self, retry: RetryPolicy | None) -> RetryPolicy | None:
         policy = retry if retry is not None else self._client.retry
@@ -266,12 +267,9 @@ class Messages(_Endpoint):
                                 "messages": list(messages), **params}
         if system is not None:
             body["system"] = system if isinstance(system, str) else list(system)
-        if tools is not None:
-            body["tools"] = list(tools)
-        structured = structured_request(self.path, body, response_format)
-        stream = self._open(body, content_key=content_key, extra_headers=extra_headers,
-                            strict=strict, retry=retry, resume=resume)
-        return prepare(stream, structured, log)
+        return self._open(body, tools=tools, response_format=response_format, log=log,
+                          content_key=content_key, extra_headers=extra_headers, strict=strict,
+                          retry=retry, resume=resume)
 
     async def complete(self, **kwargs: Any) -> Reply:
         """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
