@@ -461,11 +461,7 @@ class Server:
             await conn.simple(400, error_json(message, "invalid_request_error"))
             return
         script = build_script(parsed, names)
-        extra: list[tuple[str, str]] = []
-        if continuation_prefix(parsed) is not None:
-            # A new stream (ids restart at 1) whose content follows the prefix; see .script.
-            handled = "continued" if script.prefix is not None else "ignored"
-            extra.append((CONTINUATION_HEADER.lower(), handled))
+        extra = _continuation_headers(continuation_prefix(parsed), script)
         if parsed.get("stream") is not True or "json" in names:
             await conn.simple(200, dumps(completion(script, names)).encode(), extra=extra)
             return
@@ -659,10 +655,7 @@ class Server:
             await self._error(conn, "messages", 400, message)
             return
         script = build_script(canonical, names, token_cap=True)
-        extra: list[tuple[str, str]] = []
-        if continuation_prefix(canonical) is not None:
-            handled = "continued" if script.prefix is not None else "ignored"
-            extra.append((CONTINUATION_HEADER.lower(), handled))
+        extra = _continuation_headers(prefill, script)
         if parsed.get("stream") is not True or "json" in names:
             await conn.simple(200, dumps(message_object(script, names)).encode(), extra=extra)
             return
@@ -670,6 +663,16 @@ class Server:
         await self._event_stream(
             conn, headers, script, events, names, extra, keepalive=ping(names)
         )
+
+
+def _continuation_headers(prefix: str | None, script: Script) -> list[tuple[str, str]]:
+    """For a continuation request (one that ends with a partial assistant message), the
+    header that says whether it was continued (a new stream, ids restarting at 1, whose
+    content follows the prefix; see :mod:`.script`) or ignored."""
+    if prefix is None:
+        return []
+    handled = "continued" if script.prefix is not None else "ignored"
+    return [(CONTINUATION_HEADER.lower(), handled)]
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:
