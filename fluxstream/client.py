@@ -91,13 +91,14 @@ class AsyncClient:
         ``http_client``'s own timeouts, or :data:`DEFAULT_TIMEOUT` for a client we create.
     :param idle_timeout: seconds without any byte before the stream ends with
         :class:`~fluxstream.errors.IdleTimeoutError`.
-    :param stall_timeout: seconds in which bytes may arrive (heartbeats, comments) without any
-        content before the stream ends with :class:`~fluxstream.errors.StallTimeoutError`.
+    :param stall_timeout: seconds between two pieces of content (from the first content on)
+        in which bytes may arrive (heartbeats, comments, usage) without any content before the
+        stream ends with :class:`~fluxstream.errors.StallTimeoutError`. It does not count
+        before the first content: reading a long prompt is not a stall.
     :param first_token_timeout: seconds from the request to the first content (text,
         reasoning, refusal or tool-call arguments) before the stream ends with
         :class:`~fluxstream.errors.FirstTokenTimeoutError`; also bounds the wait for the
-        response head. Given, it replaces ``stall_timeout`` before the first content, so a
-        server that pings while it reads a long prompt is not taken for a stalled one.
+        response head.
     :param finish_grace: once every choice has a finish reason, how long to wait for more
         (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.

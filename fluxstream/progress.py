@@ -51,8 +51,11 @@ class Progress:
 
     Only content is progress (:data:`CONTENT_EVENTS`): heartbeats, junk frames and a usage
     chunk repeated forever do not keep a stream alive. Before the first content the limit is
-    ``first_token_timeout`` (from the request) when given, else ``stall_timeout``; after it,
-    ``stall_timeout`` between content. Once every choice has finished, the stream waits at most
+    ``first_token_timeout`` (from the request); after it, ``stall_timeout`` between content.
+    They are apart because reading a long prompt is not a stall: llama.cpp sends pings for
+    many seconds before its first token, and a ``stall_timeout`` sized for the gaps between
+    tokens would end every such stream (as the AI SDK's ``firstChunkMs``/``chunkMs``).
+    Once every choice has finished, the stream waits at most
     ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel.
 
     Cost per read: one look at each event's type, and the parser's "every choice finished"
@@ -130,7 +133,11 @@ class Progress:
         if self.first_token is None and self.first_token_timeout is not None:
             start = self.started if self.started is not None else now
             return "first_token" if now - start > self.first_token_timeout else None
-        if self.stall_timeout is not None and now - self.last_progress > self.stall_timeout:
+        if (
+            self.stall_timeout is not None
+            and self.first_token is not None
+            and now - self.last_progress > self.stall_timeout
+        ):
             return "stall"
         return None
 
