@@ -200,3 +200,25 @@ def test_partial_arguments_after_every_fragment_is_fast(kind: str, ask: str,
                          key=lambda r: r[0])
     assert value == json.loads(text)
     assert elapsed < budget, f"{elapsed:.3f}s for {len(fragments)} fragments"
+
+
+@pytest.mark.parametrize(
+    ("pieces", "pending"),
+    [
+        (['{"n": 1'], True),  # a number may go on: 1, 12, 1.5 ...
+        (['{"n": 12', "3"], True),
+        (['{"n": 123,'], False),  # the comma ended it
+        (['{"ok": tr'], True),  # a literal is being read
+        (['{"ok": true}'], False),
+        (['{"s": "12'], False),  # a string is open, not a token
+        (['[1, 2'], True),
+        (['[1, 2]'], False),
+    ],
+)
+def test_pending_token_says_whether_a_number_or_literal_may_still_change(
+    pieces: list[str], pending: bool
+) -> None:
+    parser = PartialJSON()
+    for piece in pieces:
+        parser.feed(piece)
+    assert parser.pending_token is pending
