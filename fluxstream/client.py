@@ -25,10 +25,9 @@ import httpx
 from ._http import HttpErrors
 from ._objects import prepare, structured_request
 from ._transport import make_http_client
-from .endpoints import Messages, Responses, resume_from_token
+from .endpoints import Messages, Responses, completing, resume_from_token
 from .limits import StreamLimits
 from .parser import StreamParser
-from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
@@ -250,6 +249,7 @@ class Chat:
 
     def stream(
         self,
+        /,
         *,
         model: str,
         messages: Sequence[Mapping[str, Any]],
@@ -362,35 +362,7 @@ class Chat:
             resuming=resuming,
         )
 
-    async def complete(
-        self,
-        *,
-        model: str,
-        messages: Sequence[Mapping[str, Any]],
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        content_key: str | None = None,
-        include_usage: bool = True,
-        extra_headers: Mapping[str, str] | None = None,
-        strict: bool = False,
-        retry: RetryPolicy | None = None,
-        resume: ResumePolicy | None = None,
-        response_format: Any = None,
-        log: Any = None,
-        **params: Any,
-    ) -> Reply:
-        """Stream underneath and return the whole reply (same arguments as :meth:`stream`).
-
-        Raises :class:`~fluxstream.errors.StreamTruncatedError` or
-        :class:`~fluxstream.errors.StreamFailedError` (each carrying the partial reply as
-        ``error.reply``) unless the stream ended ``done`` or ``finished``.
-        """
-        stream = self.stream(
-            model=model, messages=messages, tools=tools, content_key=content_key,
-            include_usage=include_usage, extra_headers=extra_headers, strict=strict,
-            retry=retry, resume=resume, response_format=response_format, log=log, **params,
-        )
-        async with stream:
-            return await stream.complete()
+    complete = completing(stream)
 
 
 def _as_timeout(value: Any) -> httpx.Timeout:

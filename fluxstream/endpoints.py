@@ -13,18 +13,19 @@ Bearer token instead: pass ``headers={"Authorization": "Bearer ..."}`` (then no 
 is sent). ``529 overloaded_error`` is retried before content like a 503. With
 ``ResumePolicy(continuation=True)`` a drop after content is continued the Anthropic way: the
 partial text becomes a trailing assistant message (prefill; no ``prefix`` flag) and the new
-message's echo of it is cut. (Anthropic rejects a prefill that ends in whitespace: such a
-continuation fails and the stream ends as it would have without one.)
+message's echo of it is cut (the prefill is sent without trailing whitespace, which
+Anthropic rejects; the whitespace the new message repeats is cut as an echo).
 :func:`anthropic_client` makes a client from ``ANTHROPIC_BASE_URL`` / ``ANTHROPIC_API_KEY``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import uuid
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._objects import prepare, structured_request
 from .parser import StreamParser
@@ -35,13 +36,44 @@ from .stream import RESUME_TOKEN_VERSION, ReplyStream
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient
 
-__all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client"]
+__all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing"]
 
 #: The ``anthropic-version`` header sent with Messages requests (the API's stable version).
 ANTHROPIC_VERSION = "2023-06-01"
 #: Anthropic's "overloaded" status: as retryable before content as a 503.
 OVERLOADED = 529
 _DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
+
+_P = ParamSpec("_P")
+_E = TypeVar("_E")
+
+
+def completing(
+    stream: Callable[Concatenate[_E, _P], ReplyStream],
+) -> Callable[Concatenate[_E, _P], Coroutine[Any, Any, Reply]]:
+    """``complete`` for an endpoint, typed with exactly its ``stream``'s parameters.
+
+    Written once so the three endpoints' ``complete`` cannot drift from their ``stream``, and
+    typed through ``ParamSpec`` so a caller's mistake is still a type error.
+    """
+
+    async def complete(self: _E, /, *args: _P.args, **kwargs: _P.kwargs) -> Reply:
+        async with stream(self, *args, **kwargs) as opened:
+            return await opened.complete()
+
+    complete.__doc__ = (
+        "Stream underneath and return the whole reply (the same arguments as ``stream``).\n\n"
+        "Raises :class:`~fluxstream.errors.StreamTruncatedError` or "
+        ":class:`~fluxstream.errors.StreamFailedError` (each carrying the partial reply as "
+        "``error.reply``) unless the stream ended ``done`` or ``finished``."
+    )
+    complete.__name__ = "complete"
+    complete.__qualname__ = stream.__qualname__.rsplit(".", 1)[0] + ".complete"
+    # help() and IDEs that read the runtime signature see stream's parameters, not *args.
+    complete.__signature__ = inspect.signature(stream).replace(  # type: ignore[attr-defined]
+        return_annotation="Reply"
+    )
+    return complete
 
 
 def anthropic_client(base_url: str | None = None, api_key: str | None = None,
@@ -163,6 +195,7 @@ class Responses(_Endpoint):
 
     def stream(
         self,
+        /,
         *,
         model: str,
         input: str | Sequence[Mapping[str, Any]],
@@ -196,11 +229,7 @@ class Responses(_Endpoint):
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume)
 
-    async def complete(self, **kwargs: Any) -> Reply:
-        """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
-        raises like ``client.chat.complete`` unless the stream ended ``done``/``finished``."""
-        async with self.stream(**kwargs) as stream:
-            return await stream.complete()
+    complete = completing(stream)
 
 
 class Messages(_Endpoint):
@@ -237,6 +266,7 @@ class Messages(_Endpoint):
 
     def stream(
         self,
+        /,
         *,
         model: str,
         messages: Sequence[Mapping[str, Any]],
@@ -271,8 +301,4 @@ class Messages(_Endpoint):
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume)
 
-    async def complete(self, **kwargs: Any) -> Reply:
-        """Stream underneath and return the whole reply (same arguments as :meth:`stream`);
-        raises like ``client.chat.complete`` unless the stream ended ``done``/``finished``."""
-        async with self.stream(**kwargs) as stream:
-            return await stream.complete()
+    complete = completing(stream)
