@@ -11,8 +11,11 @@ Run from the repository root::
 Method (see benchmarks/README.md, "Soak"):
 
 * One embedded server (``python -m fluxstream serve``) in its own process on 127.0.0.1, shared
-  by every run; each run (``asyncio-httpx``, ``trio-httpx``, ``asyncio-aiohttp``) is a fresh
-  child process of this script, so its RSS is its own.
+  by every run; each run is a fresh child process of this script, so its RSS is its own:
+  ``asyncio-default`` (no ``http_client``: fluxstream's default client, its own aiohttp
+  adapter, pool sized by ``limits=``; what users run on asyncio), ``trio-httpx`` and
+  ``asyncio-httpx`` (an injected ``httpx.AsyncClient``), and ``asyncio-httpx-aiohttp`` (an
+  injected httpx-aiohttp ``HttpxAiohttpClient``, for comparison).
 * ``--concurrency`` workers share one ``AsyncClient`` whose HTTP pool holds exactly that many
   connections (``max_connections`` = concurrency, ``pool`` timeout 10 s): a stream that never
   gives its connection back shows up as a ``PoolTimeout`` (a failed stream) within a few
@@ -76,7 +79,10 @@ from fluxstream.server import expected_reply
 
 MODEL = "fluxstream-echo"
 API_KEY = "soak-key"
-RUNS = ("asyncio-httpx", "trio-httpx", "asyncio-aiohttp")
+# asyncio-default: what users run on asyncio (no http_client: fluxstream's own aiohttp adapter,
+# pool sized by ``limits=``); the others inject an HTTP client. asyncio-httpx-aiohttp (an
+# injected httpx-aiohttp ``HttpxAiohttpClient``) is an extra run, for comparison.
+RUNS = ("asyncio-default", "trio-httpx", "asyncio-httpx", "asyncio-httpx-aiohttp")
 
 # (weight, fault header or None, profile or None, kind). kind says what the outcome may be:
 #   clean   -> done, exactly the expected reply
@@ -167,8 +173,17 @@ def live_tasks() -> int:
         return int(trio.lowlevel.current_statistics().tasks_living)
 
 
+def _own_connector(http: Any) -> Any:
+    """aiohttp's connector under fluxstream's default client (``AutoClient`` on asyncio)."""
+    session = getattr(getattr(http, "_aio", None), "_session", None)
+    return getattr(session, "connector", None)
+
+
 def pool_connections(http: Any) -> int:
     """Connections held by the client's pool (httpx/httpcore, or aiohttp's connector)."""
+    own = _own_connector(http)
+    if own is not None:
+        return sum(len(v) for v in own._conns.values()) + len(own._acquired)
     pool = getattr(getattr(http, "_transport", None), "_pool", None)
     if pool is not None and hasattr(pool, "connections"):
         return len(pool.connections)
@@ -184,6 +199,9 @@ def pool_connections(http: Any) -> int:
 
 def pool_busy(http: Any) -> int:
     """Connections the pool still counts as in use (after every stream ended: leaked)."""
+    own = _own_connector(http)
+    if own is not None:
+        return len(own._acquired)
     pool = getattr(getattr(http, "_transport", None), "_pool", None)
     if pool is not None and hasattr(pool, "connections"):
         return sum(1 for c in pool.connections if not c.is_idle())
@@ -422,24 +440,30 @@ class Watch:
 
 
 async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
-    transport = run.split("-")[1]
+    transport = run.split("-", 1)[1]
     limits = httpx.Limits(max_connections=args.concurrency,
                           max_keepalive_connections=args.concurrency)
     timeout = httpx.Timeout(10.0, pool=10.0)
-    if transport == "aiohttp":
+    injected: Any = None
+    if transport == "httpx-aiohttp":
         from httpx_aiohttp import HttpxAiohttpClient
 
-        http: Any = HttpxAiohttpClient(limits=limits, timeout=timeout)
-    else:
-        http = httpx.AsyncClient(limits=limits, timeout=timeout)
+        injected = HttpxAiohttpClient(limits=limits, timeout=timeout)
+    elif transport == "httpx":
+        injected = httpx.AsyncClient(limits=limits, timeout=timeout)
     gc.collect()
     baseline = {"fds": open_fds(), "tasks": live_tasks(), "rss_mib": round(rss_mib(), 2)}
+    # "default": no http_client, as users run it; the pool is sized by ``limits=``.
+    options: dict[str, Any] = (
+        {"http_client": injected} if injected is not None else {"limits": limits, "timeout": timeout}
+    )
     client = fluxstream.AsyncClient(
-        base_url=args.base_url, api_key=API_KEY, http_client=http,
+        base_url=args.base_url, api_key=API_KEY, **options,
         retry=fluxstream.RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.05,
                                      total_timeout=5),
         finish_grace=0.5,
     )
+    http = client.http_client  # the injected client, or fluxstream's own
     rng = random.Random(f"{args.seed}-{run}")
     total = args.warmup + args.streams
     patterns = set(args.patterns.split(",")) if args.patterns else None
@@ -483,7 +507,8 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
     await anyio.sleep(0.2)
     busy_after = pool_busy(http)
     await client.aclose()
-    await http.aclose()
+    if injected is not None:
+        await injected.aclose()
     await anyio.sleep(0.2)  # let closed transports finish (aiohttp closes on the next tick)
     gc.collect()
     after = {"fds": open_fds(), "tasks": live_tasks(), "rss_mib": round(rss_mib(), 2)}

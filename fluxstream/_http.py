@@ -31,7 +31,7 @@ from .errors import (
     RateLimitError,
 )
 
-__all__ = ["HttpErrors", "abort_connection", "status_error"]
+__all__ = ["HttpErrors", "abort_connection", "close_aiohttp_response", "status_error"]
 
 _EXCERPT_CHARS = 300
 
@@ -101,7 +101,28 @@ def _aborter(response: Any) -> Callable[[], None] | None:
         getattr(body, "_stream", None), "_aiohttp_response", None
     )
     # aiohttp's ClientResponse.close() is synchronous and drops the connection.
-    return aio.close if aio is not None and hasattr(aio, "close") else None
+    if aio is None or not hasattr(aio, "close"):
+        return None
+    return lambda: close_aiohttp_response(aio)
+
+
+def close_aiohttp_response(resp: Any) -> None:
+    """``aiohttp.ClientResponse.close()``, with the body's "closed" error made fresh first.
+
+    Left to itself, ``close()`` hands the body aiohttp's one module-level
+    ``ClientConnectionError("Connection closed")``; every later read of that body (the pending
+    read a cancel interrupts, :func:`~fluxstream.attempt.finish_body` unwinding httpx-aiohttp's
+    generator) raises that same instance, and each raise *appends* its frames to the
+    instance's traceback. Those frames hold the response, so every early-closed stream's
+    response stayed alive for the life of the process (aiohttp 3.10+, ~29 objects a stream).
+    Same class and message as aiohttp's, one per response: it dies with the response.
+    """
+    content = getattr(resp, "content", None)
+    if content is not None and content.exception() is None:
+        import aiohttp  # loaded already: ``resp`` is one of its responses
+
+        content.set_exception(aiohttp.ClientConnectionError("Connection closed"))
+    resp.close()
 
 
 def can_abort(response: Any) -> bool:
