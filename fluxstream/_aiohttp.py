@@ -33,6 +33,8 @@ import aiohttp
 import httpx
 from yarl import URL
 
+from ._http import close_aiohttp_response
+
 __all__ = ["AiohttpClient", "AiohttpResponse"]
 
 #: Timeout tuple as ``client._build_request`` passes it: (connect, read, write, pool).
@@ -214,7 +216,7 @@ class AiohttpResponse:
         """Close the connection now (synchronous): a pending read ends at once."""
         if self._watch is not None:
             self._watch.stop()
-        self._resp.close()
+        close_aiohttp_response(self._resp)
 
     async def aclose(self) -> None:
         if self._watch is not None:
@@ -223,7 +225,7 @@ class AiohttpResponse:
         if self._content.is_eof():
             resp.release()  # the whole body was read: the connection goes back to the pool
         else:
-            resp.close()
+            close_aiohttp_response(resp)
 
 
 class _ReadWatch:

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fluxstream"
 #: import, at module level, only modules whose layer is the same or lower.
 LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
-    (0, ["errors", "limits", "retry", "coalesce", "partial_json", "wire", "_tasks", "_aiohttp",
+    (0, ["errors", "limits", "retry", "coalesce", "partial_json", "wire", "_tasks",
          "formats._surrogates", "structured.schema", "structured.shapes"]),
     (1, ["sse", "reply"]),
     (2, ["events"]),
@@ -27,7 +27,7 @@ _ORDER: list[tuple[int, list[str]]] = [
          "formats.anthropic_messages", "resume_check", "structured.objects"]),
     (4, ["formats.auto", "formats", "assembly", "structured.reply"]),
     (5, ["parser", "structured.track", "structured", "recovery", "progress"]),
-    (6, ["_http", "_transport", "attempt", "_readahead"]),
+    (6, ["_http", "_aiohttp", "_transport", "attempt", "_readahead"]),
     (7, ["channel"]),
     (8, ["reader", "_objects"]),
     (9, ["_stream_objects"]),

@@ -145,18 +145,8 @@ async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
     assert unfinished_after == [], f"suspended generators after streams {unfinished_after}"
 
 
-_OWN_ADAPTER_LEAKS = pytest.mark.xfail(
-    strict=True,
-    reason="fluxstream/_aiohttp.py: AiohttpResponse.fluxstream_abort calls "
-    "ClientResponse.close(), which gives the body aiohttp's one module-level "
-    "ClientConnectionError; the read after it (finish_body) re-raises that instance and its "
-    "traceback grows by two frames per stream, keeping each StreamReader alive (fix: "
-    "_http.close_aiohttp_response(self._resp) there)",
-)
-
-
 @pytest.mark.parametrize(
-    "client_kind", ["injected", pytest.param("default", marks=_OWN_ADAPTER_LEAKS)]
+    "client_kind", ["injected", "default"]
 )
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiohttp runs on asyncio only
 async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
