@@ -7,13 +7,13 @@ event list itself does not depend on where reads are cut.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fixture_files import CHAT, chat_expected, chat_streams, require
+from format_corpus import check_reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +28,6 @@ from fluxstream.events import (
     ToolCallDone,
 )
 from fluxstream.parser import StreamParser, replay
-from fluxstream.reply import Reply
 
 
 def chat_fixtures() -> list[Path]:
@@ -53,58 +52,6 @@ def random_reads(body: bytes, seed: int, max_size: int = 64) -> list[bytes]:
         reads.append(body[pos : pos + size])
         pos += size
     return reads
-
-
-def _arguments(raw: str) -> Any:
-    """The corpus compares arguments as parsed JSON when valid, else as the raw string."""
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-def as_corpus(reply: Reply) -> dict[str, Any]:
-    """Map our reply onto the corpus' own field names (see fixtures/chat/README.md).
-
-    ``ended`` is how the *bytes* ended (``done`` when the sentinel arrived even after an error
-    payload): that is ``reply.stream_end``; ``reply.outcome`` is ``failed`` whenever an error
-    payload arrived, else equal to it.
-    """
-    return {
-        "choices": {
-            str(c.index): {
-                "text": c.text,
-                "reasoning": c.reasoning,
-                "refusal": c.refusal,
-                "tool_calls": [
-                    {
-                        "index": t.index,
-                        "id": t.id,
-                        "name": t.name,
-                        "arguments": _arguments(t.arguments),
-                    }
-                    for t in c.tool_calls
-                ],
-                "finish_reason": c.finish_reason,
-            }
-            for c in reply.choices
-        },
-        "usage": reply.usage.model_dump(exclude_unset=True) if reply.usage else None,
-        "error": {"message": reply.error.message} if reply.error else None,
-        "ended": reply.stream_end.value if reply.stream_end else None,
-    }
-
-
-def check_reply(reply: Reply, exp: dict[str, Any]) -> None:
-    got = as_corpus(reply)
-    assert got["choices"] == exp["choices"]
-    assert got["usage"] == exp["usage"]
-    assert got["error"] == exp["error"]
-    assert got["ended"] == exp["ended"]
-    if exp["error"] is not None:
-        assert reply.outcome is Outcome.FAILED
-    else:
-        assert reply.outcome is not None and reply.outcome.value == exp["ended"]
 
 
 # --------------------------------------------------------------------------- the tests
