@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from test_chat_fixtures import FILES, IDS, as_corpus, require_fixtures
+from format_corpus import as_corpus
+from test_chat_fixtures import FILES, IDS, require_fixtures
 
 from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.parser import StreamParser, replay
