@@ -13,19 +13,15 @@ from typing import Any
 
 import pytest
 from fixture_files import CHAT, chat_expected, chat_streams, require
-from format_corpus import check_reply
+from format_corpus import check_events_rebuild_reply, check_reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluxstream.events import (
-    End,
     Event,
-    Outcome,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
-    ToolCallDelta,
-    ToolCallDone,
 )
 from fluxstream.parser import StreamParser, replay
 
@@ -91,33 +87,9 @@ def test_events_rebuild_the_reply(path: Path) -> None:
     and replaying every delta twice changes nothing."""
     parser = StreamParser(content_key="k")
     events = parser.feed(require(path).read_bytes()) + parser.close()
-    assert sum(type(e) is End for e in events) == 1 and type(events[-1]) is End
-    bufs: dict[tuple[str, int], list[str]] = {}
-    args: dict[tuple[int, int], list[str]] = {}
-    for ev in events + events:  # twice: idempotent
-        if isinstance(ev, (TextDelta, ReasoningDelta, RefusalDelta)):
-            assert ev.key == "k"
-            buf = bufs.setdefault((ev.type, ev.choice), [])
-            assert ev.offset <= len(buf)
-            buf[ev.offset : ev.offset + len(ev.text)] = list(ev.text)
-        elif isinstance(ev, ToolCallDelta):
-            buf = args.setdefault((ev.choice, ev.call), [])
-            assert ev.offset <= len(buf)
-            buf[ev.offset : ev.offset + len(ev.arguments)] = list(ev.arguments)
-    reply = parser.reply
-    for choice in reply.choices:
-        assert "".join(bufs.get(("text", choice.index), [])) == choice.text
-        assert ("".join(bufs.get(("reasoning", choice.index), [])) or None) == choice.reasoning
-        assert ("".join(bufs.get(("refusal", choice.index), [])) or None) == choice.refusal
-        for call in choice.tool_calls:
-            assert "".join(args[(choice.index, call.index)]) == call.arguments
-    # Every call of a cleanly ended reply was announced done exactly once, fully assembled.
-    done = [e for e in events if isinstance(e, ToolCallDone)]
-    calls = {(c.index, t.index): t for c in reply.choices for t in c.tool_calls}
-    if reply.outcome in (Outcome.DONE, Outcome.FINISHED):
-        assert sorted((e.choice, e.call.index) for e in done) == sorted(calls)
-        for e in done:
-            assert e.call == calls[(e.choice, e.call.index)]
+    text_like = (TextDelta, ReasoningDelta, RefusalDelta)
+    assert all(ev.key == "k" for ev in events if isinstance(ev, text_like))
+    check_events_rebuild_reply(events, parser.reply)
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
