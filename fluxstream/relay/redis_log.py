@@ -69,6 +69,8 @@ logger = logging.getLogger("fluxstream.relay")
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _READ_COUNT = 1000
+#: Replies whose Redis key names a log remembers (every write and read needs them).
+_KEY_CACHE = 4096
 
 class RedisReplyLog(ReplyLog):
     """A :class:`~fluxstream.relay.ReplyLog` on Redis (see the module docstring).
@@ -110,10 +112,11 @@ class RedisReplyLog(ReplyLog):
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
         }
         self._pipeline = Pipeliner(redis)
+        self._key_cache: dict[str, dict[str, str]] = {}
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
-        self._tailer = Tailer(redis, self._pipeline)
+        self._tailer = Tailer(redis, self._pipeline, _decode)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
@@ -128,12 +131,19 @@ class RedisReplyLog(ReplyLog):
 
     def keys(self, key: str) -> dict[str, str]:
         """The Redis keys of ``key``'s reply (and its cancel channel)."""
+        known = self._key_cache.get(key)
+        if known is not None:
+            return known
         safe = key if _PLAIN_KEY.fullmatch(key) else "#" + hashlib.sha256(key.encode()).hexdigest()
         base = f"{self.prefix}{{{safe}}}"
-        return {
+        names = {
             "stream": base + ":s", "meta": base + ":m", "lease": base + ":l",
             "cancel": base + ":c", "channel": base + ":x",
         }
+        if len(self._key_cache) >= _KEY_CACHE:  # bounded: the replies of one moment
+            self._key_cache.clear()
+        self._key_cache[key] = names
+        return names
 
     async def aclose(self) -> None:
         await self._tailer.aclose()
@@ -154,12 +164,12 @@ class RedisReplyLog(ReplyLog):
         if not self._loaded:
             await self._load_scripts()
         try:
-            return await self._call("evalsha", self._shas[name], len(keys), *keys, *args)
+            return await self._call("EVALSHA", self._shas[name], len(keys), *keys, *args)
         except NoScriptError:  # Redis restarted (or SCRIPT FLUSH): load them again, once
             self._loaded = False
             await self._load_scripts()
         try:
-            return await self._call("evalsha", self._shas[name], len(keys), *keys, *args)
+            return await self._call("EVALSHA", self._shas[name], len(keys), *keys, *args)
         except NoScriptError as exc:
             raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from exc
 
@@ -168,17 +178,18 @@ class RedisReplyLog(ReplyLog):
         if self._loading is None or self._loading.done():
             async def load() -> None:
                 await asyncio.gather(
-                    *(self._call("script_load", text) for text in self._scripts.values())
+                    *(self._call("SCRIPT", "LOAD", text) for text in self._scripts.values())
                 )
 
             self._loading = asyncio.get_running_loop().create_task(load())
         await asyncio.shield(self._loading)
         self._loaded = True
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """One command through the pipeliner; backend failures become RelayUnavailableError."""
+    async def _call(self, *args: Any) -> Any:
+        """One command (raw reply) through the pipeliner; backend failures become
+        RelayUnavailableError."""
         try:
-            return await self._pipeline.call(method, *args, **kwargs)
+            return await self._pipeline.call(*args)
         except NoScriptError:
             raise
         except (RedisError, OSError) as exc:
@@ -236,14 +247,18 @@ class RedisReplyLog(ReplyLog):
 
     async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         stream = self.keys(key)["stream"]
-        if wait > 0 and self._tailer.caught_up(stream, after):
-            await self._tailer.wait(stream, after, wait)
-        entries = await self._range(stream, after)
+        tailer = self._tailer
+        if wait > 0 and tailer.caught_up(stream, after):
+            await tailer.wait(stream, after, wait)
+        entries = tailer.cached(stream, after)
+        if entries is None:
+            entries = await self._range(stream, after)
         if entries or wait <= 0:
             return entries
         # Caught up: wait for the tailer to see a newer entry (or the poll to end).
-        await self._tailer.wait(stream, after, wait)
-        return await self._range(stream, after)
+        await tailer.wait(stream, after, wait)
+        entries = tailer.cached(stream, after)
+        return entries if entries is not None else await self._range(stream, after)
 
     async def _range(self, stream: str, after: int) -> list[Entry]:
         """Entries after ``after``; followers of one reply woken together (same position)
@@ -253,7 +268,9 @@ class RedisReplyLog(ReplyLog):
         if shared is None:
             async def read() -> list[Entry]:
                 try:
-                    raw = await self._call("xrange", stream, min=f"({after}-0", count=_READ_COUNT)
+                    raw = await self._call(
+                        "XRANGE", stream, f"({after}-0", "+", "COUNT", _READ_COUNT
+                    )
                     return [_decode(item) for item in raw]
                 finally:
                     self._ranges.pop(slot, None)
@@ -272,7 +289,7 @@ class RedisReplyLog(ReplyLog):
         )
 
     async def _meta(self, key: str) -> dict[str, Any]:
-        raw = await self._call("hmget", self.keys(key)["meta"], ["base", "token"])
+        raw = await self._call("HMGET", self.keys(key)["meta"], "base", "token")
         return {
             "base": json.loads(raw[0]) if raw[0] else None,
             "token": json.loads(raw[1]) if raw[1] else None,
@@ -297,8 +314,8 @@ class RedisReplyLog(ReplyLog):
 
     async def _request_cancel(self, key: str) -> None:
         k = self.keys(key)
-        await self._call("set", k["cancel"], "1", px=self._ttl_ms)
-        await self._call("publish", k["channel"], "cancel")
+        await self._call("SET", k["cancel"], "1", "PX", self._ttl_ms)
+        await self._call("PUBLISH", k["channel"], "cancel")
 
     async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
         channel = self.keys(key)["channel"]
@@ -311,7 +328,7 @@ class RedisReplyLog(ReplyLog):
             if self._listener is None or self._listener.done():
                 self._listener = asyncio.get_running_loop().create_task(self._listen())
             # A cancel published before the subscription took effect left its flag.
-            if await self._call("exists", self.keys(key)["cancel"]):
+            if await self._call("EXISTS", self.keys(key)["cancel"]):
                 self._fire(channel)
         except (RedisError, OSError, RelayUnavailableError) as exc:
             self._unwatch(channel, callback)
@@ -364,11 +381,16 @@ class RedisReplyLog(ReplyLog):
 
 
 def _decode(item: Any) -> Entry:
+    """An entry of a raw ``XRANGE`` / ``XREAD`` reply: ``[id, [field, value, ...]]``."""
     entry_id, fields = item
     if isinstance(entry_id, bytes):
         entry_id = entry_id.decode()
     number = entry_number(entry_id)
-    data = fields.get(b"d") if b"d" in fields else fields.get("d")
+    if isinstance(fields, dict):
+        pairs = list(fields.items())
+    else:
+        pairs = list(zip(fields[::2], fields[1::2], strict=True))
+    data = next((value for name, value in pairs if name in (b"d", "d")), None)
     if data is None:
         raise RelayError(f"stored entry {entry_id} has no data")
     return decode_entry(number, data)
