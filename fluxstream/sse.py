@@ -298,7 +298,7 @@ class SSEDecoder:
                             self._pending_len = 6 + len(tail)
                         else:  # e.g. the read ended with its last event's blank line
                             lines = (b"data: " + tail).split(b"\n")
-                            events += self._lines(lines, lines.pop())
+                            events += self._lines(lines, lines.pop(), held=True)
                         return events
             elif data[-2:] != b"\n\n":
                 # Shortcut 4 only for reads long enough to hold whole blocks: in short reads
@@ -357,12 +357,15 @@ class SSEDecoder:
         event: ``id: N\\ndata: X\\n\\n``.
 
         Like shortcut 2, one C-level split on the long separator ``\\n\\nid: `` leaves each
-        block as ``N\\ndata: X``, and one ``partition`` cuts it. From the first block of another
-        shape on, the rest of the read goes through :meth:`_lines`. The unfinished last block
-        (usually ``N\\ndata: <start of the data>``) is kept unread in ``_pending`` when it holds
-        at most two complete lines, none of them a comment or a retry (their effects are
-        due when their line is complete), so that the next read starts at the block boundary
-        and comes here again; a block is re-read at most three times, so this stays O(n).
+        block as ``N\\ndata: X``, and one ``partition`` cuts it. A run of blocks of another
+        shape (a ``retry`` line, as servers send with their first event; an ``event:`` line;
+        an ID with NUL; blocks without an ``id:`` line) goes through :meth:`_lines` on its
+        own, and the blocks after it come back here, so one odd block does not send the rest
+        of the read to the line loop. The unfinished last block (usually
+        ``N\\ndata: <start of the data>``) is kept unread in ``_pending`` when it holds at
+        most two complete lines, none of them a comment or a retry (their effects are due
+        when their line is complete), so that the next read starts at the block boundary and
+        comes here again; a block is re-read at most three times, so this stays O(n).
         """
         pieces = data.split(b"\n\nid: ")
         pieces[0] = pieces[0][4:]
@@ -373,15 +376,40 @@ class SSEDecoder:
         events: list[ServerSentEvent] = []
         append = events.append
         last_id = self.last_event_id  # at a block boundary: equals the ID buffer
-        for k, piece in enumerate(pieces):
-            id_bytes, sep, value = piece.partition(b"\ndata:")
+        # Events built here since the last run of blocks went through _lines: each of them
+        # resets the count of bytes without an event.
+        fresh = False
+        k = 0
+        n = len(pieces)
+        while k < n:
+            id_bytes, sep, value = pieces[k].partition(b"\ndata:")
             if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
-                # Another shape (or an ID with NUL, which must be ignored): line by line.
-                rest = b"\n\nid: ".join(pieces[k:] if complete else [*pieces[k:], tail])
-                lines = (b"id: " + rest + b"\n\n" if complete else b"id: " + rest).split(b"\n")
+                # Another shape (or an ID with NUL, which must be ignored): this block and
+                # the blocks of other shapes right after it go line by line.
+                end = k + 1
+                while end < n:
+                    id_bytes, sep, value = pieces[end].partition(b"\ndata:")
+                    if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
+                        end += 1
+                    else:
+                        break
                 self.last_event_id = self._id = last_id
-                events += self._lines(lines, lines.pop())
-                return events
+                if fresh:
+                    self._quiet = 0
+                    fresh = False
+                if end == n and not complete:
+                    # The run reaches the unfinished last block: the rest of the read.
+                    lines = (b"id: " + b"\n\nid: ".join([*pieces[k:], tail])).split(b"\n")
+                    events += self._lines(lines, lines.pop(), held=bool(events))
+                    return events
+                lines = (b"id: " + b"\n\nid: ".join(pieces[k:end]) + b"\n\n").split(b"\n")
+                lines.pop()
+                events += self._lines(lines, held=bool(events))
+                if self._failed is not None:  # a limit crossed by that run: failed lazily
+                    return events
+                last_id = self.last_event_id
+                k = end
+                continue
             last_id = id_bytes.decode("utf-8", "replace")
             append(
                 _new_event(
@@ -394,8 +422,10 @@ class SSEDecoder:
                     ),
                 )
             )
+            fresh = True
+            k += 1
         self.last_event_id = self._id = last_id
-        if events:
+        if fresh:
             self._quiet = 0
         if not complete:
             lines = tail.split(b"\n")
@@ -408,7 +438,7 @@ class SSEDecoder:
                     self._pending_len = 4 + len(tail)
                     return events
             lines[0] = b"id: " + lines[0]
-            events += self._lines(lines, lines.pop())
+            events += self._lines(lines, lines.pop(), held=bool(events))
         return events
 
     def close(self) -> list[ServerSentEvent]:
@@ -499,10 +529,13 @@ class SSEDecoder:
 
     # ------------------------------------------------------------------ interpreting lines
 
-    def _lines(self, lines: list[bytes], rest: bytes = b"") -> list[ServerSentEvent]:
+    def _lines(
+        self, lines: list[bytes], rest: bytes = b"", *, held: bool = False
+    ) -> list[ServerSentEvent]:
         """Interpret the complete ``lines`` of a read (terminators removed; the first one
         continues the pending line; blank lines dispatch), then keep ``rest``, the start of an
-        unterminated line.
+        unterminated line. ``held``: the caller holds events of the same read already, so a
+        limit crossed here fails lazily even if these lines dispatch nothing.
 
         The general path and the hot loop for every shape of stream but the shortcuts in
         :meth:`feed`: the block's state lives in locals and is written back once at the end.
@@ -559,7 +592,7 @@ class SSEDecoder:
             if size > limit:
                 self.comments += comments
                 self.last_event_id = last_id
-                self._fail(size, lazy=bool(events))
+                self._fail(size, lazy=held or bool(events))
                 return events
             if line[:5] == b"data:":
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
@@ -604,13 +637,13 @@ class SSEDecoder:
             self.comments += comments
         self._quiet = quiet
         if quiet > self._quiet_limit:
-            self._fail_quiet(quiet, lazy=bool(events))
+            self._fail_quiet(quiet, lazy=held or bool(events))
             return events
         if rest:
             self._pending = [rest]
             self._pending_len = len(rest)
             if size + len(rest) > limit:
-                self._fail(size + len(rest), lazy=bool(events))
+                self._fail(size + len(rest), lazy=held or bool(events))
         return events
 
 

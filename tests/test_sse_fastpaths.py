@@ -2,13 +2,16 @@
 
 Streams made mostly of the shapes the shortcuts take (``id: N\\ndata: X\\n\\n``,
 ``event: E\\ndata: X``, ``event: E\\nid: N\\ndata: X``, either spelling, heartbeats), mixed with
-shapes they must refuse (an ID with NUL, ``retry``, two data lines, an id-only block, unknown
-fields, CRLF), in any split and with reads long enough (>= 512 bytes) for the run shortcut:
+shapes they must refuse (an ID with NUL, ``retry`` (alone or after an ``id:`` line), a
+comment inside a block, two data lines, an id-only block, unknown fields, CRLF), in any split
+and with reads long enough (>= 512 bytes) for the run shortcut:
 
 * the events, ``last_event_id``, ``reconnection_time``, ``comments`` and the end-of-stream flags
   equal those of one byte per read (which takes the line loop) and of a small reference model;
 * after every read, the events and public state equal those of the bytes so far in one read;
-* with a small ``max_event_bytes``, the split fails exactly when the one-byte decode does.
+* with a small ``max_event_bytes``, the split fails exactly when the one-byte decode does;
+* read for read, the shortcuts equal the general line loop (``LineLoop``): events, state and
+  where ``max_event_bytes`` or ``max_bytes_without_event`` fails.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sse_properties import Stream, decode  # one driver for every property test
 
-from fluxstream.errors import EventTooLargeError
+from fluxstream.errors import EventTooLargeError, LimitExceededError
 from fluxstream.sse import ServerSentEvent, SSEDecoder
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -60,6 +63,8 @@ def streams(draw: st.DrawFn) -> Stream:
                     "unknown",
                     "id_event",
                     "empty_id",
+                    "id_retry",
+                    "id_comment",
                 ]
             )
         )
@@ -77,7 +82,9 @@ def streams(draw: st.DrawFn) -> Stream:
                 event_type = draw(TEXT.filter(lambda v: not v.startswith(" ")))
             if shape == "event_id":
                 lines.append("event" + sp() + event_type)
-            if shape in ("id", "event_id", "id_event", "id_only", "empty_id"):
+            if shape in (
+                "id", "event_id", "id_event", "id_only", "empty_id", "id_retry", "id_comment"
+            ):
                 new_id = (
                     ""
                     if shape == "empty_id"
@@ -89,7 +96,10 @@ def streams(draw: st.DrawFn) -> Stream:
                 lines.append("event" + sp() + event_type)
             if shape == "nul_id":
                 lines.append("id: a\0b")  # ignored
-            if shape == "retry":
+            if shape == "id_comment":  # a comment inside a block: counted, nothing else
+                lines.append(":" + draw(TEXT))
+                comments += 1
+            if shape in ("retry", "id_retry"):
                 retry = draw(st.integers(0, 10**6))
                 lines.append(f"retry: {retry}")
                 reconnection = retry
@@ -200,6 +210,120 @@ def test_limit_does_not_depend_on_the_split(data: st.DataObject) -> None:
             decode(reads, limit)
     else:
         assert decode(reads, limit)[0] == slow_events
+
+
+class LineLoop(SSEDecoder):
+    """The decoder without its shortcuts: every read goes through the general line loop
+    (``_lines``, the WHATWG state machine), the reference for the shortcuts on the *same*
+    reads (one byte per read takes the loop too, but its limits are checked at other
+    moments: a read's bytes without an event are counted when the read ends)."""
+
+    def feed(self, data: bytes) -> list[ServerSentEvent]:
+        if self._slow:
+            data = self._prelude(data)
+            if not data:
+                return []
+        elif data:
+            self.bytes_fed += len(data)
+        else:
+            return []
+        if 13 in data:
+            last = data[-1]
+            if last == 13:
+                self._skip_lf = self._slow = True
+            lines = data.splitlines()
+            return self._lines(lines, b"" if last == 13 or last == 10 else lines.pop())
+        if 10 not in data:
+            self._pending.append(data)
+            self._pending_len += len(data)
+            if self._event_size + self._pending_len > self._limit:
+                self._fail(self._event_size + self._pending_len)
+            return []
+        lines = data.split(b"\n")
+        return self._lines(lines, lines.pop())
+
+
+def decode_until_limit(
+    decoder: SSEDecoder, reads: list[bytes]
+) -> tuple[list[ServerSentEvent], str | None, tuple[object, ...]]:
+    """Events up to where a limit fails (and which one), and the state at that point."""
+    events: list[ServerSentEvent] = []
+    failed = None
+    try:
+        for read in reads:
+            events += decoder.feed(read)
+        events += decoder.close()
+    except LimitExceededError as exc:
+        failed = exc.name
+    except EventTooLargeError:
+        failed = "max_event_bytes"
+    return events, failed, (decoder.last_event_id, decoder.reconnection_time, decoder.comments)
+
+
+@SETTINGS
+@given(st.data())
+def test_shortcuts_equal_the_line_loop_on_the_same_reads(data: st.DataObject) -> None:
+    """Fast paths against the general loop, read for read: events, state and where a limit
+    fails (``max_bytes_without_event`` counts the blocks without data since the last event,
+    whichever path built that event)."""
+    stream = data.draw(streams())
+    reads = data.draw(splits(stream.raw))
+    quiet = data.draw(st.sampled_from([5, 12, 30, 64, 200, 10**6]))
+    limit = data.draw(st.sampled_from([20, 64, 600, 10**6]))
+    fast = SSEDecoder(max_event_bytes=limit, max_bytes_without_event=quiet)
+    slow = LineLoop(max_event_bytes=limit, max_bytes_without_event=quiet)
+    assert decode_until_limit(fast, reads) == decode_until_limit(slow, reads)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"id: 2\ndata: a\n\n" + b"id: 3\n\n" * 3,  # shortcut 4, then id-only blocks
+        b"data: a\n\ndata: b\n\n" + b": ping\n\n" * 3,  # shortcut 2, then heartbeats
+    ],
+)
+def test_events_before_a_crossed_limit_are_delivered(raw: bytes) -> None:
+    """Blocks without an event after the events of the same read cross
+    ``max_bytes_without_event``: the events come out, and the *next* call raises (they were
+    lost: the line loop raised while the shortcut held them)."""
+    decoder = SSEDecoder(max_bytes_without_event=10)
+    reference = LineLoop(max_bytes_without_event=10)
+    expected = reference.feed(raw)
+    assert expected and expected == decoder.feed(raw)
+    with pytest.raises(LimitExceededError):
+        decoder.feed(b"data: later\n\n")
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [b"id: 1\n\n", b"id: 2\ndata: a\n\nid: 3\n\n", b"id: 5\ndata: b\n\n"],
+        [b"id: 1\n\n", b"id: 2\ndata: a\n\nid: 3\n\nid: 4\ndata: b\n\n"],
+    ],
+)
+def test_bytes_without_event_count_from_the_last_event(reads: list[bytes]) -> None:
+    """An event built by the ``id:`` run shortcut resets the count of bytes without an
+    event, as one built by the line loop does (the count went on from before it)."""
+    fast = SSEDecoder(max_bytes_without_event=10)
+    slow = LineLoop(max_bytes_without_event=10)
+    assert decode_until_limit(fast, reads) == decode_until_limit(slow, reads)
+    assert decode_until_limit(SSEDecoder(max_bytes_without_event=10), reads)[1] is None
+
+
+def test_id_run_resumes_after_a_block_of_another_shape() -> None:
+    """A server's first block carries ``retry`` (``fluxstream serve`` does): the blocks after
+    it in the same long read are still decoded (and equal the line loop's)."""
+    blocks = [b"id: 1\nretry: 50\ndata: first\n\n"]
+    blocks += [b"id: %d\ndata: {\"n\": %d}\n\n" % (i, i) for i in range(2, 60)]
+    blocks.insert(30, b"id: 30b\nevent: odd\ndata: x\n\n: ping\n\n")
+    raw = b"".join(blocks)
+    fast_events, fast = decode([raw])
+    slow_events, slow = decode(bytewise(raw))
+    assert fast_events == slow_events
+    assert len(fast_events) == 60
+    assert fast_events[0].retry == 50 and fast_events[30].event == "odd"
+    assert fast.comments == 1 and fast.last_event_id == "59"
+    assert state(fast) == state(slow)
 
 
 # --------------------------------------------------------------------------- named cases
