@@ -219,11 +219,13 @@ def test_fast_event_makers_build_the_same_frozen_events() -> None:
     """The formats build their hot events without the frozen ``__init__``: the objects must be
     indistinguishable from the ordinary ones (equal, frozen, same dump)."""
     import dataclasses
+    import pickle
 
     import pydantic
 
     from fluxstream.events import (
         Event,
+        Finish,
         ReasoningDelta,
         RefusalDelta,
         TextDelta,
@@ -237,14 +239,25 @@ def test_fast_event_makers_build_the_same_frozen_events() -> None:
         (_base.refusal_delta("k", 0, 4, "n"), RefusalDelta("k", 0, 4, "n")),
         (_base.tool_delta("k", 0, 2, None, "f", "{}", 7),
          ToolCallDelta("k", 0, 2, None, "f", "{}", 7)),
+        (_base.finish_event("k", 0, "stop", None), Finish("k", 0, "stop")),
+        (_base.finish_event("k", 1, "tool_use", "tool_calls"),
+         Finish("k", 1, "tool_use", "tool_calls")),
     ]
+    # On CPython the makers are the fast ones, not a fallback to the class.
+    assert _base.text_delta is not TextDelta and _base.finish_event is not Finish
     adapter = pydantic.TypeAdapter(Event)
     for fast, slow in pairs:
         assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)
+        assert repr(fast) == repr(slow)
         assert dataclasses.asdict(fast) == dataclasses.asdict(slow)
+        assert dataclasses.replace(fast) == slow
+        assert pickle.loads(pickle.dumps(fast)) == slow
         assert adapter.dump_python(fast) == adapter.dump_python(slow)
+        assert adapter.validate_python(adapter.dump_python(fast)) == slow
         with pytest.raises(dataclasses.FrozenInstanceError):
             fast.key = "x"  # type: ignore[misc]
+        with pytest.raises(AttributeError):
+            fast.__dict__  # noqa: B018 - slotted, like the class's own instances
 
 
 def test_a_leading_error_event_with_plain_text_is_the_reply_error() -> None:

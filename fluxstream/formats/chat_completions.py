@@ -64,18 +64,20 @@ from ..errors import FrameDecodeError, LimitExceededError
 from ..events import (
     ErrorEvent,
     Event,
-    Finish,
-    ReasoningDelta,
-    RefusalDelta,
     SkippedFrame,
-    TextDelta,
-    ToolCallDelta,
     UsageUpdate,
 )
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
+from ._base import (
+    finish_event,
+    reasoning_delta,
+    refusal_delta,
+    text_delta,
+    tool_delta,
+)
 from ._surrogates import REPLACEMENT as _REPLACEMENT
 from ._surrogates import clean_tree as _clean_tree
 from ._surrogates import fallback_loads as _fallback_loads
@@ -331,7 +333,7 @@ class ChatCompletionsFormat:
                         if scan and content:
                             content = self._unpaired(st, _TEXT, content)
                         if content:
-                            out.append(TextDelta(key, index, st.text, content))
+                            out.append(text_delta(key, index, st.text, content))
                             st.text += len(content)
                     elif content:
                         self._parts(content, index, st, out, scan)
@@ -347,7 +349,7 @@ class ChatCompletionsFormat:
                             self._flush(index, st, out)
                         st.finish = reason
                         stop = unified_stop(reason, tool_calls=bool(st.calls))
-                        out.append(Finish(key, index, reason, stop))
+                        out.append(finish_event(key, index, reason, stop))
         usage = obj.get("usage")
         if usage and isinstance(usage, dict):
             out.append(UsageUpdate(_usage(_clean_tree(usage) if scan else usage)))
@@ -374,14 +376,14 @@ class ChatCompletionsFormat:
             if scan:
                 reasoning = self._unpaired(st, _REASONING, reasoning)
             if reasoning:
-                out.append(ReasoningDelta(key, index, st.reasoning, reasoning))
+                out.append(reasoning_delta(key, index, st.reasoning, reasoning))
                 st.reasoning += len(reasoning)
         refusal = delta.get("refusal")
         if refusal and refusal.__class__ is str:
             if scan:
                 refusal = self._unpaired(st, _REFUSAL, refusal)
             if refusal:
-                out.append(RefusalDelta(key, index, st.refusal, refusal))
+                out.append(refusal_delta(key, index, st.refusal, refusal))
                 st.refusal += len(refusal)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
@@ -417,19 +419,19 @@ class ChatCompletionsFormat:
             del held[channel]
             self._holding -= 1
             if channel == _TEXT:
-                out.append(TextDelta(key, index, st.text, _REPLACEMENT))
+                out.append(text_delta(key, index, st.text, _REPLACEMENT))
                 st.text += 1
             elif channel == _REASONING:
-                out.append(ReasoningDelta(key, index, st.reasoning, _REPLACEMENT))
+                out.append(reasoning_delta(key, index, st.reasoning, _REPLACEMENT))
                 st.reasoning += 1
             elif channel == _REFUSAL:
-                out.append(RefusalDelta(key, index, st.refusal, _REPLACEMENT))
+                out.append(refusal_delta(key, index, st.refusal, _REPLACEMENT))
                 st.refusal += 1
             else:
                 assert isinstance(channel, int)
                 call = st.calls[channel]
                 out.append(
-                    ToolCallDelta(key, index, channel, None, None, _REPLACEMENT, call.length)
+                    tool_delta(key, index, channel, None, None, _REPLACEMENT, call.length)
                 )
                 call.length += 1
 
@@ -465,7 +467,7 @@ class ChatCompletionsFormat:
                         text = self._unpaired(st, _TEXT, text)
                     if not text:
                         continue
-                    out.append(TextDelta(key, index, st.text, text))
+                    out.append(text_delta(key, index, st.text, text))
                     st.text += len(text)
             elif kind == "thinking":
                 thinking = part.get("thinking")
@@ -481,7 +483,7 @@ class ChatCompletionsFormat:
                             text = self._unpaired(st, _REASONING, text)
                         if not text:
                             continue
-                        out.append(ReasoningDelta(key, index, st.reasoning, text))
+                        out.append(reasoning_delta(key, index, st.reasoning, text))
                         st.reasoning += len(text)
 
     def _tool_calls(
@@ -531,7 +533,7 @@ class ChatCompletionsFormat:
                 call.name = new_name = name
             if args or fresh or new_id is not None or new_name is not None:
                 out.append(
-                    ToolCallDelta(self.key, index, number, new_id, new_name, args, call.length)
+                    tool_delta(self.key, index, number, new_id, new_name, args, call.length)
                 )
                 call.length += len(args)
 
