@@ -165,7 +165,7 @@ def redis_commands(url: str) -> int:
     try:
         if os.environ.get("BENCH_RELAY_COMMANDSTATS"):
             stats = client.info("commandstats")
-            print({k: v["calls"] for k, v in stats.items()}, file=sys.stderr)
+            print({k: (v["calls"], v["usec"]) for k, v in stats.items()}, file=sys.stderr)
         return int(client.info("stats")["total_commands_processed"])
     finally:
         client.close()
@@ -192,6 +192,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         wait_port(port)
         log = RedisReplyLog(url, frame=args.frame, lease=5.0)
+        # Stages: when each entry's write was sent and acknowledged (by its first offset).
+        appends: dict[str, list[tuple[int, float, float]]] = {}
+        write_many = log._write_many
+
+        async def timed_write_many(writes: list[Any]) -> list[Any]:
+            sent = time.monotonic()
+            results = await write_many(writes)
+            acked = time.monotonic()
+            for write in writes:
+                events = write.entry.events if write.entry is not None else ()
+                offsets = [e.offset for e in events if isinstance(e, fluxstream.TextDelta)]
+                if offsets:
+                    appends.setdefault(write.key, []).append((min(offsets), sent, acked))
+            return results
+
+        log._write_many = timed_write_many  # type: ignore[method-assign]
         keys = [f"bench-{i}" for i in range(args.streams)]
         request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
                    "max_tokens": args.tokens}
@@ -216,7 +232,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             delivered: dict[str, list[tuple[int, int, float]]] = {k: [] for k in keys}
             durations: list[float] = []
 
-            async def consume(r: Any) -> None:
+            async def consume(r: Any, delay: float) -> None:
+                await anyio.sleep(delay)  # streams open over --ramp seconds, like traffic
                 got = delivered[r.key]
                 started = time.monotonic()
                 async with r:
@@ -232,9 +249,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             wall0 = time.monotonic()
             if profiler is not None:
                 profiler.enable()
+            lags: list[float] = []
+            probing = True
+
+            async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
+                while probing:
+                    t = time.monotonic()
+                    await anyio.sleep(0.005)
+                    lags.append(time.monotonic() - t - 0.005)
+
             async with anyio.create_task_group() as tg:
-                for r in recorded:
-                    tg.start_soon(consume, r)
+                tg.start_soon(probe)
+                async with anyio.create_task_group() as streams:
+                    for i, r in enumerate(recorded):
+                        streams.start_soon(consume, r, args.ramp * i / len(recorded))
+                probing = False
+            lags.sort()
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(str(Path(args.profile) / "producer.prof"))
@@ -253,6 +283,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stop(redis_proc)
 
     latencies: list[float] = []
+    steady: list[float] = []  # deltas delivered once every stream was open and streaming
+    opened = max(p[0][2] for p in delivered.values() if p)
     exact = True
     for key, produced in delivered.items():
         text_len = sum(n for _, n, _ in produced)
@@ -266,14 +298,30 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     j += 1
                 if j < len(spans):
                     latencies.append(spans[j][2] - t0)
+                    if t0 > opened:
+                        steady.append(spans[j][2] - t0)
     latencies.sort()
+    steady.sort()
+    waited: list[float] = []
+    written: list[float] = []
+    for key, produced in delivered.items():
+        starts = sorted(appends.get(key, []))
+        j = 0
+        for offset, _, t0 in produced:
+            while j + 1 < len(starts) and starts[j + 1][0] <= offset:
+                j += 1
+            if starts and starts[j][0] <= offset:
+                waited.append(starts[j][1] - t0)
+                written.append(starts[j][2] - t0)
+    waited.sort()
+    written.sort()
     deltas = sum(len(p) for p in delivered.values())
     writes = sum(r.writes + r.refreshes for r in recorded)
     frames = sum(d / args.frame for d in durations)
     errors = sum(1 for r in recorded if r.log_error is not None)
 
-    def pct(p: float) -> float:
-        return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000
+    def pct(p: float, values: list[float] = latencies) -> float:
+        return values[min(len(values) - 1, int(p * len(values)))] * 1000
 
     return {
         "streams": args.streams, "followers_per_stream": args.followers,
@@ -284,6 +332,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(wall, 2), "stream_duration_p50_s": round(statistics.median(durations), 2),
         "added_latency_ms": {"p50": round(pct(0.50), 2), "p90": round(pct(0.90), 2),
                              "p99": round(pct(0.99), 2), "max": round(latencies[-1] * 1000, 2)},
+        "steady_added_latency_ms": {p: round(pct(q, steady), 2) for p, q in PCT},
+        "ramp_s": args.ramp,
+        # Producer-side stages of the same deltas: until its entry's write was sent, and
+        # until Redis acknowledged it (the rest of the added latency is the followers').
+        "stage_write_sent_ms": {p: round(pct(q, waited), 2) for p, q in PCT},
+        "stage_write_acked_ms": {p: round(pct(q, written), 2) for p, q in PCT},
+        "producer_loop_lag_ms": {p: round(pct(q, lags), 2) for p, q in PCT},
         "redis_commands_per_s": round(commands / wall),
         "log_writes": writes,
         "writes_per_stream_per_frame": round(writes / frames, 3),
@@ -301,12 +356,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+PCT = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--followers", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=100)
     parser.add_argument("--rate", type=float, default=50.0, help="deltas/s per stream")
+    parser.add_argument("--ramp", type=float, default=1.0, help="seconds to open all streams")
     parser.add_argument("--upstream", choices=["lean", "embedded"], default="lean")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop (bench only)")
     parser.add_argument("--profile", help="directory for cProfile statistics")

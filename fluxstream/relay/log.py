@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..stream import ReplyStream
     from .producer import RecordedStream
 
-__all__ = ["LogState", "ReplyLog"]
+__all__ = ["LogState", "ReplyLog", "Write"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -52,6 +52,20 @@ class LogState:
     last: int
     ended: bool
     lease_alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write of a producer, for :meth:`ReplyLog._write_many`: append ``entry`` (with
+    ``token``; ``final`` ends the reply), or with no entry refresh the lease, or with
+    ``release`` drop it."""
+
+    key: str
+    owner: str
+    entry: Entry | None = None
+    token: dict[str, Any] | None = None
+    final: bool = False
+    release: bool = False
 
 
 class ReplyLog(ABC):
@@ -74,6 +88,8 @@ class ReplyLog(ABC):
         self.lease = lease
         self.frame = frame
         self.token_interval = token_interval
+        #: The writer of the streams this log records (see :mod:`fluxstream.relay.writer`).
+        self._writer: Any = None
 
     # ------------------------------------------------------------------ backend primitives
 
@@ -89,6 +105,26 @@ class ReplyLog(ABC):
         """Append ``entry`` if ``owner`` holds the lease (refreshing it; ``final`` ends the
         reply and drops the lease). Returns whether a cancel was requested.
         :class:`~fluxstream.errors.RelayLeaseLostError` if the lease is not ``owner``'s."""
+
+    async def _write_many(self, writes: list[Write]) -> list[bool | Exception]:
+        """Do ``writes`` in order (the writes of every stream a process records, once per
+        frame): for each, whether a cancel was requested, or the error it met. A backend
+        that can send them in one round trip overrides this."""
+        results: list[bool | Exception] = []
+        for write in writes:
+            try:
+                if write.release:
+                    await self._release(write.key, write.owner)
+                    results.append(False)
+                elif write.entry is None:
+                    results.append(await self._refresh(write.key, write.owner))
+                else:
+                    results.append(await self._append(
+                        write.key, write.owner, write.entry, token=write.token, final=write.final
+                    ))
+            except Exception as exc:
+                results.append(exc)
+        return results
 
     @abstractmethod
     async def _refresh(self, key: str, owner: str) -> bool:

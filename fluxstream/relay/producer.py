@@ -12,6 +12,7 @@ write is reported once (``log_error`` and a warning) and recording stops.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
@@ -23,7 +24,8 @@ from .._tasks import spawn
 from ..errors import RelayLeaseLostError
 from ..events import End, Event, Outcome, ToolCallDelta
 from .codec import Entry, coalesce, show_key
-from .log import _end_record
+from .log import Write, _end_record
+from .writer import Writer, writer_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..reply import Reply
@@ -75,11 +77,13 @@ class RecordedStream:
         self._end: End | None = None
         self._started = False
         self._closing = False
-        self._wake = anyio.Event()
         self._done = anyio.Event()
-        self._stop_writer: Callable[[], None] | None = None
+        self._writer: Writer | None = None
         self._stop_watch: Callable[[], None] | None = None
         self._last_token = 0.0
+        self._last_io = 0.0
+        self._last_write = -math.inf
+        self._final_taken = False
         #: The first error of the log (recording stopped then); the stream goes on regardless.
         self.log_error: BaseException | None = None
         #: Entries written (terminal included), and lease refreshes (each one log command).
@@ -218,7 +222,9 @@ class RecordedStream:
         except Exception as exc:
             self._broken(exc)
             return
-        self._stop_writer = background(self._writer)
+        self._writer = writer_of(self._log)
+        self._last_io = time.monotonic()
+        self._writer.add(self)
 
     def _cancel_requested(self) -> None:
         logger.info("relay: cancel requested for %s", show_key(self.key))
@@ -227,13 +233,15 @@ class RecordedStream:
     def _add(self, event: Event) -> None:
         if self.log_error is not None or self._end is not None:
             return
+        first = not self._pending
         events = [event] if self._transform is None else self._transform(event)
         for item in events:
             if type(item) is End:
                 self._end = item
             else:
                 self._pending.append(item)
-        self._wake.set()
+        if self._writer is not None and (first or self._end is not None):
+            self._writer.wake(self)
 
     async def _finish(self) -> None:
         """The stream ended (or was closed): write what is left and the terminal entry."""
@@ -243,11 +251,11 @@ class RecordedStream:
         if self._end is None and self.log_error is None:
             outcome = self._stream.outcome or Outcome.CANCELLED
             self._end = End(outcome, self._stream.reply.end_reason)
-        self._wake.set()
-        if self._stop_writer is not None:
+        if self._writer is not None:
+            self._writer.wake(self)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT):
                 await self._done.wait()
-            self._stop_writer()
+            self._writer.remove(self)
         if self._stop_watch is not None:
             self._stop_watch()
 
@@ -258,62 +266,79 @@ class RecordedStream:
                 "relay: recording %s stopped, the stream goes on: %s: %s",
                 show_key(self.key), type(exc).__name__, exc,
             )
-        self._wake.set()
+        self._done.set()
 
-    async def _writer(self) -> None:
-        """Background task: one write per frame at most, lease refreshes in between."""
-        log = self._log
-        refresh_every = log.lease / 3
-        last_write = 0.0
-        last_io = time.monotonic()
-        try:
-            while self.log_error is None:
-                if not self._pending and self._end is None:
-                    idle = last_io + refresh_every - time.monotonic()
-                    with anyio.move_on_after(max(0.0, idle)):
-                        await self._wake.wait()
-                if self._pending and self._end is None:
-                    wait = last_write + log.frame - time.monotonic()
-                    if wait > 0:
-                        await anyio.sleep(wait)  # let the frame fill up
-                # No await between these lines: an event added later sets the new wake-up.
-                self._wake = anyio.Event()
-                events, self._pending = self._pending, []
-                end = self._end
-                if end is not None and end.outcome is Outcome.CANCELLED and (
-                    self._release_on_cancel
-                ):
-                    if events:
-                        await self._write(events, final=False)
-                    await log._release(self.key, self._owner)
-                    return
-                cancel = False
-                if events:
-                    cancel = await self._write(events, final=False)
-                    last_write = last_io = time.monotonic()
-                if end is not None:
-                    await self._write([end], final=True)
-                    return
-                if not events and time.monotonic() - last_io >= refresh_every:
-                    cancel = await log._refresh(self.key, self._owner)
-                    self.refreshes += 1
-                    last_io = time.monotonic()
-                if cancel:
-                    self._stream.cancel()
-        except RelayLeaseLostError as exc:
-            self._broken(exc)
-            if self._release_on_cancel:  # a takeover that lost the reply to another worker
-                self._stream.cancel()
-        except Exception as exc:
-            self._broken(exc)
-        finally:
-            self._done.set()
+    # ------------------------------------------------------------------ the log's writer
+    # (fluxstream.relay.writer: one task writes every recorded stream of a log, per frame)
 
-    async def _write(self, events: list[Event], *, final: bool) -> bool:
+    def _ready_at(self) -> float:
+        """When the writer may write what this stream has (``inf``: nothing to write)."""
+        if self.log_error is not None or self._final_taken:
+            return math.inf
+        if self._end is not None:
+            return 0.0
+        if self._pending:
+            return self._last_write + self._log.frame
+        return math.inf
+
+    def _idle_due(self, now: float) -> bool:
+        """Whether the lease needs a refresh (nothing was written for a third of it)."""
+        return (
+            self.log_error is None and not self._final_taken
+            and now >= self._last_io + self._log.lease / 3
+        )
+
+    def _take(self, now: float) -> list[Write]:
+        """The writes due now (no await: events added meanwhile wait for the next frame)."""
+        events, self._pending = self._pending, []
+        end = self._end
+        writes: list[Write] = []
+        if end is not None and end.outcome is Outcome.CANCELLED and self._release_on_cancel:
+            if events:
+                writes.append(self._entry(events, final=False, now=now))
+            writes.append(Write(self.key, self._owner, release=True))
+            self._final_taken = True
+            return writes
+        if events:
+            writes.append(self._entry(events, final=False, now=now))
+            self._last_write = now
+        if end is not None:
+            writes.append(self._entry([end], final=True, now=now))
+            self._final_taken = True
+        elif not events and now >= self._last_io + self._log.lease / 3:
+            writes.append(Write(self.key, self._owner))
+        return writes
+
+    def _written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
+        """What this stream's writes of a frame met; ``True`` when its recording is over."""
+        cancel = False
+        for write, result in outcomes:
+            if isinstance(result, Exception):
+                self._broken(result)
+                if isinstance(result, RelayLeaseLostError) and self._release_on_cancel:
+                    self._stream.cancel()  # a takeover that lost the reply to another worker
+                return True
+            self._last_io = now
+            if write.release or write.final:
+                self._done.set()
+                return True
+            if write.entry is None:
+                self.refreshes += 1
+            else:
+                self.writes += 1
+            cancel = cancel or bool(result)
+        if cancel:
+            self._stream.cancel()
+        return False
+
+    def _abandoned(self) -> None:
+        """The writer stopped (its event loop is ending): nothing will be written."""
+        self._done.set()
+
+    def _entry(self, events: list[Event], *, final: bool, now: float) -> Write:
         self._number += 1
         token: dict[str, Any] | None = None
         end: dict[str, Any] | None = None
-        now = time.monotonic()
         if final:
             token = self._stream.resume_token()
             reply = token.get("reply") or {}
@@ -325,15 +350,12 @@ class RecordedStream:
             }
             metadata["finish_reasons"] = [c.get("finish_reason") for c in reply.get("choices", [])]
             end = _end_record(end_event.outcome, end_event.reason, metadata, token)
+            token = None
         elif self._last_token == 0.0 or now - self._last_token >= self._log.token_interval:
             token = self._stream.resume_token()
             self._last_token = now
         entry = Entry(self._number, tuple(coalesce(events)), end)
-        cancel = await self._log._append(
-            self.key, self._owner, entry, token=None if final else token, final=final
-        )
-        self.writes += 1
-        return cancel
+        return Write(self.key, self._owner, entry, token, final)
 
 
 async def produce(stream: ReplyStream, log: ReplyLog, *, key: str | None = None) -> Reply:

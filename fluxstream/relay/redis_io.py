@@ -13,6 +13,7 @@ them.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import logging
 import math
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import ConnectionError
+from redis.exceptions import ConnectionError, ResponseError
 
 from ..errors import RelayError
 
@@ -36,6 +37,8 @@ _LINGER = 2.0
 #: Decoded entries the tailer keeps per watched stream (followers a little behind read them
 #: without a round trip; one further behind reads Redis).
 _CACHE = 32
+#: Granularity (seconds) of the followers' poll timeouts (see Tailer._expire_after).
+_SLOT = 0.05
 #: Seconds one round trip (a batch, or a blocking read beyond its block time) may take.
 _ROUND_TRIP = 10.0
 
@@ -56,6 +59,10 @@ def pack(args: Sequence[Arg]) -> bytes:
             data = repr(arg).encode()
         parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
     return b"".join(parts)
+
+
+#: The fixed start of the tailer's ``XREAD`` (without the array header ``*6\r\n``).
+_XREAD = pack(("XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS"))[4:]
 
 
 async def borrow(redis: Any) -> Any:
@@ -95,6 +102,28 @@ class Pipeliner:
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._flush())
         return await future
+
+    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Send ``commands`` in order, in one round trip with whatever else is asked; their
+        raw replies, an error reply as its exception (a lost connection raises)."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[Any]] = []
+        for args in commands:
+            future: asyncio.Future[Any] = loop.create_future()
+            self._queue.append((pack(args), future))
+            futures.append(future)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._flush())
+        results: list[Any] = []
+        for future in futures:
+            try:
+                results.append(await future)
+            except Exception as exc:  # every future is read, so none is left unretrieved
+                results.append(exc)
+        for result in results:
+            if isinstance(result, Exception) and not isinstance(result, ResponseError):
+                raise result  # the round trip failed
+        return results
 
     async def _flush(self) -> None:
         while self._queue:
@@ -157,6 +186,10 @@ class Tailer:
         self._linger: dict[str, float] = {}
         #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
         self._cache: dict[str, tuple[int, list[Any]]] = {}
+        #: Per slot of :data:`_SLOT` seconds: the waits that end then.
+        self._deadlines: dict[int, list[asyncio.Future[None]]] = {}
+        #: Stream names as RESP bulk strings (an ``XREAD`` names every watched stream).
+        self._names: dict[str, bytes] = {}
         self._task: asyncio.Task[None] | None = None
         self._connection: Any = None
         self._client_id: int | None = None
@@ -180,9 +213,7 @@ class Tailer:
         if held is None or held[0] > after or not held[1] or held[1][-1].number <= after:
             return None
         entries = held[1]
-        if after == held[0]:
-            return list(entries)
-        return [entry for entry in entries if entry.number > after]
+        return entries[bisect.bisect_right(entries, after, key=_number):]
 
     async def wait(self, stream: str, after: int, wait: float) -> None:
         """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
@@ -194,7 +225,7 @@ class Tailer:
         waiters = self._waiters.setdefault(stream, [])
         waiters.append(future)
         self._linger.pop(stream, None)
-        timer = loop.call_later(wait, _settle, future)
+        self._expire_after(loop, future, wait)
         try:
             if self._task is None or self._task.done():
                 self._task = loop.create_task(self._run())
@@ -202,13 +233,27 @@ class Tailer:
                 self._interrupt()  # a read is out without this stream: cut it short
             await future
         finally:
-            timer.cancel()
             waiters = self._waiters.get(stream, [])
             if future in waiters:
                 waiters.remove(future)
             if not waiters:
                 self._waiters.pop(stream, None)
                 self._linger[stream] = time.monotonic() + _LINGER
+
+    def _expire_after(self, loop: asyncio.AbstractEventLoop, future: Any, wait: float) -> None:
+        """Settle ``future`` after ``wait`` seconds (rounded up to :data:`_SLOT`): one timer
+        per slot, not one per waiting follower (a thousand followers kept a thousand timers
+        in the loop's heap, re-sorted at every wake-up)."""
+        slot = math.ceil((loop.time() + wait) / _SLOT)
+        futures = self._deadlines.get(slot)
+        if futures is None:
+            futures = self._deadlines[slot] = []
+            loop.call_at(slot * _SLOT, self._expire, slot)
+        futures.append(future)
+
+    def _expire(self, slot: int) -> None:
+        for future in self._deadlines.pop(slot, []):
+            _settle(future)
 
     def _wake(self, stream: str) -> None:
         for future in self._waiters.pop(stream, []):
@@ -221,6 +266,7 @@ class Tailer:
                 del self._linger[name]
                 self._latest.pop(name, None)
                 self._cache.pop(name, None)
+                self._names.pop(name, None)
         return [*self._waiters, *self._linger]
 
     def _interrupt(self) -> None:
@@ -246,10 +292,28 @@ class Tailer:
 
         asyncio.get_running_loop().create_task(unblock())
 
+    def _xread(self, asked: dict[str, int]) -> bytes:
+        """``XREAD COUNT .. BLOCK .. STREAMS <names> <ids>``, with each name packed once."""
+        names = self._names
+        parts = [b"*%d\r\n%s" % (6 + 2 * len(asked), _XREAD)]
+        for name in asked:
+            packed = names.get(name)
+            if packed is None:
+                data = name.encode()
+                packed = names[name] = b"$%d\r\n%s\r\n" % (len(data), data)
+            parts.append(packed)
+        for number in asked.values():
+            data = b"%d-0" % number
+            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        return b"".join(parts)
+
     async def _command(self, *args: Arg) -> Any:
+        return await self._send(pack(args))
+
+    async def _send(self, command: bytes) -> Any:
         results: list[Any] = []
         await asyncio.wait_for(
-            _round_trip(self._connection, [pack(args)], results),
+            _round_trip(self._connection, [command], results),
             _ROUND_TRIP + _TAIL_BLOCK_MS / 1000,
         )
         if isinstance(results[0], Exception):
@@ -264,10 +328,7 @@ class Tailer:
                     self._client_id = int(await self._command("CLIENT", "ID"))
                 asked = {name: self._latest.get(name, 0) for name in watched}
                 self._blocked_on = frozenset(asked)
-                found = await self._command(
-                    "XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS",
-                    *asked, *(f"{number}-0" for number in asked.values()),
-                )
+                found = await self._send(self._xread(asked))
                 self._blocked_on = frozenset()
                 for name, items in _streams(found):
                     name = name.decode() if isinstance(name, bytes) else name
@@ -322,14 +383,16 @@ class Tailer:
 async def _round_trip(connection: Any, commands: list[bytes], results: list[Any]) -> None:
     """Send ``commands`` in one write and append their replies (an error reply as its
     exception) to ``results``."""
-    from redis.exceptions import ResponseError
-
     await connection.send_packed_command(b"".join(commands))
     for _ in commands:
         try:
             results.append(await connection.read_response(timeout=math.inf))
         except ResponseError as exc:
             results.append(exc)
+
+
+def _number(entry: Any) -> int:
+    return int(entry.number)
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -42,7 +42,7 @@ from typing import Any
 from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError
 from ..events import Event
 from .codec import Entry, decode_entry, encode_entry, show_key
-from .log import LogState, ReplyLog
+from .log import LogState, ReplyLog, Write
 from .redis_io import Pipeliner, Tailer, entry_number, ignore_result
 from .redis_scripts import (
     ACQUIRE,
@@ -235,6 +235,49 @@ class RedisReplyLog(ReplyLog):
             raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)
 
+    def _write_command(self, write: Write) -> list[Any]:
+        k = self.keys(write.key)
+        if write.release:
+            return ["EVALSHA", self._shas["release"], 1, k["lease"], write.owner]
+        if write.entry is None:
+            return ["EVALSHA", self._shas["refresh"], 2, k["lease"], k["cancel"], write.owner,
+                    self._lease_ms]
+        entry = write.entry
+        token = "" if write.token is None else json.dumps(write.token, separators=(",", ":"))
+        return [
+            "EVALSHA", self._shas["append"], 4, k["stream"], k["meta"], k["lease"], k["cancel"],
+            write.owner, self._lease_ms, self._ttl_ms, f"{entry.number}-0",
+            encode_entry(list(entry.events), entry.end), token, "1" if write.final else "0",
+        ]
+
+    async def _write_many(self, writes: list[Write]) -> list[bool | Exception]:
+        """Every write as one ``EVALSHA`` (:data:`APPEND`, :data:`REFRESH`, :data:`RELEASE`),
+        all of them in one pipelined round trip."""
+        if not self._loaded:
+            try:
+                await self._load_scripts()
+            except Exception as exc:
+                return [exc for _ in writes]
+        commands = [self._write_command(write) for write in writes]
+        try:
+            replies = await self._pipeline.call_many(commands)
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                # Redis restarted (or SCRIPT FLUSH): load them again, once, and redo those.
+                self._loaded = False
+                await self._load_scripts()
+                again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+                for i, reply in zip(again, await self._pipeline.call_many(
+                    [commands[i] for i in again]
+                ), strict=True):
+                    replies[i] = reply
+        except (RedisError, OSError) as exc:
+            error = RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            return [error for _ in writes]
+        except RelayUnavailableError as exc:
+            return [exc for _ in writes]
+        return [_written(write, reply) for write, reply in zip(writes, replies, strict=True)]
+
     async def _refresh(self, key: str, owner: str) -> bool:
         k = self.keys(key)
         result = await self._run("refresh", [k["lease"], k["cancel"]], [owner, self._lease_ms])
@@ -378,6 +421,26 @@ class RedisReplyLog(ReplyLog):
                 if isinstance(channel, bytes):
                     channel = channel.decode()
                 self._fire(channel)
+
+
+def _written(write: Write, reply: Any) -> bool | Exception:
+    """What one write's reply means: the cancel flag, or the error."""
+    if isinstance(reply, ResponseError):
+        if write.entry is not None and "XADD" in str(reply):
+            error: Exception = RelayLeaseLostError(
+                f"entry {write.entry.number} of {show_key(write.key)} exists"
+            )
+        else:
+            error = RelayUnavailableError(f"redis: {type(reply).__name__}: {reply}")
+        error.__cause__ = reply
+        return error
+    if isinstance(reply, Exception):
+        return reply
+    if reply == LEASE_LOST and not write.release:
+        return RelayLeaseLostError(
+            f"the lease of {show_key(write.key)} is no longer this producer's"
+        )
+    return bool(reply) and not write.release
 
 
 def _decode(item: Any) -> Entry:

@@ -1,0 +1,136 @@
+"""One writer per log and event loop for every stream the process records.
+
+A task per recorded stream, each with its own frame timer, wake-ups and round trip, cost
+about as much CPU per write as parsing the upstream delta (cProfile at 500 streams,
+``benchmarks/bench_relay.py``), and its round trips went out one by one as the tasks woke.
+Instead one background task writes what every stream has due, together, in one call
+(:meth:`ReplyLog._write_many`: one pipelined round trip on Redis); what becomes due while a
+round trip is out goes in the next one. The rules per stream stay those of a writer of its
+own: an event is written at once when the stream's last write is a frame old, else at that
+frame's end (at most one write per stream per frame, never held longer than a frame); the
+lease is refreshed when there is nothing to write; the terminal entry is written as soon as
+the stream ends. (A shared frame clock instead made every delta wait half a frame on
+average.) What each write means
+(cancel requested, lease lost, log failed) goes back to its stream
+(:meth:`RecordedStream._written`), so one stream's failure never stops another's recording.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._tasks import spawn
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .log import ReplyLog, Write
+    from .producer import RecordedStream
+
+__all__ = ["Writer", "writer_of"]
+
+
+def writer_of(log: ReplyLog) -> Writer:
+    """The log's writer for the running event loop (a new one if the loop changed)."""
+    loop = _loop()
+    writer: Writer | None = log._writer
+    if writer is None or writer.loop is not loop:
+        writer = log._writer = Writer(log, loop)
+    return writer
+
+
+def _loop() -> object:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        import trio
+
+        return trio.lowlevel.current_root_task()
+
+
+class Writer:
+    """Writes the entries, lease refreshes and ends of the streams recorded into one log."""
+
+    def __init__(self, log: ReplyLog, loop: object) -> None:
+        self.log = log
+        self.loop = loop
+        self._streams: dict[RecordedStream, None] = {}
+        #: Streams with something to write (events or the end), in the order they got it.
+        self._active: dict[RecordedStream, None] = {}
+        self._wake = anyio.Event()
+        self._running = False
+        self._refresh_scan = 0.0
+
+    def add(self, stream: RecordedStream) -> None:
+        self._streams[stream] = None
+        if not self._running:
+            self._running = True
+            spawn(self._run)
+
+    def remove(self, stream: RecordedStream) -> None:
+        self._streams.pop(stream, None)
+        self._active.pop(stream, None)
+
+    def wake(self, stream: RecordedStream) -> None:
+        """``stream`` has something to write (its first pending event, or its end)."""
+        if stream in self._streams:
+            self._active[stream] = None
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while self._streams:
+                # A new wake-up first: an event added after the scan below sets it.
+                self._wake = anyio.Event()
+                now = time.monotonic()
+                due: list[RecordedStream] = []
+                soonest = math.inf
+                for stream in self._active:
+                    ready = stream._ready_at()
+                    if ready <= now:
+                        due.append(stream)
+                    else:
+                        soonest = min(soonest, ready)
+                if now >= self._refresh_scan:
+                    # Lease refreshes: a scan of every stream a few times per lease.
+                    active = self._active
+                    due.extend(s for s in self._streams if s not in active and s._idle_due(now))
+                    self._refresh_scan = now + self.log.lease / 6
+                if due:
+                    await self._write(due)
+                    continue
+                with anyio.move_on_after(max(0.0, min(soonest, self._refresh_scan) - now)):
+                    await self._wake.wait()
+        finally:
+            self._running = False
+            if self._streams:  # cancelled (the loop ends): nothing is left waiting for it
+                for stream in list(self._streams):
+                    stream._abandoned()
+                self._streams.clear()
+                self._active.clear()
+
+    async def _write(self, due: list[RecordedStream]) -> None:
+        now = time.monotonic()
+        writes: list[Write] = []
+        owners: list[RecordedStream] = []
+        for stream in due:
+            self._active.pop(stream, None)
+            for write in stream._take(now):
+                writes.append(write)
+                owners.append(stream)
+        if not writes:
+            return
+        try:
+            results = await self.log._write_many(writes)
+        except Exception as exc:  # a backend bug: every stream of this frame stops recording
+            results = [exc for _ in writes]
+        done = time.monotonic()
+        by_stream: dict[RecordedStream, list[tuple[Write, Any]]] = {}
+        for stream, write, result in zip(owners, writes, results, strict=True):
+            by_stream.setdefault(stream, []).append((write, result))
+        for stream, outcomes in by_stream.items():
+            if stream._written(outcomes, done):
+                self.remove(stream)
