@@ -212,6 +212,11 @@ class AiohttpResponse:
     async def aread(self) -> bytes:
         return b"".join([chunk async for chunk in self.aiter_bytes()])
 
+    def fluxstream_body_complete(self) -> bool:
+        """The body's end has arrived (what is left is buffered): ``aclose`` releases the
+        connection to the pool, and a close after the sentinel need not read on for it."""
+        return self._content.is_eof()
+
     def fluxstream_abort(self) -> None:
         """Close the connection now (synchronous): a pending read ends at once."""
         if self._watch is not None:

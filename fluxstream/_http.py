@@ -31,7 +31,9 @@ from .errors import (
     RateLimitError,
 )
 
-__all__ = ["HttpErrors", "abort_connection", "close_aiohttp_response", "status_error"]
+__all__ = [
+    "HttpErrors", "abort_connection", "body_complete", "close_aiohttp_response", "status_error",
+]
 
 _EXCERPT_CHARS = 300
 
@@ -123,6 +125,14 @@ def close_aiohttp_response(resp: Any) -> None:
 
         content.set_exception(aiohttp.ClientConnectionError("Connection closed"))
     resp.close()
+
+
+def body_complete(response: Any) -> bool:
+    """Whether every byte of the body has already arrived, so closing the response hands its
+    connection back to the pool without reading on (only fluxstream's own transport can tell;
+    for any other response, ``False``: read the end to find out)."""
+    complete = getattr(response, "fluxstream_body_complete", None)
+    return complete is not None and bool(complete())
 
 
 def can_abort(response: Any) -> bool:

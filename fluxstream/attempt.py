@@ -17,11 +17,12 @@ import math
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
+from types import AsyncGeneratorType
 from typing import Any
 
 import anyio
 
-from ._http import HttpErrors, abort_connection, can_abort, status_error
+from ._http import HttpErrors, abort_connection, body_complete, can_abort, status_error
 from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 
 if sys.version_info >= (3, 11):
@@ -230,8 +231,10 @@ class Attempt:
         response = self.response
         source = self.body
         self.body = None
+        # Nothing to read on for when the transport already has the body's end.
+        drain = drain and not self.cancelled and not body_complete(response)
         try:
-            if drain and not self.cancelled and source is not None:
+            if drain and source is not None:
                 with anyio.move_on_after(DRAIN_SECONDS):
                     drained = 0
                     async for chunk in source:
@@ -273,6 +276,12 @@ async def finish_body(source: AsyncIterator[bytes]) -> bool:
     exception unwinds (and finishes) each generator on its way out; the connection under an
     unfinished body is closed, as it had to be. An exhausted generator just stops.
     """
+    if not isinstance(source, AsyncGeneratorType) or source.ag_frame is None:
+        # Nothing to unwind: not a generator chain (the aiohttp adapter's body is a plain
+        # iterator that ``response.aclose()`` ends), or one already run to its end. The
+        # cancelled scope below is not free (anyio formats the task's repr on every
+        # ``cancel()``: ~50 µs), and every stream's close comes here.
+        return True
     with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
         scope.cancel()
         for _ in range(_FINISH_READS):  # buffered data comes back without a checkpoint

@@ -390,6 +390,15 @@ class Channel:
         if self._readahead is not None:
             self._readahead.cancel_task()
 
+    @property
+    def closed(self) -> bool:
+        """Nothing is left to close: no response, no read-ahead task, no body left behind."""
+        closed = self._closed
+        return (
+            self.attempt is None and self._readahead is None
+            and (closed is None or closed.unfinished is None)
+        )
+
     async def close(self, *, drain: bool = True) -> None:
         """Close the current response (idempotent). ``drain``: after the sentinel, read the
         body's end first so the connection can go back to the pool."""

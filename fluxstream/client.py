@@ -41,6 +41,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
 DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
+#: One encoder for every request body (``json.dumps`` with options builds one per call).
+_JSON = json.JSONEncoder(separators=(",", ":"))
 
 
 class _Unset:
@@ -158,6 +160,11 @@ class AsyncClient:
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
         self._headers = {name.lower(): value for name, value in (headers or {}).items()}
+        # Merged once: most requests add no headers of their own (see ``_build_request``).
+        # Without the key: it is revealed only when a request is built.
+        self._post_headers = self._merge_headers(True, {}, with_key=False)
+        self._get_headers = self._merge_headers(False, {}, with_key=False)
+        self._bearer = bool(self._api_key) and not _carries_key(self._headers)
         self._owns_http = http_client is None
         if http_client is None:
             http_client = make_http_client(
@@ -210,28 +217,44 @@ class AsyncClient:
         the Responses API's resume re-reads a stored response this way."""
         return self._build_request(path, None, headers)
 
-    def _build_request(
-        self, path: str, body: Mapping[str, Any] | None, headers: Mapping[str, str]
-    ) -> Any:
-        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``)."""
+    def _merge_headers(
+        self, post: bool, headers: Mapping[str, str], *, with_key: bool = True
+    ) -> dict[str, str]:
+        """The headers of a request: ours, the client's, then the request's own, and the
+        key as ``authorization`` unless one of them already carries a key."""
         # Header names are case-insensitive: merge them lowercased, so a caller's own
         # Authorization (a proxy's token) replaces ours instead of being sent beside it.
         all_headers = {
             "accept": "text/event-stream",
-            **({} if body is None else {"content-type": "application/json"}),
+            **({"content-type": "application/json"} if post else {}),
             "user-agent": _USER_AGENT,
             **self._headers,
             **{name.lower(): value for name, value in headers.items()},
         }
-        # Anthropic's Messages requests carry the key as ``x-api-key`` instead.
-        if self._api_key and "authorization" not in all_headers and "x-api-key" not in all_headers:
-            all_headers["authorization"] = f"Bearer {self._api_key.reveal()}"
+        if with_key and self._api_key and not _carries_key(all_headers):
+            all_headers["authorization"] = self._bearer_header()
+        return all_headers
+
+    def _bearer_header(self) -> str:
+        assert self._api_key is not None
+        return f"Bearer {self._api_key.reveal()}"
+
+    def _build_request(
+        self, path: str, body: Mapping[str, Any] | None, headers: Mapping[str, str]
+    ) -> Any:
+        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``)."""
+        if headers:
+            all_headers = self._merge_headers(body is not None, headers)
+        else:  # the usual case: only the client's own headers, merged once
+            all_headers = self._post_headers if body is not None else self._get_headers
+            if self._bearer:
+                all_headers = {**all_headers, "authorization": self._bearer_header()}
         extra: dict[str, Any] = {}
         if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
             t = self.timeout
             # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
             extra["timeout"] = (t.connect, self.read_timeout, t.write, t.pool)
-        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        content = None if body is None else _JSON.encode(body).encode()
         return self._http.build_request(
             "GET" if body is None else "POST",
             f"{self.base_url}/{path}",
@@ -363,6 +386,12 @@ class Chat:
         )
 
     complete = completing(stream)
+
+
+def _carries_key(headers: Mapping[str, str]) -> bool:
+    """The (lowercased) headers already authenticate: a caller's own ``Authorization`` (a
+    proxy's token), or Anthropic's ``x-api-key``."""
+    return "authorization" in headers or "x-api-key" in headers
 
 
 def _as_timeout(value: Any) -> httpx.Timeout:

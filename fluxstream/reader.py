@@ -101,6 +101,8 @@ class StreamReader:
             # the response it gets later is never closed (the connection leaks from the pool).
             self.channel.cancel()
             self.end(self._parser.cancel("closed by the caller"))
+        if self.channel.closed:  # the usual case: the events ran out and closed it
+            return
         with anyio.CancelScope(shield=True):
             await self.close_response()
 
