@@ -19,7 +19,7 @@ No asyncio here: the parser runs the same under asyncio, trio, or a plain loop.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
@@ -87,6 +87,11 @@ class StreamParser:
         self._assembler = ReplyAssembler(
             self.content_key, require_finish_reason=require_finish_reason, limits=limits
         )
+        # Formats that map a read's events in one call (the events appended to a list, so
+        # that those before a raise are kept): fewer calls per event.
+        self._feed_many: Callable[[list[ServerSentEvent], list[Event]], None] | None = getattr(
+            self._format, "feed_many", None
+        )
         self._events = 0
         # Counters and SSE state of the connections before the current one.
         self._old_bytes = 0
@@ -125,19 +130,24 @@ class StreamParser:
             if not sses:
                 return []
         self._events += len(sses)
-        fmt_feed = self._format.feed
-        if len(sses) == 1:
-            return self._apply(fmt_feed(sses[0]))
+        feed_many = self._feed_many
+        if len(sses) == 1 and feed_many is None:
+            return self._apply(self._format.feed(sses[0]))
         batch: list[Event] = []
         try:
-            for sse in sses:
-                events = fmt_feed(sse)
-                if events:
-                    batch += events
+            if feed_many is not None:
+                feed_many(sses, batch)
+            else:
+                fmt_feed = self._format.feed
+                for sse in sses:
+                    events = fmt_feed(sse)
+                    if events:
+                        batch += events
         except FluxstreamError:
             # A strict-mode bad frame, or a frame past a StreamLimits limit: what came
             # before it in the same read is kept.
-            self._apply(batch)
+            if len(sses) > 1:
+                self._apply(batch)
             raise
         return self._apply(batch)
 

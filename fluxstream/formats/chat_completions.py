@@ -256,6 +256,63 @@ class ChatCompletionsFormat:
             return self._bad_frame(data, "not a JSON object", False)
         return self._chunk(obj, scan)
 
+    def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
+        """:meth:`feed` each of ``sses`` in order, appending the events to ``out`` (so that
+        when one raises, ``out`` holds the events of those before it).
+
+        Most chunks of a stream are alike: one choice already seen, a delta of non-empty
+        ``content`` and nothing else, no finish reason, usage or error, no surrogate half
+        held. Those are mapped here without the per-event calls of :meth:`feed` and
+        :meth:`_chunk` (the same steps, as :meth:`_chunk` takes them for such a chunk: one
+        ``TextDelta`` at the choice's text offset); any other event goes through :meth:`feed`.
+        """
+        loads = _loads
+        states = self._choices
+        key = self.key
+        make_text = text_delta
+        append = out.append
+        for sse in sses:
+            data = sse.data
+            if (
+                self._holding
+                or self.done
+                or self.model is None
+                or self.id is None
+                or sse.event == "error"
+                or len(data) > _BIG_FRAME
+                or data[:1] != "{"
+            ):
+                out += self.feed(sse)
+                continue
+            try:
+                obj = loads(data)
+            except ValueError:
+                out += self.feed(sse)  # the general path decides (fallback, skip, strict)
+                continue
+            choices = obj.get("choices")
+            if choices.__class__ is list and len(choices) == 1:
+                choice = choices[0]
+                if choice.__class__ is dict:
+                    delta = choice.get("delta")
+                    index = choice.get("index")
+                    if delta.__class__ is dict and len(delta) == 1 and index.__class__ is int:
+                        content = delta.get("content")
+                        st = states.get(index)
+                        if (
+                            content
+                            and content.__class__ is str
+                            and st is not None
+                            and choice.get("finish_reason") is None
+                            and not obj.get("usage")
+                            and not obj.get("error")
+                            and obj.get("object") != "error"
+                        ):
+                            offset = st.text
+                            append(make_text(key, index, offset, content))
+                            st.text = offset + len(content)
+                            continue
+            out += self._chunk(obj, False)
+
     def _too_many_objects(self, data: str) -> bool:
         """More ``{`` and ``[`` than a frame within the limits can hold (C-speed counts, run
         only for big frames)."""
