@@ -320,6 +320,7 @@ class RecordedStream:
                 return True
             self._last_io = now
             if write.release or write.final:
+                self.writes += write.final
                 self._done.set()
                 return True
             if write.entry is None:

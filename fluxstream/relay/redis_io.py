@@ -256,7 +256,13 @@ class Tailer:
             _settle(future)
 
     def _wake(self, stream: str) -> None:
-        for future in self._waiters.pop(stream, []):
+        futures = self._waiters.pop(stream, None)
+        if futures is None:
+            return
+        # Still watched while the woken followers come back (else the read loop, finding no
+        # waiter left, would end and every wake-up would cost a new read and a new task).
+        self._linger[stream] = time.monotonic() + _LINGER
+        for future in futures:
             _settle(future)
 
     def _watched(self) -> list[str]:

@@ -1,0 +1,186 @@
+"""The relay's economy under many streams: one writer per log batches the writes of every
+recorded stream (one round trip per batch on Redis) without mixing their fates, and the
+followers' tailer serves the entries it read from its cache, falling back to Redis for a
+follower further behind. Run against the memory log and a real Redis alike where both apply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from relay_support import Followed, expected_text, request
+
+import fluxstream
+from fluxstream.errors import RelayLeaseLostError
+from fluxstream.relay import MemoryReplyLog, ReplyLog
+from fluxstream.relay.log import Write
+from fluxstream.relay.redis_io import pack
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+MakeLog = Callable[..., ReplyLog]
+
+
+async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
+    seen = Followed()
+    with anyio.fail_after(20):
+        async for item in log.follow(key, **options):
+            seen.events.append(item)
+    return seen
+
+
+def count_batches(log: ReplyLog) -> list[int]:
+    """Wrap the log's batch write; the returned list gets each batch's size."""
+    sizes: list[int] = []
+    inner = log._write_many
+
+    async def counted(writes: list[Write]) -> list[bool | Exception]:
+        sizes.append(len(writes))
+        return await inner(writes)
+
+    log._write_many = counted  # type: ignore[method-assign]
+    return sizes
+
+
+async def test_the_streams_of_one_log_are_written_together_and_each_stays_exact(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    log, other = make_log(frame=0.02), make_log()
+    sizes = count_batches(log)
+    req = request(tokens=60)
+    expected = expected_text(req)
+    keys = [f"batch-{i}" for i in range(12)]
+    shown: dict[str, str] = {}
+    elapsed: dict[str, float] = {}
+    recorded: dict[str, Any] = {}
+
+    async def produce(client: fluxstream.AsyncClient, key: str) -> None:
+        started = time.monotonic()
+        text = ""
+        recorded[key] = log.record(client.chat.stream(content_key=key, **req))
+        async with recorded[key] as stream:
+            async for event in stream:
+                if isinstance(event, fluxstream.TextDelta):
+                    text += event.text
+        shown[key] = text
+        elapsed[key] = time.monotonic() - started
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for key in keys:
+                    tg.start_soon(produce, client, key)
+    for key in keys:
+        assert recorded[key].log_error is None and shown[key] == expected
+        # The pacing of one stream is unchanged: one write per frame at most (+ first, end).
+        assert recorded[key].writes <= elapsed[key] / 0.02 + 3
+        seen = await follow_all(other, key)
+        seen.check()
+        assert seen.text == expected
+        assert seen.end.outcome is fluxstream.Outcome.DONE
+    writes = sum(r.writes + r.refreshes for r in recorded.values())
+    assert sum(sizes) == writes
+    # Concurrent streams share batches: far fewer calls (round trips) than writes.
+    assert len(sizes) < writes / 2, (len(sizes), writes)
+
+
+def steal_lease(log: ReplyLog, key: str) -> Any:
+    """Make another worker the lease holder of ``key`` (what a takeover does)."""
+    if isinstance(log, MemoryReplyLog):
+        log._replies[key].owner = "another worker"
+        return None
+    return log.redis.set(log.keys(key)["lease"], "another worker", px=60_000)  # type: ignore[attr-defined]
+
+
+async def test_a_stream_whose_lease_is_lost_stops_recording_alone(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    log = make_log()
+    req = request(tokens=80)
+    expected = expected_text(req)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        lost = log.record(client.chat.stream(content_key="lost", **req))
+        kept = log.record(client.chat.stream(content_key="kept", **req))
+        texts = {"lost": "", "kept": ""}
+
+        async def consume(name: str, stream: Any) -> None:
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, fluxstream.TextDelta):
+                        texts[name] += event.text
+                        if name == "lost" and len(texts[name]) > 20 and "stolen" not in texts:
+                            texts["stolen"] = ""
+                            pending = steal_lease(log, "lost")
+                            if pending is not None:
+                                await pending
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consume, "lost", lost)
+                tg.start_soon(consume, "kept", kept)
+    # The consumer of the stream that lost its lease still got the whole reply.
+    assert texts["lost"] == expected and texts["kept"] == expected
+    assert isinstance(lost.log_error, RelayLeaseLostError)
+    assert kept.log_error is None
+    seen = await follow_all(log, "kept")
+    seen.check()
+    assert seen.text == expected and seen.end.outcome is fluxstream.Outcome.DONE
+
+
+@pytest.mark.parametrize("log_kind", ["redis"])
+async def test_followers_behind_the_tailer_cache_read_redis_and_stay_exact(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    producer_log, follower_log = make_log(frame=0.0), make_log()
+    req = request(tokens=120)  # one entry per delta: more entries than the tailer keeps
+    expected = expected_text(req)
+    ranges: list[int] = []
+    inner = follower_log._range  # type: ignore[attr-defined]
+
+    async def counted(stream: str, after: int) -> Any:
+        ranges.append(after)
+        return await inner(stream, after)
+
+    follower_log._range = counted  # type: ignore[attr-defined]
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = producer_log.record(client.chat.stream(content_key="cache", **req))
+        await recorded.start()
+        async with anyio.create_task_group() as tg:
+            results: dict[str, Followed] = {}
+
+            async def live() -> None:
+                results["live"] = await follow_all(follower_log, "cache")
+
+            tg.start_soon(live)
+            async with recorded:
+                async for _ in recorded:
+                    pass
+    assert recorded.writes > 60
+    live_reads = len(ranges)
+    # The live follower was woken by the tailer for each entry, and read nearly all of them
+    # from its cache, not with a read of its own.
+    assert live_reads < recorded.writes / 4, (live_reads, recorded.writes)
+    # Still watched (the tailer lingers): one follower from the start (far behind the cache)
+    # reads Redis, one from near the end is served from the cache; both exact.
+    ranges.clear()
+    full = await follow_all(follower_log, "cache")
+    assert ranges and ranges[0] == 0
+    near = full.events[-5]
+    ranges.clear()
+    rest = await follow_all(follower_log, "cache", after=near.id)
+    assert not ranges
+    assert [e.event for e in rest.events] == [e.event for e in full.events[-4:]]
+    for seen in (results["live"], full):
+        seen.check()
+        assert seen.text == expected
+
+
+def test_pack_writes_resp_bulk_strings() -> None:
+    assert pack(["SET", "k", "wörd", 12, b"\x00\r\n"]) == (
+        b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nw\xc3\xb6rd\r\n$2\r\n12\r\n$3\r\n\x00\r\n\r\n"
+    )
