@@ -57,6 +57,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import pydantic_core
 from pydantic import ValidationError
 
@@ -87,6 +88,16 @@ from ._surrogates import is_high_half
 __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
+# The decoder of feed_many: msgspec's, ~35 % faster than from_json on chunks, and tested to
+# give exactly from_json's value whenever it succeeds (tests/test_chat_feed_many.py); on
+# anything it rejects (NaN, lone surrogate escapes, numbers out of a float's range, bad
+# JSON) the frame goes to feed, whose from_json decides as before. It nests up to ~1,000
+# levels where from_json stops at 200, so a frame that might nest deeper than _MAX_DEPTH
+# (more than _MAX_DEPTH ``{``/``[``; a frame of at most _SHALLOW characters cannot) goes to
+# feed too.
+_fast_loads = msgspec.json.Decoder().decode
+_MAX_DEPTH = 200
+_SHALLOW = 2 * _MAX_DEPTH + 1
 _EXCERPT = 200
 _BIG_FRAME = 64 * 1024  # frames above this many characters are checked before decoding
 # Channels of held surrogate halves: these three, or a tool call's number (an int).
@@ -266,7 +277,7 @@ class ChatCompletionsFormat:
         :meth:`_chunk` (the same steps, as :meth:`_chunk` takes them for such a chunk: one
         ``TextDelta`` at the choice's text offset); any other event goes through :meth:`feed`.
         """
-        loads = _loads
+        loads = _fast_loads
         states = self._choices
         key = self.key
         make_text = text_delta
@@ -284,10 +295,13 @@ class ChatCompletionsFormat:
             ):
                 out += self.feed(sse)
                 continue
+            if len(data) > _SHALLOW and data.count("{") + data.count("[") > _MAX_DEPTH:
+                out += self.feed(sse)  # could nest deeper than from_json allows
+                continue
             try:
                 obj = loads(data)
             except ValueError:
-                out += self.feed(sse)  # the general path decides (fallback, skip, strict)
+                out += self.feed(sse)  # from_json and the fallback decide (skip, strict...)
                 continue
             choices = obj.get("choices")
             if choices.__class__ is list and len(choices) == 1:
