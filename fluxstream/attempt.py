@@ -12,6 +12,7 @@ library never reaches the caller from here.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import sys
@@ -21,6 +22,7 @@ from types import AsyncGeneratorType
 from typing import Any
 
 import anyio
+import sniffio
 
 from ._http import HttpErrors, abort_connection, body_complete, can_abort, status_error
 from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
@@ -89,6 +91,8 @@ class Attempt:
         self.scoped_reads = False
         self.cancelled = False
         self._scope: anyio.CancelScope | None = None
+        #: The pending send's timeout under asyncio (see :meth:`_send_asyncio`).
+        self._timeout: Any = None  # an asyncio.Timeout (Python 3.11+)
         self._closed = False
         #: The body, if :meth:`close` could not finish it: a read of another task was in it.
         self.unfinished: AsyncIterator[bytes] | None = None
@@ -144,8 +148,42 @@ class Attempt:
     async def _send(self, request: Any) -> Any:
         if self.cancelled:
             raise AttemptCancelled
-        response = None
         head = self.head_timeout
+        if sniffio.current_async_library() == "asyncio":
+            response = await self._send_asyncio(request, head)
+        else:
+            response = await self._send_scoped(request, head)
+        if response is None and not self.cancelled:
+            raise APITimeoutError(f"no response head within {head}s")
+        if response is None or self.cancelled:
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise AttemptCancelled
+        return response
+
+    async def _send_asyncio(self, request: Any, head: float | None) -> Any:
+        """The send under asyncio's own timeout: the same deadline and the same interruption
+        by :meth:`cancel` as an anyio cancel scope, at about half its cost (every request
+        pays it before its first byte). ``None``: the deadline passed or ``cancel()`` came."""
+        if sys.version_info < (3, 11):  # pragma: no cover - asyncio.timeout_at is 3.11+
+            return await self._send_scoped(request, head)
+        loop = asyncio.get_running_loop()
+        timeout = asyncio.timeout_at(None if head is None else loop.time() + head)
+        self._timeout = timeout
+        try:
+            async with timeout:
+                return await self.spec.http.send(request, stream=True)
+        except TimeoutError:
+            if not timeout.expired():  # not ours: the transport's own
+                raise
+            return None
+        finally:
+            self._timeout = None
+
+    async def _send_scoped(self, request: Any, head: float | None) -> Any:
+        """The send in an anyio cancel scope (trio). ``None``: as :meth:`_send_asyncio`."""
+        response = None
         deadline = math.inf if head is None else anyio.current_time() + head
         with anyio.CancelScope(deadline=deadline) as scope:
             self._scope = scope
@@ -156,13 +194,6 @@ class Attempt:
                 # arrives as a group of Cancelled. It is a plain cancel; say so.
                 raise _only_cancelled(group) or group from None
         self._scope = None
-        if response is None and not self.cancelled:
-            raise APITimeoutError(f"no response head within {head}s")
-        if response is None or self.cancelled:
-            if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            raise AttemptCancelled
         return response
 
     async def _check(self, response: Any, max_json_bytes: int) -> None:
@@ -218,6 +249,9 @@ class Attempt:
         self.cancelled = True
         if self._scope is not None:
             self._scope.cancel()
+        timeout = self._timeout
+        if timeout is not None and not timeout.expired():
+            timeout.reschedule(0.0)  # due at once: the send is interrupted at its next step
         if self.response is not None and not self.scoped_reads:
             abort_connection(self.response)
 
