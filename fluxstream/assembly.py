@@ -281,21 +281,36 @@ class ReplyAssembler:
         choices = self._choices
         out: list[Event] | None = None
         size = 0
+        seen = self.saw_content
         for position, ev in enumerate(events):
             cls = ev.__class__
-            if cls is TextDelta or cls is ReasoningDelta or cls is RefusalDelta:
+            if cls is TextDelta:
+                # The most common event, with _Text.add inlined.
+                text = ev.text  # type: ignore[union-attr]
+                st = choices.get(ev.choice)  # type: ignore[union-attr]
+                if st is None:
+                    st = self._choice(ev.choice)  # type: ignore[union-attr]
+                size += len(text)
+                kept = st.text
+                parts = kept.parts
+                parts.append(text)
+                if len(parts) > _FOLD:
+                    kept.chunks.append(_join(parts))
+                    kept.parts = []
+                st.dirty = True
+                if not seen:
+                    self.saw_content = seen = True
+            elif cls is ReasoningDelta or cls is RefusalDelta:
                 st = choices.get(ev.choice)  # type: ignore[union-attr]
                 if st is None:
                     st = self._choice(ev.choice)  # type: ignore[union-attr]
                 size += len(ev.text)  # type: ignore[union-attr]
-                if cls is TextDelta:
-                    st.text.add(ev.text)  # type: ignore[union-attr]
-                elif cls is ReasoningDelta:
+                if cls is ReasoningDelta:
                     st.reasoning.add(ev.text)  # type: ignore[union-attr]
                 else:
                     st.refusal.add(ev.text)  # type: ignore[union-attr]
                 st.dirty = True
-                self.saw_content = True
+                self.saw_content = seen = True
             elif cls is ToolCallDelta:
                 assert isinstance(ev, ToolCallDelta)
                 self._tool_delta(ev)

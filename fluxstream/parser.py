@@ -18,7 +18,7 @@ No asyncio here: the parser runs the same under asyncio, trio, or a plain loop.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -32,6 +32,19 @@ from .resume_check import ResumeCheck
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 __all__ = ["StreamParser", "replay"]
+
+_RANDOM = os.urandom
+# uuid.UUID's version-4 and RFC 4122 variant bits: cleared by _KEY_MASK, set by _KEY_BITS.
+_KEY_MASK = ~((0xC000 << 48) | (0xF000 << 64))
+_KEY_BITS = (0x8000 << 48) | (4 << 76)
+
+
+def new_content_key() -> str:
+    """A random content key: exactly ``uuid.uuid4().hex`` (the same random bits from
+    ``os.urandom``, version and variant bits set alike), at under half the cost (1 us of a
+    parser's 4 us set-up went to building the ``UUID`` object)."""
+    return "%032x" % (int.from_bytes(_RANDOM(16), "big") & _KEY_MASK | _KEY_BITS)
+
 
 #: Larger ``sequence_number`` values are not used to resume (a server's number of thousands
 #: of digits would make a query of thousands of digits, or fail to format at all).
@@ -74,7 +87,7 @@ class StreamParser:
             raise ValueError(
                 f"unknown format {format!r}; known: {', '.join(sorted(FORMATS))}"
             ) from None
-        self.content_key = content_key or uuid.uuid4().hex
+        self.content_key = content_key or new_content_key()
         self.max_event_bytes = max_event_bytes
         self.strict = strict
         self.require_finish_reason = require_finish_reason

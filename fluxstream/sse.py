@@ -269,6 +269,24 @@ class SSEDecoder:
                         ("message", value.decode("utf-8", "replace"), self.last_event_id, None),
                     )
                 ]
+            if data[:4] == b"id: " and data[-1] == 10 and len(data) <= self._limit:
+                # Shortcut 1b: the read is exactly "id: N\ndata: X\n\n", the one event per
+                # read of servers that support Last-Event-ID resume: its second LF is the one
+                # before the last, and the second line starts with "data: ". Within the limit.
+                end = data.find(b"\n")
+                if (
+                    data.find(b"\n", end + 1) == len(data) - 2
+                    and data[end + 1 : end + 7] == b"data: "
+                    and 0 not in data[4:end]  # an ID with NUL is ignored: the line loop
+                ):
+                    self.last_event_id = self._id = id_ = data[4:end].decode("utf-8", "replace")
+                    self._quiet = 0
+                    return [
+                        _new_event(
+                            ServerSentEvent,
+                            ("message", data[end + 7 : -2].decode("utf-8", "replace"), id_, None),
+                        )
+                    ]
             if data[:6] == b"data: " and len(data) <= self._limit:
                 # Shortcut 2: the read as a run of one-line "data: " events. No event in it can
                 # be too large (the whole read is within the limit). One C-level split on the
