@@ -8,6 +8,7 @@ side (it records when it noticed the client's disconnect).
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -593,3 +594,26 @@ async def test_500_concurrent_streams_each_exact(server: Any) -> None:
         )
         assert_matches(reply, expected_reply(body))
         assert reply.outcome is fluxstream.Outcome.DONE
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"model": "m", "messages": [{"role": "user", "content": "héllo \u2028 \U0001f600"}]},
+        {"max_tokens": 10**30, "nested": {"list": [1, 2.5, None, True, False, "x"]}},
+        {"tuple": (1, 2), "empty": {}, "int_key": {1: "one"}},
+    ],
+)
+def test_request_bodies_encode_to_the_same_json_as_the_standard_library(body: Any) -> None:
+    from fluxstream.client import encode_body
+
+    encoded = encode_body(body)
+    assert isinstance(encoded, bytes)
+    assert json.loads(encoded) == json.loads(json.dumps(body))
+
+
+def test_a_body_json_cannot_encode_is_a_type_error() -> None:
+    from fluxstream.client import encode_body
+
+    with pytest.raises(TypeError):
+        encode_body({"model": object()})
