@@ -151,7 +151,7 @@ class Channel:
             except BaseException:
                 self.attempt = None
                 raise
-            if not attempt.is_json:
+            if not attempt.is_json and self._reader_wanted:  # text(coalesce=...) reads ahead
                 await self._stop_reader()
                 self._start_reader()
             return attempt

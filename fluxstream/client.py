@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -28,7 +27,7 @@ from ._objects import prepare, structured_request
 from ._transport import make_http_client
 from .endpoints import Messages, Responses, completing, resume_from_token
 from .limits import StreamLimits
-from .parser import StreamParser
+from .parser import StreamParser, new_content_key
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
@@ -325,7 +324,7 @@ class Chat:
             body["stream_options"] = options
         stream = self._open(
             body,
-            content_key=content_key or uuid.uuid4().hex,
+            content_key=content_key or new_content_key(),
             headers=dict(extra_headers or {}),
             strict=strict,
             retry=retry,

@@ -23,12 +23,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import uuid
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._objects import prepare, structured_request
-from .parser import StreamParser
+from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
 from .stream import RESUME_TOKEN_VERSION, ReplyStream
@@ -148,7 +147,7 @@ class _Endpoint:
         structured = structured_request(self.path, body, response_format)
         body["stream"] = True
         stream = self._client.chat._open(
-            body, content_key=content_key or uuid.uuid4().hex,
+            body, content_key=content_key or new_content_key(),
             headers=dict(extra_headers or {}), strict=strict, retry=self._retry(retry),
             resume=self._resume(resume), path=self.path, format=self.format,
             build=self._build(),
