@@ -2,10 +2,11 @@
 
 :class:`~fluxstream.stream.ReplyStream` iterates and states outcomes; :class:`Channel` gets it
 bytes. It sends the request (retrying what fails before a response is usable, as
-:class:`~fluxstream.recovery.Recovery` decides), reconnects for a retry or a resume, reads the
+:class:`~fluxstream.recovery.Recovery` decides), reads the
 current :class:`~fluxstream.attempt.Attempt` directly or through a
 :class:`~fluxstream._readahead.ReadAhead` task, waits out backoffs, and makes ``cancel()``
-reach whatever is pending: a send, a wait, or a read.
+reach whatever is pending: a send, a wait, or a read. Which request a retry or a resume
+sends after a drop is :mod:`fluxstream.reconnect`'s (it calls :meth:`Channel.connect`).
 
 ``recovery.cancelled`` is the one flag that says the caller cancelled; every wait checks it
 before and after, so nothing is sent after a cancel.
@@ -15,69 +16,26 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from typing import Any
-from urllib.parse import quote
 
 import anyio
 
 from ._readahead import ReadAhead
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
-from .errors import APIConnectionError, APIStatusError, APITimeoutError, ContentTypeError
+from .errors import APIConnectionError, APIStatusError, APITimeoutError
 from .events import ErrorEvent, Event
 from .parser import StreamParser
 from .progress import Progress
 from .recovery import Decision, DropState, Recovery, is_transient_error
 
-__all__ = ["Channel", "continuation_body", "is_responses_path", "starting_after_path"]
+__all__ = ["Channel", "is_responses_path"]
 
 logger = logging.getLogger("fluxstream")
-
-#: The reason given for a resume from a token (not a drop: nothing to warn about).
-TOKEN_REASON = "resumed from a token"
-#: Statuses of a ``starting_after`` re-read that say it cannot work here (the response was
-#: not stored, or the server has no such endpoint): the next strategy takes over.
-_NOT_REPLAYABLE = frozenset({400, 404, 405, 410, 501})
 
 
 def is_responses_path(path: str) -> bool:
     """The request goes to the Responses API (``.../responses``)."""
     return path.rstrip("/").rpartition("/")[2] == "responses"
-
-
-def starting_after_path(path: str, response_id: str, sequence: int) -> str:
-    """``responses/{id}?stream=true&starting_after=N``: OpenAI's resume of a stored response.
-    The id comes from the server, so it is quoted whole (it cannot add a path or query)."""
-    return (
-        f"{path.rstrip('/')}/{quote(response_id, safe='')}"
-        f"?stream=true&starting_after={int(sequence)}"
-    )
-
-
-def continuation_body(
-    path: str, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
-) -> dict[str, Any]:
-    """The request that continues ``text`` (the partial answer) as a trailing assistant turn.
-
-    Chat Completions and Anthropic Messages append it to ``messages``. A Responses body has
-    no ``messages``: the turn is appended to ``input`` (a string input becomes the user
-    message it stands for), marked ``"status": "in_progress"`` by ``client.responses`` — the
-    Responses API's way to say the message is unfinished, which servers that continue a
-    partial message (vLLM) honour. OpenAI's own API has no assistant prefill: it answers a
-    trailing assistant item as a finished turn, so continuation is not safe there (the
-    ``starting_after`` strategy is OpenAI's resume).
-    """
-    turn = {"role": "assistant", "content": text, **flag}
-    if is_responses_path(path) and "messages" not in body:
-        given = body.get("input")
-        if isinstance(given, str):
-            items: list[Any] = [{"role": "user", "content": given}]
-        elif isinstance(given, list):
-            items = list(given)
-        else:
-            items = []
-        return {**body, "input": [*items, turn]}
-    return {**body, "messages": [*list(body.get("messages") or []), turn]}
 
 
 class Channel:
@@ -155,89 +113,6 @@ class Channel:
                 await self._stop_reader()
                 self._start_reader()
             return attempt
-
-    async def reconnect(self, decision: Decision, reason: str) -> tuple[Attempt, list[Event]]:
-        """Perform a ``retry`` or ``resume`` decision after ``reason`` (a drop, an error
-        event, a resume token); the events to deliver first (a restart's ``Reset``)."""
-        if decision.action == "retry":
-            return await self._retry(decision, reason), []
-        recovery = self.recovery
-        recovery.resumes += 1
-        if reason != TOKEN_REASON:
-            logger.warning(
-                "stream %s dropped (%s); resuming by %s (%d/%d)",
-                self.parser.content_key, reason, decision.strategy, recovery.resumes,
-                recovery.resume.max_resumes,
-            )
-        return await self._resume(decision, reason)
-
-    async def _retry(self, decision: Decision, reason: str) -> Attempt:
-        """Before any content (a drop, a transient error event): nothing was shown, so this is
-        a plain retry; the Reset that announces the new attempt is not passed on."""
-        await self.close(drain=False)
-        attempts = self.recovery.attempts
-        if decision.reason == "error event":
-            self.parser.reset(attempts, "error before content")
-        else:
-            self.parser.reset(attempts, "dropped before content")
-            reason = f"dropped early ({reason})"
-        await self.wait_to_retry(attempts, decision.delay, reason)
-        return await self.connect()
-
-    async def _resume(self, decision: Decision, reason: str) -> tuple[Attempt, list[Event]]:
-        parser = self.parser
-        policy = self.recovery.resume
-        await self.close(drain=False)
-        await self.pause(decision.delay)
-        events: list[Event] = []
-        if decision.strategy == "starting_after":
-            return await self._reread(reason)
-        if decision.strategy == "last_event_id":
-            last_id = parser.last_event_id
-            parser.new_connection(resume_after=last_id)
-            attempt = await self.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
-        elif decision.strategy == "continuation":
-            text = parser.begin_continuation(min_overlap=policy.min_overlap)
-            body = continuation_body(self.spec.path, self.spec.body, text, policy.prefix_flag)
-            attempt = await self.connect(body=body, fresh_budget=True)
-        else:
-            self.recovery.restarts += 1
-            events = parser.reset(self.recovery.restarts, f"restart after a drop ({reason})")
-            attempt = await self.connect(fresh_budget=True)
-        return attempt, events
-
-    async def _reread(self, reason: str) -> tuple[Attempt, list[Event]]:
-        """OpenAI's resume: ``GET /responses/{id}?stream=true&starting_after=N`` streams the
-        stored response's events after the last one delivered. The format drops any event at
-        or below ``N`` (a server that starts over shows nothing twice). A status that says
-        the response cannot be re-read here rules the strategy out; the next one applies."""
-        parser = self.parser
-        response_id, sequence = parser.response_id, parser.sequence
-        assert response_id is not None and sequence is not None  # DropState.replayable
-        parser.new_connection()
-        try:
-            attempt = await self.connect(
-                get=starting_after_path(self.spec.path, response_id, sequence),
-                fresh_budget=True,
-            )
-            if attempt.is_json:
-                # The whole response object instead of its events (``stream`` ignored):
-                # reading it would show the delivered text again. Not a re-read.
-                await self.close(drain=False)
-                raise ContentTypeError("application/json", "the response, not its events")
-        except (APIStatusError, ContentTypeError) as exc:
-            if isinstance(exc, APIStatusError) and exc.status_code not in _NOT_REPLAYABLE:
-                raise
-            self.recovery.rule_out("starting_after")
-            decision = self.recovery.resume_decision(self.drop_state(exc))
-            logger.warning(
-                "stream %s: resume by starting_after refused (%s); %s", parser.content_key,
-                exc, f"resuming by {decision.strategy}" if decision.strategy else "ending",
-            )
-            if decision.action != "resume":
-                raise
-            return await self._resume(decision, reason)
-        return attempt, []
 
     # ------------------------------------------------------------------ decisions
 

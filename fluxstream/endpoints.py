@@ -189,7 +189,7 @@ class Responses(_Endpoint):
     format = "responses"
     #: A continuation appends the partial answer to ``input`` as an assistant message marked
     #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
-    #: that continue a partial message honour). See :func:`fluxstream.channel.continuation_body`.
+    #: that continue a partial message honour). See :func:`fluxstream.reconnect.continuation_body`.
     continuation_flag: ClassVar[Mapping[str, object] | None] = {"status": "in_progress"}
 
     def stream(

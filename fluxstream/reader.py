@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from .attempt import Attempt, AttemptCancelled, RequestSpec
-from .channel import TOKEN_REASON, Channel
+from .channel import Channel
 from .errors import (
     FirstTokenTimeoutError,
     FluxstreamError,
@@ -37,6 +37,7 @@ from .errors import (
 from .events import Event
 from .parser import StreamParser
 from .progress import Overdue, Progress
+from .reconnect import TOKEN_REASON, reconnect
 from .recovery import Decision, Recovery
 from .retry import ResumePolicy, RetryPolicy
 
@@ -243,7 +244,7 @@ class StreamReader:
 
     async def _reconnect(self, decision: Decision, reason: str) -> list[Event]:
         """Perform a retry or a resume; the events to deliver first (a restart's ``Reset``)."""
-        attempt, events = await self.channel.reconnect(decision, reason)
+        attempt, events = await reconnect(self.channel, decision, reason)
         return events + self._opened(attempt)
 
     async def open(self) -> list[Event]:

@@ -29,14 +29,15 @@ _ORDER: list[tuple[int, list[str]]] = [
     (5, ["parser", "structured.track", "structured", "recovery", "progress"]),
     (6, ["_http", "_aiohttp", "_transport", "attempt", "_readahead"]),
     (7, ["channel"]),
-    (8, ["reader", "_objects"]),
-    (9, ["_stream_objects"]),
-    (10, ["stream"]),
-    (11, ["endpoints"]),
-    (12, ["client"]),
-    (13, [""]),  # fluxstream/__init__.py
-    (14, ["relay"]),  # and every relay.* module
-    (15, ["server", "cli", "_capture", "_cli_demo", "__main__"]),  # and every server.* module
+    (8, ["reconnect"]),
+    (9, ["reader", "_objects"]),
+    (10, ["_stream_objects"]),
+    (11, ["stream"]),
+    (12, ["endpoints"]),
+    (13, ["client"]),
+    (14, [""]),  # fluxstream/__init__.py
+    (15, ["relay"]),  # and every relay.* module
+    (16, ["server", "cli", "_capture", "_cli_demo", "__main__"]),  # and every server.* module
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
