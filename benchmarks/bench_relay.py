@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import json
+import math
 import os
 import signal
 import socket
@@ -61,6 +63,30 @@ def proc_cpu(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (children not included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class GCPauses:
+    """Durations of the garbage collector's passes in this process (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((int(info["generation"]), time.perf_counter() - self._start))
+
+    def summary(self) -> dict[str, Any]:
+        longest = max((d for _, d in self.pauses), default=0.0)
+        return {
+            "collections": len(self.pauses),
+            "gen2": sum(1 for g, _ in self.pauses if g == 2),
+            "total_ms": round(sum(d for _, d in self.pauses) * 1000, 1),
+            "longest_ms": round(longest * 1000, 1),
+        }
 
 
 def run_loop(main: Any, *args: Any, use_uvloop: bool = False) -> Any:
@@ -114,19 +140,35 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 
 async def run_followers(
-    url: str, keys: list[str], per_key: int, out: str, profile: str | None
+    url: str, keys: list[str], per_key: int, out: str, profile: str | None, gc_freeze: bool
 ) -> None:
     log = RedisReplyLog(url)
     profiler = cProfile.Profile() if profile else None
-    seen: dict[str, list[list[list[float]]]] = {key: [] for key in keys}
+    pauses = GCPauses()
+    lags: list[float] = []
+    probing = True
+
+    async def probe() -> None:  # how late the followers' loop runs a 5 ms timer
+        while probing:
+            t = time.monotonic()
+            await anyio.sleep(0.005)
+            lags.append(time.monotonic() - t - 0.005)
+
+    seen: dict[str, list[list[tuple[int, int, float]]]] = {key: [] for key in keys}
+
+    remaining = len(keys) * per_key
 
     async def follower(key: str) -> None:
-        got: list[list[float]] = []
+        nonlocal remaining, probing
+        got: list[tuple[int, int, float]] = []
         async for item in log.follow(key):
             event = item.event
             if isinstance(event, fluxstream.TextDelta):
-                got.append([event.offset, len(event.text), time.monotonic()])
+                got.append((event.offset, len(event.text), time.monotonic()))
         seen[key].append(got)
+        remaining -= 1
+        if not remaining:
+            probing = False
 
     cpu = time.process_time()
     with anyio.fail_after(600):
@@ -134,7 +176,13 @@ async def run_followers(
             for key in keys:
                 for _ in range(per_key):
                     tg.start_soon(follower, key)
+            # (the probe stops when the last follower ends, see below)
             await anyio.sleep(0.5)
+            if gc_freeze:
+                gc.collect()
+                gc.freeze()
+            pauses.pauses.clear()
+            tg.start_soon(probe)
             cpu = time.process_time()
             if profiler is not None:
                 profiler.enable()
@@ -144,7 +192,12 @@ async def run_followers(
         profiler.disable()
         profiler.dump_stats(str(Path(profile) / "followers.prof"))
     await log.aclose()
-    write_json(out, {"seen": seen, "cpu": cpu})
+    lags.sort()
+    write_json(out, {
+        "seen": seen, "cpu": cpu, "gc": pauses.summary(),
+        "lag": {p: lags[min(len(lags) - 1, int(q * len(lags)))] * 1000 for p, q in PCT}
+        if lags else {},
+    })
 
 
 def write_json(path: str | Path, value: Any) -> None:
@@ -191,13 +244,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     profiler = cProfile.Profile() if args.profile else None
     try:
         wait_port(port)
+        if args.bare:
+            return await run_bare(args, base_url, upstream.pid)
         log = RedisReplyLog(url, frame=args.frame, lease=5.0)
         # Stages: when each entry's write was sent and acknowledged (by its first offset).
         appends: dict[str, list[tuple[int, float, float]]] = {}
-        write_many = log._write_many
+        write_many = getattr(log, "_write_many", None)
 
         async def timed_write_many(writes: list[Any]) -> list[Any]:
             sent = time.monotonic()
+            assert write_many is not None
             results = await write_many(writes)
             acked = time.monotonic()
             for write in writes:
@@ -207,7 +263,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     appends.setdefault(write.key, []).append((min(offsets), sent, acked))
             return results
 
-        log._write_many = timed_write_many  # type: ignore[method-assign]
+        if hasattr(log, "_write_many"):
+            log._write_many = timed_write_many  # type: ignore[method-assign]
+        else:  # the relay before its writer batched (to measure it the same way)
+            append = log._append
+
+            async def timed_append(key: str, owner: str, entry: Any, **kw: Any) -> bool:
+                sent = time.monotonic()
+                result = await append(key, owner, entry, **kw)
+                offsets = [e.offset for e in entry.events if isinstance(e, fluxstream.TextDelta)]
+                if offsets:
+                    appends.setdefault(key, []).append((min(offsets), sent, time.monotonic()))
+                return result
+
+            log._append = timed_append  # type: ignore[method-assign]
         keys = [f"bench-{i}" for i in range(args.streams)]
         request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
                    "max_tokens": args.tokens}
@@ -225,6 +294,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 "--followers", str(args.followers), "--out", str(out),
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--uvloop"] if args.uvloop else []),
+                *(["--gc-freeze"] if args.gc_freeze else []),
                 stdout=subprocess.PIPE, text=True,
             )
             assert followers_proc.stdout is not None
@@ -242,6 +312,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                             got.append((event.offset, len(event.text), time.monotonic()))
                 durations.append(time.monotonic() - started)
 
+            if args.gc_freeze:  # the set-up's objects are never scanned again
+                gc.collect()
+                gc.freeze()
             commands0 = redis_commands(url)
             others = {"upstream": upstream.pid, "redis": redis_proc.pid}
             cpu_others0 = {name: proc_cpu(pid) for name, pid in others.items()}
@@ -251,6 +324,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 profiler.enable()
             lags: list[float] = []
             probing = True
+            pauses = GCPauses()
 
             async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
                 while probing:
@@ -321,12 +395,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     errors = sum(1 for r in recorded if r.log_error is not None)
 
     def pct(p: float, values: list[float] = latencies) -> float:
+        if not values:
+            return math.nan
         return values[min(len(values) - 1, int(p * len(values)))] * 1000
 
     return {
         "streams": args.streams, "followers_per_stream": args.followers,
         "tokens": args.tokens, "rate_per_stream": args.rate, "frame_s": args.frame,
-        "upstream": args.upstream, "uvloop": args.uvloop,
+        "upstream": args.upstream, "uvloop": args.uvloop, "gc_freeze": args.gc_freeze,
         "total_deltas_per_s": round(deltas / wall), "load_average": os.getloadavg(),
         "exact": exact, "log_errors": errors, "deltas": deltas,
         "wall_s": round(wall, 2), "stream_duration_p50_s": round(statistics.median(durations), 2),
@@ -339,6 +415,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "stage_write_sent_ms": {p: round(pct(q, waited), 2) for p, q in PCT},
         "stage_write_acked_ms": {p: round(pct(q, written), 2) for p, q in PCT},
         "producer_loop_lag_ms": {p: round(pct(q, lags), 2) for p, q in PCT},
+        "followers_loop_lag_ms": {p: round(v, 2) for p, v in result.get("lag", {}).items()},
+        "producer_gc": pauses.summary(),
+        "followers_gc": result.get("gc"),
         "redis_commands_per_s": round(commands / wall),
         "log_writes": writes,
         "writes_per_stream_per_frame": round(writes / frames, 3),
@@ -359,6 +438,43 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 PCT = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 
+async def run_bare(args: argparse.Namespace, base_url: str, upstream_pid: int) -> dict[str, Any]:
+    """The same streams and upstream with no relay (``--bare``): what the client alone costs,
+    so that the relay's share of the producer's CPU per delta shows."""
+    request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
+               "max_tokens": args.tokens}
+    deltas = 0
+
+    async def consume(client: fluxstream.AsyncClient, key: str, delay: float) -> None:
+        nonlocal deltas
+        await anyio.sleep(delay)
+        async with client.chat.stream(content_key=key, **request) as stream:
+            async for event in stream:
+                if isinstance(event, fluxstream.TextDelta):
+                    deltas += 1
+
+    async with fluxstream.AsyncClient(base_url) as client:
+        upstream0 = proc_cpu(upstream_pid)
+        cpu0 = time.process_time()
+        wall0 = time.monotonic()
+        async with anyio.create_task_group() as tg:
+            for i in range(args.streams):
+                tg.start_soon(consume, client, f"bare-{i}", args.ramp * i / args.streams)
+        wall = time.monotonic() - wall0
+        cpu = time.process_time() - cpu0
+        upstream_cpu = proc_cpu(upstream_pid) - upstream0
+    return {
+        "bare": True, "streams": args.streams, "rate_per_stream": args.rate,
+        "upstream": args.upstream, "uvloop": args.uvloop, "deltas": deltas,
+        "total_deltas_per_s": round(deltas / wall), "wall_s": round(wall, 2),
+        "producer_cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
+        "upstream_cpu_us_per_delta": round(upstream_cpu / deltas * 1e6, 1),
+        "cpu_share_of_wall": {"producer": round(cpu / wall, 2),
+                              "upstream": round(upstream_cpu / wall, 2)},
+        "load_average": os.getloadavg(),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=500)
@@ -369,6 +485,11 @@ def main() -> None:
     parser.add_argument("--upstream", choices=["lean", "embedded"], default="lean")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop (bench only)")
     parser.add_argument("--profile", help="directory for cProfile statistics")
+    parser.add_argument("--bare", action="store_true", help="the client alone, no relay")
+    parser.add_argument(
+        "--gc-freeze", action="store_true",
+        help="gc.freeze() after set-up in the producer and the followers (a server setting)",
+    )
     parser.add_argument("--frame", type=float, default=0.016)
     parser.add_argument("--role", default="producer")
     parser.add_argument("--redis")
@@ -378,7 +499,7 @@ def main() -> None:
     if args.role == "followers":
         keys = json.loads(Path(args.keys).read_text())
         run_loop(
-            run_followers, args.redis, keys, args.followers, args.out, args.profile,
+            run_followers, args.redis, keys, args.followers, args.out, args.profile, args.gc_freeze,
             use_uvloop=args.uvloop,
         )
         return
