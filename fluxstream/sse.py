@@ -400,8 +400,12 @@ class SSEDecoder:
         k = 0
         n = len(pieces)
         while k < n:
-            id_bytes, sep, value = pieces[k].partition(b"\ndata:")
-            if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
+            piece = pieces[k]
+            # The usual spelling first: its value needs no space removed.
+            id_bytes, sep, value = piece.partition(b"\ndata: ")
+            if not sep:
+                id_bytes, sep, value = piece.partition(b"\ndata:")
+            if not sep or piece.count(10) != 1 or 0 in id_bytes:
                 # Another shape (or an ID with NUL, which must be ignored): this block and
                 # the blocks of other shapes right after it go line by line.
                 end = k + 1
@@ -434,7 +438,7 @@ class SSEDecoder:
                     ServerSentEvent,
                     (
                         "message",
-                        (value[1:] if value[:1] == b" " else value).decode("utf-8", "replace"),
+                        value.decode("utf-8", "replace"),
                         last_id,
                         None,
                     ),
