@@ -56,6 +56,17 @@ class Structured:
     tool: str | None = None
 
 
+def structured_for(api: str, fmt: Any) -> Structured | None:
+    """What to track for ``fmt`` on ``api`` when the request already carries it (a resumed
+    stream's body): the type, and for Anthropic the forced tool's name; nothing for a
+    ``dict`` (a provider format passed through, no type to build)."""
+    if fmt is None or isinstance(fmt, dict):
+        return None
+    if api == "messages":
+        return Structured(fmt, tool=anthropic_tool(fmt).get("name"))
+    return Structured(fmt)
+
+
 def structured_request(api: str, body: dict[str, Any], fmt: Any) -> Structured | None:
     """Put ``fmt`` (a type, or a provider ``dict`` passed through untouched) into ``body`` for
     ``api`` (``"chat"``, ``"responses"``, ``"messages"``); the type to track, if any."""

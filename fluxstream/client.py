@@ -23,7 +23,7 @@ import httpx
 import msgspec
 
 from ._http import HttpErrors
-from ._objects import prepare, structured_request
+from ._objects import prepare, structured_for, structured_request
 from ._transport import make_http_client
 from .endpoints import Messages, Responses, completing, resume_from_token
 from .limits import StreamLimits
@@ -339,19 +339,27 @@ class Chat:
         extra_headers: Mapping[str, str] | None = None,
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
+        response_format: Any = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
-        reply already in ``stream.reply``; only events after the token's are delivered."""
+        reply already in ``stream.reply``; only events after the token's are delivered.
+        ``response_format``: the type the original stream was asked for (the token carries
+        its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
+        partial object."""
         client = self._client
         path = str(token.get("path") or "chat/completions")
         endpoint = {"responses": client.responses, "messages": client.messages}.get(path)
         if endpoint is not None:  # a Responses / Messages stream: its own format and headers
-            return endpoint.resume(token, extra_headers=extra_headers, resume=resume, retry=retry)
-        return resume_from_token(
+            return endpoint.resume(
+                token, extra_headers=extra_headers, resume=resume, retry=retry,
+                response_format=response_format,
+            )
+        stream = resume_from_token(
             client, token, path=path, format="chat_completions",
             extra_headers=extra_headers, retry=retry, resume=resume,
         )
+        return prepare(stream, structured_for("chat", response_format), None)
 
     def _open(
         self,

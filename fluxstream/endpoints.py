@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
-from ._objects import prepare, structured_request
+from ._objects import prepare, structured_for, structured_request
 from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -125,15 +125,19 @@ class _Endpoint:
         extra_headers: Mapping[str, str] | None = None,
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
+        response_format: Any = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
-        that go on, the partial reply already in ``stream.reply``."""
-        return resume_from_token(
+        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
+        type the original stream was asked for (a token carries its schema, not the type),
+        so that ``objects()`` and ``parsed`` continue from the partial object."""
+        stream = resume_from_token(
             self._client, token, path=self.path, format=self.format,
             extra_headers=extra_headers, retry=self._retry(retry), resume=self._resume(resume),
             build=self._build(),
         )
+        return prepare(stream, structured_for(self.path, response_format), None)
 
     def _open(self, body: dict[str, Any], *, tools: Sequence[Mapping[str, Any]] | None,
               response_format: Any, log: Any, content_key: str | None,
