@@ -330,12 +330,12 @@ class SSEDecoder:
                 # "event: delta\nid: 17\ndata: ...\n\n"), as servers that support
                 # Last-Event-ID resume or name their events flush them. Within the limit, so
                 # it cannot be too large; another shape goes on to the line loop below.
-                lines = data.split(b"\n")
-                n = len(lines)
-                if 3 < n < 6 and not lines[-2] and lines[-3][:5] == b"data:":
+                n = data.count(10) + 1  # the pieces split(b"\n") gives: split only if few
+                few: list[bytes] | None = data.split(b"\n") if 3 < n < 6 else None
+                if few is not None and not few[-2] and few[-3][:5] == b"data:":
                     id_ = self.last_event_id  # at a block boundary: equals the ID buffer
                     event_type = b""
-                    for line in lines[: n - 3]:
+                    for line in few[: n - 3]:
                         if line[:3] == b"id:":
                             value = line[4:] if line[3:4] == b" " else line[3:]
                             if 0 not in value:  # an ID with NUL is ignored
@@ -347,7 +347,7 @@ class SSEDecoder:
                     else:
                         self.last_event_id = self._id = id_
                         self._quiet = 0
-                        value = lines[-3]
+                        value = few[-3]
                         return [
                             _new_event(
                                 ServerSentEvent,
@@ -365,7 +365,9 @@ class SSEDecoder:
                         ]
                 elif data[:4] == b"id: ":
                     return self._id_run(data)
-                return self._lines(lines, lines.pop())
+                if few is None:
+                    few = data.split(b"\n")
+                return self._lines(few, few.pop())
         lines = data.split(b"\n")
         return self._lines(lines, lines.pop())
 
