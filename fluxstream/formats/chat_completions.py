@@ -273,9 +273,12 @@ class ChatCompletionsFormat:
 
         Most chunks of a stream are alike: one choice already seen, a delta of non-empty
         ``content`` and nothing else, no finish reason, usage or error, no surrogate half
-        held. Those are mapped here without the per-event calls of :meth:`feed` and
-        :meth:`_chunk` (the same steps, as :meth:`_chunk` takes them for such a chunk: one
-        ``TextDelta`` at the choice's text offset); any other event goes through :meth:`feed`.
+        held, id and model known. Those are mapped here without the per-event calls of
+        :meth:`feed` and :meth:`_chunk` (the same steps, as :meth:`_chunk` takes them for such
+        a chunk: one ``TextDelta`` at the choice's text offset). Any other object the fast
+        decoder gives goes to :meth:`_chunk`, as :meth:`feed` would send it; every other
+        event (not an object, refused by the fast decoder, a surrogate half held, ``event:
+        error``, the sentinel) goes through :meth:`feed` itself.
         """
         loads = _fast_loads
         states = self._choices
@@ -287,8 +290,6 @@ class ChatCompletionsFormat:
             if (
                 self._holding
                 or self.done
-                or self.model is None
-                or self.id is None
                 or sse.event == "error"
                 or len(data) > _BIG_FRAME
                 or data[:1] != "{"
@@ -304,7 +305,12 @@ class ChatCompletionsFormat:
                 out += self.feed(sse)  # from_json and the fallback decide (skip, strict...)
                 continue
             choices = obj.get("choices")
-            if choices.__class__ is list and len(choices) == 1:
+            if (
+                choices.__class__ is list
+                and len(choices) == 1
+                and self.model is not None
+                and self.id is not None
+            ):
                 choice = choices[0]
                 if choice.__class__ is dict:
                     delta = choice.get("delta")
