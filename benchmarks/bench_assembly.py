@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_assembly.py            # full run (about a minute)
     .venv/bin/python benchmarks/bench_assembly.py --quick    # smoke run
+    .venv/bin/python benchmarks/bench_assembly.py --regimes  # StreamParser per delta only
 
 Method (see benchmarks/README.md, "Assembly"):
 
@@ -23,8 +24,9 @@ Method (see benchmarks/README.md, "Assembly"):
     content and argument fragments to lists (no types, no validation, no quirk handling).
 
 * Sans-IO: ``fluxstream.parser.replay(reads)`` with no HTTP at all.
-* JSON path: the per-chunk decode alone over the 20,000 ``data`` payloads, three ways:
-  ``json.loads`` + dict access, ``pydantic_core.from_json`` + dict access, and
+* JSON path: the per-chunk decode alone over the 20,000 ``data`` payloads, four ways:
+  ``json.loads`` + dict access, ``pydantic_core.from_json`` + dict access, ``msgspec.json``
+  (what ``ChatCompletionsFormat.feed_many`` decodes with) + dict access, and
   ``TypeAdapter(ChatCompletionChunk).validate_json`` into the wire models + attribute access.
 * Partial JSON: asking for the best-effort arguments after each of 5,000 fragments of a
   544 KiB argument: ``pydantic_core.from_json(prefix, allow_partial=...)`` on every prefix vs
@@ -35,6 +37,10 @@ Every figure is the median of ``--repeats`` runs, in the same process. Time is t
 CPU time (``time.process_time``): every contender is CPU-bound in this one process (the
 "network" is an in-memory ``MockTransport``), and CPU time is not inflated when other jobs share
 the machine. ``--wall`` measures ``time.perf_counter`` instead.
+
+``--regimes``: only ``StreamParser``'s cost per content delta on the bytes of
+``bench_client.py``'s server, read as its regimes deliver them (whole, 16 KiB, 4 KiB, one
+event per read), and a fresh parser's set-up plus its first read of three events.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout, if no
 
 import httpx
 import httpx_sse
+import msgspec
 import openai
 import pydantic
 import pydantic_core
@@ -314,12 +321,79 @@ def table(title: str, rows: list[tuple[str, float]], chunks: int, base: str) -> 
               f"   {seconds / base_time:.2f}x")
 
 
+def client_stream(deltas: int) -> bytes:
+    """The bytes ``benchmarks/bench_client.py``'s server sends for one stream of ``deltas``
+    content deltas (``id: N`` + one ``data:`` line per event, ``retry:`` on the first)."""
+    from bench_client import _body  # the client benchmark's request, same directory
+    from bench_server import events_for
+
+    return b"".join(events_for(_body(deltas)))
+
+
+def regimes(repeats: int) -> None:
+    """``--regimes``: µs per content delta of a fresh ``StreamParser`` (set-up, ``feed`` of
+    every read, ``close``) on the client benchmark's stream, read as its regimes deliver it,
+    and the set-up plus the first read (three events, as the time-to-first-token burst
+    sends them). Wall time of many streams (``perf_counter``: each stream is a few hundred
+    microseconds), garbage collector off while timing, median of ``repeats``."""
+    from fluxstream.parser import StreamParser
+
+    print("\nStreamParser per content delta, the client benchmark's stream "
+          f"(median of {repeats}, wall time, gc off)")
+    for deltas in (100, 40):
+        body = client_stream(deltas)
+        events = [e + b"\n\n" for e in body.split(b"\n\n") if e]
+        shapes = {
+            "whole stream in one read (packed)": [body],
+            "16 KiB reads (chunk16k)": [body[i : i + 16384] for i in range(0, len(body), 16384)],
+            "4 KiB reads": [body[i : i + 4096] for i in range(0, len(body), 4096)],
+            "one event per read (paced)": events,
+        }
+        streams = 20_000 // deltas
+
+        def run(reads: list[bytes], streams: int = streams) -> None:
+            for _ in range(streams):
+                parser = StreamParser()
+                for read in reads:
+                    parser.feed(read)
+                parser.close()
+
+        print(f"  {deltas} deltas per stream ({len(body):,} bytes, {len(events)} events):")
+        for name, reads in shapes.items():
+            times = []
+            for _ in range(repeats):
+                gc.collect()
+                gc.disable()
+                start = time.perf_counter()
+                run(reads)
+                times.append(time.perf_counter() - start)
+                gc.enable()
+            per = statistics.median(times) / (streams * deltas) * 1e6
+            print(f"    {name:<36}{per:8.2f} us per delta")
+    first = b"".join(events[:3])
+    times = []
+    for _ in range(repeats):
+        gc.collect()
+        gc.disable()
+        start = time.perf_counter()
+        for _ in range(2_000):
+            StreamParser().feed(first)
+        times.append(time.perf_counter() - start)
+        gc.enable()
+    print(f"  new parser + first read of 3 events:   {statistics.median(times) / 2_000 * 1e6:.2f} us")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2,000 deltas, 3 repeats")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--wall", action="store_true", help="wall-clock time, not CPU time")
+    ap.add_argument("--regimes", action="store_true",
+                    help="only StreamParser's cost per delta in the client benchmark's regimes")
     args = ap.parse_args()
+    if args.regimes:
+        regimes(max(args.repeats, 3))
+        return
     global CLOCK
     if args.wall:
         CLOCK = time.perf_counter
@@ -355,6 +429,7 @@ def main() -> None:
     rows = []
     for name, fn in (
         ("pydantic_core.from_json", lambda: decode_dicts(pydantic_core.from_json, payloads)),
+        ("msgspec.json (feed_many's)", lambda: decode_dicts(msgspec.json.decode, payloads)),
         ("json.loads", lambda: decode_dicts(json.loads, payloads)),
         ("TypeAdapter.validate_json", lambda: decode_models(payloads)),
     ):
