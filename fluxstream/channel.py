@@ -250,6 +250,8 @@ class Channel:
             "response_id": parser.response_id,
             "sequence": parser.sequence,
             "offsets": parser.offsets(),
+            # The wire format's own state (Anthropic: the content blocks open at the token).
+            "wire": parser.wire_state(),
             "reply": parser.reply.model_dump(mode="json"),
         }
 

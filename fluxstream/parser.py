@@ -398,6 +398,9 @@ class StreamParser:
         response_id = token.get("response_id")
         if hasattr(wire, "response_id") and isinstance(response_id, str) and response_id:
             wire.response_id = response_id
+        restore_state = getattr(wire, "restore_state", None)
+        if restore_state is not None:  # the wire format's own state (Anthropic: open blocks)
+            restore_state(token.get("wire"))
         parser._old_last_event_id = str(token.get("last_event_id") or "")
         parser._old_reconnection_time = token.get("reconnection_time")
         return parser
@@ -446,6 +449,12 @@ class StreamParser:
     def done(self) -> bool:
         """The sentinel (or a complete non-streaming body) arrived."""
         return self._format.done
+
+    def wire_state(self) -> dict[str, Any] | None:
+        """The wire format's state that a resume token carries beyond the reply (``None``:
+        the format needs none): see :meth:`from_token`."""
+        state = getattr(self._wire, "resume_state", None)
+        return None if state is None else dict(state())
 
     @property
     def _wire(self) -> Any:

@@ -47,7 +47,7 @@ def request(api: str) -> dict[str, Any]:
     return {"model": "m", "max_tokens": 1024, "messages": USER}
 
 
-@pytest.mark.parametrize("api", ["chat", "responses"])
+@pytest.mark.parametrize("api", ["chat", "responses", "messages"])
 async def test_a_resumed_stream_goes_on_from_the_partial_object(aserver: Server, api: str) -> None:
     async with fluxstream.AsyncClient(base_url=aserver.base_url, api_key="sk-s") as client:
         async with endpoint(client, api).stream(

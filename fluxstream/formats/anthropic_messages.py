@@ -64,6 +64,7 @@ _FOLD = 256
 #: Content blocks remembered per message. Real messages have a few dozen; without a cap a
 #: stream of empty block starts would grow memory with the bytes while the reply stays empty.
 MAX_BLOCKS = 4096
+_BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
 
 
 class _Block:
@@ -101,6 +102,46 @@ class AnthropicMessagesFormat(JsonEventFormat):
         self._message_started = False
         self._usage = None
         self._stop = None
+
+    # ------------------------------------------------------------------ resume tokens
+
+    def resume_state(self) -> dict[str, Any]:
+        """What a resume token must carry beyond the reply: the content blocks by index (a
+        ``Last-Event-ID`` resume goes on inside an open block, whose ``content_block_start``
+        is not sent again), whether the message started, and the usage and stop reason so
+        far (``message_start`` is not sent again either)."""
+        blocks: dict[str, Any] = {}
+        for index, block in self._blocks.items():
+            entry: dict[str, Any] = {"kind": block.kind}
+            if block.kind == "thinking":
+                entry["thinking"] = "".join(block.parts)
+                entry["signature"] = block.signature
+            blocks[str(index)] = entry
+        return {"blocks": blocks, "message_started": self._message_started,
+                "usage": self._usage, "stop": self._stop}
+
+    def restore_state(self, state: Any) -> None:
+        """Take over :meth:`resume_state` from a token; entries that are not what it writes
+        are left out (a token is data from outside: it cannot make the format crash)."""
+        if not isinstance(state, Mapping):
+            return
+        blocks = state.get("blocks")
+        for key, entry in (blocks.items() if isinstance(blocks, Mapping) else ()):
+            if len(self._blocks) >= MAX_BLOCKS:
+                break
+            kind = entry.get("kind") if isinstance(entry, Mapping) else None
+            if not (isinstance(key, str) and key.isdigit() and kind in _BLOCK_KINDS):
+                continue
+            block = self._blocks[int(key)] = _Block(kind)
+            thinking, signature = entry.get("thinking"), entry.get("signature")
+            if kind == "thinking" and isinstance(thinking, str) and isinstance(signature, str):
+                block.parts = [thinking] if thinking else []
+                block.signature = signature
+        self._message_started = state.get("message_started") is True
+        usage = state.get("usage")
+        self._usage = dict(usage) if isinstance(usage, Mapping) else None
+        stop = state.get("stop")
+        self._stop = stop if isinstance(stop, str) else None
 
     # ------------------------------------------------------------------ events
 
