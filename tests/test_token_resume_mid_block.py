@@ -6,6 +6,9 @@ blocks, so every later ``content_block_delta`` was skipped as "a block that neve
 and the reply still ended ``done`` with the text cut (20 of 150 characters) — silent loss.
 Real sockets (the embedded server, which numbers every format's events with ``sse-ids``, so
 the resume goes by ``Last-Event-ID``), asyncio and trio.
+
+Also a Responses stream cut after a part's last delta: the part's ``.done`` (its whole text)
+was taken as new text by the restored parser and the reply held the text twice.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ pytestmark = pytest.mark.anyio
 
 USER = [{"role": "user", "content": "What is the weather in Zürich?"}]
 IDS = {"X-Fluxstream-Profile": "sse-ids"}
-CONTENT = (fluxstream.TextDelta, fluxstream.ToolCallDelta)
 TOOL = {"name": "forecast", "description": "A forecast",
         "input_schema": {"type": "object", "properties": {"city": {"type": "string"},
                                                           "days": {"type": "integer"}},
@@ -47,36 +49,36 @@ def content(reply: fluxstream.Reply) -> tuple[str, list[tuple[int, str | None, s
     return choice.text, [(c.index, c.name, c.arguments) for c in choice.tool_calls]
 
 
+@pytest.mark.parametrize("writes", [None, 7])
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("where", [0.3, 0.5, 0.7])
-async def test_a_token_taken_mid_block_resumes_exactly(
-    aserver: Server, case: str, where: float
+async def test_a_token_taken_after_any_event_resumes_exactly(
+    aserver: Server, case: str, writes: int | None
 ) -> None:
+    """Every cut point of the stream: after the k-th event, for every k; with the server's
+    events in one write each, and cut into 7-byte writes (other read boundaries, so a cut
+    also lands inside a read of several events)."""
     api, params = CASES[case]
+    headers = IDS if writes is None else {**IDS, "X-Fluxstream-Fault": f"write-size={writes}"}
     async with fluxstream.AsyncClient(base_url=aserver.base_url, api_key="sk-s") as client:
         endpoint = {"chat": client.chat, "responses": client.responses,
                     "messages": client.messages}[api]
-        async with endpoint.stream(model="m", **params, extra_headers=IDS) as whole:
-            count = sum([1 async for event in whole if isinstance(event, CONTENT)])
+        async with endpoint.stream(model="m", **params, extra_headers=headers) as whole:
+            count = sum([1 async for _ in whole])
         expected = content(whole.reply)
-        assert count >= 2
-        cut = max(1, min(count - 1, int(count * where)))  # after this many content events
-
-        async with endpoint.stream(model="m", **params, extra_headers=IDS) as first:
-            seen = 0
-            async for event in first:
-                seen += isinstance(event, CONTENT)
-                if seen == cut:
-                    break
-            token = first.resume_token()
-        text, calls = content(first.reply)
-        assert len(text) + sum(len(c[2]) for c in calls) < len(expected[0]) + sum(
-            len(c[2]) for c in expected[1]
-        ), "the token must be taken before the content's end"
-
-        resumed = client.chat.resume(token, extra_headers=IDS)
-        async with resumed:
-            await resumed.until_done()
-    assert resumed.reply.outcome is fluxstream.Outcome.DONE
-    assert resumed.reply.skipped_frames == 0
-    assert content(resumed.reply) == expected
+        assert count >= 3 and (expected[0] or expected[1])
+        for cut in range(1, count):
+            async with endpoint.stream(model="m", **params, extra_headers=headers) as first:
+                seen = 0
+                async for _event in first:
+                    seen += 1
+                    if seen == cut:
+                        break
+                token = first.resume_token()
+            resumed = client.chat.resume(token, extra_headers=headers)
+            async with resumed:
+                await resumed.until_done()
+            reply = resumed.reply
+            # ``finished`` when the token came after every choice finished (nothing to read).
+            assert reply.outcome in (fluxstream.Outcome.DONE, fluxstream.Outcome.FINISHED), cut
+            assert reply.skipped_frames == 0, cut
+            assert content(reply) == expected, cut

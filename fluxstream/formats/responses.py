@@ -113,6 +113,29 @@ class ResponsesFormat(JsonEventFormat):
         self._parts = set()
         self._text_part = None
 
+    # ------------------------------------------------------------------ resume tokens
+
+    def resume_state(self) -> dict[str, Any]:
+        """What a resume token must carry beyond the reply: the parts that received deltas
+        (a resume after the last delta of a part must not take that part's ``.done`` text as
+        new text: it would show the whole part twice) and whether an error arrived."""
+        return {"parts": [list(marker) for marker in sorted(self._parts, key=repr)],
+                "errored": self._errored}
+
+    def restore_state(self, state: Any) -> None:
+        """Take over :meth:`resume_state` from a token; entries that are not what it writes
+        are left out (a token is data from outside: it cannot make the format crash)."""
+        if not isinstance(state, Mapping):
+            return
+        parts = state.get("parts")
+        for marker in parts if isinstance(parts, list) else ():
+            if (
+                isinstance(marker, list) and len(marker) == 3 and isinstance(marker[0], str)
+                and all(m is None or type(m) is int for m in marker[1:])
+            ):
+                self._mark((marker[0], marker[1], marker[2]))
+        self._errored = state.get("errored") is True
+
     # ------------------------------------------------------------------ events
 
     delta_kinds = frozenset({
