@@ -18,12 +18,12 @@ contiguous are joined. (Helper h1 is extracting a shared coalescer into
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_json
 
 from ..errors import RelayPositionError
 from ..events import (
@@ -121,7 +121,7 @@ def encode_entry(events: list[Event], end: dict[str, Any] | None = None) -> str:
     """JSON text of one entry (events by their ``type`` discriminator)."""
     payload = '{"e":' + _EVENTS.dump_json(events).decode()
     if end is not None:
-        payload += ',"end":' + json.dumps(end, separators=(",", ":"))
+        payload += ',"end":' + to_json(end).decode()
     return payload + "}"
 
 

