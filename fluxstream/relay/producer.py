@@ -1,12 +1,13 @@
 """The producer side: a stream whose delivered events are recorded into a reply log.
 
 :class:`RecordedStream` wraps a :class:`~fluxstream.stream.ReplyStream` and is used exactly
-like it. The consumer's path only appends to a list: a background writer task (owned by the
-wrapper, see :mod:`fluxstream._tasks`) coalesces what arrived into one entry per frame and
-writes it, refreshes the lease when there is nothing to write, and -- through the log's cancel
-watch or the flag every write returns -- calls ``stream.cancel()`` when any worker asks the
-reply to stop. So a slow or dead log never slows or breaks the stream that feeds it: a failed
-write is reported once (``log_error`` and a warning) and recording stops.
+like it. The consumer's path only appends to a list: the log's writer (one background task
+per log, :mod:`fluxstream.relay.writer`, for every stream the process records) coalesces
+what arrived into one entry per frame and writes it, refreshes the lease when there is nothing
+to write, and -- through the log's cancel watch or the flag every write returns -- the stream
+calls ``stream.cancel()`` when any worker asks the reply to stop. So a slow or dead log
+never slows or breaks the stream that feeds it: a failed write is reported once
+(``log_error`` and a warning) and recording stops.
 """
 
 from __future__ import annotations

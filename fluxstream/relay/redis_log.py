@@ -19,11 +19,14 @@ given and returns the cancel flag: one Redis command per frame.
 
 A log uses three connections whatever the number of streams and followers: commands of all
 producers and followers are *pipelined* together (whatever was asked while the previous round
-trip was in flight goes out in one); one *tailer* connection runs a single ``XREAD BLOCK`` over
-every stream that has a waiting follower and wakes those followers, who then read with
-``XRANGE`` (so a thousand followers never hold a thousand blocked connections); and one pub/sub
-connection carries cancels to producers (the flag that every write returns covers a message
-missed while subscribing).
+trip was in flight goes out in one; the writes of every stream the process records go out
+together, :mod:`fluxstream.relay.writer`); one *tailer* connection runs a single
+``XREAD BLOCK`` over every stream that has a waiting follower, keeps the entries it read and
+wakes those followers, who take them from it (a follower further behind reads with
+``XRANGE``), so a thousand followers never hold a thousand blocked connections nor re-read
+what the tailer read; and one pub/sub connection carries cancels to producers (the flag that
+every write returns covers a message missed while subscribing). Commands are packed and
+replies read by :mod:`fluxstream.relay.redis_io` (RESP on the client's pooled connections).
 
 redis-py's asyncio client runs on asyncio only (not trio). Install ``fluxstream[redis]``.
 """
