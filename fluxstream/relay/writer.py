@@ -118,7 +118,13 @@ class Writer:
         owners: list[RecordedStream] = []
         for stream in due:
             self._active.pop(stream, None)
-            for write in stream._take(now):
+            try:
+                taken = stream._take(now)
+            except Exception as exc:  # this stream's entry cannot be built: it stops alone
+                stream._broken(exc)
+                self.remove(stream)
+                continue
+            for write in taken:
                 writes.append(write)
                 owners.append(stream)
         if not writes:
@@ -132,5 +138,10 @@ class Writer:
         for stream, write, result in zip(owners, writes, results, strict=True):
             by_stream.setdefault(stream, []).append((write, result))
         for stream, outcomes in by_stream.items():
-            if stream._written(outcomes, done):
+            try:
+                finished = stream._written(outcomes, done)
+            except Exception as exc:  # e.g. its stream's cancel failed: it stops alone
+                stream._broken(exc)
+                finished = True
+            if finished:
                 self.remove(stream)

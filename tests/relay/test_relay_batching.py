@@ -184,3 +184,38 @@ def test_pack_writes_resp_bulk_strings() -> None:
     assert pack(["SET", "k", "wörd", 12, b"\x00\r\n"]) == (
         b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$5\r\nw\xc3\xb6rd\r\n$2\r\n12\r\n$3\r\n\x00\r\n\r\n"
     )
+
+
+async def test_a_stream_whose_write_cannot_be_built_stops_recording_alone(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    """One stream's failure while its entry is prepared (here: its resume token cannot be
+    read) is that stream's ``log_error``; the writer goes on for the others."""
+    log = make_log()
+    req = request(tokens=40)
+    expected = expected_text(req)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        broken = log.record(client.chat.stream(content_key="unbuildable", **req))
+        kept = log.record(client.chat.stream(content_key="buildable", **req))
+
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("no token")
+
+        broken._entry = fail  # type: ignore[method-assign]
+        texts = {"unbuildable": "", "buildable": ""}
+
+        async def consume(name: str, stream: Any) -> None:
+            async with stream:
+                async for event in stream:
+                    if isinstance(event, fluxstream.TextDelta):
+                        texts[name] += event.text
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(consume, "unbuildable", broken)
+                tg.start_soon(consume, "buildable", kept)
+    assert texts == {"unbuildable": expected, "buildable": expected}
+    assert isinstance(broken.log_error, RuntimeError)
+    assert kept.log_error is None
+    seen = await follow_all(log, "buildable")
+    assert seen.text == expected and seen.end.outcome is fluxstream.Outcome.DONE
