@@ -226,6 +226,8 @@ class RecordedStream:
         self._writer = writer_of(self._log)
         self._last_io = time.monotonic()
         self._writer.add(self)
+        if self._pending:  # a takeover's gap fill: written at once, not with the next event
+            self._writer.wake(self)
 
     def _cancel_requested(self) -> None:
         logger.info("relay: cancel requested for %s", show_key(self.key))
