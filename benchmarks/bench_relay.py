@@ -69,23 +69,27 @@ class GCPauses:
     """Durations of the garbage collector's passes in this process (``gc.callbacks``)."""
 
     def __init__(self) -> None:
-        self.pauses: list[tuple[int, float]] = []
-        self._start = 0.0
+        self.pauses: list[tuple[int, float, float]] = []  # generation, wall, CPU
+        self._start = (0.0, 0.0)
         gc.callbacks.append(self._callback)
 
     def _callback(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
-            self._start = time.perf_counter()
+            self._start = (time.perf_counter(), time.thread_time())
         else:
-            self.pauses.append((int(info["generation"]), time.perf_counter() - self._start))
+            self.pauses.append((
+                int(info["generation"]), time.perf_counter() - self._start[0],
+                time.thread_time() - self._start[1],
+            ))
 
     def summary(self) -> dict[str, Any]:
-        longest = max((d for _, d in self.pauses), default=0.0)
         return {
             "collections": len(self.pauses),
-            "gen2": sum(1 for g, _ in self.pauses if g == 2),
-            "total_ms": round(sum(d for _, d in self.pauses) * 1000, 1),
-            "longest_ms": round(longest * 1000, 1),
+            "gen2": sum(1 for p in self.pauses if p[0] == 2),
+            "total_ms": round(sum(p[1] for p in self.pauses) * 1000, 1),
+            "total_cpu_ms": round(sum(p[2] for p in self.pauses) * 1000, 1),
+            "longest_ms": round(max((p[1] for p in self.pauses), default=0.0) * 1000, 1),
+            "longest_cpu_ms": round(max((p[2] for p in self.pauses), default=0.0) * 1000, 1),
         }
 
 
