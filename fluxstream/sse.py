@@ -53,6 +53,7 @@ any async iterator of bytes and works under asyncio and trio alike.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from itertools import islice
 from typing import NamedTuple
 
 from .errors import EventTooLargeError, FluxstreamError, LimitExceededError
@@ -396,60 +397,57 @@ class SSEDecoder:
         events: list[ServerSentEvent] = []
         append = events.append
         last_id = self.last_event_id  # at a block boundary: equals the ID buffer
-        # Events built here since the last run of blocks went through _lines: each of them
-        # resets the count of bytes without an event.
-        fresh = False
-        k = 0
         n = len(pieces)
-        while k < n:
-            piece = pieces[k]
-            # The usual spelling first: its value needs no space removed.
-            id_bytes, sep, value = piece.partition(b"\ndata: ")
-            if not sep:
-                id_bytes, sep, value = piece.partition(b"\ndata:")
-            if not sep or piece.count(10) != 1 or 0 in id_bytes:
-                # Another shape (or an ID with NUL, which must be ignored): this block and
-                # the blocks of other shapes right after it go line by line.
-                end = k + 1
-                while end < n:
-                    id_bytes, sep, value = pieces[end].partition(b"\ndata:")
-                    if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
-                        end += 1
-                    else:
-                        break
-                self.last_event_id = self._id = last_id
-                if fresh:
-                    self._quiet = 0
-                    fresh = False
-                if end == n and not complete:
-                    # The run reaches the unfinished last block: the rest of the read.
-                    lines = (b"id: " + b"\n\nid: ".join([*pieces[k:], tail])).split(b"\n")
-                    events += self._lines(lines, lines.pop(), held=bool(events))
-                    return events
-                lines = (b"id: " + b"\n\nid: ".join(pieces[k:end]) + b"\n\n").split(b"\n")
-                lines.pop()
-                events += self._lines(lines, held=bool(events))
-                if self._failed is not None:  # a limit crossed by that run: failed lazily
-                    return events
-                last_id = self.last_event_id
-                k = end
-                continue
-            last_id = id_bytes.decode("utf-8", "replace")
-            append(
-                _new_event(
-                    ServerSentEvent,
-                    (
-                        "message",
-                        value.decode("utf-8", "replace"),
-                        last_id,
-                        None,
-                    ),
+        # Events from ``mark`` on were built here after the last run of blocks that went
+        # through _lines: they reset the count of bytes without an event.
+        mark = 0
+        start = 0
+        while start < n:
+            base = len(events)
+            for piece in islice(pieces, start, None):
+                # The usual spelling first: its value needs no space removed.
+                id_bytes, sep, value = piece.partition(b"\ndata: ")
+                if not sep:
+                    id_bytes, sep, value = piece.partition(b"\ndata:")
+                if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
+                    break  # another shape (or an ID with NUL, which must be ignored)
+                last_id = id_bytes.decode("utf-8", "replace")
+                append(
+                    _new_event(
+                        ServerSentEvent,
+                        ("message", value.decode("utf-8", "replace"), last_id, None),
+                    )
                 )
-            )
-            fresh = True
-            k += 1
+            else:
+                break
+            # Block k (each block before it made one event) and the blocks of other shapes
+            # right after it go line by line.
+            k = start + len(events) - base
+            end = k + 1
+            while end < n:
+                id_bytes, sep, value = pieces[end].partition(b"\ndata:")
+                if not sep or 10 in value or 10 in id_bytes or 0 in id_bytes:
+                    end += 1
+                else:
+                    break
+            self.last_event_id = self._id = last_id
+            if len(events) > mark:
+                self._quiet = 0
+            if end == n and not complete:
+                # The run reaches the unfinished last block: the rest of the read.
+                lines = (b"id: " + b"\n\nid: ".join([*pieces[k:], tail])).split(b"\n")
+                events += self._lines(lines, lines.pop(), held=bool(events))
+                return events
+            lines = (b"id: " + b"\n\nid: ".join(pieces[k:end]) + b"\n\n").split(b"\n")
+            lines.pop()
+            events += self._lines(lines, held=bool(events))
+            if self._failed is not None:  # a limit crossed by that run: failed lazily
+                return events
+            last_id = self.last_event_id
+            mark = len(events)
+            start = end
         self.last_event_id = self._id = last_id
-        if fresh:
+        if len(events) > mark:
             self._quiet = 0
         if not complete:
             lines = tail.split(b"\n")
