@@ -71,3 +71,31 @@ async def aserver(anyio_backend: str) -> AsyncIterator[Server]:
     """The reference server in the test's own event loop (anyio tests: asyncio and trio)."""
     async with serve(port=0, profile="openai") as running:
         yield running
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--transport",
+        choices=("auto", "httpx"),
+        default="auto",
+        help="the transport of every client fluxstream creates with transport='auto' "
+        "(httpx: the whole suite on httpx under asyncio too, as .ci/run does for the "
+        "transport-sensitive tests)",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _forced_transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``--transport httpx``, ``AsyncClient()`` builds the client it would have built
+    with ``transport="httpx"``: every guarantee is checked on each transport it supports."""
+    forced = request.config.getoption("--transport")
+    if forced == "auto" or request.node.get_closest_marker("auto_transport") is not None:
+        return
+    import fluxstream.client
+
+    make = fluxstream.client.make_http_client
+
+    def make_forced(transport: str, *args: Any) -> Any:
+        return make(forced if transport == "auto" else transport, *args)
+
+    monkeypatch.setattr(fluxstream.client, "make_http_client", make_forced)

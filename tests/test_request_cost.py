@@ -33,7 +33,7 @@ SERVER_CODE = str(Path(fluxstream.__file__).parent / "server")
 
 @pytest.fixture
 def anyio_backend() -> str:
-    return "asyncio"  # the default client's aiohttp transport is asyncio's
+    return "asyncio"  # the default client's transport on asyncio (aiohttp)
 
 
 @pytest.fixture
@@ -74,8 +74,7 @@ def scope_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
 async def test_a_whole_stream_cancels_no_scope_and_waits_for_nothing_at_close(
     server: Any, scope_calls: dict[str, int]
 ) -> None:
-    async with fluxstream.AsyncClient(server.base_url) as client:
-        assert client.http_client.uses_aiohttp
+    async with fluxstream.AsyncClient(server.base_url, transport="aiohttp") as client:
         for _ in range(3):
             async with client.chat.stream(model="m", messages=MSG) as stream:
                 async for _event in stream:
@@ -89,7 +88,9 @@ async def test_leaving_early_cancels_no_scope_and_frees_the_connection(
     server: Any, scope_calls: dict[str, int]
 ) -> None:
     limits = fluxstream.client.httpx.Limits(max_connections=1)
-    async with fluxstream.AsyncClient(server.base_url, limits=limits, timeout=5.0) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, transport="aiohttp", limits=limits, timeout=5.0
+    ) as client:
         for _ in range(3):  # one connection: a leaked one would time out the next request
             async with client.chat.stream(model="m", messages=MSG) as stream:
                 async for _event in stream:

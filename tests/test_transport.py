@@ -24,7 +24,7 @@ from fluxstream.retry import RetryPolicy
 from fluxstream.server import ServerThread, serve
 from fluxstream.server.script import expected_reply
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.auto_transport]
 
 MSG = [{"role": "user", "content": "Stream me a reply about transports"}]
 KEY = "sk-transport-SECRET-42"
