@@ -331,6 +331,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             pauses = GCPauses()
 
             async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
+                if os.environ.get("BENCH_RELAY_HEAP"):  # what the GC scans, mid-run
+                    await anyio.sleep(args.ramp + 1.0)
+                    counts: dict[str, int] = {}
+                    for obj in gc.get_objects():
+                        name = type(obj).__qualname__
+                        counts[name] = counts.get(name, 0) + 1
+                    top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
+                    print("heap", sum(counts.values()), top, file=sys.stderr)
                 while probing:
                     t = time.monotonic()
                     await anyio.sleep(0.005)
