@@ -440,7 +440,7 @@ class SSEDecoder:
                 return events
             lines = (b"id: " + b"\n\nid: ".join(pieces[k:end]) + b"\n\n").split(b"\n")
             lines.pop()
-            events += self._lines(lines, held=bool(events))
+            events += self._lines(lines, held=bool(events), more=True)
             if self._failed is not None:  # a limit crossed by that run: failed lazily
                 return events
             last_id = self.last_event_id
@@ -458,9 +458,17 @@ class SSEDecoder:
                 else:
                     self._pending = [b"id: ", tail]
                     self._pending_len = 4 + len(tail)
-                    return events
+                    return self._quiet_checked(events)
             lines[0] = b"id: " + lines[0]
             events += self._lines(lines, lines.pop(), held=bool(events))
+            return events
+        return self._quiet_checked(events)
+
+    def _quiet_checked(self, events: list[ServerSentEvent]) -> list[ServerSentEvent]:
+        """The end of a read whose runs of blocks went through :meth:`_lines` with ``more``:
+        check ``max_bytes_without_event`` as the loop checks it after a whole read."""
+        if self._quiet > self._quiet_limit:
+            self._fail_quiet(self._quiet, lazy=bool(events))
         return events
 
     def close(self) -> list[ServerSentEvent]:
@@ -552,12 +560,14 @@ class SSEDecoder:
     # ------------------------------------------------------------------ interpreting lines
 
     def _lines(
-        self, lines: list[bytes], rest: bytes = b"", *, held: bool = False
+        self, lines: list[bytes], rest: bytes = b"", *, held: bool = False, more: bool = False
     ) -> list[ServerSentEvent]:
         """Interpret the complete ``lines`` of a read (terminators removed; the first one
         continues the pending line; blank lines dispatch), then keep ``rest``, the start of an
         unterminated line. ``held``: the caller holds events of the same read already, so a
-        limit crossed here fails lazily even if these lines dispatch nothing.
+        limit crossed here fails lazily even if these lines dispatch nothing. ``more``: more
+        of the same read follows (the caller checks ``max_bytes_without_event`` once the read
+        is done, as the loop does for a whole read: an event later in it resets the count).
 
         The general path and the hot loop for every shape of stream but the shortcuts in
         :meth:`feed`: the block's state lives in locals and is written back once at the end.
@@ -658,7 +668,7 @@ class SSEDecoder:
         if comments:
             self.comments += comments
         self._quiet = quiet
-        if quiet > self._quiet_limit:
+        if quiet > self._quiet_limit and not more:
             self._fail_quiet(quiet, lazy=held or bool(events))
             return events
         if rest:

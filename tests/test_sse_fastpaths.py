@@ -393,3 +393,24 @@ def test_comment_completing_in_a_long_read_is_counted_at_once() -> None:
     decoder = SSEDecoder()
     decoder.feed(b"id: 1\ndata: " + LONG.encode() + b"\n\nid: 2\n: ping\n")
     assert decoder.comments == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"id: \n\nid: \ndata: \n\n",  # found by the read-for-read property
+        b"id: 1\n\n: c\n\nid: 2\ndata: x\n\n" + b"id: 3\ndata: y\n\n" * 40,
+        b"id: 1\n\nid: 2\ndata: x\n\nid: 3\ndata: z",  # the unfinished block is kept unread
+    ],
+)
+def test_bytes_without_event_are_checked_when_the_read_is_done(raw: bytes) -> None:
+    """Blocks without data before an event of the same read do not fail the stream, however
+    the ``id:`` run splits the read (the loop counts them when the whole read is done, and
+    the event resets the count); the same blocks alone do."""
+    for quiet in (5, 8, 12):
+        fast = SSEDecoder(max_bytes_without_event=quiet)
+        slow = LineLoop(max_bytes_without_event=quiet)
+        assert decode_until_limit(fast, [raw]) == decode_until_limit(slow, [raw])
+        assert decode_until_limit(SSEDecoder(max_bytes_without_event=quiet), [raw])[1] is None
+    alone = b"id: 1\n\n: c\n\n"
+    assert decode_until_limit(SSEDecoder(max_bytes_without_event=5), [alone])[1] is not None
