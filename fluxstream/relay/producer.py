@@ -243,7 +243,10 @@ class RecordedStream:
                 self._end = item
             else:
                 self._pending.append(item)
-        if self._writer is not None and (first or self._end is not None):
+        # Only when there is something to write: a takeover's transform may drop the event
+        # (resumed text that is stored already), and a stream with nothing to write must stay
+        # where the writer's lease refreshes look.
+        if self._writer is not None and ((first and self._pending) or self._end is not None):
             self._writer.wake(self)
 
     async def _finish(self) -> None:

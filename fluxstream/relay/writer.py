@@ -88,12 +88,17 @@ class Writer:
                 now = time.monotonic()
                 due: list[RecordedStream] = []
                 soonest = math.inf
+                idle: list[RecordedStream] = []
                 for stream in self._active:
                     ready = stream._ready_at()
                     if ready <= now:
                         due.append(stream)
+                    elif ready == math.inf:  # nothing to write after all: lease refreshes only
+                        idle.append(stream)
                     else:
                         soonest = min(soonest, ready)
+                for stream in idle:
+                    del self._active[stream]
                 if now >= self._refresh_scan:
                     # Lease refreshes: a scan of every stream a few times per lease.
                     active = self._active

@@ -256,3 +256,39 @@ async def test_a_stream_whose_write_cannot_be_built_stops_recording_alone(
     assert kept.log_error is None
     seen = await follow_all(log, "buildable")
     assert seen.text == expected and seen.end.outcome is fluxstream.Outcome.DONE
+
+
+async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps_it(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    """A takeover trims the resumed events that repeat the stored text, so for a while it has
+    nothing to write; that while can outlast the lease (the stored token is up to a second
+    behind). The lease must still be refreshed. Regression: such a stream sat in the writer's
+    set of streams with something to write while it had nothing, which the refresh scan skips;
+    its lease lapsed, a second taker took the reply over, the first lost its writes, and every
+    follower ended "producer lost" with the text cut (the multi-process SIGKILL test failed
+    about one run in three)."""
+    from fluxstream.relay.producer import RecordedStream
+
+    log = make_log(lease=0.3)
+    req = request(tokens=100)
+    started = time.monotonic()
+
+    def trim(event: Any) -> list[Any]:  # the first 0.8 s repeat stored text: all dropped
+        if time.monotonic() - started < 0.8 and not isinstance(event, fluxstream.End):
+            return []
+        return [event]
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        stream = client.chat.stream(
+            content_key="trimmed", extra_headers={"X-Fluxstream-Fault": "drip=0.01"}, **req
+        )
+        recorded = RecordedStream(stream, log, key="trimmed", transform=trim)
+        with anyio.fail_after(20):
+            async with recorded:
+                async for _event in recorded:
+                    pass
+    assert time.monotonic() - started > 0.8  # the stream outlasted the trimming
+    assert recorded.log_error is None
+    assert recorded.refreshes >= 1
+    assert recorded.reply.outcome is fluxstream.Outcome.DONE
