@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 import fluxstream
-from fluxstream.relay import RelayEvent
+from fluxstream.relay import RelayEvent, ReplyLog
 from fluxstream.server import expected_reply
 
 WORKER = Path(__file__).with_name("relay_worker.py")
@@ -115,3 +117,12 @@ class Followed:
                 assert item.event.offset == offset, (item.event.offset, offset)  # type: ignore[union-attr]
                 offset += len(item.event.text)  # type: ignore[union-attr]
         assert self.end is not None, "the follow did not end with End"
+
+
+async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
+    """Everything ``log.follow(key, **options)`` yields, within 20 s."""
+    seen = Followed()
+    with anyio.fail_after(20):
+        async for item in log.follow(key, **options):
+            seen.events.append(item)
+    return seen

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, expected_text, request
+from relay_support import Followed, expected_text, follow_all, request
 
 import fluxstream
 from fluxstream.errors import RelayLeaseLostError
@@ -24,14 +24,6 @@ from fluxstream.server import ServerThread
 pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
-
-
-async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
-    seen = Followed()
-    with anyio.fail_after(20):
-        async for item in log.follow(key, **options):
-            seen.events.append(item)
-    return seen
 
 
 def count_batches(log: ReplyLog) -> list[int]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, expected_text, request
+from relay_support import Followed, expected_text, follow_all, request
 
 import fluxstream
 from fluxstream.errors import RelayKeyError, RelayPositionError
@@ -32,14 +32,6 @@ from fluxstream.sse import SSEDecoder
 pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
-
-
-async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
-    seen = Followed()
-    with anyio.fail_after(20):
-        async for item in log.follow(key, **options):
-            seen.events.append(item)
-    return seen
 
 
 async def test_followers_joining_at_start_middle_and_after_end_get_the_exact_reply(
