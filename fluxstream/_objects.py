@@ -33,6 +33,7 @@ from .structured import (
     ObjectBuilder,
     StructuredTracker,
     anthropic_tool,
+    schema_name,
     text_format,
 )
 from .structured import (
@@ -62,8 +63,8 @@ def structured_for(api: str, fmt: Any) -> Structured | None:
     ``dict`` (a provider format passed through, no type to build)."""
     if fmt is None or isinstance(fmt, dict):
         return None
-    if api == "messages":
-        return Structured(fmt, tool=anthropic_tool(fmt).get("name"))
+    if api == "messages":  # the forced tool is named as anthropic_tool names it
+        return Structured(fmt, tool=schema_name(fmt))
     return Structured(fmt)
 
 
@@ -72,20 +73,20 @@ def structured_request(api: str, body: dict[str, Any], fmt: Any) -> Structured |
     ``api`` (``"chat"``, ``"responses"``, ``"messages"``); the type to track, if any."""
     if fmt is None:
         return None
-    tp = None if isinstance(fmt, dict) else fmt
     if api == "chat":
         body["response_format"] = chat_response_format(fmt)
-        return None if tp is None else Structured(tp)
-    if api == "responses":
+    elif api == "responses":
         body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}
-        return None if tp is None else Structured(tp)
-    tool = anthropic_tool(fmt)
-    name = tool.get("name")
-    if not isinstance(name, str) or not name:
-        raise ValueError("a dict response_format for Anthropic is the tool itself: it needs a name")
-    body["tools"] = [*(body.get("tools") or []), tool]
-    body.setdefault("tool_choice", {"type": "tool", "name": name})
-    return None if tp is None else Structured(tp, tool=name)
+    else:
+        tool = anthropic_tool(fmt)
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(
+                "a dict response_format for Anthropic is the tool itself: it needs a name"
+            )
+        body["tools"] = [*(body.get("tools") or []), tool]
+        body.setdefault("tool_choice", {"type": "tool", "name": name})
+    return structured_for(api, fmt)
 
 
 def hand_out(builder: ObjectBuilder[Any], live: bool) -> Any:

@@ -64,6 +64,8 @@ class StreamReader:
         self._spec = spec
         self._errors = spec.errors
         self._parser = parser
+        #: "Every choice finished", as Progress asks it (one callable, not one per read).
+        self._complete: Callable[[], bool] = lambda: parser.complete
         self.recovery = Recovery(retry, resume)
         # The response head must come within the read timeout (and the first token's).
         limits = [t for t in (spec.read_timeout, first_token_timeout) if t is not None]
@@ -142,7 +144,7 @@ class StreamReader:
                 return await self._recover(
                     lambda: self._reconnect(decision, "error event before content")
                 )
-        overdue = self.progress.read(events, now, lambda: parser.complete)
+        overdue = self.progress.read(events, now, self._complete)
         if events and parser.finished:
             self.end([])
         elif overdue is not None:
