@@ -224,6 +224,11 @@ class AiohttpResponse:
         close_aiohttp_response(self._resp)
 
     async def aclose(self) -> None:
+        self.fluxstream_close()
+
+    def fluxstream_close(self) -> None:
+        """:meth:`aclose`, synchronously (it never waits): a close needs no cancel scope to
+        shield it, and every stream's end comes here."""
         if self._watch is not None:
             self._watch.stop()
         resp = self._resp

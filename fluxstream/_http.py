@@ -135,6 +135,13 @@ def body_complete(response: Any) -> bool:
     return complete is not None and bool(complete())
 
 
+def closer(response: Any) -> Callable[[], None] | None:
+    """A synchronous close of ``response`` that never waits (fluxstream's own transport), or
+    ``None``: close with ``await response.aclose()``, shielded from cancellation."""
+    close: Callable[[], None] | None = getattr(response, "fluxstream_close", None)
+    return close
+
+
 def can_abort(response: Any) -> bool:
     """Whether :func:`abort_connection` can end this response's pending read at once."""
     return _aborter(response) is not None

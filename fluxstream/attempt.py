@@ -24,7 +24,14 @@ from typing import Any
 import anyio
 import sniffio
 
-from ._http import HttpErrors, abort_connection, body_complete, can_abort, status_error
+from ._http import (
+    HttpErrors,
+    abort_connection,
+    body_complete,
+    can_abort,
+    closer,
+    status_error,
+)
 from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 
 if sys.version_info >= (3, 11):
@@ -278,13 +285,17 @@ class Attempt:
         except Exception:  # the reply is complete; a failing drain changes nothing
             pass
         finally:
-            with anyio.CancelScope(shield=True):
-                if source is not None and not await finish_body(source):
-                    # Closed from another task while the owner reads: if that read returns
-                    # bytes, the chain stays suspended; the owner's close finishes it (set
-                    # before any checkpoint, so that close cannot come first and miss it).
-                    self.unfinished = source
-                await response.aclose()
+            close = closer(response)
+            if close is not None and not needs_unwinding(source):
+                close()  # fluxstream's own transport: nothing to wait for, nothing to shield
+            else:
+                with anyio.CancelScope(shield=True):
+                    if source is not None and not await finish_body(source):
+                        # Closed from another task while the owner reads: if that read
+                        # returns bytes, the chain stays suspended; the owner's close finishes
+                        # it (set before any checkpoint, so that close cannot come first).
+                        self.unfinished = source
+                    await response.aclose()
 
 
 def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
@@ -310,10 +321,8 @@ async def finish_body(source: AsyncIterator[bytes]) -> bool:
     exception unwinds (and finishes) each generator on its way out; the connection under an
     unfinished body is closed, as it had to be. An exhausted generator just stops.
     """
-    if not isinstance(source, AsyncGeneratorType) or source.ag_frame is None:
-        # Nothing to unwind: not a generator chain (the aiohttp adapter's body is a plain
-        # iterator that ``response.aclose()`` ends), or one already run to its end. The
-        # cancelled scope below is not free (anyio formats the task's repr on every
+    if not needs_unwinding(source):
+        # The cancelled scope below is not free (anyio formats the task's repr on every
         # ``cancel()``: ~50 µs), and every stream's close comes here.
         return True
     with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
@@ -326,6 +335,13 @@ async def finish_body(source: AsyncIterator[bytes]) -> bool:
             except Exception:  # StopAsyncIteration, or the library's error: it unwound
                 return True
     return True
+
+
+def needs_unwinding(source: AsyncIterator[bytes] | None) -> bool:
+    """``source`` is a chain of async generators not run to its end (see :func:`finish_body`);
+    anything else (the aiohttp adapter's body is a plain iterator that closing the response
+    ends, or a generator already exhausted) has nothing to unwind."""
+    return isinstance(source, AsyncGeneratorType) and source.ag_frame is not None
 
 
 async def read_limited(
