@@ -18,7 +18,10 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
   show that it is not the bottleneck.
 * Contenders, each with its own client made once per concurrency level and warmed up (every
   connection opened) before timing: ``raw-aiohttp`` (``ClientSession.post`` +
-  ``content.iter_any()``, bytes dropped: the floor), ``raw-httpx`` (``client.stream`` +
+  ``content.iter_any()``, bytes dropped: the floor), ``floor-parse`` and ``floor-bulk`` (not
+  clients: the least a hand loop on aiohttp does to get the text out, the ``data:`` payloads
+  decoded with msgspec one by one, or all of a read's in one call into structs; no SSE rules,
+  no events, no reply: what parsing costs at the least), ``raw-httpx`` (``client.stream`` +
   ``aiter_bytes``), ``httpx-sse+json.loads``, ``openai`` (``AsyncOpenAI`` on its own default
   HTTP client, httpx2, pool raised to the same 1,000 kept-alive connections) and
   ``fluxstream`` (``fluxstream.AsyncClient(base_url, api_key)``: the default, nothing
@@ -65,6 +68,7 @@ import aiohttp
 import anyio
 import httpx
 import httpx_sse
+import msgspec
 import openai
 
 import fluxstream
@@ -203,6 +207,78 @@ async def raw_aiohttp(session: Any, base_url: str, deltas: int, first: Any) -> A
     return ("raw", nbytes, (prev + last)[-64:])
 
 
+class _FloorDelta(msgspec.Struct):
+    content: str | None = None
+
+
+class _FloorChoice(msgspec.Struct):
+    delta: _FloorDelta | None = None
+
+
+class _FloorChunk(msgspec.Struct):
+    choices: list[_FloorChoice] = []
+
+
+_FLOOR_DICTS = msgspec.json.Decoder()
+_FLOOR_BULK = msgspec.json.Decoder(list[_FloorChunk])
+
+
+async def floor_parse(session: Any, base_url: str, deltas: int, first: Any) -> Any:
+    """Not a client: the least a hand loop on aiohttp does to get the text out. Blocks cut at
+    blank lines, ``data: `` lines decoded one by one with msgspec, ``choices[0].delta.content``
+    kept; no SSE rules (CR line ends, multi-line data, ids, limits), no typed events, no
+    reply, no outcome. What parsing costs at the least, one event at a time."""
+    parts: list[str] = []
+    rest = b""
+    async with session.post(f"{base_url}/chat/completions", data=_body(deltas),
+                            headers=_HEADERS) as response:
+        if response.status != 200:
+            raise RuntimeError(f"status {response.status}")
+        async for chunk in response.content.iter_any():
+            blocks = (rest + chunk).split(b"\n\n")
+            rest = blocks.pop()
+            for block in blocks:
+                for line in block.split(b"\n"):
+                    if line[:6] == b"data: " and line != b"data: [DONE]":
+                        choices = _FLOOR_DICTS.decode(line[6:]).get("choices")
+                        if choices:
+                            content = choices[0]["delta"].get("content")
+                            if content:
+                                if first is not None:
+                                    first()
+                                    first = None
+                                parts.append(content)
+    return "".join(parts)
+
+
+async def floor_bulk(session: Any, base_url: str, deltas: int, first: Any) -> Any:
+    """Not a client either: :func:`floor_parse` with every ``data:`` payload of a read decoded
+    in **one** msgspec call, straight into structs of the three fields it keeps. The least any
+    JSON-decoding reader can cost on top of the raw drain; no Python runs per event but the
+    list comprehension and the text append."""
+    parts: list[str] = []
+    rest = b""
+    async with session.post(f"{base_url}/chat/completions", data=_body(deltas),
+                            headers=_HEADERS) as response:
+        if response.status != 200:
+            raise RuntimeError(f"status {response.status}")
+        async for chunk in response.content.iter_any():
+            blocks = (rest + chunk).split(b"\n\n")
+            rest = blocks.pop()
+            payloads = [b.partition(b"data: ")[2] for b in blocks if b"data: {" in b]
+            if not payloads:
+                continue
+            for obj in _FLOOR_BULK.decode(b"[" + b",".join(payloads) + b"]"):
+                if obj.choices:
+                    delta = obj.choices[0].delta
+                    if delta is not None and delta.content:
+                        if first is not None:
+                            first()
+                            first = None
+                        parts.append(delta.content)
+    return "".join(parts)
+
+
 async def httpx_sse_loop(client: Any, base_url: str, deltas: int, first: Any) -> Any:
     parts: list[str] = []
     async with httpx_sse.aconnect_sse(client, "POST", f"{base_url}/chat/completions",
@@ -320,6 +396,8 @@ def _make_fluxstream_on(factory: Callable[[], Any]) -> Callable[[], tuple[Any, A
 
 CONTENDERS = [
     Contender("raw-aiohttp", _make_raw_aiohttp, raw_aiohttp, "floor"),
+    Contender("floor-parse", _make_raw_aiohttp, floor_parse, "not a client"),
+    Contender("floor-bulk", _make_raw_aiohttp, floor_bulk, "not a client"),
     Contender("raw-httpx", lambda: _closing(httpx.AsyncClient(limits=LIMITS, timeout=TIMEOUT)),
               raw_httpx),
     Contender("httpx-sse+json.loads",
@@ -495,6 +573,9 @@ def report(table: Table, plan: dict[int, tuple[int, int, float]], regimes: tuple
         for a, b, target, limit_at in (
             ("fluxstream", "openai", "≤ 0.5x", set(concs)),
             ("fluxstream", "raw-aiohttp", "≤ 2x at c=100, 500", {100, 500}),
+            ("floor-bulk", "raw-aiohttp", "- (the least any reader costs)", set()),
+            ("floor-parse", "raw-aiohttp", "-", set()),
+            ("fluxstream", "floor-bulk", "-", set()),
             ("fluxstream", "httpx-sse+json.loads", "-", set()),
             ("fluxstream", "raw-httpx", "-", set()),
             ("fluxstream[httpx]", "openai", "-", set()),
