@@ -5,6 +5,8 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_client.py            # full run (~10 minutes)
     .venv/bin/python benchmarks/bench_client.py --quick    # smoke run (~1 minute)
     .venv/bin/python benchmarks/bench_client.py --options  # also the transport options
+    .venv/bin/python benchmarks/bench_client.py --no-cpu --no-ttft --no-memory --split --repeats 5
+    .venv/bin/python benchmarks/bench_client.py --no-cpu --no-ttft --no-memory --cold
     .venv/bin/python benchmarks/bench_client.py --profile fluxstream --concurrency 500 --regime paced
 
 Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
@@ -44,6 +46,7 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import json
@@ -680,6 +683,86 @@ async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
     return failed
 
 
+# --------------------------------------------------------------------------------- split
+
+SPLIT_CONTENDERS = ("raw-aiohttp", "floor-bulk", "fluxstream")
+SPLIT_DELTAS = (2, 40, 100)
+
+
+async def bench_split(args: argparse.Namespace, server: ServerProcess,
+                      contenders: list[Contender]) -> None:
+    """Client CPU per request and per delta, apart: the ``packed`` regime at c=100 and 500 with
+    replies of 2, 40 and 100 deltas (paired rounds); the slope between 2 and 100 deltas is
+    the cost of a delta, what is left at 2 deltas the cost of a request."""
+    chosen = [c for c in contenders if c.name in SPLIT_CONTENDERS]
+    url = server.url("packed")
+    print(f"\n### Per request and per delta apart (`packed`, replies of "
+          f"{', '.join(map(str, SPLIT_DELTAS))} deltas, median of {args.repeats} paired "
+          "rounds), client CPU µs\n")
+    print("| contender | c | per request, 2 deltas | 40 deltas | 100 deltas | per delta "
+          "(slope) | per request (intercept) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for concurrency in (100, 500):
+        states = {c.name: c.make() for c in chosen}
+        cost: dict[tuple[str, int], list[float]] = {}
+        try:
+            for c in chosen:
+                await run_round(c, states[c.name][0], url, concurrency, concurrency, 2, server)
+            for r in range(args.repeats):
+                for deltas in SPLIT_DELTAS:
+                    for c in chosen if r % 2 == 0 else chosen[::-1]:
+                        rnd = await run_round(c, states[c.name][0], url, concurrency,
+                                              concurrency, deltas, server)
+                        check(c.name, rnd.results, concurrency, expected_text(deltas), {}, None)
+                        cost.setdefault((c.name, deltas), []).append(rnd.cpu / concurrency * 1e6)
+        finally:
+            for _, close in states.values():
+                with anyio.move_on_after(20, shield=True):
+                    await close()
+        for c in chosen:
+            per = [statistics.median(cost[(c.name, d)]) for d in SPLIT_DELTAS]
+            slope = (per[-1] - per[0]) / (SPLIT_DELTAS[-1] - SPLIT_DELTAS[0])
+            print(f"| {c.name} | {concurrency} | {per[0]:.0f} | {per[1]:.0f} | {per[2]:.0f} | "
+                  f"{slope:.2f} | {per[0] - SPLIT_DELTAS[0] * slope:.0f} |")
+
+
+# --------------------------------------------------------------------------------- cold
+
+
+async def bench_cold(args: argparse.Namespace) -> None:
+    """A fresh ``StreamParser`` fed the first read of a c=1 reply (the head events: ``id:``,
+    ``retry:``, the role chunk and two deltas), back to back and after the process slept
+    0.6 ms (about a request's round trip here) in ``time.sleep`` or in the event loop. No
+    server runs meanwhile: what the wait alone does to the same Python work."""
+    sys.path.insert(0, str(HERE))
+    from bench_server import events_for
+
+    from fluxstream.parser import StreamParser
+
+    first = b"".join(events_for(_body(2))[:3])
+    rows = []
+    for label in ("back to back", "after time.sleep(0.6 ms)", "after asyncio.sleep(0.6 ms)"):
+        times = []
+        for _ in range(args.single * 4):
+            if label.startswith("after time"):
+                time.sleep(0.0006)  # noqa: ASYNC251 - the point: a wait outside the loop
+            elif label.startswith("after asyncio"):
+                await asyncio.sleep(0.0006)
+            parser = StreamParser()
+            t0 = time.perf_counter()
+            events = parser.feed(first)
+            times.append(time.perf_counter() - t0)
+            if not any(type(e) is TextDelta for e in events):
+                raise RuntimeError("the first read holds no TextDelta")
+        rows.append((label, statistics.median(times) * 1e6, min(times) * 1e6))
+    print(f"\n### The first read through a fresh parser ({len(first)} bytes), "
+          f"{args.single * 4} times each, µs\n")
+    print("| when | median | min |")
+    print("|---|---:|---:|")
+    for label, med, low in rows:
+        print(f"| {label} | {med:.1f} | {low:.1f} |")
+
+
 # --------------------------------------------------------------------------------- memory
 
 MEMORY_CLIENTS = ("fluxstream", "openai", "raw-httpx", "raw-aiohttp")
@@ -833,6 +916,10 @@ def main() -> None:
                         help="requests per client for the c=1 first-token comparison")
     parser.add_argument("--trio", action="store_true",
                         help="also raw-httpx and fluxstream on trio (paced, c=1 and 100)")
+    parser.add_argument("--split", action="store_true",
+                        help="also the cost per request and per delta apart (packed, c=100/500)")
+    parser.add_argument("--cold", action="store_true",
+                        help="also the first read's parse back to back and after a 0.6 ms wait")
     parser.add_argument("--profile", default=None, help="cProfile one contender instead")
     parser.add_argument("--regime", default="paced", choices=REGIMES, help="for --profile")
     parser.add_argument("--sort", default="tottime")
@@ -886,6 +973,10 @@ def main() -> None:
             table = anyio.run(bench, args, server, chosen, trio_plan, ("paced",),
                               backend="trio")
             report(table, trio_plan, ("paced",), [c.name for c in chosen], "trio")
+        if args.split:
+            anyio.run(bench_split, args, server, contenders, backend="asyncio")
+        if args.cold:
+            anyio.run(bench_cold, args, backend="asyncio")
         if not args.no_ttft:
             failed += anyio.run(bench_ttft, args, server, contenders, backend="asyncio")
         if not args.no_memory:
