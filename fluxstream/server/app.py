@@ -81,6 +81,8 @@ MODELS: tuple[str, ...] = ("fluxstream-echo", "fluxstream-reasoner")
 
 MAX_REQUESTS_PER_CONNECTION = 10_000
 MAX_EVENTS_PER_REQUEST = 100_000
+#: Deepest JSON nesting a request body may have (real requests nest a dozen levels or so).
+MAX_JSON_DEPTH = 128
 DEFAULT_IDLE_TIMEOUT = 60.0
 
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -236,12 +238,7 @@ class Server:
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers]
         method = request.method.decode("ascii", "replace")
         path, _, query = request.target.decode("latin-1").partition("?")
-        parsed: Any = None
-        if body:
-            try:
-                parsed = json.loads(body)
-            except ValueError:
-                parsed = None
+        parsed, problem = _parse_body(body)
         conn.faults = Faults()
         conn.body_bytes = 0
         conn.events = 0
@@ -249,13 +246,12 @@ class Server:
         names: frozenset[str] = frozenset()
         spec: dict[str, str] = {}
         faults = Faults()
-        problem: str | None = None
         try:
             names = self._profiles_for(headers, parsed)
             spec = {**self.fault_spec, **parse_fault_spec(_header(headers, FAULT_HEADER))}
             faults = build_faults(spec)
         except (ProfileError, FaultError) as exc:
-            problem = str(exc)
+            problem = problem or str(exc)
         attempt = self._count_attempt(headers, method, path, body)
         if faults.fail_first is not None and attempt > faults.fail_first:
             faults = Faults()
@@ -673,6 +669,40 @@ def _continuation_headers(prefix: str | None, script: Script) -> list[tuple[str,
         return []
     handled = "continued" if script.prefix is not None else "ignored"
     return [(CONTINUATION_HEADER.lower(), handled)]
+
+
+def _parse_body(body: bytes) -> tuple[Any, str | None]:
+    """The request's JSON (``None`` if it is not JSON: the routes answer 400 for that), and a
+    problem to answer 400 with. Nesting is bounded: ``json.loads`` raises ``RecursionError``
+    (not ``ValueError``) on a deep body, and a value that loads can still overflow the stack
+    of what walks it later (the digest, the renderers), so a value nested deeper than
+    :data:`MAX_JSON_DEPTH` is refused."""
+    if not body:
+        return None, None
+    too_deep = f"request body nested deeper than {MAX_JSON_DEPTH} levels"
+    try:
+        parsed = json.loads(body)
+    except RecursionError:
+        return None, too_deep
+    except ValueError:
+        return None, None
+    return parsed, (too_deep if _deeper_than(parsed, MAX_JSON_DEPTH) else None)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists/dicts more than ``limit`` levels (iterative: no
+    recursion on the value it checks)."""
+    todo: list[tuple[Any, int]] = [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        if depth > limit:
+            return True
+        todo.extend((child, depth + 1) for child in item if isinstance(child, (list, dict)))
+    return False
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

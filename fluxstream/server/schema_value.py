@@ -10,20 +10,24 @@ code points.
 
 Deterministic and bounded: the same schema and seed give the same value; recursion (a model
 that contains a list of itself) stops at :data:`MAX_DEPTH` (optional values become ``null``,
-arrays empty when ``minItems`` allows), and at most :data:`MAX_NODES` values are made.
+arrays empty when ``minItems`` allows), at most :data:`MAX_NODES` values are made, and
+``minLength`` is met up to :data:`MAX_STRING` code points.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "MAX_NODES", "schema_value"]
+__all__ = ["MAX_DEPTH", "MAX_NODES", "MAX_STRING", "schema_value"]
 
 #: Nesting depth after which optional parts are left out (recursive schemas end here).
 MAX_DEPTH = 4
 #: Values made for one document at most; past it arrays are empty and optional values null.
 MAX_NODES = 2_000
+#: Longest string made for a ``minLength`` (a longer one is cut, as ``minItems`` is at 64).
+MAX_STRING = 4_096
 #: Items per array when the schema does not say (``minItems``/``maxItems`` win).
 ARRAY_ITEMS = 3
 
@@ -193,13 +197,21 @@ def _array(
 
 
 def _number(schema: Mapping[str, Any], value: float, *, integer: bool) -> int | float:
-    low = schema.get("minimum", schema.get("exclusiveMinimum"))
-    high = schema.get("maximum", schema.get("exclusiveMaximum"))
-    if isinstance(low, (int, float)) and value < low:
+    low = _finite(schema.get("minimum", schema.get("exclusiveMinimum")))
+    high = _finite(schema.get("maximum", schema.get("exclusiveMaximum")))
+    if low is not None and value < low:
         value = low + (1 if "exclusiveMinimum" in schema and "minimum" not in schema else 0)
-    if isinstance(high, (int, float)) and value > high:
+    if high is not None and value > high:
         value = high - (1 if "exclusiveMaximum" in schema and "maximum" not in schema else 0)
     return int(value) if integer else float(value)
+
+
+def _finite(bound: Any) -> float | None:
+    """A numeric schema bound, or ``None``: Python's ``json`` reads ``Infinity`` and ``NaN``,
+    which no JSON value can meet (``int(inf)`` raised ``OverflowError``)."""
+    if isinstance(bound, bool) or not isinstance(bound, (int, float)):
+        return None
+    return bound if math.isfinite(bound) else None
 
 
 def _string(name: str, seed: int, schema: Mapping[str, Any]) -> str:
@@ -214,6 +226,8 @@ def _string(name: str, seed: int, schema: Mapping[str, Any]) -> str:
     )
     low = schema.get("minLength")
     high = schema.get("maxLength")
+    if isinstance(low, int):
+        low = min(low, MAX_STRING)  # a gigabyte minLength stalled the whole server
     if isinstance(low, int) and len(text) < low:
         text = ((text + " ") * (low // (len(text) + 1) + 1))[:low]
     if isinstance(high, int) and high >= 0 and len(text) > high:

@@ -1,0 +1,96 @@
+"""Audit of the embedded server against hostile request bodies (a2-relay).
+
+A body the server cannot handle must get an HTTP error answer, never a dropped connection
+(the handler crashed: ``log.exception`` and no response) and never a hang of the whole server
+(it runs on one event loop, so one request that spins blocks every other connection).
+Each case failed before its fix: a deeply nested body raised ``RecursionError`` out of
+``json.loads``; a schema bound ``Infinity`` (Python's ``json`` accepts it) raised
+``OverflowError`` in the schema-shaped value; ``minLength: 1000000000`` built a gigabyte
+string (the server stopped answering everyone).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from fluxstream.server import ServerThread
+from fluxstream.server.schema_value import schema_value
+
+PATHS = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
+
+
+@pytest.fixture(scope="module")
+def running() -> Iterator[ServerThread]:
+    with ServerThread(profile="openai") as server:
+        yield server
+
+
+def _body(path: str, extra: str) -> bytes:
+    """A minimal request of ``path``'s dialect with ``extra`` JSON members appended."""
+    head = {
+        "/v1/chat/completions": '{"model":"m","messages":[{"role":"user","content":"hi"}]',
+        "/v1/responses": '{"model":"m","input":"hi"',
+        "/v1/messages": '{"model":"m","max_tokens":20,"messages":[{"role":"user","content":"hi"}]',
+    }[path]
+    return (head + ("," + extra if extra else "") + "}").encode()
+
+
+def _schema_members(path: str, schema: str) -> str:
+    """``schema`` as the dialect's structured-output request (a forced tool for Messages)."""
+    if path == "/v1/chat/completions":
+        return ('"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":'
+                + schema + "}}")
+    if path == "/v1/responses":
+        return '"text":{"format":{"type":"json_schema","name":"x","schema":' + schema + "}}"
+    return ('"tools":[{"name":"x","input_schema":' + schema + '}],'
+            '"tool_choice":{"type":"tool","name":"x"}')
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("depth", [990, 100_000])
+def test_a_deeply_nested_body_gets_a_400_not_a_dropped_connection(
+    running: ServerThread, path: str, depth: int
+) -> None:
+    nested = "[" * depth + "]" * depth
+    for body in (nested.encode(), _body(path, '"metadata":' + nested)):
+        response = httpx.post(running.url + path, content=body, timeout=10)
+        assert response.status_code == 400, (depth, response.text[:200])
+    # The server still answers normally.
+    assert httpx.post(running.url + path, content=_body(path, ""), timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{"type":"object","properties":{"n":{"type":"integer","minimum":Infinity}},'
+        '"required":["n"]}',
+        '{"type":"object","properties":{"n":{"type":"number","maximum":-Infinity,'
+        '"minimum":NaN}},"required":["n"]}',
+        '{"type":"object","properties":{"s":{"type":"string","minLength":1000000000}},'
+        '"required":["s"]}',
+    ],
+    ids=["int-infinity", "number-nan", "huge-min-length"],
+)
+def test_absurd_schema_bounds_get_an_answer_promptly(
+    running: ServerThread, path: str, schema: str
+) -> None:
+    for stream in ("false", "true"):
+        body = _body(path, _schema_members(path, schema) + ',"stream":' + stream)
+        response = httpx.post(running.url + path, content=body, timeout=10)
+        assert response.status_code in (200, 400), response.text[:200]
+        assert len(response.content) < 4 * 1024 * 1024
+
+
+def test_schema_values_stay_finite_and_bounded() -> None:
+    value = schema_value({"type": "object", "properties": {
+        "i": {"type": "integer", "minimum": float("inf")},
+        "f": {"type": "number", "minimum": float("nan"), "maximum": float("-inf")},
+        "s": {"type": "string", "minLength": 10**9},
+    }, "required": ["i", "f", "s"]})
+    text = json.dumps(value, allow_nan=False)  # raises on NaN/Infinity
+    assert len(text) < 100_000
