@@ -47,7 +47,7 @@ _URL_CACHE_SIZE = 256
 class AiohttpRequest:
     """What ``build_request`` returns: the request as it will be sent, nothing parsed twice."""
 
-    __slots__ = ("content", "headers", "method", "timeout", "url")
+    __slots__ = ("content", "head_bounded", "headers", "method", "timeout", "url")
 
     def __init__(
         self,
@@ -64,6 +64,10 @@ class AiohttpRequest:
         #: ``sock_read`` covers the wait for the response head; the body's reads are watched
         #: by :class:`_ReadWatch` instead (the same limit, without a timer per read).
         self.timeout = timeout
+        #: The caller bounds the whole wait for the response head itself (fluxstream's
+        #: ``Attempt`` does, with one deadline no trickled head can stretch), so aiohttp's
+        #: per-read timer is not armed for it: a timer and its cancels less per request.
+        self.head_bounded = False
 
     def __repr__(self) -> str:  # never the headers: they carry the API key
         return f"<AiohttpRequest {self.method} {self.url.with_query(None)}>"
@@ -90,6 +94,7 @@ class AiohttpClient:
             (timeout.connect, timeout.read, timeout.write, timeout.pool)
         )
         self._timeouts: dict[TimeoutTuple, aiohttp.ClientTimeout] = {}
+        self._head_free: dict[aiohttp.ClientTimeout, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
 
     def __repr__(self) -> str:
@@ -142,13 +147,18 @@ class AiohttpClient:
     async def send(self, request: AiohttpRequest, *, stream: bool = True) -> AiohttpResponse:
         """Send and return once the response head arrived (the body is read lazily)."""
         session = self._session_for_loop()
+        timeout = request.timeout
+        if request.head_bounded and timeout.sock_read is not None:
+            timeout = self._head_free.get(timeout) or self._head_free.setdefault(
+                timeout, _without_sock_read(timeout)
+            )
         try:
             resp = await session.request(
                 request.method,
                 request.url,
                 data=request.content,
                 headers=request.headers,
-                timeout=request.timeout,
+                timeout=timeout,
                 allow_redirects=False,
             )
         except Exception as exc:
@@ -326,6 +336,12 @@ def _client_timeout(t: TimeoutTuple) -> aiohttp.ClientTimeout:
     # aiohttp's ``connect`` covers waiting for a pool slot plus connecting; ``sock_connect``
     # the TCP/TLS handshake; ``sock_read`` the gap between two reads (httpx's read timeout).
     return aiohttp.ClientTimeout(total=None, connect=pool, sock_connect=connect, sock_read=read)
+
+
+def _without_sock_read(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(
+        total=timeout.total, connect=timeout.connect, sock_connect=timeout.sock_connect
+    )
 
 
 def _translate(exc: BaseException, *, connecting: bool) -> BaseException:

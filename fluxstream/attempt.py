@@ -176,6 +176,8 @@ class Attempt:
         if sys.version_info < (3, 11):  # pragma: no cover - asyncio.timeout_at is 3.11+
             return await self._send_scoped(request, head)
         loop = asyncio.get_running_loop()
+        if head is not None and getattr(request, "head_bounded", True) is False:
+            request.head_bounded = True  # the deadline below bounds the head: see _aiohttp
         timeout = asyncio.timeout_at(None if head is None else loop.time() + head)
         self._timeout = timeout
         try:

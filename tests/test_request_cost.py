@@ -13,6 +13,9 @@ made on every request and that cost tens of microseconds each.
   bookkeeping) around a close of the aiohttp adapter's response that never waits, and the
   wait for the sentinel after every choice finished (``finish_grace``) an anyio deadline
   scope (~7 µs; asyncio's own timeout does it for ~4.5).
+* aiohttp armed its per-read timer (``sock_read``) for the response head of every request,
+  beside the stream's own deadline for the whole head: a timer and its cancels, ~8 µs of a
+  request's CPU.
 """
 
 from __future__ import annotations
@@ -108,3 +111,26 @@ async def test_leaving_early_cancels_no_scope_and_frees_the_connection(
                     break
             assert stream.reply.outcome == "cancelled"
     assert scope_calls["cancel"] == 0
+
+
+async def test_the_head_is_bounded_by_one_deadline_not_also_by_aiohttps_read_timer(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from aiohttp.client_proto import ResponseHandler
+
+    armed = []
+    reschedule = ResponseHandler._reschedule_timeout
+
+    def counted(self: Any) -> None:
+        armed.append(bool(self._read_timeout))
+        reschedule(self)
+
+    monkeypatch.setattr(ResponseHandler, "_reschedule_timeout", counted)
+    async with fluxstream.AsyncClient(server.base_url, transport="aiohttp", timeout=30.0) as c:
+        for _ in range(3):
+            async with c.chat.stream(model="m", messages=MSG) as stream:
+                async for _event in stream:
+                    pass
+            assert stream.reply.outcome == "done"
+    # The embedded server shares the loop but not aiohttp: every call is the client's.
+    assert armed and not any(armed)
