@@ -397,13 +397,19 @@ class RedisReplyLog(ReplyLog):
             callbacks.remove(callback)
         if callbacks is not None and not callbacks:
             del self._watchers[channel]
-            if self._pubsub is not None:
-                pubsub = self._pubsub
-                task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
-                task.add_done_callback(ignore_result)
+            self._unsubscribe(channel)
+
+    def _unsubscribe(self, channel: str) -> None:
+        if self._pubsub is not None:
+            pubsub = self._pubsub
+            task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
+            task.add_done_callback(ignore_result)
 
     def _fire(self, channel: str) -> None:
-        for callback in self._watchers.pop(channel, []):
+        callbacks = self._watchers.pop(channel, [])
+        if callbacks:  # a cancel is once per reply: nothing is left to watch on its channel
+            self._unsubscribe(channel)
+        for callback in callbacks:
             try:
                 callback()
             except Exception:  # a producer's cancel must not stop the others

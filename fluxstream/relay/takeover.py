@@ -134,6 +134,18 @@ class StoredReply:
         return out
 
 
+def _send_again(client: Any, key: str, base: dict[str, Any]) -> Any:
+    """The stored request (``base``: a resume token without its reply) as a new stream, on
+    the endpoint it was made for (its ``path``: Chat Completions, Responses or Messages)."""
+    body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
+    path = str(base.get("path") or "chat/completions")
+    if path == "responses":
+        return client.responses.stream(content_key=key, **body)
+    if path == "messages":
+        return client.messages.stream(content_key=key, **body)
+    return client.chat.stream(content_key=key, include_usage=False, **body)
+
+
 async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] | None:
     """Take the lease of ``key`` (its producer's lapsed) and resume the upstream with
     ``client`` in a background task that records into ``log``; returns the function that
@@ -151,10 +163,8 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
             prefill = stored.gaps(token.get("reply") or {})
             stream = client.chat.resume(token)
         else:  # nothing was stored yet: the request is simply sent again
-            base = dict(meta.get("base") or {})
-            body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
             prefill = []
-            stream = client.chat.stream(content_key=key, include_usage=False, **body)
+            stream = _send_again(client, key, dict(meta.get("base") or {}))
     except Exception as exc:  # a token this client cannot resume: the producer stays lost
         logger.warning(
             "relay: cannot take %s over: %s: %s", show_key(key), type(exc).__name__, exc

@@ -1,0 +1,99 @@
+"""Audit of the relay (a2-relay): cases the contract suite did not cover, each of which failed
+before its fix. Memory and Redis logs alike where the case applies to both."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+from relay_support import RedisServer, follow_all
+
+import fluxstream
+from fluxstream.relay import ReplyLog
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+MakeLog = Callable[..., ReplyLog]
+
+#: One request per endpoint: (endpoint attribute, keyword arguments, upstream path).
+ENDPOINTS = [
+    ("chat", {"messages": [{"role": "user", "content": "take me over"}], "max_tokens": 30},
+     "/v1/chat/completions"),
+    ("responses", {"input": "take me over", "max_output_tokens": 30}, "/v1/responses"),
+    ("messages", {"messages": [{"role": "user", "content": "take me over"}], "max_tokens": 30},
+     "/v1/messages"),
+]
+
+
+@pytest.mark.parametrize(("endpoint", "kwargs", "path"), ENDPOINTS,
+                         ids=[e[0] for e in ENDPOINTS])
+async def test_a_takeover_before_the_first_entry_resends_to_the_same_endpoint(
+    make_log: MakeLog, upstream: ServerThread, endpoint: str, kwargs: dict[str, Any], path: str
+) -> None:
+    """A producer that created its reply and died before writing anything leaves no resume
+    token, only the request (``base``): the taker sends that request again -- to the API it was
+    meant for. It used to send every such request to Chat Completions: a Responses reply
+    ended ``producer lost`` (``Chat.stream()`` wants ``messages``), a Messages request went to
+    the wrong API."""
+    log = make_log(lease=0.2)
+    key = f"early-{endpoint}"
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        direct = await getattr(client, endpoint).complete(model="m", **kwargs)
+        stream = getattr(client, endpoint).stream(model="m", content_key=key, **kwargs)
+        base = stream.resume_token()
+        base.pop("reply", None)
+        await stream.aclose()
+        await log._create(key, "died-at-once", base)  # what RecordedStream.start() stores
+        before = len(upstream.records.requests)
+        seen = await follow_all(log, key, takeover=client)
+    assert seen.end.outcome is fluxstream.Outcome.DONE, seen.end
+    assert seen.text == direct.text
+    assert [r.path for r in upstream.records.requests[before:]] == [path]
+
+
+async def test_a_cancelled_reply_leaves_no_cancel_subscription_behind(
+    redis_server: RedisServer, upstream: ServerThread
+) -> None:
+    """Every recorded stream subscribes to its cancel channel; a cancel fired the callbacks
+    and forgot the channel without unsubscribing, so a worker kept one subscription (on its
+    pub/sub connection and in Redis) per reply ever cancelled."""
+    from redis.asyncio import Redis
+
+    from fluxstream.relay import RedisReplyLog
+
+    producer = RedisReplyLog(redis_server.url, prefix="audit-sub:")
+    stopper = RedisReplyLog(redis_server.url, prefix="audit-sub:")
+    probe = Redis.from_url(redis_server.url)
+    try:
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            for n in range(3):
+                key = f"stop-{n}"
+                req = {"messages": [{"role": "user", "content": "stop me"}], "max_tokens": 200}
+                outcomes: list[Any] = []
+
+                async def stop(key: str = key, outcomes: list[Any] = outcomes) -> None:
+                    outcomes.append(await stopper.cancel(key))
+
+                async with anyio.create_task_group() as tg, producer.record(
+                    client.chat.stream(model="m", content_key=key, **req)
+                ) as recorded:
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta) and not outcomes:
+                            outcomes.append(None)
+                            tg.start_soon(stop)
+                assert outcomes[-1] is fluxstream.Outcome.CANCELLED
+        channels = [producer.keys(f"stop-{n}")["channel"] for n in range(3)]
+        with anyio.fail_after(5):
+            while True:
+                counts = await probe.pubsub_numsub(*channels)
+                if all(count == 0 for _, count in counts):
+                    break
+                await anyio.sleep(0.02)
+        assert not producer._watchers
+    finally:
+        await probe.aclose()
+        await producer.aclose()
+        await stopper.aclose()
