@@ -559,6 +559,36 @@ class JsonEventFormat:
             elif isinstance(channel, str):
                 self.add_to(channel, REPLACEMENT, out)
 
+    def held_state(self) -> list[list[Any]]:
+        """The high halves held back (see :meth:`join`), for a resume token: a token taken
+        between an emoji's two halves must give the resumed format the first one, or the
+        emoji becomes U+FFFD. ``[channel, call index or None, UTF-16 unit]``: the half as a
+        number, since a lone half is not valid in every JSON encoder."""
+        return [
+            ["tool", channel[1], ord(half)] if isinstance(channel, tuple)
+            else [channel, None, ord(half)]
+            for channel, half in self._held.items()
+        ]
+
+    def restore_held(self, state: object) -> None:
+        """Take over :meth:`held_state` from a token (entries that are not what it writes,
+        or name a call the reply does not have, are left out)."""
+        for entry in state if isinstance(state, list) else ():
+            if not (isinstance(entry, list) and len(entry) == 3):
+                continue
+            channel, index, unit = entry
+            if type(unit) is not int or not 0xD800 <= unit <= 0xDBFF:
+                continue
+            key: object
+            if channel in ("text", "reasoning", "refusal") and index is None:
+                key = channel
+            elif channel == "tool" and type(index) is int and index in self.calls:
+                key = ("tool", index)
+            else:
+                continue
+            self._held[key] = chr(unit)
+            self.scan = True  # the next fragment must go through join()
+
     def add_to(self, channel: str, text: str, out: list[Event]) -> None:
         """``text`` on the named channel: ``"text"``, ``"reasoning"`` or ``"refusal"``."""
         if channel == "text":

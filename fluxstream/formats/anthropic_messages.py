@@ -31,6 +31,7 @@ _start`` for an index, and a second ``message_start`` are skipped and counted; e
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -108,17 +109,25 @@ class AnthropicMessagesFormat(JsonEventFormat):
     def resume_state(self) -> dict[str, Any]:
         """What a resume token must carry beyond the reply: the content blocks by index (a
         ``Last-Event-ID`` resume goes on inside an open block, whose ``content_block_start``
-        is not sent again), whether the message started, and the usage and stop reason so
-        far (``message_start`` is not sent again either)."""
+        is not sent again) with, for a tool block that has no argument fragment yet, its
+        start ``input`` (a tool without parameters gets no fragment at all: its arguments
+        are that ``{}``), whether the message started, the usage and stop reason so far
+        (``message_start`` is not sent again either) and the surrogate halves held back."""
         blocks: dict[str, Any] = {}
         for index, block in self._blocks.items():
             entry: dict[str, Any] = {"kind": block.kind}
             if block.kind == "thinking":
                 entry["thinking"] = "".join(block.parts)
                 entry["signature"] = block.signature
+            elif block.kind == "tool":
+                call = self.calls.get(index)
+                start = call.start_input if call is not None and call.length == 0 else None
+                if start is not None:
+                    with contextlib.suppress(TypeError, ValueError):
+                        entry["input"] = start if isinstance(start, str) else compact(start)
             blocks[str(index)] = entry
         return {"blocks": blocks, "message_started": self._message_started,
-                "usage": self._usage, "stop": self._stop}
+                "usage": self._usage, "stop": self._stop, "held": self.held_state()}
 
     def restore_state(self, state: Any) -> None:
         """Take over :meth:`resume_state` from a token; entries that are not what it writes
@@ -130,18 +139,33 @@ class AnthropicMessagesFormat(JsonEventFormat):
             if len(self._blocks) >= MAX_BLOCKS:
                 break
             kind = entry.get("kind") if isinstance(entry, Mapping) else None
-            if not (isinstance(key, str) and key.isdigit() and kind in _BLOCK_KINDS):
+            if not (
+                isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9
+                and kind in _BLOCK_KINDS
+            ):
                 continue
-            block = self._blocks[int(key)] = _Block(kind)
+            index = int(key)
+            block = self._blocks[index] = _Block(kind)
             thinking, signature = entry.get("thinking"), entry.get("signature")
             if kind == "thinking" and isinstance(thinking, str) and isinstance(signature, str):
                 block.parts = [thinking] if thinking else []
                 block.signature = signature
+            elif kind == "tool":
+                # The reply knows the call (restore() ran first); a token that names a tool
+                # block the reply lacks still gets its arguments, never a crash.
+                call = self.calls.get(index)
+                if call is None:
+                    call = self.calls[index] = ToolCallState()
+                    call.fragments = None
+                start = entry.get("input")
+                if isinstance(start, str) and call.length == 0:
+                    call.start_input = start
         self._message_started = state.get("message_started") is True
         usage = state.get("usage")
         self._usage = dict(usage) if isinstance(usage, Mapping) else None
         stop = state.get("stop")
         self._stop = stop if isinstance(stop, str) else None
+        self.restore_held(state.get("held"))
 
     # ------------------------------------------------------------------ events
 

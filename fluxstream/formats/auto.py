@@ -27,6 +27,7 @@ from ..events import ErrorEvent, Event, SkippedFrame
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
 from ._base import JsonEventFormat, error_event
+from ._surrogates import fallback_loads
 from .anthropic_messages import AnthropicMessagesFormat
 from .chat_completions import ChatCompletionsFormat
 from .responses import ResponsesFormat
@@ -110,8 +111,8 @@ class AutoFormat:
     """Sans-IO: a format that becomes Chat Completions, Responses or Anthropic Messages on the
     first event that says which (see the module docstring). :attr:`name` is the decision."""
 
-    __slots__ = ("_cut", "_id", "_model", "_new", "_restore", "_skipped", "inner", "key",
-                 "limits", "name", "strict")
+    __slots__ = ("_cut", "_id", "_model", "_new", "_restore", "_skipped", "_wire_state",
+                 "inner", "key", "limits", "name", "response_id", "sequence", "strict")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         self.key = key
@@ -126,6 +127,13 @@ class AutoFormat:
         self._model: str | None = None
         self._new: list[int] = []
         self._restore: tuple[Any, Any, Any] | None = None
+        # What StreamParser.from_token gives the wire format (it reads and writes these on the
+        # format ``auto`` chose, and on this object before a choice): kept until the choice,
+        # then handed over, so a resumed ``auto`` stream goes on exactly as a named one.
+        #: Responses ``starting_after`` (``-1``: none).
+        self.sequence = -1
+        self.response_id: str | None = None
+        self._wire_state: Any = None
 
     def _choose(self, name: str) -> WireFormat:
         inner: WireFormat = _CLASSES[name](self.key, strict=self.strict)
@@ -136,6 +144,13 @@ class AutoFormat:
         inner.new_choices.extend(self._new)
         if self._restore is not None:
             inner.restore(*self._restore)
+        wire: Any = inner
+        if self.sequence >= 0 and hasattr(wire, "sequence"):
+            wire.sequence = self.sequence
+        if self.response_id is not None and hasattr(wire, "response_id"):
+            wire.response_id = self.response_id
+        if self._wire_state is not None and hasattr(wire, "restore_state"):
+            wire.restore_state(self._wire_state)
         self.name, self.inner = name, inner
         return inner
 
@@ -156,6 +171,14 @@ class AutoFormat:
             try:
                 obj = pydantic_core.from_json(data)
             except ValueError as exc:
+                # Lone UTF-16 surrogate halves (an emoji cut by a Node server in the very
+                # first chunk): json.loads decodes them and the chosen format joins them.
+                obj = fallback_loads(data)
+                if isinstance(obj, dict):
+                    name = detect(sse.event, obj)
+                    if name is None:
+                        return self._undecided(obj)
+                    return self._choose(name).feed(sse, at_eof=at_eof)
                 if sse.event == "error" and not at_eof:  # every format: an error, as text
                     if not self._new:
                         self._new.append(0)
@@ -216,6 +239,19 @@ class AutoFormat:
     def shift_text(self, choice: int, by: int) -> None:
         if self.inner is not None:
             self.inner.shift_text(choice, by)
+
+    def resume_state(self) -> Any:
+        """Before a choice: the wire state a token gave (handed on by a token of a token)."""
+        return self._wire_state if isinstance(self._wire_state, Mapping) else {}
+
+    def restore_state(self, state: Any) -> None:
+        """A token's wire state, for the format chosen later (see :meth:`_choose`)."""
+        if self.inner is not None:
+            hook = getattr(self.inner, "restore_state", None)
+            if hook is not None:
+                hook(state)
+        else:
+            self._wire_state = state
 
     def new_connection(self) -> None:
         """Passed on to the chosen format (Anthropic restates ``message_start``)."""

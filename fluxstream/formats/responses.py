@@ -118,9 +118,10 @@ class ResponsesFormat(JsonEventFormat):
     def resume_state(self) -> dict[str, Any]:
         """What a resume token must carry beyond the reply: the parts that received deltas
         (a resume after the last delta of a part must not take that part's ``.done`` text as
-        new text: it would show the whole part twice) and whether an error arrived."""
+        new text: it would show the whole part twice), whether an error arrived and the
+        surrogate halves held back (:meth:`held_state`)."""
         return {"parts": [list(marker) for marker in sorted(self._parts, key=repr)],
-                "errored": self._errored}
+                "errored": self._errored, "held": self.held_state()}
 
     def restore_state(self, state: Any) -> None:
         """Take over :meth:`resume_state` from a token; entries that are not what it writes
@@ -135,6 +136,7 @@ class ResponsesFormat(JsonEventFormat):
             ):
                 self._mark((marker[0], marker[1], marker[2]))
         self._errored = state.get("errored") is True
+        self.restore_held(state.get("held"))
 
     # ------------------------------------------------------------------ events
 
@@ -420,7 +422,7 @@ class ResponsesFormat(JsonEventFormat):
     def _whole_item(self, index: int, item: Mapping[str, Any], out: list[Event]) -> None:
         kind = item.get("type")
         if kind == "message":
-            for part in item.get("content") or []:
+            for part in _items(item.get("content")):
                 if not isinstance(part, Mapping):
                     continue
                 if part.get("type") == "output_text":
@@ -433,7 +435,7 @@ class ResponsesFormat(JsonEventFormat):
                         self.add_refusal(text, out)
         elif kind == "reasoning":
             for field in ("summary", "content"):
-                for part in item.get(field) or []:
+                for part in _items(item.get(field)):
                     text = part.get("text") if isinstance(part, Mapping) else None
                     if isinstance(text, str) and text:
                         self.add_reasoning(text, out)
@@ -441,6 +443,12 @@ class ResponsesFormat(JsonEventFormat):
                 out.append(ReasoningBlock(self.key, 0, index, dict(item)))
         elif kind == "function_call":
             self._item({"output_index": index, "item": item}, out, done=True)
+
+
+def _items(value: object) -> list[Any]:
+    """``value`` if it is a list (a body's ``content`` / ``summary``), else nothing: a body
+    is data from outside, and iterating a number or a string would crash or read letters."""
+    return value if isinstance(value, list) else []
 
 
 def _common(a: str, b: str) -> int:

@@ -1,0 +1,256 @@
+"""Regressions found by the format audit: resume tokens, ``format="auto"`` and hostile input
+that made the Responses / Anthropic Messages formats lose text, show it twice or crash.
+
+Sans-IO: a token is built from a parser exactly as a stream builds one
+(:meth:`fluxstream.channel.Channel.resume_token`), passed through JSON, and a parser made by
+:meth:`StreamParser.from_token` reads the rest of the recorded stream (a ``Last-Event-ID``
+resume: the server goes on after the last event delivered). For every cut point the reply
+must equal reading the stream in one go.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fixture_files import chat_streams, require
+
+from fluxstream.events import Outcome
+from fluxstream.parser import StreamParser
+from fluxstream.reply import Reply
+
+RESP = chat_streams("resp-")
+ANTH = chat_streams("anth-")
+
+
+def frames(body: bytes) -> list[bytes]:
+    return [f + b"\n\n" for f in body.replace(b"\r\n", b"\n").split(b"\n\n") if f.strip()]
+
+
+def token(parser: StreamParser) -> dict[str, Any]:
+    """What ``ReplyStream.resume_token()`` carries (request fields left out), through JSON."""
+    value = {
+        "key": parser.content_key,
+        "last_event_id": parser.last_event_id or None,
+        "reconnection_time": parser.reconnection_time,
+        "response_id": parser.response_id,
+        "sequence": parser.sequence,
+        "offsets": parser.offsets(),
+        "wire": parser.wire_state(),
+        "reply": parser.reply.model_dump(mode="json"),
+    }
+    loaded: dict[str, Any] = json.loads(json.dumps(value))
+    return loaded
+
+
+def content(reply: Reply) -> Any:
+    return [
+        (c.text, c.reasoning, c.refusal, c.finish_reason,
+         [(t.index, t.id, t.name, t.arguments) for t in c.tool_calls])
+        for c in reply.choices
+    ], reply.outcome, reply.error and reply.error.message
+
+
+def read(pieces: list[bytes], fmt: str) -> Reply:
+    parser = StreamParser(content_key="k", format=fmt)
+    for piece in pieces:
+        parser.feed(piece)
+    parser.close()
+    return parser.reply
+
+
+def resumed(pieces: list[bytes], cut: int, fmt: str) -> Reply | None:
+    """The reply of a token taken after ``cut`` frames and resumed with the rest (``None``
+    when the stream had ended by then: nothing to resume)."""
+    first = StreamParser(content_key="k", format=fmt)
+    for piece in pieces[:cut]:
+        first.feed(piece)
+    if first.finished or first.done:
+        return None
+    second = StreamParser.from_token(token(first), format=fmt)
+    for piece in pieces[cut:]:
+        second.feed(piece)
+    second.close()
+    return second.reply
+
+
+@pytest.mark.parametrize("fmt", ["named", "auto"])
+@pytest.mark.parametrize("path", RESP + ANTH, ids=[p.stem for p in RESP + ANTH])
+def test_a_token_after_any_event_resumes_exactly(path: Path, fmt: str) -> None:
+    """Before the fix, with ``auto``: Anthropic text after the token was skipped as deltas of
+    blocks that never started (the token's open blocks were not handed to the chosen format),
+    and a Responses part's ``.done`` text was shown a second time; named Anthropic: a tool
+    without parameters resumed inside its block had arguments ``""`` instead of ``{}``."""
+    if fmt == "auto":
+        name = "auto"
+    else:
+        name = "responses" if path.stem.startswith("resp-") else "anthropic_messages"
+    pieces = frames(require(path).read_bytes())
+    whole = content(read(pieces, name))
+    for cut in range(1, len(pieces)):
+        reply = resumed(pieces, cut, name)
+        if reply is not None:
+            assert content(reply) == whole, cut
+
+
+def test_auto_resumed_responses_keeps_starting_after() -> None:
+    """``from_token`` hands the token's ``sequence`` to the format ``auto`` picks: events a
+    server replays at or below it are never shown again, and ``parser.sequence`` goes on."""
+    pieces = frames(require(chat_streams("resp-vercel-azure-text")[0]).read_bytes())
+    first = StreamParser(content_key="k", format="auto")
+    for piece in pieces[:4]:
+        first.feed(piece)
+    state = token(first)
+    assert state["sequence"] is not None
+    second = StreamParser.from_token(state, format="auto")
+    assert second.sequence == state["sequence"]
+    assert second.response_id == state["response_id"]
+    for piece in pieces:  # a server that ignored starting_after and began again
+        second.feed(piece)
+    second.close()
+    assert content(second.reply) == content(read(pieces, "responses"))
+
+
+# --------------------------------------------------------------------------- hostile tokens
+
+
+@pytest.mark.parametrize("blocks", [
+    {"0": {"kind": "tool"}},                # a tool block without its call
+    {"\u00b2": {"kind": "text"}},           # str.isdigit() but not int()
+    {"9" * 5000: {"kind": "text"}},         # past int()'s digit limit
+    {"0": {"kind": "thinking", "thinking": 5, "signature": None}},
+    {"0": []},
+    [1, 2],
+])
+def test_a_hostile_anthropic_wire_state_cannot_crash(blocks: Any) -> None:
+    """A token is data from outside: what is not what ``resume_state`` writes is left out,
+    and the stream goes on with typed skips only (before: ``KeyError`` / ``ValueError``)."""
+    state = {"key": "k", "reply": {},
+             "wire": {"blocks": blocks, "message_started": True, "usage": 3, "stop": 4}}
+    parser = StreamParser.from_token(state, format="anthropic_messages", strict=True)
+    body = (
+        b'data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta",'
+        b'"partial_json":"{}"}}\n\n'
+        b'data: {"type":"content_block_stop","index":0}\n\n'
+        b'data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}\n\n'
+        b'data: {"type":"message_stop"}\n\n'
+    )
+    parser.feed(body)
+    parser.close()
+    reply = parser.reply
+    reply.model_dump_json()
+    assert reply.outcome is Outcome.DONE
+
+
+# --------------------------------------------------------------------------- auto detection
+
+HI = "\\ud83d"
+LO = "\\ude00"
+
+
+def test_auto_decides_on_a_first_frame_with_a_lone_surrogate_half() -> None:
+    """A Node server cuts an emoji by UTF-16 unit in the very first chunk: only
+    ``json.loads`` decodes it. The named format joins the halves; ``auto`` skipped the frame
+    (strict: raised ``FrameDecodeError``) and lost the text."""
+    body = (
+        f'data: {{"choices":[{{"index":0,"delta":{{"content":"a{HI}"}}}}]}}\n\n'
+        f'data: {{"choices":[{{"index":0,"delta":{{"content":"{LO}b"}},'
+        '"finish_reason":"stop"}]}\n\n'
+        "data: [DONE]\n\n"
+    ).encode()
+    for strict in (False, True):
+        named = StreamParser(content_key="k", format="chat_completions", strict=strict)
+        auto = StreamParser(content_key="k", format="auto", strict=strict)
+        for parser in (named, auto):
+            parser.feed(body)
+            parser.close()
+        assert auto.reply.choices[0].text == named.reply.choices[0].text == "a\U0001f600b"
+        assert auto.reply.skipped_frames == 0
+
+
+@pytest.mark.parametrize("fmt", ["responses", "auto"])
+def test_a_data_only_responses_stream_opening_with_a_half(fmt: str) -> None:
+    body = (
+        'data: {"type":"response.output_text.delta","sequence_number":1,"output_index":0,'
+        f'"content_index":0,"delta":"a{HI}"}}\n\n'
+        'data: {"type":"response.output_text.delta","sequence_number":2,"output_index":0,'
+        f'"content_index":0,"delta":"{LO}b"}}\n\n'
+        'data: {"type":"response.completed","sequence_number":3,'
+        '"response":{"status":"completed"}}\n\n'
+    ).encode()
+    parser = StreamParser(content_key="k", format=fmt, strict=True)
+    parser.feed(body)
+    parser.close()
+    assert parser.reply.choices[0].text == "a\U0001f600b"
+
+
+# --------------------------------------------------------------------------- held halves
+
+
+def _surrogate_streams() -> dict[str, list[bytes]]:
+    resp = [
+        '{"type":"response.created","sequence_number":0,"response":{"id":"r","status":"in_progress"}}',
+        '{"type":"response.output_text.delta","sequence_number":1,"output_index":0,'
+        f'"content_index":0,"delta":"a{HI}"}}',
+        '{"type":"response.output_text.delta","sequence_number":2,"output_index":0,'
+        f'"content_index":0,"delta":"{LO}b"}}',
+        '{"type":"response.function_call_arguments.delta","sequence_number":3,'
+        f'"output_index":1,"delta":"[\\"{HI}"}}',
+        '{"type":"response.function_call_arguments.delta","sequence_number":4,'
+        f'"output_index":1,"delta":"{LO}\\"]"}}',
+        '{"type":"response.completed","sequence_number":5,"response":{"status":"completed"}}',
+    ]
+    anth = [
+        '{"type":"message_start","message":{"id":"m","usage":{"input_tokens":1}}}',
+        '{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}',
+        f'{{"type":"content_block_delta","index":0,"delta":{{"type":"thinking_delta","thinking":"t{HI}"}}}}',
+        f'{{"type":"content_block_delta","index":0,"delta":{{"type":"thinking_delta","thinking":"{LO}u"}}}}',
+        '{"type":"content_block_stop","index":0}',
+        '{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}',
+        f'{{"type":"content_block_delta","index":1,"delta":{{"type":"text_delta","text":"a{HI}"}}}}',
+        f'{{"type":"content_block_delta","index":1,"delta":{{"type":"text_delta","text":"{LO}b"}}}}',
+        '{"type":"content_block_stop","index":1}',
+        '{"type":"message_delta","delta":{"stop_reason":"end_turn"}}',
+        '{"type":"message_stop"}',
+    ]
+    return {
+        "responses": [f"data: {d}\n\n".encode() for d in resp],
+        "anthropic_messages": [f"data: {d}\n\n".encode() for d in anth],
+    }
+
+
+@pytest.mark.parametrize("fmt", ["responses", "anthropic_messages"])
+def test_a_token_between_the_halves_of_an_emoji_keeps_it_whole(fmt: str) -> None:
+    """The high half a format holds back for the channel's next fragment is part of the
+    state a token carries (as a number: a lone half is not valid in every JSON encoder).
+    Before: the resumed reply had U+FFFD where the emoji was."""
+    pieces = _surrogate_streams()[fmt]
+    whole = content(read(pieces, fmt))
+    assert "\U0001f600" in whole[0][0][0]
+    for cut in range(1, len(pieces)):
+        reply = resumed(pieces, cut, fmt)
+        if reply is not None:
+            assert content(reply) == whole, cut
+
+
+# --------------------------------------------------------------------------- whole bodies
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "message", "content": 5},
+    {"type": "message", "content": "abc"},
+    {"type": "message", "content": [{"type": "output_text", "text": 5}]},
+    {"type": "reasoning", "summary": 7, "content": True},
+    {"type": "reasoning", "summary": [{"text": "ok"}], "content": 1.5},
+])
+def test_a_hostile_responses_body_cannot_crash(item: dict[str, Any]) -> None:
+    """A non-streaming ``response`` body whose item fields have the wrong type: before,
+    ``TypeError: 'int' object is not iterable`` from deep inside ``feed_completion``."""
+    parser = StreamParser(content_key="k", format="responses")
+    parser.feed_completion({"object": "response", "status": "completed", "output": [item]})
+    parser.close()
+    reply = parser.reply
+    reply.model_dump_json()
+    assert reply.choices[0].finish_reason == "completed"
