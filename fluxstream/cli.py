@@ -269,7 +269,13 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
     for value in values or ():
         name, sep, content = value.partition(":")
         if not sep or not name.strip():
-            raise ValueError(f"--header takes 'Name: value', got {value!r}")
+            # Not echoed: a header with its colon forgotten is often "Authorization Bearer
+            # <key>", and this message goes to a terminal or a CI log.
+            problem = "no ':'" if not sep else "no name before ':'"
+            raise ValueError(
+                f"--header takes 'Name: value', got a value of {len(value)} characters with"
+                f" {problem}"
+            )
         headers[name.strip()] = content.strip()
     return headers
 

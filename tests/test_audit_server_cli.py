@@ -1,0 +1,22 @@
+"""Audit of the CLI (a2-relay): what it prints must never carry a secret the user passed."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluxstream.cli import EXIT_USAGE, main
+
+
+@pytest.mark.parametrize(
+    "header", ["Authorization Bearer sk-live-SECRET", "sk-live-SECRET", ": sk-live-SECRET"]
+)
+def test_a_malformed_header_is_refused_without_echoing_it(
+    header: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``--header`` with the colon forgotten is most often ``Authorization Bearer <key>``:
+    the usage error used to print it whole (to a terminal or a CI log)."""
+    code = main(["chat", "--base-url", "http://127.0.0.1:1/v1", "--header", header, "hi"])
+    out, err = capsys.readouterr()
+    assert code == EXIT_USAGE
+    assert "--header takes 'Name: value'" in err
+    assert "SECRET" not in out + err
