@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._tasks import spawn
-from ..errors import RelayLeaseLostError
+from ..errors import RelayLeaseLostError, RelayUnavailableError
 from ..events import End, Event, Outcome, ToolCallDelta
 from .codec import Entry, coalesce, show_key
 from .log import Write, _end_record
@@ -262,6 +262,10 @@ class RecordedStream:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT):
                 await self._done.wait()
             self._writer.remove(self)
+            if not self._done.is_set():  # the log never answered: say the end is not stored
+                self._broken(RelayUnavailableError(
+                    f"the end of {show_key(self.key)} was not recorded within {_CLOSE_WAIT} s"
+                ))
         if self._stop_watch is not None:
             self._stop_watch()
 

@@ -3,14 +3,18 @@ before its fix. Memory and Redis logs alike where the case applies to both."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 import pytest
-from relay_support import RedisServer, follow_all
+from relay_support import RedisServer, expected_text, follow_all, request
 
 import fluxstream
+from fluxstream.errors import RelayUnavailableError
 from fluxstream.relay import ReplyLog
 from fluxstream.server import ServerThread
 
@@ -97,3 +101,59 @@ async def test_a_cancelled_reply_leaves_no_cancel_subscription_behind(
         await probe.aclose()
         await producer.aclose()
         await stopper.aclose()
+
+
+async def test_a_stuck_redis_is_reported_when_the_recorded_stream_closes(
+    upstream: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis stops answering (SIGSTOP: connections stay open, nothing comes back) mid-reply.
+    The stream still completes, the follower gets a typed error within the socket timeout,
+    and closing the recorded stream waits at most its close wait for the end to be written
+    -- after which ``log_error`` must say the end was not recorded. It was ``None``: the
+    producer believed the reply recorded while the log held no end."""
+    from fluxstream.relay import RedisReplyLog, producer
+
+    monkeypatch.setattr(producer, "_CLOSE_WAIT", 0.5)
+    redis = RedisServer().start()
+    assert redis.process is not None
+    stopped = False
+    try:
+        log = RedisReplyLog(redis.url, lease=1.0)
+        follower_log = RedisReplyLog(redis.url, lease=1.0)
+        req = request(tokens=60)
+        errors: list[tuple[BaseException, float]] = []
+        stopped_at = 0.0
+
+        async def follower() -> None:
+            try:
+                async for _ in follower_log.follow("stuck"):
+                    pass
+            except RelayUnavailableError as exc:
+                errors.append((exc, time.monotonic() - stopped_at))
+
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            async with anyio.create_task_group() as tg:
+                recorded = log.record(client.chat.stream(content_key="stuck", **req))
+                async with recorded:
+                    tg.start_soon(follower)
+                    count = 0
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta):
+                            count += 1
+                            if count == 10:
+                                os.kill(redis.process.pid, signal.SIGSTOP)
+                                stopped, stopped_at = True, time.monotonic()
+                closed_at = time.monotonic()
+                assert recorded.reply.text == expected_text(req)
+                assert recorded.outcome is fluxstream.Outcome.DONE
+                assert recorded.log_error is not None
+                assert closed_at - stopped_at < 5
+        assert len(errors) == 1 and errors[0][1] < 12, errors
+        os.kill(redis.process.pid, signal.SIGCONT)
+        stopped = False
+        await log.aclose()
+        await follower_log.aclose()
+    finally:
+        if stopped:
+            os.kill(redis.process.pid, signal.SIGCONT)
+        redis.stop()
