@@ -37,12 +37,15 @@ from typing import Any
 
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..reply import unified_stop
+from . import _base
 from ._base import (
+    _FOLD,  # thinking fragments are folded like arguments (see ``fold``)
     JsonEventFormat,
     ToolCallState,
     approx_size,
     compact,
     error_event,
+    fold,
     normalized_usage,
     text_delta,
     tool_delta,
@@ -59,9 +62,6 @@ _IGNORED_DELTAS = frozenset({"citations_delta"})
 #: a ``text_delta`` with a snapshot ...): fed to :meth:`feed_chunk` they are ignored, not
 #: counted, so that a helper's whole event stream can be passed through as it is.
 _SDK_DERIVED = frozenset({"text", "thinking", "signature", "input_json", "citation"})
-#: Thinking fragments kept per block before folding them into one string (memory follows the
-#: size of the thinking, not the number of deltas).
-_FOLD = 256
 #: Content blocks remembered per message. Real messages have a few dozen; without a cap a
 #: stream of empty block starts would grow memory with the bytes while the reply stays empty.
 MAX_BLOCKS = 4096
@@ -71,11 +71,12 @@ _BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
 class _Block:
     """An open content block: its kind and, for thinking blocks, what must be kept."""
 
-    __slots__ = ("kind", "parts", "signature")
+    __slots__ = ("fold_at", "kind", "parts", "signature")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind  # "text", "thinking", "tool", "ignored", "closed"
         self.parts: list[str] = []
+        self.fold_at = _FOLD  # ``parts`` is folded when it grows past this (see ``fold``)
         self.signature = ""
 
 
@@ -117,7 +118,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         for index, block in self._blocks.items():
             entry: dict[str, Any] = {"kind": block.kind}
             if block.kind == "thinking":
-                entry["thinking"] = "".join(block.parts)
+                entry["thinking"] = _base._join(block.parts)
                 entry["signature"] = block.signature
             elif block.kind == "tool":
                 call = self.calls.get(index)
@@ -366,8 +367,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
                         return out
                 parts = block.parts
                 parts.append(text)
-                if len(parts) > _FOLD:
-                    block.parts = ["".join(parts)]
+                if len(parts) > block.fold_at:
+                    block.fold_at = fold(parts, block.fold_at - _FOLD)
                 self.add_reasoning(text, out, joined=True)
             return out
         if kind == "signature_delta" and bkind == "thinking":
@@ -384,7 +385,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
     def _close(self, index: int, block: _Block, out: list[Event]) -> None:
         kind = block.kind
         if kind == "thinking":
-            kept = {"type": "thinking", "thinking": "".join(block.parts),
+            kept = {"type": "thinking", "thinking": _base._join(block.parts),
                     "signature": block.signature}
             out.append(ReasoningBlock(self.key, 0, index, kept))
         elif kind == "tool":

@@ -43,6 +43,7 @@ from typing import Any
 
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..reply import StopReason, unified_stop
+from . import _base
 from ._base import (
     JsonEventFormat,
     ToolCallState,
@@ -353,7 +354,7 @@ class ResponsesFormat(JsonEventFormat):
             streamed = None
             agree = min(call.length, len(final))
         else:
-            streamed = "".join(fragments)
+            streamed = _base._join(fragments)
             agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
         if streamed == final:
             if new_id or new_name:
@@ -362,8 +363,7 @@ class ResponsesFormat(JsonEventFormat):
         replace = agree < call.length
         rest = final[agree:]
         out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, rest, agree, replace))
-        call.length = len(final)
-        call.fragments = [final]
+        call.replace(final)
 
     # ------------------------------------------------------------------ the end
 

@@ -1,0 +1,103 @@
+"""The formats' own kept text grows linearly with what arrives.
+
+Two formats keep streamed text beside the assembler: the Responses format keeps each tool
+call's argument fragments (its final ``.done`` value is compared with them) and the Anthropic
+format keeps each thinking block's text (sent back as a ``ReasoningBlock``). Both folded
+their fragments by joining *everything* every 256 fragments — quadratic, as the assembler's
+fold once was (``assembly.py``): 200 000 argument deltas of 100 characters took 3.8 s in the
+format alone, 400 000 took 19.5 s. Measured against the same deltas of a channel the format
+does not keep (text), in the same process, so machine load cancels out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from fluxstream.formats import _base
+from fluxstream.formats.anthropic_messages import AnthropicMessagesFormat
+from fluxstream.formats.responses import ResponsesFormat
+
+N = 80_000
+PIECE = "x" * 400
+
+
+def _seconds(run: Callable[[], None]) -> float:
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _responses(kind: str) -> Callable[[], None]:
+    def run() -> None:
+        fmt = ResponsesFormat("k")
+        fmt.dispatch("response.output_item.added", {
+            "output_index": 0, "item": {"type": "function_call", "call_id": "c", "name": "f"}})
+        dispatch = fmt.dispatch
+        event = {"output_index": 0, "content_index": 0, "delta": PIECE}
+        for _ in range(N):
+            dispatch(kind, event)
+    return run
+
+
+def _anthropic(block: dict[str, Any], delta: dict[str, Any]) -> Callable[[], None]:
+    def run() -> None:
+        fmt = AnthropicMessagesFormat("k")
+        fmt.dispatch("content_block_start", {"index": 0, "content_block": block})
+        dispatch = fmt.dispatch
+        event = {"index": 0, "delta": delta}
+        for _ in range(N):
+            dispatch("content_block_delta", event)
+        fmt.dispatch("content_block_stop", {"index": 0})
+    return run
+
+
+def test_responses_arguments_cost_what_text_costs() -> None:
+    text = _seconds(_responses("response.output_text.delta"))
+    arguments = _seconds(_responses("response.function_call_arguments.delta"))
+    assert arguments < 4 * text + 0.05, (arguments, text)
+
+
+def test_anthropic_thinking_costs_what_text_costs() -> None:
+    text = _seconds(_anthropic({"type": "text", "text": ""},
+                               {"type": "text_delta", "text": PIECE}))
+    thinking = _seconds(_anthropic({"type": "thinking", "thinking": ""},
+                                   {"type": "thinking_delta", "thinking": PIECE}))
+    assert thinking < 4 * text + 0.05, (thinking, text)
+
+
+def _count_joins(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    copied = 0
+
+    def counting(parts: list[str]) -> str:
+        nonlocal copied
+        joined = "".join(parts)
+        copied += len(joined)
+        return joined
+
+    monkeypatch.setattr(_base, "_join", counting)
+    return lambda: copied
+
+
+def test_the_fold_copies_each_character_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    copied = _count_joins(monkeypatch)
+    call = _base.ToolCallState()
+    for _ in range(100_000):
+        call.add("xy")
+    assert call.fragments is not None and "".join(call.fragments) == "xy" * 100_000
+    assert copied() <= 2 * 100_000
+    fmt = AnthropicMessagesFormat("k")
+    fmt.dispatch("content_block_start", {"index": 0, "content_block": {"type": "thinking"}})
+    before = copied()
+    for _ in range(100_000):
+        fmt.dispatch("content_block_delta",
+                     {"index": 0, "delta": {"type": "thinking_delta", "thinking": "xy"}})
+    events = fmt.dispatch("content_block_stop", {"index": 0})
+    assert events[0].block["thinking"] == "xy" * 100_000  # type: ignore[attr-defined]
+    assert copied() - before <= 2 * 2 * 100_000
