@@ -83,7 +83,8 @@ class RedisReplyLog(ReplyLog):
     :param redis: a ``redis.asyncio.Redis`` client (used as it is, never closed by the log),
         or a URL (``redis://127.0.0.1:6379/0``, ``unix:///path/redis.sock``) for a client the
         log creates and closes.
-    :param ttl: seconds a reply is kept after its last write.
+    :param ttl: seconds a reply is kept after its producer's last write or lease refresh
+        (a reply is never forgotten under a live producer, however long it is silent).
     :param prefix: the start of every Redis key the log uses.
     """
 
@@ -245,8 +246,8 @@ class RedisReplyLog(ReplyLog):
         if write.release:
             return ["EVALSHA", self._shas["release"], 1, k["lease"], write.owner]
         if write.entry is None:
-            return ["EVALSHA", self._shas["refresh"], 2, k["lease"], k["cancel"], write.owner,
-                    self._lease_ms]
+            return ["EVALSHA", self._shas["refresh"], 4, k["lease"], k["cancel"], k["stream"],
+                    k["meta"], write.owner, self._lease_ms, self._ttl_ms]
         entry = write.entry
         # pydantic-core's serializer: a fifth of json.dumps' time for a token (the whole
         # reply so far), stored once a second per stream.
@@ -287,7 +288,10 @@ class RedisReplyLog(ReplyLog):
 
     async def _refresh(self, key: str, owner: str) -> bool:
         k = self.keys(key)
-        result = await self._run("refresh", [k["lease"], k["cancel"]], [owner, self._lease_ms])
+        result = await self._run(
+            "refresh", [k["lease"], k["cancel"], k["stream"], k["meta"]],
+            [owner, self._lease_ms, self._ttl_ms],
+        )
         if result == LEASE_LOST:
             raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
         return bool(result)

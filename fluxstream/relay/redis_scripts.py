@@ -36,10 +36,14 @@ end
 return redis.call('EXISTS', KEYS[4])
 """
 
-# KEYS: lease, cancel  ARGV: owner, lease_ms
+# KEYS: lease, cancel, stream, meta  ARGV: owner, lease_ms, ttl_ms
+# The reply's TTL counts from its producer's last sign of life, not its last entry: a live
+# producer with nothing to write (a model thinking) must not see its reply expire.
 REFRESH = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return redis.call('EXISTS', KEYS[2])
 """
 

@@ -157,3 +157,33 @@ async def test_a_stuck_redis_is_reported_when_the_recorded_stream_closes(
         if stopped:
             os.kill(redis.process.pid, signal.SIGCONT)
         redis.stop()
+
+
+async def test_a_reply_silent_longer_than_the_ttl_is_not_forgotten_while_its_producer_lives(
+    make_log: MakeLog,
+) -> None:
+    """``ttl`` is how long a reply is kept after its last write; a producer that is alive but
+    has nothing to write (a model that thinks without streaming) only refreshes its lease.
+    On Redis the refresh did not push the reply's TTL back, so a silence longer than ``ttl``
+    expired the reply under a live producer: followers got ``RelayKeyError`` and the
+    producer's next write made a reply without its request or first entries."""
+    req = request(tokens=40)
+    with ServerThread(faults="stall=1.2,stall-after-events=5") as stalling:
+        log = make_log(ttl=0.5, lease=0.3)
+        async with fluxstream.AsyncClient(stalling.base_url) as client:
+            async with anyio.create_task_group() as tg:
+                seen: list[Any] = []
+
+                async def follower() -> None:
+                    seen.append(await follow_all(log, "silent"))
+
+                recorded = log.record(client.chat.stream(content_key="silent", **req))
+                async with recorded:
+                    await recorded.start()
+                    tg.start_soon(follower)
+                    async for _ in recorded:
+                        pass
+        assert recorded.log_error is None, recorded.log_error
+    seen[0].check()
+    assert seen[0].text == expected_text(req)
+    assert seen[0].end.outcome is fluxstream.Outcome.DONE
