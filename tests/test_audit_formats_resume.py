@@ -254,3 +254,28 @@ def test_a_hostile_responses_body_cannot_crash(item: dict[str, Any]) -> None:
     reply = parser.reply
     reply.model_dump_json()
     assert reply.choices[0].finish_reason == "completed"
+
+
+# --------------------------------------------------------------------------- Responses parts
+
+
+def test_a_reasoning_summary_and_reasoning_text_are_different_parts() -> None:
+    """Summary parts count by ``summary_index`` and reasoning-text parts by
+    ``content_index``: summary 0 streamed as deltas must not make the ``.done`` of content
+    0 (a server that sends the reasoning text only whole) look delivered. Before, both were
+    the part ``("reasoning", 0, 0)`` and the reasoning text was lost."""
+    events = [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {"id": "r", "status": "in_progress"}},
+        {"type": "response.reasoning_summary_text.delta", "sequence_number": 1,
+         "output_index": 0, "summary_index": 0, "delta": "Summary. "},
+        {"type": "response.reasoning_summary_text.done", "sequence_number": 2,
+         "output_index": 0, "summary_index": 0, "text": "Summary. "},
+        {"type": "response.reasoning_text.done", "sequence_number": 3,
+         "output_index": 0, "content_index": 0, "text": "Full thoughts."},
+        {"type": "response.completed", "sequence_number": 4,
+         "response": {"status": "completed"}},
+    ]
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+    for fmt in ("responses", "auto"):
+        assert read([body], fmt).choices[0].reasoning == "Summary. Full thoughts."

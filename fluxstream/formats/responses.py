@@ -185,7 +185,7 @@ class ResponsesFormat(JsonEventFormat):
         if kind == "response.output_text.delta":
             self._delta("text", obj, out)
         elif kind == "response.reasoning_summary_text.delta":
-            self._delta("reasoning", obj, out, "summary_index")
+            self._delta("reasoning", obj, out, "summary_index", "summary")
         elif kind == "response.reasoning_text.delta":
             self._delta("reasoning", obj, out)
         elif kind == "response.refusal.delta":
@@ -206,7 +206,7 @@ class ResponsesFormat(JsonEventFormat):
         elif kind == "response.reasoning_text.done":
             self._part_done("reasoning", obj, "text", out)
         elif kind == "response.reasoning_summary_text.done":
-            self._part_done("reasoning", obj, "text", out, "summary_index")
+            self._part_done("reasoning", obj, "text", out, "summary_index", "summary")
         elif kind in _TERMINAL:
             self._terminal(kind, obj, out)
         elif kind == "error":
@@ -219,12 +219,19 @@ class ResponsesFormat(JsonEventFormat):
         return out
 
     def _delta(
-        self, channel: str, obj: Mapping[str, Any], out: list[Event], part: str = "content_index"
+        self,
+        channel: str,
+        obj: Mapping[str, Any],
+        out: list[Event],
+        part: str = "content_index",
+        kind: str | None = None,
     ) -> None:
+        """A streamed fragment of a part; ``kind`` names the part's kind when it is not the
+        channel (summary parts count by ``summary_index``, apart from reasoning-text parts)."""
         text = obj.get("delta")
         if text.__class__ is not str or not text:
             return
-        self._mark((channel, _int(obj.get("output_index")), _int(obj.get(part))))
+        self._mark((kind or channel, _int(obj.get("output_index")), _int(obj.get(part))))
         self.add_to(channel, text, out)
 
     def _mark(self, marker: tuple[str, int | None, int | None]) -> None:
@@ -239,9 +246,10 @@ class ResponsesFormat(JsonEventFormat):
         field: str,
         out: list[Event],
         part: str = "content_index",
+        kind: str | None = None,
     ) -> None:
         """A part's final text, used only when none of it was streamed as deltas."""
-        marker = (channel, _int(obj.get("output_index")), _int(obj.get(part)))
+        marker = (kind or channel, _int(obj.get("output_index")), _int(obj.get(part)))
         if marker in self._parts or len(self._parts) >= MAX_PARTS:
             return
         text = obj.get(field)
