@@ -357,9 +357,15 @@ class Tailer:
         except Exception as exc:  # wake everyone: their own reads report the failure
             logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
             await self._drop_connection(broken=True)
-            self._cache.clear()
             for name in list(self._waiters):
                 self._wake(name)
+            # Forget everything read: Redis may have lost it (a restart), and a reply made
+            # again under the same key starts at entry 1 -- a remembered "latest" above it
+            # made its followers skip every wait and re-read Redis in a loop.
+            self._cache.clear()
+            self._latest.clear()
+            self._linger.clear()
+            self._names.clear()
             await asyncio.sleep(0.05)
         finally:
             self._blocked_on = frozenset()

@@ -187,3 +187,63 @@ async def test_a_reply_silent_longer_than_the_ttl_is_not_forgotten_while_its_pro
     seen[0].check()
     assert seen[0].text == expected_text(req)
     assert seen[0].end.outcome is fluxstream.Outcome.DONE
+
+
+async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
+    redis_server: RedisServer,
+) -> None:
+    """The tailer's read failed (here its connection is killed; a Redis restart does the
+    same) while it knew a reply up to entry 20. The reply is then gone and made again under
+    the same key (Redis came back empty, the request was retried). The tailer kept believing
+    that entry 20 existed, so a follower caught up at entry 1 never waited: it re-read Redis
+    in a loop, thousands of round trips a second, for as long as the reply was silent."""
+    from redis.asyncio import Redis
+
+    from fluxstream.relay import Entry, RedisReplyLog
+
+    log = RedisReplyLog(redis_server.url, prefix="audit-recreate:", lease=5.0)
+    probe = Redis.from_url(redis_server.url)
+    try:
+        await log._create("again", "first", {})
+        async with anyio.create_task_group() as tg:
+            first: list[Any] = []
+
+            async def follower() -> None:
+                first.append(await follow_all(log, "again"))
+
+            tg.start_soon(follower)
+            for n in range(1, 21):  # live, so the follower waits on the tailer
+                await anyio.sleep(0.01)
+                entry = Entry(n, (fluxstream.TextDelta("again", 0, n - 1, "x"),))
+                await log._append("again", "first", entry, token=None, final=False)
+            end = Entry(21, (fluxstream.End(fluxstream.Outcome.DONE, None),),
+                        {"outcome": "done"})
+            await log._append("again", "first", end, token=None, final=True)
+        assert len(first[0].events) == 21
+        # The tailer still watches the reply (it lingers); its read now fails.
+        assert log._tailer._client_id is not None
+        await probe.client_kill_filter(_id=log._tailer._client_id)
+        await anyio.sleep(0.2)
+        await probe.delete(*(name for name in log.keys("again").values()))
+        await log._create("again", "second", {})
+        entry = Entry(1, (fluxstream.TextDelta("again", 0, 0, "y"),))
+        await log._append("again", "second", entry, token=None, final=False)
+
+        reads = 0
+        real_range = log._range
+
+        async def counting_range(stream: str, after: int) -> list[Entry]:
+            nonlocal reads
+            reads += 1
+            return await real_range(stream, after)
+
+        log._range = counting_range  # type: ignore[method-assign]
+        seen: list[Any] = []
+        with anyio.move_on_after(0.6):
+            async for item in log.follow("again"):
+                seen.append(item)
+        assert [item.event.text for item in seen] == ["y"]
+        assert reads < 30, f"{reads} reads of Redis in 0.6 s of a silent reply"
+    finally:
+        await probe.aclose()
+        await log.aclose()
