@@ -279,3 +279,28 @@ def test_a_reasoning_summary_and_reasoning_text_are_different_parts() -> None:
     body = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
     for fmt in ("responses", "auto"):
         assert read([body], fmt).choices[0].reasoning == "Summary. Full thoughts."
+
+
+# --------------------------------------------------------------------------- error events
+
+
+@pytest.mark.parametrize("fmt", ["responses", "anthropic_messages"])
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_plain_text_error_event_is_the_replys_error(fmt: str, strict: bool) -> None:
+    """A proxy's ``event: error`` whose data is not JSON ("upstream timed out"): Chat
+    Completions and ``auto`` make it the reply's error (outcome ``failed``); the two event
+    formats skipped it (strict: raised ``FrameDecodeError``) and the stream ended
+    ``truncated`` with the reason lost, as if a resume could help."""
+    body = (b'data: {"type":"response.output_text.delta","output_index":0,"delta":"Hi"}\n\n'
+            if fmt == "responses" else
+            b'data: {"type":"message_start","message":{"id":"m"}}\n\n'
+            b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text"}}\n\n'
+            b'data: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"text_delta","text":"Hi"}}\n\n')
+    parser = StreamParser(content_key="k", format=fmt, strict=strict)
+    parser.feed(body + b"event: error\ndata: upstream timed out\n\n")
+    parser.close()
+    reply = parser.reply
+    assert reply.outcome is Outcome.FAILED
+    assert reply.error is not None and reply.error.message == "upstream timed out"
+    assert reply.choices[0].text == "Hi" and reply.skipped_frames == 0

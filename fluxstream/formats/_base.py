@@ -483,6 +483,12 @@ class JsonEventFormat:
         except ValueError as exc:
             obj = fallback_loads(data)  # lone surrogate halves: json.loads keeps them
             if obj is None:
+                if sse.event == "error" and not at_eof:
+                    # A proxy's plain-text error ("upstream timed out"): the reply's error,
+                    # as in Chat Completions and ``auto``, not a skipped frame that would
+                    # make the stream look merely cut.
+                    self.start()
+                    return [ErrorEvent(fix_surrogates(data), None, None, None, data)]
                 return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
             raw = self.scan = True
         if obj.__class__ is not dict:
