@@ -5,8 +5,9 @@ say), with the same positions, cancel and lease semantics as the Redis log, on a
 trio alike (only :mod:`anyio` primitives). It does not survive the process: that is what
 :class:`~fluxstream.relay.RedisReplyLog` is for.
 
-Memory is bounded: an ended reply is forgotten ``ttl`` seconds after its end, and at most
-``max_replies`` are kept (the oldest ended ones go first).
+Memory is bounded: an ended reply is forgotten ``ttl`` seconds after its end (an unended one
+whose producer vanished, ``ttl`` after its lease lapsed), and at most ``max_replies`` are kept
+(the oldest of those go first).
 """
 
 from __future__ import annotations
@@ -75,16 +76,23 @@ class MemoryReplyLog(ReplyLog):
         return reply
 
     def _evict(self) -> None:
+        """Forget replies ``ttl`` after they went quiet, and the oldest quiet ones beyond
+        ``max_replies``. Quiet: ended, or unended with a lapsed lease (a producer that
+        vanished without an end, which only a follower would otherwise have ended)."""
         now = time.monotonic()
+        quiet: list[tuple[float, str]] = []
         for key, reply in list(self._replies.items()):
-            if reply.ended_at is not None and now - reply.ended_at > self.ttl:
+            since = _quiet_since(reply, now)
+            if since is None:
+                continue
+            if now - since > self.ttl:
                 del self._replies[key]
+            else:
+                quiet.append((since, key))
         if len(self._replies) < self.max_replies:
             return
-        ended = sorted(
-            (r.ended_at, k) for k, r in self._replies.items() if r.ended_at is not None
-        )
-        for _, key in ended[: len(self._replies) - self.max_replies + 1]:
+        quiet.sort()
+        for _, key in quiet[: len(self._replies) - self.max_replies + 1]:
             del self._replies[key]
 
     def _owned(self, key: str, owner: str) -> _Reply:
@@ -203,6 +211,15 @@ class MemoryReplyLog(ReplyLog):
                 reply.watchers.remove(callback)
 
         return stop
+
+
+def _quiet_since(reply: _Reply, now: float) -> float | None:
+    """When ``reply`` went quiet (its end, or its lease's lapse), ``None`` if it is live."""
+    if reply.ended_at is not None:
+        return reply.ended_at
+    if reply.lease_alive(now):
+        return None
+    return reply.lease_until
 
 
 def _nothing() -> None:

@@ -247,3 +247,25 @@ async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
     finally:
         await probe.aclose()
         await log.aclose()
+
+
+async def test_the_memory_log_bounds_replies_whose_producer_vanished() -> None:
+    """``max_replies`` bounds the memory log, and a reply is forgotten ``ttl`` after its end.
+    A reply whose producer vanished without an end (its lease lapsed: the loop was blocked
+    past the lease, the recorder's writes failed) and that nobody followed to end it was
+    neither: the log grew by one such reply per lost producer, forever."""
+    from fluxstream.relay import MemoryReplyLog
+
+    log = MemoryReplyLog(max_replies=5, ttl=3600.0, lease=0.05)
+    for n in range(20):
+        await log._create(f"vanished-{n}", f"owner-{n}", {})
+    await anyio.sleep(0.1)  # every lease lapsed
+    await log._create("live", "owner", {})
+    assert len(log._replies) <= 5
+    assert "live" in log._replies
+
+    short = MemoryReplyLog(ttl=0.05, lease=0.02)
+    await short._create("vanished", "owner", {})
+    await anyio.sleep(0.15)  # lease lapsed, and ttl since
+    await short._create("next", "owner", {})
+    assert list(short._replies) == ["next"]
