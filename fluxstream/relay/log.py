@@ -52,6 +52,9 @@ class LogState:
     last: int
     ended: bool
     lease_alive: bool
+    #: A stop was asked (:meth:`ReplyLog.cancel`): a reply with no live producer then ends
+    #: ``cancelled``, and nobody takes it over.
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,8 +155,8 @@ class ReplyLog(ABC):
 
     @abstractmethod
     async def _acquire(self, key: str, owner: str) -> int | None:
-        """Take the lease of an unended reply whose lease lapsed: the last entry number, or
-        ``None`` if it is held or the reply ended."""
+        """Take the lease of an unended, uncancelled reply whose lease lapsed: the last entry
+        number, or ``None`` if it is held, the reply ended or a stop was asked."""
 
     @abstractmethod
     async def _request_cancel(self, key: str) -> None:
@@ -240,6 +243,12 @@ class ReplyLog(ABC):
                     message = f"the reply under key {show_key(key)} expired while followed"
                     raise RelayKeyError(message)
                 if state.ended or state.lease_alive or state.last > cursor:
+                    continue
+                if state.cancelled:  # stopped while no producer runs (a taker released it)
+                    await self._end_unowned(
+                        key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
+                        _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
+                    )
                     continue
                 if takeover is not None and took_over is None:
                     from .takeover import take_over

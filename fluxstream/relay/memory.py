@@ -155,6 +155,7 @@ class MemoryReplyLog(ReplyLog):
             last=len(reply.entries),
             ended=reply.ended_at is not None,
             lease_alive=reply.lease_alive(time.monotonic()),
+            cancelled=reply.cancel_requested,
         )
 
     async def _meta(self, key: str) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class MemoryReplyLog(ReplyLog):
 
     async def _acquire(self, key: str, owner: str) -> int | None:
         reply = self._get(key)
-        if reply is None or reply.ended_at is not None:
+        if reply is None or reply.ended_at is not None or reply.cancel_requested:
             return None
         now = time.monotonic()
         if reply.lease_alive(now):

@@ -335,11 +335,12 @@ class RedisReplyLog(ReplyLog):
 
     async def _state(self, key: str) -> LogState:
         k = self.keys(key)
-        exists, last, ended, lease = await self._run(
-            "state", [k["stream"], k["meta"], k["lease"]], []
+        exists, last, ended, lease, cancelled = await self._run(
+            "state", [k["stream"], k["meta"], k["lease"], k["cancel"]], []
         )
         return LogState(
-            exists=bool(exists), last=int(last), ended=bool(ended), lease_alive=bool(lease)
+            exists=bool(exists), last=int(last), ended=bool(ended), lease_alive=bool(lease),
+            cancelled=bool(cancelled),
         )
 
     async def _meta(self, key: str) -> dict[str, Any]:
@@ -362,7 +363,7 @@ class RedisReplyLog(ReplyLog):
     async def _acquire(self, key: str, owner: str) -> int | None:
         k = self.keys(key)
         result = await self._run(
-            "acquire", [k["stream"], k["meta"], k["lease"]], [owner, self._lease_ms]
+            "acquire", [k["stream"], k["meta"], k["lease"], k["cancel"]], [owner, self._lease_ms]
         )
         return None if result == LEASE_LOST else int(result)
 

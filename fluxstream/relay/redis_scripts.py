@@ -68,17 +68,18 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return n + 1
 """
 
-# KEYS: stream, meta, lease  ARGV: owner, lease_ms
+# KEYS: stream, meta, lease, cancel  ARGV: owner, lease_ms
 ACQUIRE = """
 if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
 if redis.call('HGET', KEYS[2], 'ended') then return -1 end
+if redis.call('EXISTS', KEYS[4]) == 1 then return -1 end
 if redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[2]) == false then return -1 end
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 if #last == 0 then return 0 end
 return tonumber(string.match(last[1][1], '^(%d+)'))
 """
 
-# KEYS: stream, meta, lease  (no ARGV)
+# KEYS: stream, meta, lease, cancel  (no ARGV)
 STATE = """
 local exists = redis.call('EXISTS', KEYS[2])
 local ended = 0
@@ -87,5 +88,5 @@ local lease = redis.call('EXISTS', KEYS[3])
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local n = 0
 if #last > 0 then n = tonumber(string.match(last[1][1], '^(%d+)')) end
-return {exists, n, ended, lease}
+return {exists, n, ended, lease, redis.call('EXISTS', KEYS[4])}
 """

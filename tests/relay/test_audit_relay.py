@@ -269,3 +269,42 @@ async def test_the_memory_log_bounds_replies_whose_producer_vanished() -> None:
     await anyio.sleep(0.15)  # lease lapsed, and ttl since
     await short._create("next", "owner", {})
     assert list(short._replies) == ["next"]
+
+
+async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothing(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    """The producer died and a follower took the reply over; then the user presses Stop. A
+    taker that is cancelled releases its lease (so that a taker merely closed by its own
+    follower can be replaced), and with the lease free the followers raced the cancel: they
+    ended the reply ``truncated`` / ``producer lost`` -- or took it over again, sending the
+    request upstream once more after Stop. (A race: 3 runs of this test in 4 failed.)"""
+    req = {"messages": [{"role": "user", "content": "stop my taker"}], "max_tokens": 400}
+    log, stopper = make_log(lease=0.3), make_log(lease=0.3)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        for round_ in range(5):
+            key = f"stop-taker-{round_}"
+            stream = client.chat.stream(model="m", content_key=key, **req)
+            base = stream.resume_token()
+            base.pop("reply", None)
+            await stream.aclose()
+            await log._create(key, "died-at-once", base)
+            before = len(upstream.records.requests)
+            outcomes: list[Any] = []
+            results: dict[int, Any] = {}
+
+            async def follower(n: int, key: str = key, results: dict[int, Any] = results) -> None:
+                results[n] = await follow_all(log, key, takeover=client)
+
+            async with anyio.create_task_group() as tg:
+                for n in range(3):
+                    tg.start_soon(follower, n)
+                with anyio.fail_after(10):
+                    while len(upstream.records.requests) == before:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+                await anyio.sleep(0.1)  # the taker streams
+                outcomes.append(await stopper.cancel(key))
+            assert outcomes == [fluxstream.Outcome.CANCELLED], round_
+            for seen in results.values():
+                assert seen.end.outcome is fluxstream.Outcome.CANCELLED, (round_, seen.end)
+            assert len(upstream.records.requests) == before + 1, f"sent again after Stop {round_}"
