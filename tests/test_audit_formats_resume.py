@@ -304,3 +304,80 @@ def test_a_plain_text_error_event_is_the_replys_error(fmt: str, strict: bool) ->
     assert reply.outcome is Outcome.FAILED
     assert reply.error is not None and reply.error.message == "upstream timed out"
     assert reply.choices[0].text == "Hi" and reply.skipped_frames == 0
+
+
+def test_final_arguments_that_disagree_replace_the_streamed_ones_after_a_resume() -> None:
+    """A server whose ``function_call_arguments.done`` differs from its deltas (whitespace
+    normalised here): read in one go the final value replaces the streamed one. Resumed from
+    a token between the deltas, the format no longer has the streamed text and trusted it
+    as a prefix of the final value: the arguments came out as a splice of both."""
+    events = [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {"id": "r", "status": "in_progress"}},
+        {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+         "item": {"type": "function_call", "call_id": "c1", "name": "f", "arguments": ""}},
+        {"type": "response.function_call_arguments.delta", "sequence_number": 2,
+         "output_index": 0, "delta": '{"city": '},
+        {"type": "response.function_call_arguments.delta", "sequence_number": 3,
+         "output_index": 0, "delta": '"Paris"}'},
+        {"type": "response.function_call_arguments.done", "sequence_number": 4,
+         "output_index": 0, "arguments": '{"city":"Paris"}'},
+        {"type": "response.completed", "sequence_number": 5,
+         "response": {"status": "completed"}},
+    ]
+    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    whole = content(read(pieces, "responses"))
+    assert whole[0][0][4] == [(0, "c1", "f", '{"city":"Paris"}')]
+    for cut in range(1, len(pieces)):
+        reply = resumed(pieces, cut, "responses")
+        assert reply is not None and content(reply) == whole, cut
+
+
+@pytest.mark.parametrize("bogus", [2**53, 2**70, -1])
+def test_an_absurd_sequence_number_does_not_hide_what_follows(bogus: int) -> None:
+    """``sequence_number`` drops replays; one absurd value (past what a token can carry, or
+    negative) made every later event look delivered already: the rest of the text was lost,
+    and a resume from a token taken there showed it (the token could not hold the number)."""
+    events = [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {"id": "r", "status": "in_progress"}},
+        {"type": "response.output_text.delta", "sequence_number": bogus, "output_index": 0,
+         "content_index": 0, "delta": "Hello"},
+        {"type": "response.output_text.delta", "sequence_number": 2, "output_index": 0,
+         "content_index": 0, "delta": " world"},
+        {"type": "response.completed", "sequence_number": 3,
+         "response": {"status": "completed"}},
+    ]
+    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    whole = content(read(pieces, "responses"))
+    assert whole[0][0][0] == "Hello world"
+    for cut in range(1, len(pieces)):
+        reply = resumed(pieces, cut, "responses")
+        assert reply is not None and content(reply) == whole, cut
+
+
+# --------------------------------------------------------------------------- skipped frames
+
+
+@pytest.mark.parametrize("fmt", ["responses", "anthropic_messages"])
+def test_a_skipped_frame_shows_the_frame(fmt: str) -> None:
+    """``SkippedFrame.data`` is an excerpt of what was skipped, for diagnosis. Every frame
+    the two event formats skipped after decoding it showed ``"<unserialisable>"`` (the
+    placeholder was serialised instead of the frame)."""
+    parser = StreamParser(content_key="k", format=fmt)
+    events = parser.feed(b'data: {"type":"brand_new_event","detail":42}\n\n')
+    assert [type(e).__name__ for e in events] == ["SkippedFrame"]
+    assert "brand_new_event" in events[0].data  # type: ignore[attr-defined]
+    assert "unserialisable" not in events[0].data  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", ["resp-vercel-azure-text-harness-framing",
+                                  "anth-sdk-py-basic"])
+def test_auto_is_not_decided_by_an_empty_object(name: str) -> None:
+    """A proxy's ``data: {}`` keep-alive before the first event: an object without a
+    ``type`` decided Chat Completions, and the whole Responses / Anthropic reply was lost.
+    Chat Completions itself ignores ``{}``, so it decides nothing now."""
+    body = require(chat_streams(name)[0]).read_bytes()
+    fmt = "responses" if name.startswith("resp-") else "anthropic_messages"
+    named = content(read([body], fmt))
+    assert content(read([b"data: {}\n\n" + body], "auto")) == named

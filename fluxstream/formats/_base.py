@@ -540,9 +540,9 @@ class JsonEventFormat:
         """Skip and count a frame that cannot be used (never raised: the stream goes on)."""
         self.skipped += 1
         if not isinstance(data, str):
-            data = "<unserialisable>"
+            frame, data = data, "<unserialisable>"
             with contextlib.suppress(TypeError, ValueError):
-                data = compact(data)
+                data = compact(frame)
         return [SkippedFrame(reason, fix_surrogates(data[:_EXCERPT]))]
 
     def keep(self, size: int) -> bool:

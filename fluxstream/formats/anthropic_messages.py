@@ -32,6 +32,7 @@ _start`` for an index, and a second ``message_start`` are skipped and counted; e
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -66,6 +67,9 @@ _SDK_DERIVED = frozenset({"text", "thinking", "signature", "input_json", "citati
 #: stream of empty block starts would grow memory with the bytes while the reply stays empty.
 MAX_BLOCKS = 4096
 _BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
+#: A block index as ``resume_state`` writes it (``str(int)``): ``str.isdigit`` accepts "²",
+#: which ``int()`` refuses, and ``int()`` refuses more than 4300 digits.
+_INDEX = re.compile(r"-?[0-9]{1,100}")
 
 
 class _Block:
@@ -140,10 +144,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             if len(self._blocks) >= MAX_BLOCKS:
                 break
             kind = entry.get("kind") if isinstance(entry, Mapping) else None
-            if not (
-                isinstance(key, str) and key.isascii() and key.isdigit() and len(key) <= 9
-                and kind in _BLOCK_KINDS
-            ):
+            if not (isinstance(key, str) and _INDEX.fullmatch(key) and kind in _BLOCK_KINDS):
                 continue
             index = int(key)
             block = self._blocks[index] = _Block(kind)

@@ -186,6 +186,10 @@ class AutoFormat:
                 return self._bad(data, f"invalid JSON: {exc}", at_eof)
             if not isinstance(obj, dict):
                 return self._bad(data, "not a JSON object", False)
+            if not obj and sse.event in ("", "message"):
+                # ``data: {}``: a proxy's keep-alive (Chat Completions ignores it too); it
+                # must not decide Chat Completions for a Responses or Anthropic stream.
+                return []
             name = detect(sse.event, obj)
             if name is None:
                 return self._undecided(obj)
@@ -245,13 +249,21 @@ class AutoFormat:
         return self._wire_state if isinstance(self._wire_state, Mapping) else {}
 
     def restore_state(self, state: Any) -> None:
-        """A token's wire state, for the format chosen later (see :meth:`_choose`)."""
+        """A token's wire state. It names the format that wrote it (Anthropic's has the open
+        ``blocks``, Responses' the streamed ``parts``), which is chosen at once: a resumed
+        stream's first event may be one that decides nothing or the wrong thing (a ``ping``,
+        a ``{}``). Otherwise (Chat Completions writes none) the first event decides."""
         if self.inner is not None:
             hook = getattr(self.inner, "restore_state", None)
             if hook is not None:
                 hook(state)
-        else:
-            self._wire_state = state
+            return
+        self._wire_state = state
+        if isinstance(state, Mapping):
+            if isinstance(state.get("blocks"), Mapping):
+                self._choose("anthropic_messages")
+            elif isinstance(state.get("parts"), list) or self.sequence >= 0:
+                self._choose("responses")
 
     def new_connection(self) -> None:
         """Passed on to the chosen format (Anthropic restates ``message_start``)."""

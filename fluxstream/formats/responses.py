@@ -63,6 +63,10 @@ _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fa
 #: Real responses have a handful; past the cap a ``.done`` text is never used, so a stream of
 #: deltas each naming a new part cannot grow memory beyond it.
 MAX_PARTS = 4096
+#: Sequence numbers at or past this (or negative) are not used: one absurd number would make
+#: every later event look delivered already (and a resume token cannot carry it either: the
+#: parser hands out ``starting_after`` values below it, as JSON numbers stay exact there).
+MAX_SEQUENCE = 2**53
 _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
@@ -149,7 +153,7 @@ class ResponsesFormat(JsonEventFormat):
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         seq = obj.get("sequence_number")
-        if seq.__class__ is int:
+        if seq.__class__ is int and 0 <= seq < MAX_SEQUENCE:
             if seq <= self.sequence:
                 # Delivered already: a resumed stream (``starting_after``) whose server
                 # started over, or a proxy that repeated an event. Never shown twice.
@@ -358,9 +362,12 @@ class ResponsesFormat(JsonEventFormat):
             self._held.pop(("tool", index), None)  # the final value replaces a held half too
             final = fix_surrogates(final)
         fragments = call.fragments
-        if fragments is None:  # resumed: only the length is known; trust the prefix
+        if fragments is None:
+            # Resumed: only the length of what was streamed is known, not the text, so the
+            # final value replaces all of it (trusting it as a prefix spliced the two when
+            # they disagree).
             streamed = None
-            agree = min(call.length, len(final))
+            agree = 0
         else:
             streamed = _base._join(fragments)
             agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
