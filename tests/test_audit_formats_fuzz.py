@@ -155,3 +155,39 @@ def test_closing_events_removed_lose_no_text(path: Path) -> None:
         (c.text, c.reasoning, c.refusal) for c in b]
     assert [[(t.id, t.name, t.arguments) for t in c.tool_calls] for c in a] == [
         [(t.id, t.name, t.arguments) for t in c.tool_calls] for c in b]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_token_after_any_event_of_a_mutated_stream_resumes_exactly(data: st.DataObject) -> None:
+    """Whatever the stream, a resume token taken after any event and resumed with the rest
+    gives the reply of reading it in one go (found: resumed final arguments spliced with
+    the streamed ones, absurd sequence numbers, negative block indices, ``auto`` deciding
+    again on the first event after the token)."""
+    from test_audit_formats_resume import content, read, resumed
+
+    path = data.draw(st.sampled_from(RESP + ANTH), label="fixture")
+    fmt = data.draw(st.sampled_from([FORMAT[path.stem.split("-")[0]], "auto"]), label="fmt")
+    pieces = [encode([e]) for e in mutate(events_of(path), data)]
+    cut = data.draw(st.integers(1, max(1, len(pieces) - 1)), label="cut")
+    reply = resumed(pieces, cut, fmt)
+    if reply is not None:
+        assert content(reply) == content(read(pieces, fmt))
+
+
+def test_auto_resumed_from_a_token_is_not_decided_again_by_a_ping() -> None:
+    """A Responses stream resumed with ``format="auto"``: the first event after the token
+    is a ``ping`` (which the Responses format counts as a heartbeat). Before, the resumed
+    ``auto`` decided again on it and read the rest as Anthropic Messages: text lost."""
+    from test_audit_formats_resume import content, read, token
+
+    path = require(chat_streams("resp-vercel-azure-text")[0])
+    pieces = [encode([e]) for e in events_of(path)]
+    first = StreamParser(content_key="k", format="auto")
+    for piece in pieces[:3]:
+        first.feed(piece)
+    second = StreamParser.from_token(token(first), format="auto")
+    for piece in [encode([{"type": "ping"}]), *pieces[3:]]:
+        second.feed(piece)
+    second.close()
+    assert content(second.reply) == content(read(pieces, "responses"))
