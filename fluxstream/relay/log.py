@@ -274,7 +274,7 @@ class ReplyLog(ABC):
         is recorded here. Returns the recorded outcome (``None`` if none within ``wait``
         seconds); a reply that had already ended keeps its outcome.
 
-        :raises RelayKeyError: nothing is stored under ``key``.
+        :raises RelayKeyError: nothing is stored under ``key`` (or it vanished meanwhile).
         """
         state = await self._state(key)
         if not state.exists:
@@ -286,12 +286,15 @@ class ReplyLog(ABC):
             state = await self._state(key)
             if state.ended:
                 return await self._outcome(key)
-            if not state.lease_alive:
-                await self._end_unowned(
-                    key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
-                    _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
-                )
-                continue
+            if not state.exists:  # expired, evicted or lost with Redis while we waited
+                raise RelayKeyError(f"the reply under key {show_key(key)} expired while cancelled")
+            if not state.lease_alive and await self._end_unowned(
+                key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
+                _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
+            ):
+                continue  # ended here: read the outcome back
+            # Every other round checks the deadline and sleeps (a round that neither ended
+            # the reply nor found it ended used to spin: on the memory log without yielding).
             if time.monotonic() >= deadline:
                 return None
             await anyio.sleep(0.005)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from relay_support import RedisServer, expected_text, follow_all, request
 
@@ -308,3 +309,44 @@ async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothi
             for seen in results.values():
                 assert seen.end.outcome is fluxstream.Outcome.CANCELLED, (round_, seen.end)
             assert len(upstream.records.requests) == before + 1, f"sent again after Stop {round_}"
+
+
+async def test_cancel_of_a_reply_that_vanishes_meanwhile_ends_within_its_wait(
+    make_log: MakeLog, log_kind: str, redis_server: RedisServer
+) -> None:
+    """``cancel`` polls until the end is recorded. A reply that vanished while it polled
+    (expired, evicted, Redis restarted empty) has no lease and cannot be ended, and the loop
+    went round without its deadline or its sleep: ``cancel`` never returned (on the memory
+    log, whose calls do not yield, the whole event loop froze)."""
+    from redis.asyncio import Redis
+
+    from fluxstream.errors import RelayKeyError
+
+    log = make_log(lease=5.0)
+    await log._create("vanishing", "alive", {})
+    probe = Redis.from_url(redis_server.url)
+    real_state = log._state
+
+    async def yielding_state(key: str) -> Any:
+        await anyio.lowlevel.checkpoint()  # so fail_after can stop the old loop on memory
+        return await real_state(key)
+
+    log._state = yielding_state  # type: ignore[method-assign]
+
+    async def vanish() -> None:
+        await anyio.sleep(0.1)
+        if log_kind == "memory":
+            log._replies.clear()  # type: ignore[attr-defined]
+        else:
+            await probe.delete(*log.keys("vanishing").values())  # type: ignore[attr-defined]
+
+    try:
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(vanish)
+                with pytest.raises(RelayKeyError):
+                    await log.cancel("vanishing", wait=1.0)
+        assert time.monotonic() - started < 2
+    finally:
+        await probe.aclose()
