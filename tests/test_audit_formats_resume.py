@@ -381,3 +381,28 @@ def test_auto_is_not_decided_by_an_empty_object(name: str) -> None:
     fmt = "responses" if name.startswith("resp-") else "anthropic_messages"
     named = content(read([body], fmt))
     assert content(read([b"data: {}\n\n" + body], "auto")) == named
+
+
+# --------------------------------------------------------------------------- bounded state
+
+
+def test_responses_calls_named_only_by_empty_final_arguments_are_calls() -> None:
+    """``function_call_arguments.done`` (or ``output_item.done``) with empty arguments for an
+    item never announced: the format kept a call the reply never heard of — without bound
+    (the assembler's ``max_tool_calls`` never saw them: 5000 such events, 5000 calls kept) —
+    and the finish was ``tool_calls`` for a reply without a tool call."""
+    from fluxstream.errors import LimitExceededError
+
+    def done(index: int) -> str:
+        return json.dumps({"type": "response.function_call_arguments.done",
+                           "output_index": index, "arguments": ""})
+
+    parser = StreamParser(content_key="k", format="responses")
+    parser.feed(f"data: {done(3)}\n\n".encode())
+    parser.feed(b'data: {"type":"response.completed","response":{"status":"completed"}}\n\n')
+    choice = parser.reply.choices[0]
+    assert choice.stop == "tool_calls" and [c.index for c in choice.tool_calls] == [3]
+
+    flood = StreamParser(content_key="k", format="responses")
+    with pytest.raises(LimitExceededError):
+        flood.feed("".join(f"data: {done(i)}\n\n" for i in range(5000)).encode())

@@ -301,7 +301,7 @@ class ResponsesFormat(JsonEventFormat):
             if args is not None and args.__class__ is not str:
                 args = compact(args)
             if done and args is not None:
-                self._final_arguments(index, call, args, out, new_id, new_name)
+                self._final_arguments(index, call, args, out, new_id, new_name, fresh)
             elif fresh or new_id or new_name or args:
                 args = args or ""
                 out.append(
@@ -345,8 +345,8 @@ class ResponsesFormat(JsonEventFormat):
             return
         if args.__class__ is not str:
             args = compact(args)
-        call, _ = self._call(index)
-        self._final_arguments(index, call, args, out, None, None)
+        call, fresh = self._call(index)
+        self._final_arguments(index, call, args, out, None, None, fresh)
 
     def _final_arguments(
         self,
@@ -356,8 +356,11 @@ class ResponsesFormat(JsonEventFormat):
         out: list[Event],
         new_id: str | None,
         new_name: str | None,
+        fresh: bool = False,
     ) -> None:
-        """The provider's final arguments replace the streamed ones (see module docstring)."""
+        """The provider's final arguments replace the streamed ones (see module docstring).
+        ``fresh``: the call is new (never announced): it is announced even when there is
+        nothing else to say, so the assembler knows it (and counts it against its limit)."""
         if self.scan:
             self._held.pop(("tool", index), None)  # the final value replaces a held half too
             final = fix_surrogates(final)
@@ -372,7 +375,7 @@ class ResponsesFormat(JsonEventFormat):
             streamed = _base._join(fragments)
             agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
         if streamed == final:
-            if new_id or new_name:
+            if new_id or new_name or fresh:
                 out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
             return
         replace = agree < call.length
