@@ -32,6 +32,7 @@ _start`` for an index, and a second ``message_start`` are skipped and counted; e
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -66,6 +67,10 @@ _SDK_DERIVED = frozenset({"text", "thinking", "signature", "input_json", "citati
 #: Content blocks remembered per message. Real messages have a few dozen; without a cap a
 #: stream of empty block starts would grow memory with the bytes while the reply stays empty.
 MAX_BLOCKS = 4096
+#: Usage fields kept. ``message_delta.usage`` is merged into the usage so far and normalized
+#: again on every event; real usage has under ten fields, and without a bound a stream adding
+#: one per event made each event cost all the fields so far (quadratic).
+MAX_USAGE_FIELDS = 64
 _BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
 #: A block index as ``resume_state`` writes it (``str(int)``): ``str.isdigit`` accepts "²",
 #: which ``int()`` refuses, and ``int()`` refuses more than 4300 digits.
@@ -164,7 +169,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                     call.start_input = start
         self._message_started = state.get("message_started") is True
         usage = state.get("usage")
-        self._usage = dict(usage) if isinstance(usage, Mapping) else None
+        self._usage = _bounded(usage) if isinstance(usage, Mapping) else None
         stop = state.get("stop")
         self._stop = stop if isinstance(stop, str) else None
         self.restore_held(state.get("held"))
@@ -258,7 +263,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         out: list[Event] = []
         raw = message.get("usage")
         if isinstance(raw, Mapping) and raw:
-            self._usage = dict(raw)
+            self._usage = _bounded(raw)
             out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic")))
         return out
 
@@ -267,7 +272,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         self.start()
         raw = obj.get("usage")
         if isinstance(raw, Mapping) and raw:
-            merged = self._usage = {**(self._usage or {}), **raw}
+            merged = self._usage = _bounded({**(self._usage or {}), **raw})
             out.append(UsageUpdate(normalized_usage(merged, vocabulary="anthropic")))
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, Mapping) else None
@@ -428,3 +433,11 @@ class AnthropicMessagesFormat(JsonEventFormat):
         self.done = True
         self.done_reason = "completion"
         return out
+
+
+def _bounded(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """``usage`` as a dict of at most :data:`MAX_USAGE_FIELDS` fields: the first ones, so the
+    fields a message started with (``input_tokens``, ``output_tokens`` ...) keep updating."""
+    if len(usage) <= MAX_USAGE_FIELDS:
+        return dict(usage)
+    return dict(itertools.islice(usage.items(), MAX_USAGE_FIELDS))
