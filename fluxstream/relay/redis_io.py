@@ -73,12 +73,15 @@ _XREAD = pack(("XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS"
 
 
 async def borrow(redis: Any) -> Any:
-    """A connection of ``redis``'s pool (redis-py 5.0 wants a command name, 5.3+ none)."""
+    """A connection of ``redis``'s pool (redis-py 5.0 wants a command name, 5.3+ none),
+    within :data:`_ROUND_TRIP` seconds: a new one connects and shakes hands, which a client
+    made without timeouts (redis-py's default) would wait for forever on a hung Redis.
+    ``TimeoutError`` (an ``OSError``: reported as ``RelayUnavailableError``) after that."""
     pool = redis.connection_pool
     try:
-        return await pool.get_connection()
+        return await asyncio.wait_for(pool.get_connection(), _ROUND_TRIP)
     except TypeError:  # pragma: no cover - redis-py < 5.3
-        return await pool.get_connection("_")
+        return await asyncio.wait_for(pool.get_connection("_"), _ROUND_TRIP)
 
 
 async def give_back(redis: Any, connection: Any, *, broken: bool) -> None:

@@ -350,3 +350,44 @@ async def test_cancel_of_a_reply_that_vanishes_meanwhile_ends_within_its_wait(
         assert time.monotonic() - started < 2
     finally:
         await probe.aclose()
+
+
+async def test_a_stuck_redis_on_a_client_without_timeouts_bounds_every_call(
+    upstream: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RedisReplyLog(redis_client)`` with the client's defaults (no connect or socket
+    timeout) and a Redis that accepts connections but answers nothing (SIGSTOP; a hung or
+    overloaded server looks the same). Each round trip is bounded, but taking a connection
+    from the pool -- connect and handshake -- was not: the producer's ``async with`` never got
+    to open the upstream request, and a follower never returned."""
+    from redis.asyncio import Redis
+
+    from fluxstream.relay import RedisReplyLog, producer, redis_io
+
+    monkeypatch.setattr(redis_io, "_ROUND_TRIP", 1.0)
+    monkeypatch.setattr(producer, "_CLOSE_WAIT", 0.5)
+    redis = RedisServer().start()
+    assert redis.process is not None
+    os.kill(redis.process.pid, signal.SIGSTOP)
+    client_p, client_f = Redis.from_url(redis.url), Redis.from_url(redis.url)
+    try:
+        log, follower_log = RedisReplyLog(client_p), RedisReplyLog(client_f)
+        req = request(tokens=20)
+        with anyio.fail_after(8):
+            with pytest.raises(RelayUnavailableError):
+                async for _ in follower_log.follow("hung"):
+                    pass
+            async with fluxstream.AsyncClient(upstream.base_url) as client:
+                async with log.record(client.chat.stream(content_key="hung", **req)) as recorded:
+                    async for _ in recorded:
+                        pass
+        assert recorded.reply.text == expected_text(req)
+        assert isinstance(recorded.log_error, RelayUnavailableError)
+        await log.aclose()
+        await follower_log.aclose()
+    finally:
+        os.kill(redis.process.pid, signal.SIGCONT)
+        for made in (client_p, client_f):
+            await made.aclose()
+        redis.stop()
+
