@@ -98,11 +98,14 @@ class AnthropicMessagesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_blocks", "_message_started", "_stop", "_usage")
+    __slots__ = ("_blocks", "_message_started", "_open", "_stop", "_usage")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         super().__init__(key, strict=strict)
         self._blocks: dict[int, _Block] = {}
+        #: A block may be open (one started since every block was last closed): without it,
+        #: every new stop reason walked all the message's blocks (up to MAX_BLOCKS).
+        self._open = False
         self._message_started = False
         self._usage: dict[str, Any] | None = None
         self._stop: str | None = None
@@ -153,6 +156,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                 continue
             index = int(key)
             block = self._blocks[index] = _Block(kind)
+            self._open = True
             thinking, signature = entry.get("thinking"), entry.get("signature")
             if kind == "thinking" and isinstance(thinking, str) and isinstance(signature, str):
                 block.parts = [thinking] if thinking else []
@@ -301,6 +305,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         out: list[Event] = []
         self.start()
         self.reconnected = False
+        self._open = True
         if kind == "text":
             self._blocks[index] = _Block("text")
             text = block.get("text")
@@ -406,6 +411,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
         block.kind = "closed"
 
     def _close_all(self, out: list[Event]) -> None:
+        if not self._open:
+            return
+        self._open = False
         for index, block in self._blocks.items():
             if block.kind != "closed" and block.kind != "ignored":
                 self._close(index, block, out)
