@@ -94,3 +94,55 @@ def test_schema_values_stay_finite_and_bounded() -> None:
     }, "required": ["i", "f", "s"]})
     text = json.dumps(value, allow_nan=False)  # raises on NaN/Infinity
     assert len(text) < 100_000
+
+
+def test_a_server_with_a_record_limit_keeps_only_the_latest_records() -> None:
+    """The records are a test API; ``fluxstream serve`` (``run_forever``) runs for long and
+    nobody can read its records, which kept every request with its parsed body (up to
+    8 MiB each) and every disconnect: memory grew with every request and connection."""
+    with ServerThread(profile="openai") as unbounded:
+        pass
+    assert unbounded.server.records.limit is None
+    import anyio
+
+    from fluxstream.server import serve
+
+    async def main() -> tuple[int, int, int]:
+        async with serve(record_limit=2) as server, httpx.AsyncClient() as client:
+            for n in range(5):
+                body = _body("/v1/chat/completions", f'"user":"u{n}"')
+                response = await client.post(server.url + "/v1/chat/completions", content=body)
+                assert response.status_code == 200
+            records = server.records
+            assert [r.json["user"] for r in records.requests] == ["u3", "u4"]
+            return len(records.requests), len(records.responses), len(records.disconnects)
+
+    assert anyio.run(main) == (2, 2, 0)
+
+
+def test_run_forever_keeps_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    import contextlib
+    from collections.abc import AsyncIterator
+    from types import SimpleNamespace
+
+    import anyio
+
+    from fluxstream.server import runner
+
+    seen: dict[str, object] = {}
+
+    class Ready(Exception):
+        pass
+
+    @contextlib.asynccontextmanager
+    async def fake_serve(*args: object, **kwargs: object) -> AsyncIterator[SimpleNamespace]:
+        seen.update(kwargs)
+        yield SimpleNamespace(base_url="http://127.0.0.1:1/v1")
+
+    def ready(url: str) -> None:
+        raise Ready(url)
+
+    monkeypatch.setattr(runner, "serve", fake_serve)
+    with pytest.raises(Ready):
+        anyio.run(lambda: runner.run_forever(ready=ready))
+    assert seen.get("record_limit") == 0

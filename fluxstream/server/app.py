@@ -134,6 +134,7 @@ class Server:
         api_key: str | None = None,
         faults: str | Mapping[str, str] | None = None,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        record_limit: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -142,7 +143,7 @@ class Server:
         self.fault_spec = parse_fault_spec(faults)
         build_faults(self.fault_spec)  # validate now, not on the first request
         self.idle_timeout = idle_timeout
-        self.records = Records()
+        self.records = Records(limit=record_limit)
         self._attempts: dict[str, int] = {}
         #: Background responses: id -> (events, the final response object, profile set).
         self._stored: dict[str, tuple[list[WireEvent], dict[str, Any], frozenset[str]]] = {}
@@ -314,6 +315,7 @@ class Server:
                     time=time.monotonic(),
                 )
             )
+            self.records.trim()
 
     async def _dispatch(
         self,
@@ -724,11 +726,13 @@ async def serve(
     *,
     faults: str | Mapping[str, str] | None = None,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+    record_limit: int | None = None,
 ) -> AsyncIterator[Server]:
     """Run the server in the current event loop (asyncio or trio) for the ``async with`` body.
 
     ``port=0`` picks a free port (see :attr:`Server.port`). Leaving the block closes the
     listener and cancels every connection, even ones in the middle of a stall.
+    ``record_limit``: the records kept per list (default all; see :class:`Records`).
     """
     server = Server(
         host=host,
@@ -737,6 +741,7 @@ async def serve(
         api_key=api_key,
         faults=faults,
         idle_timeout=idle_timeout,
+        record_limit=record_limit,
     )
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     server.port = listener.extra(anyio.abc.SocketAttribute.local_port)

@@ -120,6 +120,7 @@ class Connection:
                 reason=reason,
             )
         )
+        self.records.trim()
         if self.response_scope is not None:
             self.response_scope.cancel()
 

@@ -84,11 +84,24 @@ class DisconnectRecord:
 class Records:
     """Append-only logs of requests, responses and disconnects, readable by tests."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int | None = None) -> None:
         self.requests: list[RequestRecord] = []
         self.responses: list[ResponseRecord] = []
         self.disconnects: list[DisconnectRecord] = []
         self.connections: int = 0
+        #: Records kept per list (``None``: all, for tests). A server that runs for long and
+        #: that nobody inspects (``fluxstream serve``) keeps none: each request record holds
+        #: its parsed body, up to 8 MiB, and they only ever grew.
+        self.limit = limit
+
+    def trim(self) -> None:
+        """Drop the oldest records beyond :attr:`limit` (called after each request)."""
+        limit = self.limit
+        if limit is None:
+            return
+        for records in (self.requests, self.responses, self.disconnects):
+            if len(records) > limit:
+                del records[: len(records) - limit]
 
     def clear(self) -> None:
         """Forget everything recorded so far (between test phases)."""

@@ -31,8 +31,9 @@ async def run_forever(
     *,
     faults: str | Mapping[str, str] | None = None,
 ) -> None:
-    """Serve until cancelled (the ``fluxstream serve`` command); ``ready(base_url)`` once bound."""
-    async with serve(host, port, profile, api_key, faults=faults) as server:
+    """Serve until cancelled (the ``fluxstream serve`` command); ``ready(base_url)`` once bound.
+    Nothing can read its records, so it keeps none (they would grow with every request)."""
+    async with serve(host, port, profile, api_key, faults=faults, record_limit=0) as server:
         if ready is not None:
             ready(server.base_url)
         await anyio.sleep_forever()
