@@ -69,8 +69,11 @@ class MemoryReplyLog(ReplyLog):
 
     def _get(self, key: str) -> _Reply | None:
         reply = self._replies.get(key)
-        ended = reply.ended_at if reply is not None else None
-        if ended is not None and time.monotonic() - ended > self.ttl:
+        if reply is None:
+            return None
+        now = time.monotonic()
+        since = _quiet_since(reply, now)
+        if since is not None and now - since > self.ttl:
             del self._replies[key]
             return None
         return reply

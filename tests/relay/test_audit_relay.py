@@ -270,6 +270,12 @@ async def test_the_memory_log_bounds_replies_whose_producer_vanished() -> None:
     await anyio.sleep(0.15)  # lease lapsed, and ttl since
     await short._create("next", "owner", {})
     assert list(short._replies) == ["next"]
+    # Forgotten means forgotten: the key can be recorded again (as on Redis, whose keys expire).
+    await short._create("vanished", "again", {})
+    await short._create("forgotten", "owner", {})
+    await anyio.sleep(0.15)
+    assert not (await short._state("forgotten")).exists
+    await short._create("forgotten", "again", {})
 
 
 async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothing(
