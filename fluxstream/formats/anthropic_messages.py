@@ -80,13 +80,16 @@ _INDEX = re.compile(r"-?[0-9]{1,100}")
 class _Block:
     """An open content block: its kind and, for thinking blocks, what must be kept."""
 
-    __slots__ = ("fold_at", "kind", "parts", "signature")
+    __slots__ = ("fold_at", "kind", "parts", "signature", "signature_fold_at")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind  # "text", "thinking", "tool", "ignored", "closed"
         self.parts: list[str] = []
         self.fold_at = _FOLD  # ``parts`` is folded when it grows past this (see ``fold``)
-        self.signature = ""
+        #: Signature fragments, folded like ``parts`` (``str +=`` on an attribute copies the
+        #: whole string every time: quadratic).
+        self.signature: list[str] = []
+        self.signature_fold_at = _FOLD
 
 
 class AnthropicMessagesFormat(JsonEventFormat):
@@ -131,7 +134,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             entry: dict[str, Any] = {"kind": block.kind}
             if block.kind == "thinking":
                 entry["thinking"] = _base._join(block.parts)
-                entry["signature"] = block.signature
+                entry["signature"] = _base._join(block.signature)
             elif block.kind == "tool":
                 call = self.calls.get(index)
                 start = call.start_input if call is not None and call.length == 0 else None
@@ -160,7 +163,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             thinking, signature = entry.get("thinking"), entry.get("signature")
             if kind == "thinking" and isinstance(thinking, str) and isinstance(signature, str):
                 block.parts = [thinking] if thinking else []
-                block.signature = signature
+                block.signature = [signature] if signature else []
             elif kind == "tool":
                 # The reply knows the call (restore() ran first); a token that names a tool
                 # block the reply lacks still gets its arguments, never a crash.
@@ -319,7 +322,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                 self.add_reasoning(text, out)
             signature = block.get("signature")
             if signature and isinstance(signature, str) and self.keep(len(signature)):
-                state.signature = signature
+                state.signature.append(signature)
         elif kind == "redacted_thinking":
             self._blocks[index] = _Block("closed")
             if not self.keep(approx_size(block)):
@@ -387,7 +390,10 @@ class AnthropicMessagesFormat(JsonEventFormat):
             if signature and isinstance(signature, str):
                 if not self.keep(len(signature)):
                     return self.skip("kept reasoning data over the limit", obj)
-                block.signature += signature
+                pieces = block.signature
+                pieces.append(signature)
+                if len(pieces) > block.signature_fold_at:
+                    block.signature_fold_at = fold(pieces, block.signature_fold_at - _FOLD)
             return out
         if bkind == "ignored" or kind in _IGNORED_DELTAS:
             return out
@@ -397,7 +403,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         kind = block.kind
         if kind == "thinking":
             kept = {"type": "thinking", "thinking": _base._join(block.parts),
-                    "signature": block.signature}
+                    "signature": _base._join(block.signature)}
             out.append(ReasoningBlock(self.key, 0, index, kept))
         elif kind == "tool":
             call = self.calls[index]
