@@ -673,6 +673,29 @@ def _continuation_headers(prefix: str | None, script: Script) -> list[tuple[str,
     return [(CONTINUATION_HEADER.lower(), handled)]
 
 
+#: Seconds the accept loop waits after a failed ``accept`` (no descriptor left, say).
+ACCEPT_BACKOFF = 0.05
+
+
+async def _accept_loop(
+    listener: anyio.abc.SocketListener,
+    handle: Any,
+    tg: anyio.abc.TaskGroup,
+) -> None:
+    """``Listener.serve`` that survives a failed ``accept``: anyio's lets the error out of its
+    loop, so one ``EMFILE`` (a client that opens connections until the process has no file
+    descriptor left) ended the whole server. It is logged, and accepting resumes after a
+    pause (the queued connections wait in the kernel's backlog meanwhile)."""
+    while True:
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            log.warning("fluxstream server: accept failed (%s); retrying", exc)
+            await anyio.sleep(ACCEPT_BACKOFF)
+            continue
+        tg.start_soon(handle, stream)
+
+
 def _parse_body(body: bytes) -> tuple[Any, str | None]:
     """The request's JSON (``None`` if it is not JSON: the routes answer 400 for that), and a
     problem to answer 400 with. Nesting is bounded: ``json.loads`` raises ``RecursionError``
@@ -750,7 +773,11 @@ async def serve(
     error: Exception | None = None
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(listener.serve, server._handle, tg)
+            for one in listener.listeners:
+                if isinstance(one, anyio.abc.SocketListener):
+                    tg.start_soon(_accept_loop, one, server._handle, tg)
+                else:  # pragma: no cover - create_tcp_listener makes socket listeners
+                    tg.start_soon(one.serve, server._handle, tg)
             try:
                 yield server
             except Exception as exc:
