@@ -146,3 +146,26 @@ def test_run_forever_keeps_no_records(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(Ready):
         anyio.run(lambda: runner.run_forever(ready=ready))
     assert seen.get("record_limit") == 0
+
+
+def test_a_client_that_stops_reading_is_dropped_after_the_idle_timeout() -> None:
+    """A client that sends a request and never reads the (long) answer: once the socket's
+    buffers are full, the server's ``send`` waited for it forever -- a task and a connection
+    held for as long as the client liked (the write side of a slowloris). A write that makes
+    no progress for ``idle_timeout`` now ends the connection."""
+    import socket
+    import time
+
+    with ServerThread(profile="openai", idle_timeout=0.5) as server:
+        body = json.dumps({"model": "m", "stream": True, "max_tokens": 100_000,
+                           "messages": [{"role": "user", "content": "a long one"}]}).encode()
+        head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(head.encode() + body)
+            deadline = time.monotonic() + 10
+            while not server.records.responses and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.records.responses, "the server still waits on a client that never reads"
+            assert server.records.responses[0].ending in ("client-disconnect", "dropped")

@@ -176,7 +176,9 @@ class Server:
         """Serve one connection; never raises (an exception would stop the whole server)."""
         self._connection_seq += 1
         self.records.connections += 1
-        conn = Connection(self.records, stream, self._connection_seq)
+        conn = Connection(
+            self.records, stream, self._connection_seq, write_timeout=self.idle_timeout
+        )
         set_socket_options(stream)
         try:
             async with anyio.create_task_group() as tg:
@@ -199,7 +201,7 @@ class Server:
             request: h11.Request | None = None
             too_big = False
             body = bytearray()
-            with anyio.move_on_after(self.idle_timeout):
+            with anyio.move_on_after(self.idle_timeout):  # a slow head or body (slowloris)
                 try:
                     request, too_big = await conn.read_request(body)
                 except h11.RemoteProtocolError as exc:

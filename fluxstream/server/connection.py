@@ -10,7 +10,8 @@ Why the I/O is shaped like this
   ``write-pause``, and body bytes through :meth:`Connection.body`, which can cut a chunk at an
   exact byte (``drop-after``). A drop raises :class:`Dropped`; the caller closes the socket
   without the chunked terminator.
-* **Bounded.** Buffered input, body size and loop counts have limits.
+* **Bounded.** Buffered input, body size and loop counts have limits, and a write the client
+  does not take within the idle timeout ends the connection.
 """
 
 from __future__ import annotations
@@ -84,8 +85,17 @@ class Inbox:
 class Connection:
     """Per-connection state: the h11 machine, counters, and the in-flight response."""
 
-    def __init__(self, records: Records, stream: anyio.abc.SocketStream, cid: int) -> None:
+    def __init__(
+        self,
+        records: Records,
+        stream: anyio.abc.SocketStream,
+        cid: int,
+        *,
+        write_timeout: float | None = None,
+    ) -> None:
         self.records = records
+        #: Seconds one ``send`` may wait for the client to take bytes (``None``: forever).
+        self.write_timeout = write_timeout
         self.stream = stream
         self.id = cid
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
@@ -180,8 +190,12 @@ class Connection:
         for start in range(0, len(data), size):
             piece = data[start : start + size]
             try:
-                await self.stream.send(piece)
+                # A client that stops reading fills the socket's buffers, and the send waits
+                # for it: bounded, or it holds the connection for as long as it likes.
+                with anyio.fail_after(self.write_timeout):
+                    await self.stream.send(piece)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                # (TimeoutError, from fail_after, is an OSError.)
                 self.client_gone("send-failed")
                 raise ClientGone from None
             self.wire_bytes += len(piece)
