@@ -11,8 +11,13 @@ The three formats are told apart by their first payload, which each announces pl
 An ``error`` event before anything else does not tell the formats apart (all three can open
 with one): it is recorded as the reply's error and the decision waits for the next event. A
 payload with an unknown ``type`` is skipped and counted. ``[DONE]`` first means Chat
-Completions. Once decided, every call goes straight to the chosen format; the parser reads
-the chosen format's state through the properties below.
+Completions; an empty ``{}`` (a proxy's keep-alive) decides nothing; a first payload only
+``json.loads`` decodes (a lone UTF-16 surrogate half) decides like any other. Once decided,
+every call goes straight to the chosen format; the parser reads the chosen format's state
+through the properties below. Resumed from a token (:meth:`StreamParser.from_token`), the
+token's wire state names the format that wrote it, which is chosen at once, and its
+``sequence`` / ``response_id`` / state are handed over, so a resumed ``auto`` stream goes on
+exactly as a named one.
 """
 
 from __future__ import annotations

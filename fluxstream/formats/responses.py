@@ -16,7 +16,10 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   ``response.function_call_arguments.delta`` fragments, *replaced* by
   ``response.function_call_arguments.done`` / ``response.output_item.done`` when those
   arrive (LM Studio sends only ``.done``). A final value that extends the fragments is
-  delivered as one more fragment; one that disagrees is delivered with ``replace=True``.
+  delivered as one more fragment; one that disagrees is delivered with ``replace=True``. After
+  a resume from a token the streamed text is not known, so the final value replaces it whole
+  (``replace=True`` at offset 0). A call named only by a ``.done`` is announced like any
+  other, so the assembler's ``max_tool_calls`` bounds it.
 * ``response.completed|incomplete|failed`` are terminal (outcome ``done``): the raw finish
   reason is the response's ``status``; the unified one is ``stop`` (``tool_calls`` when there
   are function calls), ``incomplete`` by ``incomplete_details.reason`` (``max_output_tokens``
@@ -33,7 +36,8 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   sequence` is the highest seen (the ``starting_after`` of OpenAI's resume,
   ``GET /responses/{id}?stream=true&starting_after=N``), and an event at or below it is
   dropped as delivered already (a server that ignores ``starting_after`` and starts over
-  never shows text twice; counted in ``replayed``).
+  never shows text twice; counted in ``replayed``). A number outside ``0 .. 2**53`` is not
+  used: one absurd value would hide every later event.
 """
 
 from __future__ import annotations
