@@ -205,6 +205,7 @@ class Tailer:
         self._client_id: int | None = None
         self._blocked_on: frozenset[str] = frozenset()
         self._unblocking = False
+        self._closed = False
 
     def caught_up(self, stream: str, after: int) -> bool:
         """Whether ``stream`` is watched and no entry above ``after`` is known: a read now
@@ -237,7 +238,9 @@ class Tailer:
         self._linger.pop(stream, None)
         self._expire_after(loop, future, wait)
         try:
-            if self._task is None or self._task.done():
+            if self._closed:  # no new read: the follower's own read reports the closed log
+                _settle(future)
+            elif self._task is None or self._task.done():
                 self._task = loop.create_task(self._run())
             elif self._blocked_on and stream not in self._blocked_on:
                 self._interrupt()  # a read is out without this stream: cut it short
@@ -398,6 +401,7 @@ class Tailer:
                 await give_back(self._redis, connection, broken=broken)
 
     async def aclose(self) -> None:
+        self._closed = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):

@@ -127,6 +127,9 @@ class RedisReplyLog(ReplyLog):
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
+        #: Set by :meth:`aclose`: every later command fails (a closed redis-py client would
+        #: otherwise open a new connection, which nothing closes any more).
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"<RedisReplyLog prefix={self.prefix!r}>"
@@ -152,6 +155,10 @@ class RedisReplyLog(ReplyLog):
         return names
 
     async def aclose(self) -> None:
+        """Close the log: streams still recorded stop recording (``log_error``), followers
+        and later calls get :class:`RelayUnavailableError`, and the connections are closed
+        (with the client, when the log made it from a URL)."""
+        self._closed = True
         await self._tailer.aclose()
         if self._listener is not None:
             self._listener.cancel()
@@ -191,9 +198,14 @@ class RedisReplyLog(ReplyLog):
         await asyncio.shield(self._loading)
         self._loaded = True
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RelayUnavailableError("the reply log is closed")
+
     async def _call(self, *args: Any) -> Any:
         """One command (raw reply) through the pipeliner; backend failures become
         RelayUnavailableError."""
+        self._check_open()
         try:
             return await self._pipeline.call(*args)
         except NoScriptError:
@@ -261,6 +273,9 @@ class RedisReplyLog(ReplyLog):
     async def _write_many(self, writes: list[Write]) -> list[bool | Exception]:
         """Every write as one ``EVALSHA`` (:data:`APPEND`, :data:`REFRESH`, :data:`RELEASE`),
         all of them in one pipelined round trip."""
+        if self._closed:
+            closed = RelayUnavailableError("the reply log is closed")
+            return [closed for _ in writes]
         if not self._loaded:
             try:
                 await self._load_scripts()
@@ -373,6 +388,7 @@ class RedisReplyLog(ReplyLog):
         await self._call("PUBLISH", k["channel"], "cancel")
 
     async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
+        self._check_open()
         channel = self.keys(key)["channel"]
         callbacks = self._watchers.setdefault(channel, [])
         callbacks.append(callback)
