@@ -133,3 +133,38 @@ def _covers(ours: Any, theirs: Any) -> bool:
     if isinstance(theirs, str):
         return isinstance(ours, str) and ours.startswith(theirs)
     return bool(ours == theirs)
+
+
+def test_a_responses_stream_whose_only_content_is_the_final_response() -> None:
+    """A server or proxy that emulates streaming with ``response.created`` and a
+    ``response.completed`` whose ``response.output`` holds everything (no deltas, no
+    ``.done`` events): openai-python's helper returns that output, fluxstream returned an
+    empty reply that ended ``done``. The final response is read as a whole body when the
+    stream delivered no content at all (never otherwise: nothing can be shown twice)."""
+    output = [
+        {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "text": "Hello there", "annotations": []}]},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f",
+         "arguments": '{"a":1}', "status": "completed"},
+    ]
+    response = {"id": "resp_1", "object": "response", "created_at": 1, "model": "m",
+                "status": "completed", "output": output, "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": [],
+                "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7,
+                          "input_tokens_details": {"cached_tokens": 0},
+                          "output_tokens_details": {"reasoning_tokens": 0}}}
+    events = [
+        {"type": "response.created", "sequence_number": 0,
+         "response": {**response, "status": "in_progress", "output": [], "usage": None}},
+        {"type": "response.completed", "sequence_number": 1, "response": response},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    final = asyncio.run(_openai_final(body))
+    assert final.output_text == "Hello there"
+    for fmt in ("responses", "auto"):
+        ours = replay([body], format=fmt)
+        choice = ours.choices[0]
+        assert choice.text == final.output_text
+        assert [(c.id, c.name, c.arguments) for c in choice.tool_calls] == [("call_1", "f",
+                                                                             '{"a":1}')]
+        assert choice.stop == "tool_calls" and ours.outcome.value == "done"  # type: ignore[union-attr]

@@ -20,7 +20,9 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   a resume from a token the streamed text is not known, so the final value replaces it whole
   (``replace=True`` at offset 0). A call named only by a ``.done`` is announced like any
   other, so the assembler's ``max_tool_calls`` bounds it.
-* ``response.completed|incomplete|failed`` are terminal (outcome ``done``): the raw finish
+* ``response.completed|incomplete|failed`` are terminal (outcome ``done``); when nothing was
+  streamed before (a proxy emulating a stream with the final response alone), the terminal
+  response's ``output`` is read as the content, as openai-python's helper does; the raw finish
   reason is the response's ``status``; the unified one is ``stop`` (``tool_calls`` when there
   are function calls), ``incomplete`` by ``incomplete_details.reason`` (``max_output_tokens``
   -> ``length``, ``content_filter`` -> ``content_filter``), ``failed`` -> ``error``. The
@@ -389,9 +391,21 @@ class ResponsesFormat(JsonEventFormat):
 
     # ------------------------------------------------------------------ the end
 
-    def _terminal(self, kind: str, obj: Mapping[str, Any], out: list[Event]) -> None:
+    def _terminal(
+        self, kind: str, obj: Mapping[str, Any], out: list[Event], *, snapshot: bool = True
+    ) -> None:
         response = self._response(obj.get("response"))
         self.start()
+        if snapshot and response is not None and not (
+            self.text or self.reasoning or self.refusal or self.calls
+        ):
+            # Nothing was streamed (a proxy that emulates streaming with the final response
+            # alone): its output is the content, read as a whole body. Never once anything
+            # was delivered: the two could not be told apart without showing text twice.
+            output = response.get("output")
+            for index, item in enumerate(output if isinstance(output, list) else []):
+                if isinstance(item, Mapping):
+                    self._whole_item(index, item, out)
         status = response.get("status") if response is not None else None
         if not isinstance(status, str) or not status:
             status = kind.removeprefix("response.")
@@ -436,7 +450,7 @@ class ResponsesFormat(JsonEventFormat):
             status = kind if isinstance(kind, str) and kind else "completed"
             name = f"response.{status}"
             self._terminal(name if name in _TERMINAL else "response.completed",
-                           {"response": obj}, out)
+                           {"response": obj}, out, snapshot=False)
         self.done = True
         self.done_reason = "completion"
         return out
