@@ -168,3 +168,30 @@ def test_a_responses_stream_whose_only_content_is_the_final_response() -> None:
         assert [(c.id, c.name, c.arguments) for c in choice.tool_calls] == [("call_1", "f",
                                                                              '{"a":1}')]
         assert choice.stop == "tool_calls" and ours.outcome.value == "done"  # type: ignore[union-attr]
+
+
+def test_an_anthropic_message_start_that_carries_the_content() -> None:
+    """The Anthropic analogue: a ``message_start`` whose ``message.content`` already holds the
+    blocks (a proxy emulating streaming), then only ``message_delta`` / ``message_stop``.
+    anthropic-sdk-python's ``MessageStream`` starts its snapshot from that message and keeps
+    the blocks; fluxstream ignored them (an empty reply ending ``done``)."""
+    events = [
+        {"type": "message_start", "message": {
+            "id": "m", "type": "message", "role": "assistant", "model": "x",
+            "content": [{"type": "text", "text": "Hello there"},
+                        {"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 3, "output_tokens": 4}}},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+         "usage": {"output_tokens": 5}},
+        {"type": "message_stop"},
+    ]
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    final = asyncio.run(_anthropic_final(body))
+    for fmt in ("anthropic_messages", "auto"):
+        ours = replay([body], format=fmt)
+        choice = ours.choices[0]
+        assert choice.text == "".join(b.text for b in final.content if b.type == "text")
+        assert [(c.id, c.name, json.loads(c.arguments)) for c in choice.tool_calls] == [
+            (b.id, b.name, b.input) for b in final.content if b.type == "tool_use"]
+        assert choice.stop == "tool_calls" and ours.skipped_frames == 0

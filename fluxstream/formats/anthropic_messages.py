@@ -20,6 +20,8 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   ``stop_sequence`` -> stop, ``max_tokens`` -> length, ``tool_use`` -> tool_calls, ``refusal``
   -> refusal); ``usage`` = ``message_start.message.usage`` shallow-updated by every
   ``message_delta.usage`` (which is cumulative and may revise ``input_tokens``).
+* blocks already in ``message_start``'s ``message.content`` (a proxy emulating a stream;
+  Anthropic sends ``[]``) are started as if by ``content_block_start``.
 * ``message_stop`` is terminal (outcome ``done``); a stop reason without it ends
   ``finished``; ``ping`` counts as a heartbeat; ``event: error`` gives ``reply.error``.
 
@@ -272,6 +274,14 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if isinstance(raw, Mapping) and raw:
             self._usage = _bounded(raw)
             out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic")))
+        content = message.get("content")
+        if isinstance(content, list) and content:
+            # Blocks the message already holds (Anthropic sends ``[]``; a proxy emulating a
+            # stream sends them all here): started as if by ``content_block_start``, as
+            # anthropic-sdk-python's MessageStream starts its snapshot from this message.
+            for index, block in enumerate(content[:MAX_BLOCKS]):
+                if isinstance(block, Mapping):
+                    out += self._block_start({"index": index, "content_block": block})
         return out
 
     def _message_delta(self, obj: Mapping[str, Any]) -> list[Event]:
