@@ -26,6 +26,7 @@ from ._http import HttpErrors
 from ._objects import prepare, structured_for, structured_request
 from ._transport import make_http_client
 from .endpoints import Messages, Responses, completing, resume_from_token
+from .errors import ResumeTokenError
 from .limits import StreamLimits
 from .parser import StreamParser, new_content_key
 from .retry import ResumePolicy, RetryPolicy
@@ -348,6 +349,8 @@ class Chat:
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
         partial object."""
         client = self._client
+        if not isinstance(token, Mapping):
+            raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
         path = str(token.get("path") or "chat/completions")
         endpoint = {"responses": client.responses, "messages": client.messages}.get(path)
         if endpoint is not None:  # a Responses / Messages stream: its own format and headers

@@ -27,6 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._objects import prepare, structured_for, structured_request
+from .errors import ResumeTokenError
 from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -173,14 +174,18 @@ def resume_from_token(
     """The one way a resume token becomes a stream, for ``client.chat.resume`` and each
     endpoint's ``resume``: the token's version is checked, its partial reply and offsets are
     taken over by a parser of the API's wire ``format``, and its body is sent again."""
+    if not isinstance(token, Mapping):
+        raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
     if token.get("version") != RESUME_TOKEN_VERSION:
-        raise ValueError(f"unsupported resume token version {token.get('version')!r}")
+        raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
+    if not isinstance(token.get("body"), Mapping):
+        raise ResumeTokenError("the resume token has no request 'body' to send again")
     parser = StreamParser.from_token(
         token, format=format, max_event_bytes=client.max_event_bytes,
         require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
     )
     return client.chat._open(
-        dict(token["body"]), content_key=str(token["key"]),
+        dict(token["body"]), content_key=parser.content_key,
         headers=dict(extra_headers or {}), strict=False, retry=retry, resume=resume,
         parser=parser, path=path, format=format, build=build,
     )

@@ -39,6 +39,7 @@ __all__ = [
     "RelayPositionError",
     "RelayUnavailableError",
     "ResumeMismatchError",
+    "ResumeTokenError",
     "StallTimeoutError",
     "StreamError",
     "StreamFailedError",
@@ -214,6 +215,12 @@ class ResumeMismatchError(FluxstreamError):
     """A ``Last-Event-ID`` reconnect did not continue the delivered stream (a new sample,
     renumbered ids, replayed text that differs): it is not spliced; the stream falls back to
     the next resume strategy or ends ``truncated`` with this as its reason."""
+
+
+class ResumeTokenError(FluxstreamError, ValueError):
+    """A resume token that this library cannot continue from: not a mapping, another
+    version, or damaged (a part missing or of the wrong shape). Tokens travel through
+    databases, browsers and other workers, so this is bad input, never a crash."""
 
 
 class StreamError(FluxstreamError):

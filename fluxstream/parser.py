@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .assembly import ReplyAssembler
-from .errors import FluxstreamError, ResumeMismatchError
+from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
@@ -378,12 +378,34 @@ class StreamParser:
     def from_token(cls, token: Mapping[str, Any], **parser_kwargs: Any) -> StreamParser:
         """A parser that continues a stream from a resume token (``key``, ``reply``,
         optional ``offsets``, ``last_event_id``, ``reconnection_time``): the partial reply is
-        taken over and offsets go on where they stopped."""
-        parser = cls(content_key=str(token["key"]), **parser_kwargs)
+        taken over and offsets go on where they stopped.
+
+        :raises ResumeTokenError: ``token`` is not one this library wrote, or is damaged (a
+            part missing or of the wrong shape): tokens travel through databases, browsers
+            and other workers, so that is bad input, never a crash deep in a format.
+        """
+        if not isinstance(token, Mapping) or not isinstance(token.get("key"), str):
+            raise ResumeTokenError("a resume token is a mapping with a string 'key'")
+        try:
+            return cls._restored(token, **parser_kwargs)
+        except ResumeTokenError:
+            raise
+        except (
+            KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError,
+            RecursionError,
+        ) as exc:  # pydantic's ValidationError is a ValueError
+            raise ResumeTokenError(
+                f"the resume token is damaged: {type(exc).__name__}: {str(exc)[:200]}"
+            ) from exc
+
+    @classmethod
+    def _restored(cls, token: Mapping[str, Any], **parser_kwargs: Any) -> StreamParser:
+        parser = cls(content_key=token["key"], **parser_kwargs)
         reply = Reply.model_validate(token.get("reply") or {})
         asm = parser._assembler
         asm.restore(reply)
-        offsets = token.get("offsets") or asm.offsets()
+        given = token.get("offsets")
+        offsets = _checked_offsets(given) if given else asm.offsets()
         parser._format.restore(
             offsets,
             {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
@@ -631,6 +653,47 @@ class _EchoFilter:
         if final and self.deciding:
             self._release(key, self._decide(final=True) or 0, out, fmt_shift)
         return out
+
+
+#: The largest index or code-point count a token may name (a reply is far smaller).
+_MAX_TOKEN_NUMBER = 2**53
+
+
+def _token_number(value: Any, what: str) -> int:
+    """A non-negative count or index from a token (an int, or its decimal string as JSON
+    object keys are)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 17:
+        value = int(value)
+    if type(value) is not int or not 0 <= value < _MAX_TOKEN_NUMBER:
+        raise ResumeTokenError(f"the resume token's {what} is not a count: {str(value)[:40]!r}")
+    return value
+
+
+def _checked_offsets(offsets: Any) -> dict[str, Any]:
+    """A token's ``offsets`` in exactly the shape :meth:`ReplyAssembler.offsets` writes, or
+    :class:`ResumeTokenError`: every format's ``restore`` (and ``auto``'s, which runs only
+    when the format is known, at the first event) may then trust it."""
+    if not isinstance(offsets, Mapping):
+        raise ResumeTokenError("the resume token's 'offsets' is not a mapping")
+    checked: dict[str, Any] = {}
+    for key, counts in offsets.items():
+        index = _token_number(key, "choice index")
+        if not isinstance(counts, Mapping):
+            raise ResumeTokenError("the resume token's offsets of a choice are not a mapping")
+        entry: dict[str, Any] = {
+            channel: _token_number(counts[channel], f"{channel} offset")
+            for channel in ("text", "reasoning", "refusal")
+            if channel in counts
+        }
+        calls = counts.get("tool_calls") or {}
+        if not isinstance(calls, Mapping):
+            raise ResumeTokenError("the resume token's tool call offsets are not a mapping")
+        entry["tool_calls"] = {
+            str(_token_number(call, "tool call index")): _token_number(length, "tool call offset")
+            for call, length in calls.items()
+        }
+        checked[str(index)] = entry
+    return checked
 
 
 def _as_mapping(obj: Mapping[str, Any] | Any) -> Mapping[str, Any]:
