@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._tasks import spawn
-from ..errors import RelayLeaseLostError, RelayUnavailableError
+from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError
 from ..events import End, Event, Outcome, ToolCallDelta
 from .codec import Entry, coalesce, show_key
 from .log import Write, _end_record
@@ -39,6 +39,10 @@ logger = logging.getLogger("fluxstream.relay")
 
 #: How long closing a recorded stream waits for its last writes (the terminal entry).
 _CLOSE_WAIT = 5.0
+#: Seconds (at least; or ten leases) a started stream may go unconsumed -- nobody waiting
+#: in ``anext`` -- before its recording stops and its lease is left to lapse: a stream
+#: started and then dropped would otherwise be kept, and its reply held open, forever.
+_ABANDONED_MIN = 60.0
 
 
 def background(factory: Callable[[], Any]) -> Callable[[], None]:
@@ -85,6 +89,9 @@ class RecordedStream:
         self._last_io = 0.0
         self._last_write = -math.inf
         self._final_taken = False
+        #: Consumer activity: inside ``anext`` now, and when it last got an event.
+        self._in_next = False
+        self._consumed_at = 0.0
         #: The first error of the log (recording stopped then); the stream goes on regardless.
         self.log_error: BaseException | None = None
         #: Entries written (terminal included), and lease refreshes (each one log command).
@@ -154,15 +161,20 @@ class RecordedStream:
     async def __anext__(self) -> Event:
         if not self._started:
             await self.start()
+        self._in_next = True
         try:
             event = await self._stream.__anext__()
         except StopAsyncIteration:
+            self._in_next = False
             await self._finish()
             raise
         except BaseException:
+            self._in_next = False
             with anyio.CancelScope(shield=True):
                 await self._finish()
             raise
+        self._in_next = False
+        self._consumed_at = time.monotonic()
         self._add(event)
         return event
 
@@ -224,7 +236,7 @@ class RecordedStream:
             self._broken(exc)
             return
         self._writer = writer_of(self._log)
-        self._last_io = time.monotonic()
+        self._last_io = self._consumed_at = time.monotonic()
         self._writer.add(self)
         if self._pending:  # a takeover's gap fill: written at once, not with the next event
             self._writer.wake(self)
@@ -274,7 +286,8 @@ class RecordedStream:
             self.log_error = exc
             logger.warning(
                 "relay: recording %s stopped, the stream goes on: %s: %s",
-                show_key(self.key), type(exc).__name__, exc,
+                show_key(self.key), type(exc).__name__, str(exc),  # not exc: a kept record
+                # (caplog, a MemoryHandler) would keep its traceback and this stream alive
             )
         self._done.set()
 
@@ -299,7 +312,20 @@ class RecordedStream:
         )
 
     def _take(self, now: float) -> list[Write]:
-        """The writes due now (no await: events added meanwhile wait for the next frame)."""
+        """The writes due now (no await: events added meanwhile wait for the next frame).
+
+        :raises RelayError: nobody consumed the stream for too long (see
+            :data:`_ABANDONED_MIN`): the writer stops recording it, and the lease lapses.
+        """
+        if self._unconsumed(now):
+            if self._stop_watch is not None:
+                self._stop_watch()
+                self._stop_watch = None
+            bound = self._abandon_after()
+            raise RelayError(
+                f"nobody consumed the stream of {show_key(self.key)} for {bound:g} s:"
+                " recording stopped"
+            )
         events, self._pending = self._pending, []
         end = self._end
         writes: list[Write] = []
@@ -318,6 +344,16 @@ class RecordedStream:
         elif not events and now >= self._last_io + self._log.lease / 3:
             writes.append(Write(self.key, self._owner))
         return writes
+
+    def _abandon_after(self) -> float:
+        return max(_ABANDONED_MIN, 10 * self._log.lease)
+
+    def _unconsumed(self, now: float) -> bool:
+        """Started, not ending, and nobody has waited in ``anext`` for too long."""
+        return (
+            self._end is None and not self._closing and not self._in_next
+            and now - self._consumed_at > self._abandon_after()
+        )
 
     def _written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
         """What this stream's writes of a frame met; ``True`` when its recording is over."""

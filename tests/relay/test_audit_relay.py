@@ -437,3 +437,51 @@ async def test_a_closed_redis_log_stops_recording_and_opens_no_connection(
         await log.aclose()
         await probe.aclose()
         redis.stop()
+
+
+async def test_a_recorded_stream_nobody_consumes_loses_its_lease(
+    make_log: MakeLog, upstream: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``await recorded.start()`` makes the key followable at once (the example app does it
+    before handing the stream to a task); if the stream is then never consumed (the hand-off
+    failed, the client went away before the response began), the log's writer refreshed its
+    lease forever: followers never ended, and the writer and the cancel watch kept the stream
+    (and its request) alive for good. Unconsumed for long, it now stops recording: the lease
+    lapses and followers end ``producer lost``."""
+    import gc
+    import weakref
+
+    from fluxstream.relay import producer
+
+    monkeypatch.setattr(producer, "_ABANDONED_MIN", 0.3, raising=False)
+    log = make_log(lease=0.1)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = log.record(client.chat.stream(content_key="abandoned", **request(tokens=20)))
+        await recorded.start()
+        gone = weakref.ref(recorded)
+        del recorded
+        seen = await follow_all(log, "abandoned")
+    assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
+    assert seen.end.reason == "producer lost"
+    gc.collect()
+    assert gone() is None, gc.get_referrers(gone())
+
+
+async def test_a_slow_consumer_keeps_recording(
+    make_log: MakeLog, upstream: ServerThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side of the bound above: a consumer that waits in ``anext`` (a silent
+    model) or takes a while between events, within the bound, is recorded to the end."""
+    from fluxstream.relay import producer
+
+    monkeypatch.setattr(producer, "_ABANDONED_MIN", 0.3, raising=False)
+    log = make_log(lease=0.05)
+    req = request(tokens=6)
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        async with log.record(client.chat.stream(content_key="slow", **req)) as recorded:
+            async for _ in recorded:
+                await anyio.sleep(0.15)
+    assert recorded.log_error is None
+    seen = await follow_all(log, "slow")
+    assert seen.text == expected_text(req)
+    assert seen.end.outcome is fluxstream.Outcome.DONE
