@@ -406,3 +406,39 @@ def test_responses_calls_named_only_by_empty_final_arguments_are_calls() -> None
     flood = StreamParser(content_key="k", format="responses")
     with pytest.raises(LimitExceededError):
         flood.feed("".join(f"data: {done(i)}\n\n" for i in range(5000)).encode())
+
+
+@pytest.mark.parametrize("bogus", [-1, 2**53, 2**70])
+@pytest.mark.parametrize("fmt", ["responses", "anthropic_messages"])
+def test_an_index_out_of_range_is_a_skipped_frame(fmt: str, bogus: int) -> None:
+    """A tool call (or block) index that is not a count, ``-1`` or past 2**53: the formats made
+    it a tool call of the reply, and a resume token then carried an index the parser refuses
+    (``ResumeTokenError``: not a count) — a token fluxstream wrote itself. Such a frame is
+    skipped and counted, as any frame naming nothing usable."""
+    if fmt == "responses":
+        events = [
+            {"type": "response.output_item.added", "sequence_number": 0, "output_index": bogus,
+             "item": {"type": "function_call", "call_id": "c", "name": "f", "arguments": ""}},
+            {"type": "response.function_call_arguments.delta", "sequence_number": 1,
+             "output_index": bogus, "delta": "{}"},
+            {"type": "response.output_text.delta", "sequence_number": 2, "output_index": 0,
+             "content_index": 0, "delta": "Hi"},
+        ]
+    else:
+        events = [
+            {"type": "message_start", "message": {"id": "m"}},
+            {"type": "content_block_start", "index": bogus,
+             "content_block": {"type": "tool_use", "id": "c", "name": "f", "input": {}}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+            {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": "Hi"}},
+        ]
+    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    parser = StreamParser(content_key="k", format=fmt)
+    for piece in pieces:
+        parser.feed(piece)
+    reply = parser.reply
+    assert reply.choices[0].tool_calls == [] and reply.choices[0].text == "Hi"
+    assert reply.skipped_frames >= 1
+    resumed_parser = StreamParser.from_token(token(parser), format=fmt)
+    assert resumed_parser.reply.choices[0].text == "Hi"

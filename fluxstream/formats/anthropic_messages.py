@@ -74,9 +74,11 @@ MAX_BLOCKS = 4096
 #: one per event made each event cost all the fields so far (quadratic).
 MAX_USAGE_FIELDS = 64
 _BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
-#: A block index as ``resume_state`` writes it (``str(int)``): ``str.isdigit`` accepts "²",
-#: which ``int()`` refuses, and ``int()`` refuses more than 4300 digits.
-_INDEX = re.compile(r"-?[0-9]{1,100}")
+#: A block index as ``resume_state`` writes it (``str(int)`` of a count): ``str.isdigit``
+#: accepts "²", which ``int()`` refuses, and ``int()`` refuses more than 4300 digits.
+_INDEX = re.compile(r"[0-9]{1,16}")
+#: Block indices are counts below this (as resume tokens carry them).
+_MAX_INDEX = 2**53
 
 
 class _Block:
@@ -310,6 +312,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
         block = obj.get("content_block")
         if type(index) is not int or not isinstance(block, Mapping):
             return self.skip("content_block_start without an integer index and a block", obj)
+        if not 0 <= index < _MAX_INDEX:
+            # Not a count: it names nothing (and a resume token could not carry it).
+            return self.skip(f"content_block_start for block index {index}", obj)
         if index in self._blocks:
             return self.skip(f"content_block_start for block {index} that already started", obj)
         if len(self._blocks) >= MAX_BLOCKS:

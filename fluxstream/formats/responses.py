@@ -80,7 +80,9 @@ _INCOMPLETE: dict[str, StopReason] = {
 
 
 def _int(value: object) -> int | None:
-    return value if value.__class__ is int else None
+    """An index from the wire: a count (``0 <= value < 2**53``), else ``None``. A negative or
+    absurd index names nothing (and a resume token could not carry it: the parser refuses)."""
+    return value if value.__class__ is int and 0 <= value < MAX_SEQUENCE else None
 
 
 class ResponsesFormat(JsonEventFormat):
@@ -294,7 +296,7 @@ class ResponsesFormat(JsonEventFormat):
         index = _int(obj.get("output_index"))
         if kind == "function_call":
             if index is None:
-                out += self.skip("function_call item without an integer output_index", obj)
+                out += self.skip("function_call item without a valid output_index", obj)
                 return
             call, fresh = self._call(index)
             cid = item.get("call_id")
