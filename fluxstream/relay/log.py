@@ -206,8 +206,9 @@ class ReplyLog(ABC):
         :param takeover: an :class:`~fluxstream.AsyncClient`; if the producer dies, this
             follower resumes the upstream from the stored resume token and goes on recording
             under the same key (other followers simply keep following). Without it, the
-            reply ends ``truncated`` with reason ``producer lost``.
-        :raises RelayKeyError: nothing is stored under ``key``.
+            reply ends ``truncated`` with reason ``producer lost``. A reply stopped by
+            :meth:`cancel` is never taken over: with no producer left it ends ``cancelled``.
+        :raises RelayKeyError: nothing is stored under ``key`` (or it expired meanwhile).
         :raises RelayPositionError: the position is malformed or past the end.
         :raises RelayUnavailableError: the backend failed.
         """
