@@ -655,17 +655,24 @@ class _EchoFilter:
         return out
 
 
-#: The largest index or code-point count a token may name (a reply is far smaller).
-_MAX_TOKEN_NUMBER = 2**53
+#: The most digits an index or count of a token may have (a format keeps any integer index
+#: the wire gives, negative ones included; anything longer is not a token we wrote).
+_MAX_TOKEN_DIGITS = 40
 
 
-def _token_number(value: Any, what: str) -> int:
-    """A non-negative count or index from a token (an int, or its decimal string as JSON
-    object keys are)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) < 17:
-        value = int(value)
-    if type(value) is not int or not 0 <= value < _MAX_TOKEN_NUMBER:
-        raise ResumeTokenError(f"the resume token's {what} is not a count: {str(value)[:40]!r}")
+def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
+    """An index (``signed``: any integer, as the wire may give it) or a count (>= 0) from a
+    token: an int, or its decimal string as JSON object keys are."""
+    if isinstance(value, str):
+        digits = value[1:] if signed and value[:1] == "-" else value
+        if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_TOKEN_DIGITS:
+            value = int(value)
+    if (
+        type(value) is not int
+        or (value < 0 and not signed)
+        or len(str(abs(value))) > _MAX_TOKEN_DIGITS
+    ):
+        raise ResumeTokenError(f"the resume token's {what} is not a number: {str(value)[:40]!r}")
     return value
 
 
@@ -677,7 +684,7 @@ def _checked_offsets(offsets: Any) -> dict[str, Any]:
         raise ResumeTokenError("the resume token's 'offsets' is not a mapping")
     checked: dict[str, Any] = {}
     for key, counts in offsets.items():
-        index = _token_number(key, "choice index")
+        index = _token_number(key, "choice index", signed=True)
         if not isinstance(counts, Mapping):
             raise ResumeTokenError("the resume token's offsets of a choice are not a mapping")
         entry: dict[str, Any] = {
@@ -689,7 +696,9 @@ def _checked_offsets(offsets: Any) -> dict[str, Any]:
         if not isinstance(calls, Mapping):
             raise ResumeTokenError("the resume token's tool call offsets are not a mapping")
         entry["tool_calls"] = {
-            str(_token_number(call, "tool call index")): _token_number(length, "tool call offset")
+            str(_token_number(call, "tool call index", signed=True)): _token_number(
+                length, "tool call offset"
+            )
             for call, length in calls.items()
         }
         checked[str(index)] = entry

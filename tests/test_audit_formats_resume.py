@@ -444,11 +444,6 @@ def test_an_index_out_of_range_is_a_skipped_frame(fmt: str, bogus: int) -> None:
     assert resumed_parser.reply.choices[0].text == "Hi"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "chat_completions.py (not this audit's file) accepts a negative tool call / choice index "
-    "from the wire while StreamParser.from_token refuses it as 'not a count': a token "
-    "fluxstream wrote itself raises ResumeTokenError. Fix: skip such fragments in the Chat "
-    "Completions format (as Responses/Anthropic now do), or accept them in the token check."))
 @pytest.mark.parametrize("chunk", [
     b'{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":-1,"id":"t",'
     b'"function":{"name":"f","arguments":"{}"}}]}}]}',
@@ -456,5 +451,8 @@ def test_an_index_out_of_range_is_a_skipped_frame(fmt: str, bogus: int) -> None:
 ])
 def test_chat_completions_tokens_with_odd_indices_are_accepted(chunk: bytes) -> None:
     parser = StreamParser(content_key="k", format="chat_completions")
+    """Chat Completions keeps any integer index the wire gives, negative ones included: a
+    token it wrote must resume (the token check refused them as "not a count")."""
     parser.feed(b"data: " + chunk + b"\n\n")
-    StreamParser.from_token(token(parser), format="chat_completions")
+    resumed = StreamParser.from_token(token(parser), format="chat_completions")
+    assert resumed.offsets() == parser.offsets()
