@@ -100,6 +100,9 @@ else if (params.get('auto')) ask(params.get('auto'));
 </script>"""
 
 
+#: The most tokens one request from the page may ask for.
+MAX_TOKENS = 4096
+
 def make_app(log: ReplyLog, base_url: str) -> Starlette:
     """The app: ``POST /replies``, ``GET /replies/{key}/events``, ``POST .../stop``."""
     state: dict[str, Any] = {}
@@ -116,11 +119,17 @@ def make_app(log: ReplyLog, base_url: str) -> Starlette:
         return HTMLResponse(PAGE)
 
     async def start(request: Request) -> Response:
-        body = json.loads(await request.body() or b"{}")
+        try:
+            body = json.loads(await request.body() or b"{}")
+            max_tokens = int(body.get("max_tokens", 200))
+        except (ValueError, TypeError, AttributeError, RecursionError):
+            return JSONResponse({"error": "expected {prompt, max_tokens}"}, status_code=400)
+        if not 1 <= max_tokens <= MAX_TOKENS:  # the page's input is not to be trusted
+            return JSONResponse({"error": f"max_tokens: 1..{MAX_TOKENS}"}, status_code=400)
         key = uuid.uuid4().hex
         stream = state["client"].chat.stream(
             model="m", messages=[{"role": "user", "content": str(body.get("prompt", "hi"))}],
-            content_key=key, max_tokens=int(body.get("max_tokens", 200)),
+            content_key=key, max_tokens=max_tokens,
         )
         recorded = log.record(stream)
         await recorded.start()  # the key exists now: the page may follow it at once
