@@ -164,7 +164,7 @@ def test_a_token_after_any_event_of_a_mutated_stream_resumes_exactly(data: st.Da
     gives the reply of reading it in one go (found: resumed final arguments spliced with
     the streamed ones, absurd sequence numbers, negative block indices, ``auto`` deciding
     again on the first event after the token)."""
-    from test_audit_formats_resume import content, read, resumed
+    from test_formats_resume_tokens import content, read, resumed
 
     path = data.draw(st.sampled_from(RESP + ANTH), label="fixture")
     fmt = data.draw(st.sampled_from([FORMAT[path.stem.split("-")[0]], "auto"]), label="fmt")
@@ -179,7 +179,7 @@ def test_auto_resumed_from_a_token_is_not_decided_again_by_a_ping() -> None:
     """A Responses stream resumed with ``format="auto"``: the first event after the token
     is a ``ping`` (which the Responses format counts as a heartbeat). Before, the resumed
     ``auto`` decided again on it and read the rest as Anthropic Messages: text lost."""
-    from test_audit_formats_resume import content, read, token
+    from test_formats_resume_tokens import content, read, token
 
     path = require(chat_streams("resp-vercel-azure-text")[0])
     pieces = [encode([e]) for e in events_of(path)]
