@@ -164,6 +164,9 @@ class PartialJSON:
         state = self._state
         # Positions in ``text`` of brackets known not to close within it (see _container_end).
         unclosed = _NONE_OPEN
+        # Containers opened before this position are stepped through: they lie inside one
+        # that the C-level parse refused (see below), which would refuse them again.
+        stepped = -1
         while i < n:
             if state == _STRING:
                 if self._str_escape:  # the previous fragment ended inside an escape
@@ -200,7 +203,7 @@ class PartialJSON:
                 if c == '"':
                     state, self._str_is_key = _STRING, False
                 elif c == "{" or c == "[":
-                    if i - 1 in unclosed:
+                    if i - 1 in unclosed or i <= stepped:
                         end = -1
                     else:
                         end, still_open = _container_end(text, i - 1)
@@ -211,12 +214,21 @@ class PartialJSON:
                         # parse builds it (most elements of a big array arrive this way).
                         try:
                             value = _from_json(text[i - 1 : end])
-                        except ValueError:
-                            state = _ERROR
-                            break
-                        self._put(value, closed=True)
-                        state = self._after_scalar()
-                        i = end
+                        except (ValueError, TypeError):
+                            # Refused: a syntax error, or what json.loads accepts and from_json
+                            # does not (a lone surrogate escape; TypeError: a raw lone
+                            # surrogate). Stepping through finds the same value (or the same
+                            # error position) as any other cut of the text would.
+                            stepped = end
+                            end = -1
+                        else:
+                            self._put(value, closed=True)
+                            state = self._after_scalar()
+                            i = end
+                            continue
+                    if i <= stepped:
+                        self._put({} if c == "{" else [])
+                        state = _KEY if c == "{" else _VALUE
                     elif self._stack and n - i < limit:
                         self._buffer = text[i - 1 :]
                         break
@@ -321,7 +333,12 @@ class PartialJSON:
         if token in _LITERALS:
             return _LITERALS[token]
         if _NUMBER.fullmatch(token):
-            return float(token) if any(c in token for c in ".eE") else int(token)
+            if any(c in token for c in ".eE"):
+                return float(token)
+            try:
+                return int(token)
+            except ValueError:  # past sys.get_int_max_str_digits(): json.loads refuses it too
+                return _MISSING
         return _MISSING
 
     # ------------------------------------------------------------------ snapshots
@@ -340,7 +357,7 @@ class PartialJSON:
         elif self._buffer:
             try:
                 tail = _from_json(self._buffer, allow_partial="trailing-strings")
-            except ValueError:
+            except (ValueError, TypeError):  # TypeError: a raw lone surrogate
                 tail = _MISSING
         stack = self._stack
         if not stack:
