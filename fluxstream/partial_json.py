@@ -126,6 +126,7 @@ class PartialJSON:
         "_str_parts",
         "_str_tail",
         "_token",
+        "_token_more",
         "consumed",
     )
 
@@ -146,6 +147,9 @@ class PartialJSON:
         self._str_is_key = False
         self._str_escape = False  # the open string's raw text ends in an unpaired backslash
         self._token = ""
+        # Pieces of the open token from later fragments, joined once when it ends (a long
+        # number in many small fragments grown with += would copy it all every fragment).
+        self._token_more: list[str] = []
         # Raw text of a small nested container that has not closed yet: re-tried as a whole
         # (one C-level parse) when more text arrives, instead of stepping through it.
         self._buffer = ""
@@ -187,10 +191,15 @@ class PartialJSON:
                 m = _TOKEN.match(text, i)
                 assert m is not None
                 j = m.end()
-                self._token += text[i:j]
-                i = j
-                if i < n:
+                if j < n:  # the token ends in this fragment
+                    if self._token_more:
+                        self._join_token()
+                    self._token += text[i:j]
+                    i = j
                     state = self._end_token()
+                else:
+                    self._token_more.append(text[i:j])
+                    i = j
                 continue
             c = text[i]
             if c in " \t\n\r":
@@ -320,8 +329,15 @@ class PartialJSON:
         self._put(value)
         return self._after_scalar()
 
+    def _join_token(self) -> str:
+        more = self._token_more
+        if more:
+            self._token += "".join(more)
+            more.clear()
+        return self._token
+
     def _end_token(self) -> int:
-        token, self._token = self._token, ""
+        token, self._token = self._join_token(), ""
         value = self._token_value(token)
         if value is _MISSING:
             return _ERROR
@@ -353,7 +369,7 @@ class PartialJSON:
                 parts[:] = ["".join(parts)]
             tail = parts[0] if parts else ""
         elif state == _TOKEN_STATE:
-            tail = self._token_value(self._token)
+            tail = self._token_value(self._join_token())
         elif self._buffer:
             try:
                 tail = _from_json(self._buffer, allow_partial="trailing-strings")
