@@ -652,6 +652,8 @@ class SSEDecoder:
                 elif name == b"retry":
                     if value.isdigit():  # bytes.isdigit(): ASCII digits only; b"" is False
                         # Clamped: thousands of digits must not reach int() (see above).
+                        # Leading zeros do not count ("0001000" is one second).
+                        value = value.lstrip(b"0") or b"0"
                         retry = self.reconnection_time = (
                             min(int(value), MAX_RETRY_MS) if len(value) <= 10 else MAX_RETRY_MS
                         )
