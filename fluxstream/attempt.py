@@ -144,9 +144,13 @@ class Attempt:
         self.response = response
         try:
             await self._check(response, max_json_bytes)
-        except BaseException:
+        except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self.close(drain=False)
+            if self.cancelled and isinstance(exc, Exception):
+                # cancel() aborted the read of a whole body (a JSON reply, an error status's
+                # or a wrong content type's excerpt): what broke it is the caller's doing.
+                raise AttemptCancelled from exc
             raise
         self.scoped_reads = not can_abort(response)
         if self.cancelled:

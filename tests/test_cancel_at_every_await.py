@@ -317,3 +317,73 @@ async def test_no_cancel_leaves_a_connection_checked_out(by: str, anyio_backend:
                     if isinstance(event, fluxstream.TextDelta):
                         break
         assert stream.reply.text == "Hel"
+
+
+# ------------------------------------------------------------------ a body read before the stream
+
+
+async def json_body_cut(sock: anyio.abc.SocketStream, i: int, up: Upstream) -> None:
+    await read_request(sock)
+    await sock.send(
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n"
+        b'{"id": "c", "choices": ['
+    )
+    await until_client_closes(up, sock, i)
+
+
+async def html_body_cut(sock: anyio.abc.SocketStream, i: int, up: Upstream) -> None:
+    await read_request(sock)
+    await sock.send(
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 1000\r\n\r\n<html>"
+    )
+    await until_client_closes(up, sock, i)
+
+
+async def error_body_cut(sock: anyio.abc.SocketStream, i: int, up: Upstream) -> None:
+    await read_request(sock)
+    await sock.send(
+        b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+        b'content-length: 1000\r\n\r\n{"error": '
+    )
+    await until_client_closes(up, sock, i)
+
+
+@pytest.mark.parametrize("by", ["cancel", "aclose"])
+@pytest.mark.parametrize("script", [json_body_cut, html_body_cut, error_body_cut])
+async def test_cancel_while_a_whole_body_is_read_is_a_cancel_not_a_failure(
+    script: Callable[..., Awaitable[None]], by: str, anyio_backend: str
+) -> None:
+    """A JSON reply, a wrong content type's excerpt or an error status's body is read before
+    the stream starts; ``cancel()`` then aborts that read, and the error of the aborted read
+    (a JSON reply that "broke off", a ``ContentTypeError``) is the caller's doing, not the
+    server's: the stream ends ``cancelled`` and nothing is raised."""
+
+    async def run(sock: anyio.abc.SocketStream, i: int) -> None:
+        await script(sock, i, up)
+
+    async with upstream(run) as up, fluxstream.AsyncClient(
+        up.base, retry=RetryPolicy.off()
+    ) as c:
+        stream = c.chat.stream(model="m", messages=MSG)
+        cancelled_at = 0.0
+
+        async def canceller() -> None:
+            nonlocal cancelled_at
+            await up.parked.wait()
+            await anyio.sleep(PARK)
+            cancelled_at = time.monotonic()
+            if by == "cancel":
+                stream.cancel()
+            else:
+                await stream.aclose()
+
+        with anyio.fail_after(LIFE - 1):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(canceller)
+                await consume(stream, "events")
+            ended_at = time.monotonic()
+            with anyio.move_on_after(1):
+                await up.wait_closed(0)
+        assert stream.outcome is fluxstream.Outcome.CANCELLED, stream.reply.error
+        assert ended_at - cancelled_at < PROMPT
+        assert up.closed_at[0] - cancelled_at < PROMPT
