@@ -38,7 +38,7 @@ _scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
 # The body of a string up to (not including) its closing quote, or to the end of the text.
 # A backslash at the very end (escape split between fragments) is included.
 _STRING_BODY = re.compile(r'[^"\\]*(?:\\(?:.|$)[^"\\]*)*', re.DOTALL)
-_TOKEN = re.compile(r"[-+0-9.eEa-z]*")
+_TOKEN = re.compile(r"[-+0-9.eEa-zIN]*")
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 # An escape that is not complete yet at the end of a raw string piece, including a complete
@@ -46,7 +46,16 @@ _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 _TAIL_ESCAPE = re.compile(
     r"(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?:\\(?:u[0-9a-fA-F]{0,3})?)?|\\(?:u[0-9a-fA-F]{0,3})?)$"
 )
-_LITERALS: dict[str, Any] = {"true": True, "false": False, "null": None}
+# NaN and the infinities too: json.loads, pydantic_core.from_json (the fast path) and pydantic's
+# model_validate_json all read them, so stepping through must as well.
+_LITERALS: dict[str, Any] = {
+    "true": True,
+    "false": False,
+    "null": None,
+    "NaN": float("nan"),
+    "Infinity": float("inf"),
+    "-Infinity": float("-inf"),
+}
 # For the fast path: everything up to the next bracket, complete strings included (a
 # bracket inside a string does not count). Stops at a bracket, an unclosed string or the end.
 _UP_TO_BRACKET = re.compile(r'(?:[^"\[\]{}]+|"[^"\\]*(?:\\.[^"\\]*)*")*', re.DOTALL)
@@ -247,7 +256,7 @@ class PartialJSON:
                     else:
                         self._put([])
                         state = _VALUE
-                elif c in "-0123456789tfn":
+                elif c in "-0123456789tfnNI":
                     self._token = c
                     state = _TOKEN_STATE
                 elif c == "]" and self._stack and type(self._stack[-1]) is list:

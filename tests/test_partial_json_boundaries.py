@@ -119,3 +119,43 @@ def test_complete_document_equals_json_loads_for_any_cut(data: st.DataObject) ->
     bounds = [0, *sorted(data.draw(st.lists(st.integers(0, n), max_size=12))), n]
     fragments = [text[a:b] for a, b in itertools.pairwise(bounds)]
     assert json.dumps(fed(fragments).value()) == json.dumps(json.loads(text))
+
+
+@pytest.mark.parametrize(
+    "text", ["[NaN]", '{"a": [1, Infinity, -Infinity], "b": NaN}', "NaN", "-Infinity"]
+)
+def test_nan_and_infinity_as_json_loads_and_from_json_read_them(text: str) -> None:
+    """``json.loads``, ``pydantic_core.from_json`` and pydantic's ``model_validate_json``
+    read ``NaN``/``Infinity``/``-Infinity``; the one-fragment fast path did, stepping through
+    did not (the value depended on the cut)."""
+    expected = json.dumps(json.loads(text))
+    for size in (1, 2, 3, len(text)):
+        assert json.dumps(fed(cuts(text, size)).value()) == expected, size
+
+
+def test_nan_prefixes_are_left_out_like_from_json() -> None:
+    parser = PartialJSON()
+    seen = []
+    for char in "[1, -Infinity, NaN]":
+        parser.feed(char)
+        seen.append(json.dumps(parser.value()))
+    assert seen[-1] == "[1, -Infinity, NaN]"
+    assert '[1, "-Inf"]' not in seen
+    assert seen[seen.index("[1, -Infinity]") - 1] == "[1]"  # "-Infinit": not a value yet
+
+
+class Floats(BaseModel):
+    x: float
+    ys: list[float] = []
+
+
+def test_object_builder_reads_nan_in_any_cut() -> None:
+    text = '{"ys": [1.5, NaN, Infinity], "x": -Infinity}'
+    for size in (1, 4, len(text)):
+        builder = ObjectBuilder(Floats)
+        for fragment in cuts(text, size):
+            builder.feed(fragment)
+        assert builder.problem is None, size
+        result = builder.finish()
+        assert result.complete
+        assert str(result.value) == str(Floats.model_validate_json(text))
