@@ -117,6 +117,15 @@ async def _resume(
         last_id = parser.last_event_id
         parser.new_connection(resume_after=last_id)
         attempt = await channel.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
+        if attempt.is_json:
+            # The whole reply instead of the events after ``last_id``: no ids to check it
+            # against what was shown, so it is a rejected reconnect, never spliced.
+            await channel.close(drain=False)
+            refused = ContentTypeError("application/json", "a whole reply, not its events")
+            decision = channel.after_rejected_resume(refused)
+            if decision.action != "resume":
+                raise refused
+            return await _resume(channel, decision, reason)
     elif decision.strategy == "continuation":
         text = parser.begin_continuation(min_overlap=policy.min_overlap)
         body = continuation_body(channel.spec.path, channel.spec.body, text, policy.prefix_flag)
