@@ -125,7 +125,12 @@ class AiohttpClient:
             client_timeout = self._timeouts.get(timeout) or self._timeouts.setdefault(
                 timeout, _client_timeout(timeout)
             )
-        return AiohttpRequest(method, parsed, content, dict(headers or {}), client_timeout)
+        sent = dict(headers or {})
+        if sent and (parsed.raw_user is not None or parsed.raw_password is not None):
+            # httpx sends the URL's credentials as Basic auth in place of any Authorization
+            # header; aiohttp refuses the pair with a ValueError. Do what httpx does.
+            sent = {name: value for name, value in sent.items() if name.lower() != "authorization"}
+        return AiohttpRequest(method, parsed, content, sent, client_timeout)
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
