@@ -37,7 +37,7 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel
 
@@ -281,74 +281,96 @@ class ReplyAssembler:
         choices = self._choices
         out: list[Event] | None = None
         size = 0
+        # Characters this batch may still add: the delta that would cross max_reply_chars is
+        # not kept (nor any after it), so the reply never holds more than the limit, and what
+        # it holds does not depend on how the events were batched.
+        room = self.limits.max_reply_chars - self._size
         seen = self.saw_content
-        for position, ev in enumerate(events):
-            cls = ev.__class__
-            if cls is TextDelta:
-                # The most common event, with _Text.add inlined.
-                text = ev.text  # type: ignore[union-attr]
-                st = choices.get(ev.choice)  # type: ignore[union-attr]
-                if st is None:
-                    st = self._choice(ev.choice)  # type: ignore[union-attr]
-                size += len(text)
-                kept = st.text
-                parts = kept.parts
-                parts.append(text)
-                if len(parts) > _FOLD:
-                    kept.chunks.append(_join(parts))
-                    kept.parts = []
-                st.dirty = True
-                if not seen:
+        try:
+            for position, ev in enumerate(events):
+                cls = ev.__class__
+                if cls is TextDelta:
+                    # The most common event, with _Text.add inlined.
+                    text = ev.text  # type: ignore[union-attr]
+                    st = choices.get(ev.choice)  # type: ignore[union-attr]
+                    if st is None:
+                        st = self._choice(ev.choice)  # type: ignore[union-attr]
+                    size += len(text)
+                    if size > room:
+                        size -= len(text)  # not kept
+                        self._too_large(size, len(text))
+                    kept = st.text
+                    parts = kept.parts
+                    parts.append(text)
+                    if len(parts) > _FOLD:
+                        kept.chunks.append(_join(parts))
+                        kept.parts = []
+                    st.dirty = True
+                    if not seen:
+                        self.saw_content = seen = True
+                elif cls is ReasoningDelta or cls is RefusalDelta:
+                    st = choices.get(ev.choice)  # type: ignore[union-attr]
+                    if st is None:
+                        st = self._choice(ev.choice)  # type: ignore[union-attr]
+                    delta = len(ev.text)  # type: ignore[union-attr]
+                    if size + delta > room:
+                        self._too_large(size, delta)
+                    size += delta
+                    if cls is ReasoningDelta:
+                        st.reasoning.add(ev.text)  # type: ignore[union-attr]
+                    else:
+                        st.refusal.add(ev.text)  # type: ignore[union-attr]
+                    st.dirty = True
                     self.saw_content = seen = True
-            elif cls is ReasoningDelta or cls is RefusalDelta:
-                st = choices.get(ev.choice)  # type: ignore[union-attr]
-                if st is None:
-                    st = self._choice(ev.choice)  # type: ignore[union-attr]
-                size += len(ev.text)  # type: ignore[union-attr]
-                if cls is ReasoningDelta:
-                    st.reasoning.add(ev.text)  # type: ignore[union-attr]
-                else:
-                    st.refusal.add(ev.text)  # type: ignore[union-attr]
-                st.dirty = True
-                self.saw_content = seen = True
-            elif cls is ToolCallDelta:
-                assert isinstance(ev, ToolCallDelta)
-                self._tool_delta(ev)
-            elif cls is Finish:
-                assert isinstance(ev, Finish)
-                done = self._finish(ev)
-                if done:
-                    if out is None:
-                        out = list(events[:position])
+                elif cls is ToolCallDelta:
+                    assert isinstance(ev, ToolCallDelta)
+                    delta = len(ev.arguments)
+                    if size + delta > room:
+                        self._too_large(size, delta)
+                    self._tool_delta(ev)
+                    size += delta
+                elif cls is Finish:
+                    assert isinstance(ev, Finish)
+                    done = self._finish(ev)
+                    if done:
+                        if out is None:
+                            out = list(events[:position])
+                        out.append(ev)
+                        out += done
+                        continue
+                elif cls is UsageUpdate:
+                    assert isinstance(ev, UsageUpdate)
+                    self.usage = ev.usage
+                    updates = self.usage_updates
+                    if len(updates) < _MAX_USAGE_UPDATES:
+                        updates.append(ev.usage)
+                    else:
+                        updates[-1] = ev.usage
+                elif cls is ReasoningBlock:
+                    assert isinstance(ev, ReasoningBlock)
+                    st = choices.get(ev.choice) or self._choice(ev.choice)
+                    st.blocks[ev.index] = ev.block
+                    st.dirty = True
+                elif cls is ErrorEvent:
+                    assert isinstance(ev, ErrorEvent)
+                    self.error = ErrorInfo.model_construct(
+                        message=ev.message, code=ev.code, type=ev.error_type, param=ev.param,
+                        raw=ev.raw,
+                    )
+                if out is not None:
                     out.append(ev)
-                    out += done
-                    continue
-            elif cls is UsageUpdate:
-                assert isinstance(ev, UsageUpdate)
-                self.usage = ev.usage
-                updates = self.usage_updates
-                if len(updates) < _MAX_USAGE_UPDATES:
-                    updates.append(ev.usage)
-                else:
-                    updates[-1] = ev.usage
-            elif cls is ReasoningBlock:
-                assert isinstance(ev, ReasoningBlock)
-                st = choices.get(ev.choice) or self._choice(ev.choice)
-                st.blocks[ev.index] = ev.block
-                st.dirty = True
-            elif cls is ErrorEvent:
-                assert isinstance(ev, ErrorEvent)
-                self.error = ErrorInfo.model_construct(
-                    message=ev.message, code=ev.code, type=ev.error_type, param=ev.param,
-                    raw=ev.raw,
-                )
-            if out is not None:
-                out.append(ev)
-        if size:
-            self._size += size
-        if self._size > self.limits.max_reply_chars:
-            raise LimitExceededError("max_reply_chars", self.limits.max_reply_chars, self._size)
+        finally:
+            # Also when a limit raised mid-batch: the events before it were applied.
+            if size:
+                self._size += size
         return events if out is None else out
+
+    def _too_large(self, size: int, delta: int) -> NoReturn:
+        """A delta of ``delta`` characters after ``size`` characters of this batch would
+        cross ``max_reply_chars``: it is not kept (``feed`` counts the ``size`` applied)."""
+        raise LimitExceededError(
+            "max_reply_chars", self.limits.max_reply_chars, self._size + size + delta
+        )
 
     def _tool_delta(self, ev: ToolCallDelta) -> None:
         st = self._choices.get(ev.choice) or self._choice(ev.choice)
@@ -358,7 +380,6 @@ class ReplyAssembler:
             if len(st.calls) >= limit:
                 raise LimitExceededError("max_tool_calls", limit, len(st.calls) + 1)
             call = st.calls[ev.call] = _Call(ev.call)
-        self._size += len(ev.arguments)
         if ev.id is not None and call.id is None:
             call.id = ev.id
         if ev.name is not None and call.name is None:
