@@ -119,8 +119,11 @@ class StructuredTracker:
         if builder is None:
             tp = self._type_of(call.name)
             if tp is None:
-                if call.name is None and event.arguments:
-                    call.pending.append(event.arguments)  # the name may still come
+                if call.name is None:  # the name may still come: hold the text
+                    if event.replace:  # corrected text from its offset on, as in the reply
+                        call.pending = ["".join(call.pending)[: event.offset]]
+                    if event.arguments:
+                        call.pending.append(event.arguments)
                 return None
             builder = call.builder = ObjectBuilder(tp)
             if call.pending:
