@@ -31,7 +31,7 @@ from .parser import StreamParser
 from .progress import Progress
 from .recovery import Decision, DropState, Recovery, is_transient_error
 
-__all__ = ["Channel", "is_responses_path"]
+__all__ = ["Channel", "FirstTokenOverdue", "is_responses_path"]
 
 logger = logging.getLogger("fluxstream")
 
@@ -39,6 +39,10 @@ logger = logging.getLogger("fluxstream")
 def is_responses_path(path: str) -> bool:
     """The request goes to the Responses API (``.../responses``)."""
     return path.rstrip("/").rpartition("/")[2] == "responses"
+
+
+class FirstTokenOverdue(Exception):
+    """``first_token_timeout`` ran out before any content while (re)sending the request."""
 
 
 class Channel:
@@ -51,9 +55,13 @@ class Channel:
         recovery: Recovery,
         *,
         head_timeout: float | None = None,
+        progress: Progress | None = None,
     ) -> None:
         self.spec = spec
         self.head_timeout = head_timeout
+        #: The stream's clocks: ``first_token_timeout`` counts from the request, so it also
+        #: bounds every head wait and backoff before the first content.
+        self.progress = progress
         self.parser = parser
         self.recovery = recovery
         #: The current request/response (``None`` before the first and after closing).
@@ -85,10 +93,16 @@ class Channel:
         while True:
             if recovery.cancelled:
                 raise AttemptCancelled
+            head = self.head_timeout
+            left = self._first_token_left()
+            if left is not None:
+                if left <= 0.0:
+                    raise FirstTokenOverdue
+                head = left if head is None else min(head, left)
             recovery.attempts += 1
             tries += 1
             used = tries if fresh_budget else recovery.attempts
-            attempt = self.attempt = Attempt(self.spec, head_timeout=self.head_timeout)
+            attempt = self.attempt = Attempt(self.spec, head_timeout=head)
             try:
                 await attempt.open(
                     headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes,
@@ -96,6 +110,9 @@ class Channel:
                 )
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
+                left = self._first_token_left()
+                if left is not None and left <= 0.0:
+                    raise  # the head did not come within first_token_timeout: no retry
                 status = getattr(exc, "status_code", None)
                 decision = recovery.after_failed_request(
                     tries=used,
@@ -160,7 +177,17 @@ class Channel:
                 )
         return None
 
+    def _first_token_left(self) -> float | None:
+        """Seconds left for the first content, if ``first_token_timeout`` applies now."""
+        progress = self.progress
+        if progress is None or self.parser.saw_content:
+            return None
+        return progress.first_token_left(time.monotonic())
+
     async def wait_to_retry(self, attempt: int, delay: float, reason: str) -> None:
+        left = self._first_token_left()
+        if left is not None and left < delay:
+            delay = left  # the first token is due before the retry: fail then, not later
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
             self.parser.content_key, reason, attempt + 1,

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from .attempt import Attempt, AttemptCancelled, RequestSpec
-from .channel import Channel
+from .channel import Channel, FirstTokenOverdue
 from .errors import (
     FirstTokenTimeoutError,
     FluxstreamError,
@@ -69,13 +69,14 @@ class StreamReader:
         self.recovery = Recovery(retry, resume)
         # The response head must come within the read timeout (and the first token's).
         limits = [t for t in (spec.read_timeout, first_token_timeout) if t is not None]
-        self.channel = Channel(
-            spec, parser, self.recovery, head_timeout=min(limits) if limits else None
-        )
         self.progress = Progress(
             stall_timeout=stall_timeout,
             finish_grace=finish_grace,
             first_token_timeout=first_token_timeout,
+        )
+        self.channel = Channel(
+            spec, parser, self.recovery, head_timeout=min(limits) if limits else None,
+            progress=self.progress,
         )
         self.ended = False
         self.cancel_requested = False
@@ -211,6 +212,8 @@ class StreamReader:
             return result
         except AttemptCancelled:
             return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+        except FirstTokenOverdue:  # a retry before content ran out of time
+            return await self._timed_out("first_token")
         except FluxstreamError as exc:
             self.cause = exc
             with anyio.CancelScope(shield=True):
@@ -266,6 +269,8 @@ class StreamReader:
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.end(self._parser.cancel("cancelled by stream.cancel()"))
             return []
+        except FirstTokenOverdue:  # no response in time, across the retries
+            return await self._timed_out("first_token")
         except anyio.get_cancelled_exc_class() as exc:
             await self._interrupted(exc)
             raise
