@@ -370,4 +370,6 @@ def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
         return httpx.UnsupportedProtocol(message)
     if isinstance(exc, (aiohttp.ClientError, OSError)):
         return httpx.ConnectError(message) if connecting else httpx.ReadError(message)
+    if connecting and isinstance(exc, ValueError):  # a header aiohttp refuses to send
+        return httpx.LocalProtocolError(message)  # what httpx raises for it
     return exc

@@ -155,7 +155,7 @@ class AsyncClient:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self.base_url = base.rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._api_key = Secret(key) if key else None
+        self._api_key = Secret(_header_safe_key(key)) if key else None
         if isinstance(timeout, _Unset):
             # An injected client keeps its own timeouts unless told otherwise ("as it is").
             own = getattr(http_client, "timeout", None) if http_client is not None else None
@@ -412,6 +412,20 @@ class Chat:
         )
 
     complete = completing(stream)
+
+
+def _header_safe_key(key: str) -> str:
+    """The key as a header carries it. Surrounding whitespace (a key read from a file keeps
+    its newline) is dropped: HTTP drops it from a header value anyway. Any other character a
+    header cannot carry is refused now, without showing the key: the HTTP library would
+    refuse it later with the whole header, the key, in its error's text."""
+    key = key.strip()
+    if not (key.isascii() and key.isprintable()):
+        raise ValueError(
+            "api_key holds a character an HTTP header cannot carry (a control character or "
+            "non-ASCII); the key is not shown"
+        )
+    return key
 
 
 def _carries_key(headers: Mapping[str, str]) -> bool:
