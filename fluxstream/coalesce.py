@@ -130,12 +130,18 @@ class Coalesced(Generic[E, T, U]):
         self._join = join
         self._clock = clock
         self._ended = False
+        #: The error that ended the source while items were held: raised after they are.
+        self._error: Exception | None = None
 
     def __aiter__(self) -> Coalesced[E, T, U]:
         return self
 
     async def __anext__(self) -> U:
         source, pacer, clock = self._source, self._pacer, self._clock
+        error = self._error
+        if error is not None and not pacer.pending:
+            self._error = None
+            raise error
         while not self._ended:
             wait = pacer.wait(clock())
             if (
@@ -149,6 +155,12 @@ class Coalesced(Generic[E, T, U]):
             except StopAsyncIteration:
                 self._ended = True
                 break
+            except Exception as exc:  # the stream's error: what is held comes first
+                if not pacer.pending:
+                    raise
+                self._ended = True
+                self._error = exc
+                break
             picked = self._pick(item)
             if picked is not None:
                 batch = pacer.add(picked, clock())
@@ -161,4 +173,5 @@ class Coalesced(Generic[E, T, U]):
     async def aclose(self) -> None:
         """Stop early (as an async generator's ``aclose``): nothing more is read."""
         self._ended = True
+        self._error = None
         self._pacer.pending.clear()
