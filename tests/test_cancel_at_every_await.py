@@ -199,6 +199,8 @@ CASES: dict[str, tuple[Callable[..., Awaitable[None]], dict[str, Any], int]] = {
     "finish-grace": (finish_grace, {"finish_grace": 5}, 0),
     "first-token": (first_token, {"first_token_timeout": 5}, 0),
     "head-with-first-token-timeout": (head_wait, {"first_token_timeout": 5}, 0),
+    "head-without-any-timeout": (head_wait, {"timeout": None}, 0),
+    "between-reads-without-any-timeout": (between_reads, {"timeout": None}, 0),
     "retry-backoff": (retry_backoff, {"retry": RetryPolicy(max_attempts=3, base_delay=5)}, -1),
     "retry-head": (retry_head, {"retry": RetryPolicy(max_attempts=3, base_delay=0.01)}, 1),
     "resume-delay": (resume_delay, {}, -1),
