@@ -61,7 +61,8 @@ class RequestSpec:
     build: Callable[[str, Mapping[str, Any], Mapping[str, str]], Any]
     http: Any
     errors: HttpErrors
-    headers: dict[str, str] = field(default_factory=dict)
+    #: Never in the repr: a caller's own ``Authorization`` (a gateway's token) may be here.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
     #: The read timeout in force, for error messages.
     read_timeout: float | None = None
     #: Builds a ``GET`` of ``(path with query, headers)`` with the same authentication, for
