@@ -41,7 +41,7 @@ from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import LimitExceededError
+from .errors import FluxstreamError, LimitExceededError
 from .events import (
     End,
     ErrorEvent,
@@ -239,6 +239,9 @@ class ReplyAssembler:
         self._version = 0
         self._snapshot_version = -1
         self._choice_models: list[Choice] = []
+        #: When :meth:`feed` raised part way through a batch (a limit): the events of that
+        #: batch it had applied (the reply holds them), for the parser to deliver.
+        self.applied_before_error: list[Event] = []
 
     @property
     def finished(self) -> bool:
@@ -359,6 +362,10 @@ class ReplyAssembler:
                     )
                 if out is not None:
                     out.append(ev)
+        except FluxstreamError:
+            # The events before this one were applied: the parser delivers them.
+            self.applied_before_error = events[:position] if out is None else out
+            raise
         finally:
             # Also when a limit raised mid-batch: the events before it were applied.
             if size:

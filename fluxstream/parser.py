@@ -118,6 +118,9 @@ class StreamParser:
         # trusted (see fluxstream.resume_check); the first event id of the stream, for it.
         self._resume_check: ResumeCheck | None = None
         self._first_event_id: str | None = None
+        #: An error found part way through a read whose earlier events were delivered:
+        #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
+        self._deferred: FluxstreamError | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -133,6 +136,11 @@ class StreamParser:
         if self._format.done or self._assembler.finished:
             self._ignored_bytes += len(data)
             return []
+        deferred = self._deferred
+        if deferred is not None:  # raised now, after the events before it were delivered
+            self._deferred = None
+            self._ignored_bytes += len(data)
+            raise deferred
         sses = self._decoder.feed(data)
         if not sses:
             return []
@@ -156,13 +164,31 @@ class StreamParser:
                     events = fmt_feed(sse)
                     if events:
                         batch += events
-        except FluxstreamError:
+        except FluxstreamError as exc:
             # A strict-mode bad frame, or a frame past a StreamLimits limit: what came
-            # before it in the same read is kept.
-            if len(sses) > 1:
-                self._apply(batch)
-            raise
-        return self._apply(batch)
+            # before it in the same read is kept, delivered now, and the error raised by the
+            # next feed (or stated by close): a consumer sees every delta the reply holds.
+            events = self._apply_delivering(batch) if batch else []
+            if not events:
+                raise
+            if self._deferred is None:
+                self._deferred = exc
+            return events
+        return self._apply_delivering(batch)
+
+    def _apply_delivering(self, batch: list[Event]) -> list[Event]:
+        """:meth:`_apply`; when the assembler raises part way (``max_reply_chars``,
+        ``max_tool_calls``), the events it applied are returned and the error deferred to
+        the next :meth:`feed` or :meth:`close`, so nothing in the reply goes undelivered."""
+        try:
+            return self._apply(batch)
+        except FluxstreamError as exc:
+            asm = self._assembler
+            applied, asm.applied_before_error = asm.applied_before_error, []
+            if not applied:
+                raise
+            self._deferred = exc
+            return applied
 
     def feed_sse(self, event: ServerSentEvent) -> list[Event]:
         """One SSE event decoded elsewhere (e.g. by ``httpx-sse``)."""
@@ -216,10 +242,19 @@ class StreamParser:
         Flushes a pending event (an unterminated final ``data:`` line still counts; a payload
         cut mid-JSON is dropped silently and makes the stream ``truncated``), then ends with
         the ``End``. Returns ``[]`` if an ``End`` was already emitted.
+
+        :raises FluxstreamError: the last read found an error (a limit crossed, a bad frame in
+            strict mode) after events it delivered: the reply ends ``failed`` and the error is
+            raised here, as :meth:`feed` would have raised it.
         """
         asm = self._assembler
         if asm.finished:
             return []
+        deferred = self._deferred
+        if deferred is not None:
+            self._deferred = None
+            asm.fail(f"{type(deferred).__name__}: {deferred}")
+            raise deferred
         fmt = self._format
         events: list[Event] = []
         decoder = self._decoder
@@ -262,7 +297,16 @@ class StreamParser:
 
     def fail(self, reason: str, error: BaseException | None = None) -> list[Event]:
         """The transport or protocol failed (``error`` is informational): outcome ``failed``."""
+        self._deferred = None
         return self._assembler.fail(reason)
+
+    @property
+    def pending_error(self) -> FluxstreamError | None:
+        """An error the last read found after the events :meth:`feed` returned for it (a
+        limit crossed, a bad frame in strict mode): the next ``feed`` or ``close`` raises
+        it. An I/O layer ends the stream with it (:meth:`fail`) at once instead of waiting
+        for more bytes."""
+        return self._deferred
 
     def new_connection(self, *, resume_after: str | None = None) -> None:
         """A reconnect: a fresh SSE decoder (keeping the last event ID and retry time); the

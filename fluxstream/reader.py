@@ -115,6 +115,9 @@ class StreamReader:
         parser = self._parser
         if self.cancel_requested:
             return self.end(parser.cancel("cancelled by stream.cancel()"))
+        pending = parser.pending_error
+        if pending is not None:  # found by the last read, after the events it delivered
+            return await self._fail_with(StreamFailedError, pending, str(pending))
         try:
             if self.progress.deadline_free:  # the hot path: no deadline, no scope
                 data: bytes | None = await self.channel.receive()

@@ -404,8 +404,11 @@ def test_responses_calls_named_only_by_empty_final_arguments_are_calls() -> None
     assert choice.stop == "tool_calls" and [c.index for c in choice.tool_calls] == [3]
 
     flood = StreamParser(content_key="k", format="responses")
+    # The calls before the limit are delivered with the read; the limit is raised next.
+    flood.feed("".join(f"data: {done(i)}\n\n" for i in range(5000)).encode())
     with pytest.raises(LimitExceededError):
-        flood.feed("".join(f"data: {done(i)}\n\n" for i in range(5000)).encode())
+        flood.close()
+    assert len(flood.reply.choices[0].tool_calls) <= flood.limits.max_tool_calls
 
 
 @pytest.mark.parametrize("bogus", [-1, 2**53, 2**70])

@@ -33,8 +33,9 @@ def chunk(content: str, *, index: int = 0, finish: str | None = None) -> bytes:
 
 
 @asynccontextmanager
-async def body_server(body: bytes) -> AsyncIterator[str]:
-    """Every connection gets ``body`` after the response head, then the connection closes."""
+async def body_server(body: bytes, *, hold: float = 0.0) -> AsyncIterator[str]:
+    """Every connection gets ``body`` after the response head, then (after ``hold`` seconds
+    of silence) the connection closes."""
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(anyio.abc.SocketAttribute.local_port)
 
@@ -46,6 +47,7 @@ async def body_server(body: bytes) -> AsyncIterator[str]:
                     data += await sock.receive()
             with contextlib.suppress(anyio.BrokenResourceError, OSError):
                 await sock.send(HEAD + body)
+                await anyio.sleep(hold)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(listener.serve, handle)
@@ -104,6 +106,27 @@ async def test_limit_ends_the_live_stream_failed_with_the_reply() -> None:
     reply = info.value.reply
     assert reply is not None and reply.outcome is Outcome.FAILED
     assert reply.text == "kept" and "max_choices" in (reply.end_reason or "")
+
+
+async def test_a_limit_in_a_read_delivers_what_came_before_it_and_fails_at_once() -> None:
+    """The read holds a delta, then a frame past ``max_choices``, and the server goes silent:
+    the delta is delivered as an event (the reply holds it), and the stream fails at once,
+    not after the read timeout."""
+    body = chunk('"kept"') + chunk('"x"', index=1)
+    async with body_server(body, hold=30) as base:
+        async with client(base, stream_limits=StreamLimits(max_choices=1), timeout=20) as c:
+            delivered: list[str] = []
+            started = anyio.current_time()
+            with anyio.fail_after(10), pytest.raises(StreamFailedError) as info:
+                async with c.chat.stream(model="m", messages=MSG) as stream:
+                    async for event in stream:
+                        if isinstance(event, fluxstream.TextDelta):
+                            delivered.append(event.text)
+            assert anyio.current_time() - started < 5
+    reply = info.value.reply
+    assert reply is not None and reply.outcome is Outcome.FAILED
+    assert "".join(delivered) == reply.text == "kept"
+    assert "max_choices" in (reply.end_reason or "")
 
 
 async def test_huge_retry_and_id_live() -> None:

@@ -103,12 +103,6 @@ def _frame(text: str) -> bytes:
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parser.py (not owned here): a limit crossed by a later event of the same read "
-    "raises from feed, so the earlier events of that read are kept in the reply but never "
-    "returned; the decoder's answer would fit: return them, fail on the next feed/close",
-)
 def test_text_kept_before_a_limit_in_the_same_read_is_delivered() -> None:
     from fluxstream.parser import StreamParser
 
@@ -122,3 +116,19 @@ def test_text_kept_before_a_limit_in_the_same_read_is_delivered() -> None:
     delivered += parser.close()
     text = "".join(e.text for e in delivered if isinstance(e, TextDelta))
     assert text == parser.reply.choices[0].text == "a" * 6
+
+
+def test_a_limit_found_by_the_last_read_is_raised_by_close_and_the_reply_failed() -> None:
+    """The read that delivered the events before the limit was the last one: ``close``
+    raises the limit (as the next ``feed`` would) and the reply ends ``failed``."""
+    from fluxstream.parser import StreamParser
+
+    parser = StreamParser(limits=StreamLimits(max_reply_chars=10))
+    delivered = parser.feed(_frame("a" * 6) + _frame("b" * 6) + _frame("c"))
+    with pytest.raises(LimitExceededError):
+        parser.close()
+    assert "".join(e.text for e in delivered if isinstance(e, TextDelta)) == "a" * 6
+    reply = parser.reply
+    assert reply.outcome == "failed" and reply.choices[0].text == "a" * 6
+    assert "max_reply_chars" in (reply.end_reason or "")
+    assert parser.close() == []  # ended: nothing more
