@@ -96,6 +96,12 @@ class AiohttpClient:
         self._timeouts: dict[TimeoutTuple, aiohttp.ClientTimeout] = {}
         self._head_free: dict[aiohttp.ClientTimeout, aiohttp.ClientTimeout] = {}
         self._urls: dict[str, URL] = {}
+        self._closed = False
+
+    @property
+    def is_closed(self) -> bool:
+        """:meth:`aclose` was called: nothing is sent any more (as ``httpx.AsyncClient``)."""
+        return self._closed
 
     def __repr__(self) -> str:
         return f"<fluxstream AiohttpClient limit={self._limits.max_connections}>"
@@ -133,6 +139,8 @@ class AiohttpClient:
         return AiohttpRequest(method, parsed, content, sent, client_timeout)
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
+        if self._closed:  # never a new session behind the caller's back: httpx's error
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
         loop = asyncio.get_running_loop()
         session = self._session
         if session is not None and self._loop is loop and not session.closed:
@@ -190,6 +198,7 @@ class AiohttpClient:
         return response
 
     async def aclose(self) -> None:
+        self._closed = True
         session, self._session = self._session, None
         if session is None or session.closed:
             return

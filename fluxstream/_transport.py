@@ -58,6 +58,7 @@ class AutoClient:
         self._limits = limits
         self._httpx: httpx.AsyncClient | None = None
         self._aio: Any = None
+        self._closed = False
         if not _proxies_in_environment():
             try:
                 from ._aiohttp import AiohttpClient
@@ -70,12 +71,19 @@ class AutoClient:
         return f"<fluxstream AutoClient aiohttp={'on asyncio' if self._aio else 'off'}>"
 
     @property
+    def is_closed(self) -> bool:
+        """:meth:`aclose` was called: nothing is sent any more (as ``httpx.AsyncClient``)."""
+        return self._closed
+
+    @property
     def uses_aiohttp(self) -> bool:
         """Whether requests made on asyncio go through aiohttp."""
         return self._aio is not None
 
     def _httpx_client(self) -> httpx.AsyncClient:
         if self._httpx is None:
+            if self._closed:
+                raise RuntimeError("Cannot send a request, as the client has been closed.")
             self._httpx = httpx.AsyncClient(limits=self._limits, timeout=self.timeout)
         return self._httpx
 
@@ -101,6 +109,7 @@ class AutoClient:
         return await self._aio.send(request, stream=stream)
 
     async def aclose(self) -> None:
+        self._closed = True
         try:
             if self._aio is not None:
                 await self._aio.aclose()

@@ -93,6 +93,8 @@ class Channel:
         while True:
             if recovery.cancelled:
                 raise AttemptCancelled
+            if getattr(self.spec.http, "is_closed", False):  # never retried: nothing would be
+                raise APIConnectionError("the HTTP client is closed")  # sent (or a new pool)
             head = self.head_timeout
             left = self._first_token_left()
             if left is not None:
