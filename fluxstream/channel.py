@@ -210,11 +210,12 @@ class Channel:
     # ------------------------------------------------------------------ reading
 
     async def receive_on_time(self, progress: Progress) -> bytes | None:
-        """The next read within the deadline that applies now (``None``: the first token is
-        overdue). No cancel scope on the hot path: only before the first content (with
-        ``first_token_timeout``) and after every choice finished (``finish_grace``: some
-        servers never send the sentinel nor close; the bytes then "end" and the stream ends
-        ``finished``)."""
+        """The next read within the deadline that applies now (``None``: the first token, or
+        with ``stall_timeout`` the next content, is overdue). No cancel scope on the hot path:
+        only before the first content (with ``first_token_timeout``), between content with
+        ``stall_timeout`` (a silent server is a stall too), and after every choice finished
+        (``finish_grace``: some servers never send the sentinel nor close; the bytes then
+        "end" and the stream ends ``finished``)."""
         now = time.monotonic()
         left = progress.linger_left(now)
         if left is not None:
@@ -228,7 +229,9 @@ class Channel:
             return data
         left = progress.first_token_left(now)
         if left is None:
-            return await self.receive()
+            left = progress.stall_wait(now)
+            if left is None:
+                return await self.receive()
         return await self._receive_within(left)
 
     async def _receive_within(self, seconds: float) -> bytes | None:

@@ -65,7 +65,7 @@ class Progress:
 
     __slots__ = (
         "finish_grace", "finished_at", "first_token", "first_token_timeout", "last_progress",
-        "linger_until", "stall_timeout", "started",
+        "linger_until", "stall_timeout", "stall_waited", "started", "wait_started",
     )
 
     def __init__(
@@ -84,6 +84,9 @@ class Progress:
         self.last_progress = 0.0
         #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
         self.linger_until: float | None = None
+        #: Seconds spent waiting for bytes since the last content (see :meth:`stall_wait`).
+        self.stall_waited = 0.0
+        self.wait_started: float | None = None
 
     @property
     def lingering(self) -> bool:
@@ -91,11 +94,14 @@ class Progress:
 
     @property
     def deadline_free(self) -> bool:
-        """No deadline applies to the next read (neither ``finish_grace`` running nor the
-        first token awaited under ``first_token_timeout``): read without a cancel scope."""
-        return self.linger_until is None and (
-            self.first_token is not None or self.first_token_timeout is None
-        )
+        """No deadline applies to the next read (neither ``finish_grace`` running, nor the
+        first token awaited under ``first_token_timeout``, nor content due under
+        ``stall_timeout``): read without a cancel scope."""
+        if self.linger_until is not None:
+            return False
+        if self.first_token is None:
+            return self.first_token_timeout is None
+        return self.stall_timeout is None
 
     def start(self, now: float) -> None:
         self.started = now
@@ -104,10 +110,16 @@ class Progress:
     def connected(self, now: float) -> None:
         """A response is usable: the stall clock starts again with each connection."""
         self.last_progress = now
+        self.stall_waited = 0.0
+        self.wait_started = None
 
     def read(self, events: list[Event], now: float, complete: Callable[[], bool]) -> Overdue | None:
         """One read's events (``complete``: every choice has finished); a timeout that has
         passed, if any."""
+        started = self.wait_started
+        if started is not None:
+            self.stall_waited += now - started
+            self.wait_started = None
         content = finish = False
         for event in events:
             kind = type(event)
@@ -117,6 +129,7 @@ class Progress:
                 finish = True
         if content:
             self.last_progress = now
+            self.stall_waited = 0.0
             if self.first_token is None:
                 self.first_token = now
             if self.linger_until is not None and not complete():
@@ -147,6 +160,16 @@ class Progress:
             return None
         start = self.started if self.started is not None else now
         return max(0.0, self.first_token_timeout - (now - start))
+
+    def stall_wait(self, now: float) -> float | None:
+        """A read starts waiting at ``now``: how long it may wait for bytes under
+        ``stall_timeout`` (``None``: no such limit, or no content yet: it counts from the
+        first content on). Only time spent waiting on the network since the last content
+        counts, never the caller's own time between reads (a slow consumer is no stall)."""
+        if self.stall_timeout is None or self.first_token is None:
+            return None
+        self.wait_started = now
+        return max(0.0, self.stall_timeout - self.stall_waited)
 
     def linger_left(self, now: float) -> float | None:
         """Seconds left of ``finish_grace`` (``None``: not lingering)."""

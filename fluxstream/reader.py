@@ -133,8 +133,10 @@ class StreamReader:
         except BaseException as exc:  # KeyboardInterrupt, SystemExit: the caller stops all
             await self._interrupted(exc)
             raise
-        if data is None:
-            return await self._timed_out("first_token")
+        if data is None:  # no read in time: the first content, or the next one, is overdue
+            return await self._timed_out(
+                "first_token" if self.progress.first_token is None else "stall"
+            )
         try:
             events = parser.feed(data)
         except ResumeMismatchError as exc:
