@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Mapping
 
 import aiohttp
 import httpx
+from aiohttp.http_exceptions import ContentEncodingError
 from yarl import URL
 
 from ._http import close_aiohttp_response
@@ -371,6 +372,10 @@ def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
         return httpx.PoolTimeout(message)  # waiting for a pool slot (aiohttp's ``connect``)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return httpx.ConnectError(message)
+    if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
+        exc.__cause__, ContentEncodingError
+    ):  # a body that cannot be decoded (gzip turned garbage): not a drop to resume
+        return httpx.DecodingError(message)
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return httpx.RemoteProtocolError(message)
     if isinstance(exc, aiohttp.ClientResponseError):  # a malformed response head
