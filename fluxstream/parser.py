@@ -699,9 +699,9 @@ class _EchoFilter:
         return out
 
 
-#: The most digits an index or count of a token may have (a format keeps any integer index
-#: the wire gives, negative ones included; anything longer is not a token we wrote).
-_MAX_TOKEN_DIGITS = 40
+#: Indices and counts of a token stay below this in size (a format keeps any integer index
+#: the wire gives, negative ones included; anything larger is not a token we wrote).
+_TOKEN_NUMBER_BOUND = 10**40
 
 
 def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
@@ -709,14 +709,11 @@ def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
     token: an int, or its decimal string as JSON object keys are."""
     if isinstance(value, str):
         digits = value[1:] if signed and value[:1] == "-" else value
-        if digits.isascii() and digits.isdigit() and len(digits) <= _MAX_TOKEN_DIGITS:
+        if digits.isascii() and digits.isdigit() and len(digits) <= 40:
             value = int(value)
-    if (
-        type(value) is not int
-        or (value < 0 and not signed)
-        or len(str(abs(value))) > _MAX_TOKEN_DIGITS
-    ):
-        raise ResumeTokenError(f"the resume token's {what} is not a number: {str(value)[:40]!r}")
+    low = -_TOKEN_NUMBER_BOUND if signed else 0
+    if type(value) is not int or not low <= value < _TOKEN_NUMBER_BOUND:
+        raise ResumeTokenError(f"the resume token's {what} is not a number it can hold")
     return value
 
 

@@ -35,6 +35,8 @@ DAMAGE: dict[str, Any] = {
     "offsets-tool-calls-a-mapping": {"offsets": {"0": {"tool_calls": {"a": 1}}}},
     "offsets-text-a-string": {"offsets": {"0": {"text": "many"}}},
     "offsets-choice-not-a-number": {"offsets": {"x": {"text": 1}}},
+    "offsets-text-past-any-int-str": {"offsets": {"0": {"text": 10**5000}}},
+    "offsets-text-negative": {"offsets": {"0": {"text": -1}}},
     "reply-a-list": {"reply": [1]},
     "reply-choices-junk": {"reply": {"choices": "abc"}},
     "no-key": {"key": None},
