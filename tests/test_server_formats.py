@@ -321,7 +321,39 @@ def test_token_cap_never_lengthens_and_cut_is_length() -> None:
     assert len(capped.text_deltas) == 30 and capped.finish_reason == "stop"
     short = build_script({**chat, "max_tokens": 5}, token_cap=True).choices[0]
     assert len(short.text_deltas) == 5 and short.finish_reason == "length"
-    assert build_script({**chat, "max_tokens": 5}).choices[0].finish_reason == "stop"
+    assert build_script({**chat, "max_tokens": 5}).choices[0].finish_reason == "length"
+    assert build_script({**chat, "max_tokens": 30}).choices[0].finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_reply_cut_by_max_tokens_says_length_in_every_format(
+    http: httpx.Client, stream: bool
+) -> None:
+    """The same request cut at 5 tokens: Chat Completions said ``stop`` where Responses
+    and Messages said the reply was cut, so a client could not tell a cut reply from a whole
+    one on the default API."""
+    chat = {"model": "m", "messages": USER, "max_tokens": 5, "stream": stream}
+    responses = {"model": "m", "input": "hi", "max_output_tokens": 5, "stream": stream}
+    messages = {"model": "m", "messages": USER, "max_tokens": 5, "stream": stream}
+    if stream:
+        chunks = [json.loads(e.data or "") for e in _events(http.post("/chat/completions",
+                                                                      json=chat))
+                  if e.data != "[DONE]"]
+        finishes = [c["choices"][0]["finish_reason"] for c in chunks if c.get("choices")]
+        chat_finish = next(f for f in finishes if f is not None)
+        last = _payloads(_events(http.post("/responses", json=responses)))[-1]["response"]
+        deltas = [e for e in _payloads(_events(http.post("/messages", json=messages)))
+                  if e["type"] == "message_delta"]
+        anthropic_stop = deltas[-1]["delta"]["stop_reason"]
+    else:
+        chat_finish = http.post("/chat/completions", json=chat).json()["choices"][0][
+            "finish_reason"]
+        last = http.post("/responses", json=responses).json()
+        anthropic_stop = http.post("/messages", json=messages).json()["stop_reason"]
+    assert chat_finish == "length"
+    assert (last["status"], last["incomplete_details"]) == (
+        "incomplete", {"reason": "max_output_tokens"})
+    assert anthropic_stop == "max_tokens"
 
 
 # ---------------------------------------------------------------------------- schema values

@@ -10,8 +10,8 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   clients: multi-byte characters (``é``, ``你好``, ``👋🏽``, a two-code-point emoji), a quote and
   a backslash that JSON must escape, a newline. One token is one delta; the number of text
   deltas is ``max_completion_tokens`` or ``max_tokens`` when given (capped at
-  :data:`MAX_DELTAS`; a longer reply goes on, a shorter one is cut as a real model's is), else
-  :data:`DEFAULT_DELTAS`, the whole answer.
+  :data:`MAX_DELTAS`; a longer reply goes on, a shorter one is cut as a real model's is, and
+  finishes ``length``), else :data:`DEFAULT_DELTAS`, the whole answer.
 * **Reasoning** deltas (``reasoning_content``) precede the text when the ``reasoning`` profile
   is on or the request has ``reasoning_effort`` (other than ``"none"``).
 * **Tool calls**: when ``tools`` are given (and ``tool_choice`` is not ``"none"``) the reply is
@@ -385,11 +385,12 @@ def build_script(
     """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``.
 
     A continuation request (see :func:`continuation_prefix`) gets the continuation of the
-    original request's reply (see the module docstring). ``token_cap`` (the Responses and
-    Messages dialects): ``max_tokens`` only ever shortens the plain answer, and a cut answer
-    finishes ``length`` (Chat Completions keeps its historical "longer reply goes on").
-    Structured content (:func:`response_schema`, :func:`forced_tool`) is always cut by
-    ``max_tokens`` with finish ``length``.
+    original request's reply (see the module docstring). A plain answer cut by ``max_tokens``
+    (fewer than :data:`DEFAULT_DELTAS`) finishes ``length`` in every dialect. ``token_cap``
+    (the Responses and Messages dialects): ``max_tokens`` only ever shortens the plain answer
+    (Chat Completions keeps its "longer reply goes on", finishing ``stop``: tests use it for
+    long streams). Structured content (:func:`response_schema`, :func:`forced_tool`) is always
+    cut by ``max_tokens`` with finish ``length``.
     """
     names = parse_profiles(profiles)
     prefix = continuation_prefix(request)
@@ -487,8 +488,8 @@ def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -
                 texts, finish = texts[:limit], "length"
         else:
             texts = text_deltas(count, c)
-            if token_cap and limit is not None and limit < DEFAULT_DELTAS:
-                finish = "length"
+            if limit is not None and limit < DEFAULT_DELTAS:
+                finish = "length"  # the answer was cut, as a real model's is: in every API
         choices.append(
             ChoiceScript(
                 index=c,
