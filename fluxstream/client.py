@@ -25,7 +25,7 @@ import msgspec
 from ._http import HttpErrors
 from ._objects import prepare, structured_for, structured_request
 from ._transport import make_http_client
-from .endpoints import Messages, Responses, completing, resume_from_token
+from .endpoints import Messages, Responses, completing, resume_from_token, token_api
 from .errors import ResumeTokenError
 from .limits import StreamLimits
 from .parser import StreamParser, new_content_key
@@ -344,22 +344,25 @@ class Chat:
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
-        reply already in ``stream.reply``; only events after the token's are delivered.
+        reply already in ``stream.reply``; only events after the token's are delivered. A
+        token of a Responses or Messages stream is handed to ``client.responses`` /
+        ``client.messages``; one naming any other path is a ``ResumeTokenError`` (the request
+        path is always the client's own).
         ``response_format``: the type the original stream was asked for (the token carries
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
         partial object."""
         client = self._client
         if not isinstance(token, Mapping):
             raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
-        path = str(token.get("path") or "chat/completions")
-        endpoint = {"responses": client.responses, "messages": client.messages}.get(path)
-        if endpoint is not None:  # a Responses / Messages stream: its own format and headers
+        api = token_api(token)  # one of the client's own paths, never the token's text
+        if api != "chat/completions":  # Responses / Messages: their own format and headers
+            endpoint = client.responses if api == "responses" else client.messages
             return endpoint.resume(
                 token, extra_headers=extra_headers, resume=resume, retry=retry,
                 response_format=response_format,
             )
         stream = resume_from_token(
-            client, token, path=path, format="chat_completions",
+            client, token, path=api, format="chat_completions",
             extra_headers=extra_headers, retry=retry, resume=resume,
         )
         return prepare(stream, structured_for("chat", response_format), None)

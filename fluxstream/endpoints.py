@@ -27,7 +27,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._objects import prepare, structured_for, structured_request
-from .errors import ResumeTokenError
+from .errors import ResumeTokenError, show_key
 from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -36,7 +36,9 @@ from .stream import RESUME_TOKEN_VERSION, ReplyStream
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient
 
-__all__ = ["ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing"]
+__all__ = [
+    "ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing", "token_api",
+]
 
 #: The ``anthropic-version`` header sent with Messages requests (the API's stable version).
 ANTHROPIC_VERSION = "2023-06-01"
@@ -46,6 +48,31 @@ _DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
 
 _P = ParamSpec("_P")
 _E = TypeVar("_E")
+
+
+#: The APIs a resume token may name: the path each endpoint posts to (under ``base_url``),
+#: with the attribute of the client that serves it.
+TOKEN_APIS = {"chat/completions": "chat", "responses": "responses", "messages": "messages"}
+
+
+def token_api(token: Mapping[str, Any]) -> str:
+    """The API ``token`` continues (a key of :data:`TOKEN_APIS`), or ``ResumeTokenError``.
+
+    A token is input (it comes back from a database, a browser, another worker), so the path
+    it names only *chooses* among the APIs this client knows; the request goes to the
+    client's own path for that API, never to the token's text. Tokens made before the other
+    endpoints existed have no path: Chat Completions.
+    """
+    named = token.get("path")
+    if named is None or named == "":
+        return "chat/completions"
+    if isinstance(named, str) and named.strip("/") in TOKEN_APIS:
+        return named.strip("/")
+    shown = show_key(named) if isinstance(named, str) else f"a {type(named).__name__}"
+    raise ResumeTokenError(
+        f"the resume token names no API this client knows ({shown}); a token continues "
+        f"one of: {', '.join(TOKEN_APIS)}"
+    )
 
 
 def completing(
@@ -173,9 +200,16 @@ def resume_from_token(
 ) -> ReplyStream:
     """The one way a resume token becomes a stream, for ``client.chat.resume`` and each
     endpoint's ``resume``: the token's version is checked, its partial reply and offsets are
-    taken over by a parser of the API's wire ``format``, and its body is sent again."""
+    taken over by a parser of the API's wire ``format``, and its body is sent again to
+    ``path``, the endpoint's own (the token must name that API: :func:`token_api`)."""
     if not isinstance(token, Mapping):
         raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
+    named = token_api(token)
+    if named != path:  # read as this API's wire format, it would be sent to the wrong API
+        raise ResumeTokenError(
+            f"the resume token is of another API ({named!r}, not {path!r}): resume it with "
+            f"client.{TOKEN_APIS[named]}.resume"
+        )
     if token.get("version") != RESUME_TOKEN_VERSION:
         raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
     if not isinstance(token.get("body"), Mapping):

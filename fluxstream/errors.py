@@ -3,7 +3,9 @@
 All of them derive from :class:`FluxstreamError`, so a service can catch the library's failures
 with one ``except`` without also catching its own bugs. The lowest layers (the SSE decoder, the
 wire formats, the assembler) import from here, and so do the highest (client, server, CLI): this
-module imports nothing from the package and must stay that way.
+module imports nothing from the package and must stay that way. For the same reason it holds
+the two helpers every layer uses to put outside text into a message or a log line
+(:func:`show_key`, :func:`one_line`).
 
 Errors that end a stream carry the partial reply (``error.reply``) so that nothing that already
 arrived is lost. Error texts never include an API key: the client builds them from the status,
@@ -45,6 +47,32 @@ __all__ = [
     "StreamFailedError",
     "StreamTruncatedError",
 ]
+
+#: How much of a content key a message shows (enough to tell keys apart in a log).
+SHOWN_KEY_CHARS = 60
+#: How much of a free text (an error's message, a reason) one log line shows.
+SHOWN_TEXT_CHARS = 300
+
+
+def show_key(key: object) -> str:
+    """A content key (or another caller- or token-supplied name) as a log line or a message
+    shows it: its ``repr``, so a line break or an escape sequence in it cannot forge a log
+    line or drive a terminal, cut so that a 10 KB key is not written whole on every retry.
+    Anything but a string shows only its type (its ``repr`` could be huge, or raise)."""
+    if not isinstance(key, str):
+        return f"<{type(key).__name__}>"
+    if len(key) <= SHOWN_KEY_CHARS:
+        return repr(key)
+    return repr(key[:SHOWN_KEY_CHARS]) + "..."
+
+
+def one_line(text: str, limit: int = SHOWN_TEXT_CHARS) -> str:
+    """``text`` (an error's message, which may quote a server) on one line for a log: control
+    and separator characters escaped as ``repr`` escapes them, cut to ``limit`` characters."""
+    cut = text[:limit]
+    if not cut.isprintable():
+        cut = repr(cut)[1:-1]
+    return cut if len(text) <= limit else cut + "..."
 
 
 class FluxstreamError(Exception):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..endpoints import token_api
 from ..events import (
     Event,
     Finish,
@@ -136,12 +137,13 @@ class StoredReply:
 
 def _send_again(client: Any, key: str, base: dict[str, Any]) -> Any:
     """The stored request (``base``: a resume token without its reply) as a new stream, on
-    the endpoint it was made for (its ``path``: Chat Completions, Responses or Messages)."""
+    the endpoint it was made for (its ``path``: Chat Completions, Responses or Messages; any
+    other is refused by :func:`~fluxstream.endpoints.token_api`)."""
+    api = token_api(base)  # stored input: it chooses among the client's APIs, no more
     body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
-    path = str(base.get("path") or "chat/completions")
-    if path == "responses":
+    if api == "responses":
         return client.responses.stream(content_key=key, **body)
-    if path == "messages":
+    if api == "messages":
         return client.messages.stream(content_key=key, **body)
     return client.chat.stream(content_key=key, include_usage=False, **body)
 
