@@ -26,7 +26,7 @@ from ._http import HttpErrors
 from ._objects import prepare, structured_for, structured_request
 from ._transport import make_http_client
 from .endpoints import Messages, Responses, completing, resume_from_token, token_api
-from .errors import ResumeTokenError
+from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits
 from .parser import StreamParser, new_content_key
 from .retry import ResumePolicy, RetryPolicy
@@ -385,7 +385,9 @@ class Chat:
         ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
         ``path``, wire ``format`` and, for Anthropic's key header, request ``build``er."""
         client = self._client
-        logger.debug("%s stream model=%s key=%s", path, body.get("model"), content_key)
+        if logger.isEnabledFor(logging.DEBUG):  # key and model may come from a token: escaped
+            logger.debug("%s stream model=%s key=%s", path, show_key(body.get("model")),
+                         show_key(content_key))
         spec = RequestSpec(
             path=path,
             body=body,

@@ -23,7 +23,7 @@ from urllib.parse import quote
 
 from .attempt import Attempt
 from .channel import Channel, is_responses_path
-from .errors import APIStatusError, ContentTypeError
+from .errors import APIStatusError, ContentTypeError, one_line, show_key
 from .events import Event
 from .recovery import Decision
 
@@ -85,8 +85,8 @@ async def reconnect(
     if reason != TOKEN_REASON:
         logger.warning(
             "stream %s dropped (%s); resuming by %s (%d/%d)",
-            channel.parser.content_key, reason, decision.strategy, recovery.resumes,
-            recovery.resume.max_resumes,
+            show_key(channel.parser.content_key), one_line(reason), decision.strategy,
+            recovery.resumes, recovery.resume.max_resumes,
         )
     return await _resume(channel, decision, reason)
 
@@ -161,8 +161,9 @@ async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
         channel.recovery.rule_out("starting_after")
         decision = channel.recovery.resume_decision(channel.drop_state(exc))
         logger.warning(
-            "stream %s: resume by starting_after refused (%s); %s", parser.content_key,
-            exc, f"resuming by {decision.strategy}" if decision.strategy else "ending",
+            "stream %s: resume by starting_after refused (%s); %s",
+            show_key(parser.content_key), one_line(str(exc)),
+            f"resuming by {decision.strategy}" if decision.strategy else "ending",
         )
         if decision.action != "resume":
             raise
