@@ -3,7 +3,8 @@
 A capture (``{"format": "fluxstream-capture/1", ...}``) keeps what the client saw: the HTTP
 status, the content type and the few headers that change how a response is understood
 (``Retry-After``, a request id), every body read with its time, and — when the connection broke
-— the error that broke it, after the reads that did arrive. Replaying takes the same path as a
+— the error that broke it, after the reads that did arrive (a Ctrl-C is recorded the same
+way, marked ``"interrupted": true``). Replaying takes the same path as a
 live response: a non-2xx status is the typed error (:func:`~fluxstream._http.status_error`), a
 JSON body is one whole reply, an event stream goes through the parser read by read.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -23,13 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from ._http import status_error
-from .errors import ContentTypeError
+from .errors import ContentTypeError, FluxstreamError
+from .formats.auto import detect
 from .parser import StreamParser, replay
 from .reply import Reply
+from .sse import SSEDecoder
 
 __all__ = [
     "CAPTURE_FORMAT",
+    "INTERRUPTED",
     "Capture",
+    "FormatCensus",
+    "Recording",
+    "format_census",
     "load_capture",
     "record_response",
     "replay_capture",
@@ -40,6 +48,8 @@ CAPTURE_FORMAT = "fluxstream-capture/1"
 #: Response headers a replay needs (never cookies or anything a server could use to identify
 #: the caller): the content type decides the parsing, the others go into typed errors.
 KEPT_HEADERS = ("content-type", "retry-after", "retry-after-ms", "x-request-id")
+#: The recorded error of a capture stopped by Ctrl-C.
+INTERRUPTED = {"type": "KeyboardInterrupt", "message": "interrupted (Ctrl-C)"}
 
 
 @dataclass(frozen=True)
@@ -54,10 +64,18 @@ class Capture:
     error: dict[str, str] | None = None
     #: The wire format the capture was recorded in (``"responses"``...), if it says.
     wire_format: str | None = None
+    #: The recording was stopped by Ctrl-C (``error`` says so too).
+    interrupted: bool = False
 
     @property
     def body(self) -> bytes:
         return b"".join(self.reads)
+
+    @property
+    def event_stream(self) -> bool:
+        """The body is read as an event stream (what the content type says, or a bare body)."""
+        mime = (self.content_type or "text/event-stream").partition(";")[0].strip().lower()
+        return mime == "text/event-stream"
 
 
 def load_capture(path: str | Path) -> Capture:
@@ -95,6 +113,7 @@ def _from_record(record: Mapping[str, Any]) -> Capture:
         headers=headers,
         error={str(k): str(v) for k, v in error.items()} if isinstance(error, dict) else None,
         wire_format=wire_format if isinstance(wire_format, str) else None,
+        interrupted=record.get("interrupted") is True,
     )
 
 
@@ -120,7 +139,7 @@ def replay_capture(capture: Capture, *, read_size: int = 0, **parser_kwargs: Any
         parser.feed_completion(payload)
         parser.close()
         return parser.reply
-    if mime != "text/event-stream":
+    if not capture.event_stream:
         raise ContentTypeError(ctype or "(none)", capture.body[:200].decode("utf-8", "replace"))
     reads = capture.reads
     if read_size > 0:
@@ -129,46 +148,143 @@ def replay_capture(capture: Capture, *, read_size: int = 0, **parser_kwargs: Any
     return replay(reads, **parser_kwargs)
 
 
+class Recording:
+    """A response being recorded: every read so far, ready to be written at any moment.
+
+    ``record_response`` fills it as reads arrive, so whoever stops the recording (a Ctrl-C
+    handler) still holds what was read: :meth:`interrupt` marks it, :meth:`record` is the file.
+    """
+
+    def __init__(
+        self, request_body: Mapping[str, Any], *, path: str = "chat/completions",
+        wire_format: str = "chat_completions",
+    ) -> None:
+        self.request = {"path": path, "body": dict(request_body)}
+        self.wire_format = wire_format
+        self.reads: list[dict[str, Any]] = []
+        self.status: int | None = None
+        self.headers: Mapping[str, str] = {}
+        self.error: dict[str, str] | None = None
+        self.interrupted = False
+        self._start = time.monotonic()
+
+    def started(self, response: Any) -> None:
+        """The response's head arrived (``response``: an httpx response)."""
+        self.status = response.status_code
+        self.headers = response.headers
+        self._start = time.monotonic()
+
+    def add(self, chunk: bytes) -> None:
+        self.reads.append({"t": round(time.monotonic() - self._start, 6),
+                           "b64": base64.b64encode(chunk).decode("ascii")})
+
+    def interrupt(self) -> None:
+        """Stopped by the user: the reads so far are the capture, and it says why it ends."""
+        self.interrupted = True
+        self.error = dict(INTERRUPTED)
+
+    def record(self) -> dict[str, Any]:
+        """The capture file's content (``status`` is ``None`` before the head arrived)."""
+        headers = {name: self.headers[name] for name in KEPT_HEADERS if name in self.headers}
+        record: dict[str, Any] = {
+            "format": CAPTURE_FORMAT,
+            "request": self.request,
+            "wire_format": self.wire_format,
+            "status": self.status,
+            "content_type": self.headers.get("content-type"),
+            "headers": headers,
+            "reads": self.reads,
+        }
+        if self.error is not None:
+            record["error"] = self.error
+        if self.interrupted:
+            record["interrupted"] = True
+        return record
+
+
 async def record_response(
     response: Any,
     request_body: Mapping[str, Any],
     *,
     path: str = "chat/completions",
     wire_format: str = "chat_completions",
+    recording: Recording | None = None,
 ) -> dict[str, Any]:
     """Read ``response`` (an open, streamed httpx response) to its end into a capture record
     (``path`` and ``wire_format`` say which API answered, so a replay reads it right).
 
     A transport error while reading ends the recording instead of losing it: every read that
     arrived is kept and the error is recorded after them. The response is always closed.
+    ``recording``: where the reads go as they arrive (to keep them when interrupted).
     """
-    reads: list[dict[str, Any]] = []
-    error: dict[str, str] | None = None
-    start = time.monotonic()
+    if recording is None:
+        recording = Recording(request_body, path=path, wire_format=wire_format)
+    recording.started(response)
     try:
         async for chunk in response.aiter_bytes():  # decoded if compressed
-            reads.append(
-                {"t": round(time.monotonic() - start, 6),
-                 "b64": base64.b64encode(chunk).decode("ascii")}
-            )
+            recording.add(chunk)
     except Exception as exc:  # any HTTP library's transport error: record it, keep the reads
-        error = {"type": type(exc).__name__, "message": str(exc)}
+        recording.error = {"type": type(exc).__name__, "message": str(exc)}
     finally:
         with suppress(Exception):  # closing a broken response can fail again; it is closed
             await response.aclose()
-    headers = {name: response.headers[name] for name in KEPT_HEADERS if name in response.headers}
-    record: dict[str, Any] = {
-        "format": CAPTURE_FORMAT,
-        "request": {"path": path, "body": dict(request_body)},
-        "wire_format": wire_format,
-        "status": response.status_code,
-        "content_type": response.headers.get("content-type"),
-        "headers": headers,
-        "reads": reads,
-    }
-    if error is not None:
-        record["error"] = error
-    return record
+    return recording.record()
+
+
+@dataclass(frozen=True)
+class FormatCensus:
+    """Which wire format each event of a recorded stream belongs to, by what it announces
+    (:func:`fluxstream.formats.auto.detect`): to tell a user who reads a stream in one format
+    that its frames are of another."""
+
+    #: Events with data (``[DONE]`` included; comments and empty events are not frames).
+    events: int = 0
+    #: Events per format they identify (an event that names no format is in none).
+    counts: dict[str, int] = field(default_factory=dict)
+    #: The format of the first event that names one (what ``format="auto"`` reads it as).
+    first: str | None = None
+
+    def other_than(self, fmt: str) -> int:
+        """Events that belong to a format other than ``fmt``."""
+        return sum(n for name, n in self.counts.items() if name != fmt)
+
+    def fitting(self, fmt: str) -> str | None:
+        """The format most frames belong to when it is not ``fmt`` and more than half of
+        the frames are its (``None``: ``fmt`` fits, or nothing stands out)."""
+        if not self.counts:
+            return None
+        best, count = max(self.counts.items(), key=lambda item: item[1])
+        return best if best != fmt and 2 * count > self.events else None
+
+
+def format_census(capture: Capture) -> FormatCensus:
+    """The :class:`FormatCensus` of a captured event stream (empty for a JSON body)."""
+    if not capture.event_stream:
+        return FormatCensus()
+    decoder = SSEDecoder()
+    counts: Counter[str] = Counter()
+    events, first = 0, None
+    try:
+        frames = [*decoder.feed(capture.body), *decoder.close()]
+    except FluxstreamError:  # an event over the limits: the replay itself reports it
+        frames = []
+    for sse in frames:
+        data = sse.data.strip()
+        if not data:
+            continue
+        events += 1
+        if data == "[DONE]":
+            name: str | None = "chat_completions"
+        else:
+            try:
+                obj = json.loads(data)
+            except (ValueError, RecursionError):
+                obj = None
+            name = detect(sse.event, obj if isinstance(obj, dict) else None)
+        if name is not None:
+            counts[name] += 1
+            first = first or name
+    return FormatCensus(events, dict(counts), first)
 
 
 def request_fields(

@@ -23,6 +23,8 @@ from typing import Any
 
 import httpx
 
+from ._cli_render import visible
+
 __all__ = ["LogTally", "ReadCountingTransport", "survived"]
 
 _RESUMED_BY = re.compile(r"resuming by (\w+)")
@@ -76,11 +78,13 @@ class _Handler(logging.Handler):
         if match:
             self._tally.strategies.append(match.group(1))
         elif record.levelno >= logging.WARNING:  # anything else still reaches the user
-            sys.stderr.write(f"fluxstream: {message}\n")
+            # A warning quotes what a server said: its control characters shown, not run.
+            sys.stderr.write(f"fluxstream: {visible(message)}\n")
 
 
 class LogTally:
-    """While active, the ``fluxstream`` logger's resume lines are collected, not printed."""
+    """While active, the ``fluxstream`` logger's resume lines are collected, not printed, and
+    its warnings are one line each on stderr (``fluxstream: ...``)."""
 
     def __init__(self) -> None:
         self.strategies: list[str] = []

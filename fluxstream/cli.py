@@ -4,12 +4,15 @@ Errors are one clear line on stderr, never a traceback. Exit codes tell the outc
 scripts can act on them:
 
 ====  ==============================================================
-0     the reply ended well (``done`` or ``finished``)
+0     the reply ended well (``done`` or ``finished``); ``serve`` stopped by Ctrl-C
 1     failure: an error payload, an HTTP error, a connection failure
 2     bad usage (wrong arguments, unreadable file)
 3     the reply was ``truncated``
 4     cancelled (Ctrl-C)
 ====  ==============================================================
+
+The arguments live in :mod:`._cli_args`, what is printed (and how control characters from a
+server are kept off the terminal) in :mod:`._cli_render`, capture files in :mod:`._capture`.
 """
 
 from __future__ import annotations
@@ -21,27 +24,34 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
 
-from ._capture import load_capture, record_response, replay_capture, request_fields
+from ._capture import (
+    Recording,
+    format_census,
+    load_capture,
+    record_response,
+    replay_capture,
+    request_fields,
+)
+from ._cli_args import build_parser
+from ._cli_render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
 from .client import AsyncClient
 from .endpoints import anthropic_client
 from .errors import FluxstreamError
-from .events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
-from .reply import Outcome, Reply
+from .reply import Outcome
 from .retry import ResumePolicy
 from .stream import ReplyStream
 
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
-DEFAULT_PROMPT = "Tell me how fluxstream streams a reply, token by token."
-#: Wire formats of ``--format``: the API each one talks to (``client.chat``,
-#: ``client.responses``, ``client.messages``) and its path under the base URL.
-FORMATS = ("chat_completions", "responses", "anthropic_messages")
+#: Each format's path under the base URL.
 _PATHS = {"chat_completions": "chat/completions", "responses": "responses",
           "anthropic_messages": "messages"}
 #: ``max_tokens`` is required by Anthropic Messages; what the CLI sends when not given.
@@ -59,79 +69,15 @@ def _exit_code(outcome: Outcome | None) -> int:
 
 
 class _Session:
-    """Holds the live stream so Ctrl-C can still report what arrived."""
+    """What a command has under way, so a Ctrl-C can still report (or save) what arrived."""
 
-    stream: ReplyStream | None = None
-
-
-# ---------------------------------------------------------------------------- printing
-
-
-def _print_live(event: object, out: TextIO, state: dict[str, str]) -> None:
-    kind = type(event)
-    if kind is TextDelta or kind is ReasoningDelta or kind is RefusalDelta:
-        channel = {TextDelta: "text", ReasoningDelta: "reasoning", RefusalDelta: "refusal"}[kind]
-        if state.get("channel") != channel:
-            if state.get("channel"):
-                out.write("\n")
-            if channel != "text":
-                out.write(f"[{channel}] ")
-            state["channel"] = channel
-        out.write(event.text)  # type: ignore[attr-defined]
-        out.flush()
-    elif kind is ToolCallDone:
-        call = event.call  # type: ignore[attr-defined]
-        out.write(f"\n[tool call {call.index}] {call.name}({call.arguments})")
-        state["channel"] = "tool"
-        out.flush()
-
-
-def _summary(
-    reply: Reply, stream: ReplyStream | None, out: TextIO, survived: str | None = None
-) -> None:
-    out.write("\n\n")
-    out.write(f"outcome:        {reply.outcome.value if reply.outcome else 'unknown'}\n")
-    for choice in reply.choices:
-        out.write(f"finish reason:  {choice.finish_reason} (choice {choice.index})\n")
-    if reply.error is not None:
-        out.write(f"error:          {reply.error.message}\n")
-    if reply.usage is not None:
-        prompt, completion, total = _tokens(reply)
-        out.write(f"usage:          prompt {prompt}, completion {completion}, total {total}\n")
-    if stream is not None:
-        stats = stream.stats
-        if stats.time_to_first_token is not None:
-            out.write(f"first token:    {stats.time_to_first_token * 1000:.1f} ms\n")
-        if stats.duration and stats.time_to_first_token is not None:
-            tokens = _tokens(reply)[1]
-            span = stats.duration - stats.time_to_first_token
-            if tokens and span > 0:
-                out.write(f"tokens/s:       {tokens / span:.0f}\n")
-        out.write(f"bytes/events:   {stats.bytes} / {stats.events}")
-        out.write(f" (heartbeats {stats.heartbeats}, skipped {stats.skipped_frames})\n")
-    if survived is not None:
-        out.write(f"survived:       {survived}\n")
-    # The cause of a drop that was resumed is told by ``survived``; only a bad end needs it.
-    bad_end = reply.outcome in (Outcome.TRUNCATED, Outcome.FAILED, None)
-    if stream is not None and stream.cause is not None and bad_end:
-        out.write(f"cause:          {type(stream.cause).__name__}: {stream.cause}\n")
-    out.flush()
-
-
-def _tokens(reply: Reply) -> tuple[int | None, int | None, int | None]:
-    """Prompt, completion and total tokens, whatever the format calls them (Responses and
-    Anthropic say ``input_tokens`` / ``output_tokens``; Anthropic sends no total)."""
-    u = reply.usage
-    if u is None:
-        return None, None, None
-    prompt = u.prompt_tokens if u.prompt_tokens is not None else getattr(u, "input_tokens", None)
-    completion = u.completion_tokens
-    if completion is None:
-        completion = getattr(u, "output_tokens", None)
-    total = u.total_tokens
-    if total is None and isinstance(prompt, int) and isinstance(completion, int):
-        total = prompt + completion
-    return prompt, completion, total
+    def __init__(self, out: Output, err: Output) -> None:
+        self.out = out
+        #: Messages: always shown with control characters visible (they quote servers).
+        self.err = err
+        self.stream: ReplyStream | None = None
+        self.printer: LivePrinter | None = None
+        self.recording: Recording | None = None
 
 
 # ---------------------------------------------------------------------------- commands
@@ -179,18 +125,17 @@ async def _stream_to_terminal(
     fields: dict[str, Any] | None = None, fmt: str = "chat_completions",
     resume: ResumePolicy | None = None,
 ) -> int:
-    out = sys.stdout
-    stream = _open_stream(
-        client, fmt, model, messages, headers, tools, include_usage, dict(fields or {}), resume
-    )
-    session.stream = stream
-    state: dict[str, str] = {}
+    fields = dict(fields or {})
+    n = fields.get("n")
+    stream = _open_stream(client, fmt, model, messages, headers, tools, include_usage, fields,
+                          resume)
+    printer = LivePrinter(session.out, choices=n if type(n) is int else 1)
+    session.stream, session.printer = stream, printer
     async with stream:
         async for event in stream:
-            _print_live(event, out, state)
-            if isinstance(event, Finish):
-                state.setdefault("finished", event.reason)
-    _summary(stream.reply, stream, out, survived(stream) if survived else None)
+            printer.event(event)
+    printer.close()
+    summary(stream.reply, stream, session.out, survived(stream) if survived else None)
     return _exit_code(stream.reply.outcome)
 
 
@@ -251,7 +196,7 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
         headers.setdefault("X-Fluxstream-Attempt-Key", f"demo-{uuid.uuid4().hex}")
     transport = ReadCountingTransport()
     async with serve(port=0) as server, httpx.AsyncClient(transport=transport) as http:
-        sys.stdout.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
+        session.out.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
         client = AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
         async with client:
             with LogTally() as log:
@@ -280,18 +225,37 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
     return headers
 
 
-_BASE_URL_HELP = (
-    "the API root; defaults to OPENAI_BASE_URL (ANTHROPIC_BASE_URL + /v1 with --format"
-    " anthropic_messages)"
-)
+def _shown(url: str) -> str:
+    """``url`` without a user or password (this goes to a terminal or a CI log)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
-def _client(args: argparse.Namespace) -> AsyncClient:
-    """The client for ``chat``/``capture``: Anthropic's environment (``ANTHROPIC_BASE_URL``,
-    ``ANTHROPIC_API_KEY``) for ``--format anthropic_messages``, OpenAI's otherwise."""
-    if args.format == "anthropic_messages":
-        return anthropic_client(args.base_url, args.api_key)
-    return AsyncClient(base_url=args.base_url, api_key=args.api_key)
+def _client(args: argparse.Namespace, err: Output) -> AsyncClient:
+    """The client for ``chat``/``capture``.
+
+    ``--base-url`` is the API root, used as given in every format. Without it Chat Completions
+    and Responses take ``OPENAI_BASE_URL`` (the client's default) and Anthropic Messages takes
+    Anthropic's own setting, as its SDK does: ``ANTHROPIC_BASE_URL`` (+ ``/v1``), else the
+    public API. That can be another server than the ``OPENAI_BASE_URL`` a user set for a local
+    server, so one line on stderr says where the request goes, before it is sent.
+    """
+    if args.format != "anthropic_messages":
+        return AsyncClient(base_url=args.base_url, api_key=args.api_key)
+    key = args.api_key if args.api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+    if args.base_url:
+        return AsyncClient(base_url=args.base_url, api_key=key)
+    client = anthropic_client(None, key)
+    openai_url = os.environ.get("OPENAI_BASE_URL")
+    if openai_url and openai_url.rstrip("/") != client.base_url:
+        why = ("ANTHROPIC_BASE_URL, for --format anthropic_messages"
+               if os.environ.get("ANTHROPIC_BASE_URL")
+               else "Anthropic's API: ANTHROPIC_BASE_URL is not set")
+        err.write(f"fluxstream: sending to {_shown(client.base_url)} ({why}), not"
+                  " OPENAI_BASE_URL; --base-url chooses\n")
+    return client
 
 
 async def _chat(args: argparse.Namespace, session: _Session) -> int:
@@ -299,19 +263,23 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
     tools = fields.pop("tools", None)
     if tools is not None and not isinstance(tools, list):
         raise ValueError("tools must be a JSON list")
-    async with _client(args) as client:
-        return await _stream_to_terminal(
-            client, session, model, messages, _headers(args.header), tools,
-            include_usage=not args.no_usage, fields=fields, fmt=args.format,
-        )
+    from ._cli_demo import LogTally
+
+    async with _client(args, session.err) as client:
+        with LogTally():  # warnings (retries) on stderr as one safe line each
+            return await _stream_to_terminal(
+                client, session, model, messages, _headers(args.header), tools,
+                include_usage=not args.no_usage, fields=fields, fmt=args.format,
+            )
 
 
-async def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace, session: _Session) -> int:
+    """Serve until Ctrl-C, which :func:`main` reports as a normal stop."""
     from .server import run_forever
 
     def ready(url: str) -> None:
-        sys.stdout.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
-        sys.stdout.flush()
+        session.out.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
+        session.out.flush()
 
     await run_forever(
         host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready,
@@ -333,11 +301,9 @@ def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:
     return model, messages, fields
 
 
-async def _capture(args: argparse.Namespace) -> int:
-    """Record a real response's raw bytes with read boundaries and timing (see ``replay``).
-
-    A connection that breaks mid-body is recorded too: every read that arrived, then the error.
-    """
+async def _record(args: argparse.Namespace, session: _Session) -> Recording:
+    """Send the request of ``capture`` and record the response into ``session.recording``
+    (there as it arrives, so that a Ctrl-C keeps it; see :func:`_save_capture`)."""
     model, messages, fields = _request(args)
     fmt = args.format
     key = "input" if fmt == "responses" else "messages"
@@ -349,29 +315,41 @@ async def _capture(args: argparse.Namespace) -> int:
         options = dict(body.get("stream_options") or {})
         options.setdefault("include_usage", True)
         body["stream_options"] = options
-    client = _client(args)
+    path = _PATHS[fmt]
+    recording = Recording(body, path=path, wire_format=fmt)
+    client = _client(args, session.err)
     try:
-        path = _PATHS[fmt]
         build = client.messages._build() if fmt == "anthropic_messages" else None
         build = build or client._build_request
         request = build(path, body, _headers(args.header))
         response = await client.http_client.send(request, stream=True)
-        record = await record_response(response, body, path=path, wire_format=fmt)
+        session.recording = recording
+        await record_response(response, body, recording=recording)
     finally:
         await client.aclose()
-    await anyio.Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    return recording
+
+
+def _save_capture(args: argparse.Namespace, recording: Recording, session: _Session) -> int:
+    """Write the capture file (also after a Ctrl-C: what was read, marked interrupted)."""
+    session.recording = None
+    record = recording.record()
+    Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     reads = [base64.b64decode(r["b64"]) for r in record["reads"]]
-    size = sum(len(r) for r in reads)
-    summary = f"{len(reads)} reads, {size} bytes, to {args.output}"
-    if "error" in record:
-        error = record["error"]
-        sys.stderr.write(
+    summary_line = f"{len(reads)} reads, {sum(map(len, reads))} bytes, to {args.output}"
+    if recording.interrupted:
+        session.err.write(f"fluxstream: interrupted; captured {summary_line}\n")
+        return EXIT_CANCELLED
+    if recording.error is not None:
+        error = recording.error
+        session.err.write(
             f"fluxstream: the connection broke ({error['type']}: {error['message']}); "
-            f"captured {summary}\n"
+            f"captured {summary_line}\n"
         )
         return EXIT_TRUNCATED
-    sys.stdout.write(f"captured {summary} (HTTP {record['status']})\n")
-    return EXIT_OK if 200 <= record["status"] < 300 else EXIT_FAILED
+    session.out.write(f"captured {summary_line} (HTTP {record['status']})\n")
+    status = recording.status or 0
+    return EXIT_OK if 200 <= status < 300 else EXIT_FAILED
 
 
 def load_fixture(path: str) -> list[bytes]:
@@ -379,156 +357,89 @@ def load_fixture(path: str) -> list[bytes]:
     return load_capture(path).reads
 
 
-def _replay(args: argparse.Namespace) -> int:
+def _replay(args: argparse.Namespace, session: _Session) -> int:
+    """Replay a capture; a stream read in a format most of its frames are not in gets a
+    hint on stderr naming the format they are in."""
+    out = session.out
     capture = load_capture(args.file)
-    fmt = args.format or capture.wire_format or "chat_completions"
+    fmt = args.format or capture.wire_format or "auto"
     # A non-2xx status raises its typed error.
     reply = replay_capture(capture, read_size=args.read_size, format=fmt)
+    census = format_census(capture)
+    read_as = census.first if fmt == "auto" else fmt
+    other = census.other_than(read_as) if read_as else 0
     if args.json:
-        sys.stdout.write(reply.model_dump_json(indent=2) + "\n")
+        dump = reply.model_dump_json(indent=2)
+        out.write((dump if out.raw else json_safe(dump)) + "\n")
     else:
         for choice in reply.choices:
             if choice.reasoning:
-                sys.stdout.write(f"[reasoning {choice.index}] {choice.reasoning}\n")
+                out.write(f"[reasoning {choice.index}] {choice.reasoning}\n")
             if choice.text:
-                sys.stdout.write(f"[text {choice.index}] {choice.text}\n")
+                out.write(f"[text {choice.index}] {choice.text}\n")
             if choice.refusal:
-                sys.stdout.write(f"[refusal {choice.index}] {choice.refusal}\n")
+                out.write(f"[refusal {choice.index}] {choice.refusal}\n")
             for call in choice.tool_calls:
-                sys.stdout.write(f"[tool call {call.index}] {call.name}({call.arguments})\n")
-        _summary(reply, None, sys.stdout)
-        if capture.error is not None:
-            error = capture.error
-            sys.stdout.write(f"recorded break: {error.get('type')}: {error.get('message')}\n")
+                out.write(f"[tool call {call.index}] {call.name}({call.arguments})\n")
+        summary(reply, None, out, other_format=other)
+        error = capture.error
+        if capture.interrupted:
+            out.write("recorded break: interrupted (Ctrl-C)\n")
+        elif error is not None:
+            out.write(f"recorded break: {error.get('type')}: {error.get('message')}\n")
+    fits = census.fitting(read_as) if read_as else None
+    if fits is not None:
+        name = FORMAT_NAMES.get(fits, fits)
+        session.err.write(
+            f"fluxstream: most frames were skipped: {census.counts[fits]} of {census.events}"
+            f" events are {name} events; try --format {fits}\n"
+        )
     return _exit_code(reply.outcome)
 
 
 # ---------------------------------------------------------------------------- entry point
 
 
-def _request_flags(p: argparse.ArgumentParser) -> None:
-    """Any request field, for ``chat`` and ``capture`` alike."""
-    p.add_argument("--max-tokens", type=int, default=None, help="sent as max_tokens")
-    p.add_argument(
-        "-p", "--param", action="append", metavar="KEY=VALUE",
-        help="a request field (repeatable); VALUE is JSON when it parses, else a string:"
-        " -p n=2 -p temperature=0.2 -p 'stop=[\"\\n\"]'",
-    )
-    p.add_argument(
-        "--body", metavar="JSON",
-        help="a JSON object of request fields (tools, n, ...); -p and --max-tokens win over it",
-    )
-    p.add_argument(
-        "--no-usage", action="store_true",
-        help="do not ask for usage (no stream_options.include_usage)",
-    )
-
-
-def _format_flag(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "--format", choices=FORMATS, default="chat_completions",
-        help=f"{what}: chat_completions (default), responses or anthropic_messages",
-    )
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fluxstream", description="Stream LLM replies correctly from OpenAI-style endpoints."
-    )
-    sub = p.add_subparsers(dest="command", required=True)
-
-    demo = sub.add_parser("demo", help="stream a reply live from the embedded server")
-    demo.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT)
-    demo.add_argument("--model", default="flux-demo")
-    demo.add_argument(
-        "--profile", help="quirk profile(s), e.g. azure,heartbeats (default: heartbeats)"
-    )
-    demo.add_argument(
-        "--fault", action="append",
-        help="a fault, e.g. drop-after=200 (repeatable; replaces the default small writes and"
-        " one resumed drop)",
-    )
-    demo.add_argument("--tools", action="store_true", help="ask for parallel tool calls")
-    demo.add_argument(
-        "--no-faults", action="store_true",
-        help="a clean connection: no heartbeats, small writes or drop (--fault/--profile replace"
-        " those defaults)",
-    )
-    demo.add_argument(
-        "--pace", type=float, default=0.03, help="seconds between deltas (0: as fast as possible)"
-    )
-    demo.add_argument("--header", action="append", help="an extra request header 'Name: value'")
-    _format_flag(demo, "the API the demo speaks to its embedded server")
-
-    chat = sub.add_parser("chat", help="stream a reply from any OpenAI-style endpoint")
-    chat.add_argument("prompt")
-    chat.add_argument("--base-url", default=None, help=_BASE_URL_HELP)
-    chat.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
-    chat.add_argument("--api-key", default=None, help="defaults to OPENAI_API_KEY")
-    chat.add_argument("--header", action="append", help="an extra request header 'Name: value'")
-    _request_flags(chat)
-    _format_flag(chat, "the endpoint's API (the prompt is the Responses `input` there)")
-
-    serve = sub.add_parser(
-        "serve",
-        help="run the embedded server for other clients (/v1/chat/completions, /v1/responses,"
-        " /v1/messages)",
-    )
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8787)
-    serve.add_argument("--profile", default="openai")
-    serve.add_argument("--api-key", default=None, help="require this key")
-    serve.add_argument("--fault", help="default faults for every request, e.g. batch=65536")
-
-    cap = sub.add_parser("capture", help="record a response's raw bytes to a fixture file")
-    cap.add_argument("prompt")
-    cap.add_argument("-o", "--output", required=True)
-    cap.add_argument("--base-url", default=None, help=_BASE_URL_HELP)
-    cap.add_argument("--model", default=os.environ.get("FLUXSTREAM_MODEL", "gpt-4o-mini"))
-    cap.add_argument("--api-key", default=None)
-    cap.add_argument("--header", action="append", help="an extra request header 'Name: value'")
-    _request_flags(cap)
-    _format_flag(cap, "the endpoint's API; recorded in the capture for replay")
-
-    rep = sub.add_parser("replay", help="run a fixture (capture or .sse) through the parser")
-    rep.add_argument("file")
-    rep.add_argument("--read-size", type=int, default=0, help="re-split into reads of N bytes")
-    rep.add_argument("--json", action="store_true", help="print the reply as JSON")
-    rep.add_argument(
-        "--format", choices=(*FORMATS, "auto"), default=None,
-        help="the wire format (default: the one the capture recorded, else chat_completions;"
-        " auto recognises it from the first event)",
-    )
-    return p
+def _interrupted(args: argparse.Namespace, session: _Session) -> int:
+    """Ctrl-C: what each command keeps and says."""
+    if args.command == "serve":
+        session.out.write("fluxstream server stopped\n")
+        return EXIT_OK
+    recording = session.recording
+    if recording is not None:
+        recording.interrupt()
+        return _save_capture(args, recording, session)
+    stream = session.stream
+    if stream is not None:
+        if session.printer is not None:
+            session.printer.close()
+        summary(stream.reply, stream, session.out)
+        return _exit_code(stream.reply.outcome)
+    session.err.write("fluxstream: interrupted\n")
+    return EXIT_CANCELLED
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    session = _Session()
+    args = build_parser().parse_args(argv)
+    session = _Session(Output(sys.stdout, raw=getattr(args, "raw", False)), Output(sys.stderr))
+    err = session.err
     try:
         if args.command == "replay":
-            return _replay(args)
-        if args.command == "serve":
-            return int(anyio.run(_serve, args))
+            return _replay(args, session)
         if args.command == "capture":
-            return int(anyio.run(_capture, args))
-        runner = _demo if args.command == "demo" else _chat
+            return _save_capture(args, anyio.run(_record, args, session), session)
+        runner = {"demo": _demo, "chat": _chat, "serve": _serve}[args.command]
         return int(anyio.run(runner, args, session))
     except KeyboardInterrupt:
-        stream = session.stream
-        if stream is not None:
-            _summary(stream.reply, stream, sys.stdout)
-            return _exit_code(stream.reply.outcome)
-        sys.stderr.write("fluxstream: interrupted\n")
-        return EXIT_CANCELLED
+        return _interrupted(args, session)
     except FluxstreamError as exc:
-        sys.stderr.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        err.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
         return EXIT_FAILED
     except (OSError, ValueError) as exc:
-        sys.stderr.write(f"fluxstream: {exc}\n")
+        err.write(f"fluxstream: {exc}\n")
         return EXIT_USAGE
     except Exception as exc:  # an HTTP library's own error (capture): still one line
-        sys.stderr.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        err.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
         return EXIT_FAILED
 
 

@@ -44,8 +44,8 @@ def test_demo_streams_live_and_reports_the_outcome() -> None:
     body = {"model": "flux-demo", "messages": [{"role": "user", "content": "hello rivers"}],
             "stream": True, "stream_options": {"include_usage": True}}
     assert expected_reply(body).text in result.stdout
-    for label in ("outcome:        done", "finish reason:  stop", "usage:", "first token:",
-                  "tokens/s:"):
+    for label in ("outcome:        done", "stop:           stop (choice 0)", "usage:",
+                  "first token:", "tokens/s:"):
         assert label in result.stdout
     assert result.stderr == ""
 
@@ -94,7 +94,7 @@ def test_demo_with_a_quirk_profile_and_tools() -> None:
     assert result.returncode == 0, result.stderr
     assert "[tool call 0] get_weather(" in result.stdout
     assert "[tool call 1] get_time(" in result.stdout
-    assert "finish reason:  tool_calls" in result.stdout
+    assert "stop:           tool_calls (choice 0)" in result.stdout
     assert "heartbeats 0" not in result.stdout
 
 
@@ -322,8 +322,8 @@ def test_request_field_flags_reject_bad_input(server: Any) -> None:
 
 @pytest.mark.parametrize(
     ("fmt", "finish", "resumed_by"),
-    [("responses", "completed", "last_event_id"),
-     ("anthropic_messages", "end_turn", "continuation")],
+    [("responses", 'stop (choice 0, finish reason "completed")', "last_event_id"),
+     ("anthropic_messages", 'stop (choice 0, finish reason "end_turn")', "continuation")],
 )
 def test_demo_speaks_each_format_and_survives_the_drop(
     fmt: str, finish: str, resumed_by: str
@@ -335,7 +335,7 @@ def test_demo_speaks_each_format_and_survives_the_drop(
     assert result.returncode == 0, result.stdout + result.stderr
     body = {"model": "flux-demo", "messages": [{"role": "user", "content": "hello rivers"}]}
     assert expected_reply(body).text in result.stdout
-    assert f"finish reason:  {finish} (choice 0)" in result.stdout
+    assert f"stop:           {finish}" in result.stdout
     usage = expected_reply({**body, "stream": False}).usage
     assert usage is not None
     assert (f"usage:          prompt {usage['prompt_tokens']}, completion 30, total"
