@@ -27,14 +27,19 @@ closed with ``aclose()`` before the loop ends, avoids that.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
+import os
 from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import aiohttp
 import httpx
-from aiohttp.http_exceptions import ContentEncodingError
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError
 from yarl import URL
 
-from ._http import close_aiohttp_response
+from ._http import close_aiohttp_response, seconds
 
 __all__ = ["AiohttpClient", "AiohttpResponse"]
 
@@ -43,6 +48,106 @@ TimeoutTuple = tuple[float | None, float | None, float | None, float | None]
 
 _HTTP11 = {"http_version": b"HTTP/1.1"}
 _URL_CACHE_SIZE = 256
+#: The largest response head read, as httpcore bounds it (``MAX_INCOMPLETE_EVENT_SIZE``):
+#: aiohttp's own limits (8 KiB a line, 128 header lines) refuse heads httpx reads.
+HEAD_LIMIT = 100 * 1024
+
+#: Whether the connection of this task's request in progress came from the pool (set by
+#: :meth:`_Connector._get`, which runs in the sending task itself).
+_REUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("fluxstream_reused", default=False)
+#: Set around a resend: the connector hands out no pooled connection, a new one is made.
+_FRESH: contextvars.ContextVar[bool] = contextvars.ContextVar("fluxstream_fresh", default=False)
+
+
+class _Handler(ResponseHandler):
+    """aiohttp's protocol of one connection, with what it misses for a streamed body.
+
+    * A malformed body (a bad chunk-size line, chunk data without its CRLF) fails aiohttp's
+      parser inside ``data_received``: aiohttp closes the socket and sets the error on the
+      connection, but never on the body being read, so that read waits for bytes that can no
+      longer come (the whole read timeout). :meth:`set_exception` hands such an error to the
+      body too: the read fails at once, as on httpx.
+    * The response head is fed to the parser apart from the bytes after it, so that a bad
+      first chunk arriving in the same packet as the head is an error of the body (as on
+      httpx, and as when it arrives a moment later) instead of a lost head; and the head is
+      bounded in total (:data:`HEAD_LIMIT`), not per line. Only while a head is awaited: the
+      body's reads go straight to aiohttp's method, nothing added per read.
+    """
+
+    _head_size = 0
+
+    def set_response_params(self, **kwargs: Any) -> None:
+        super().set_response_params(**kwargs)
+        self._head_size = 0
+        self.data_received = self._head_received  # type: ignore[method-assign]
+
+    def _head_received(self, data: bytes) -> None:
+        feed = ResponseHandler.data_received
+        while data:
+            crlf, lf = data.find(b"\r\n\r\n"), data.find(b"\n\n")
+            ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+            end = min(ends) if ends else len(data)
+            self._head_size += end
+            if self._head_size > HEAD_LIMIT:
+                self._head_too_large()
+                return
+            feed(self, data[:end])
+            data = data[end:]
+            if self._final_head_arrived():
+                del self.data_received  # aiohttp's own method again, for the body
+                if data:
+                    feed(self, data)
+                return
+
+    def _final_head_arrived(self) -> bool:
+        if self._exception is not None or self.transport is None:
+            return True
+        buffered = self._buffer
+        return bool(buffered) and not 100 <= buffered[-1][0][0].code < 200  # ((head, body), size)
+
+    def _head_too_large(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self.set_exception(
+            HttpProcessingError(message=f"response head larger than {HEAD_LIMIT // 1024} KiB")
+        )
+
+    def set_exception(self, exc: BaseException, *args: Any) -> None:
+        body = self._payload
+        super().set_exception(exc, *args)
+        if (
+            isinstance(exc, HttpProcessingError)
+            and body is not None
+            and body.exception() is None
+            and not body.is_eof()
+        ):
+            error = aiohttp.ClientPayloadError(f"malformed response body: {_parser_text(exc)}")
+            error.__cause__ = args[0] if args and isinstance(args[0], BaseException) else exc
+            body.set_exception(error)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, telling which requests went out on a pooled connection (for the
+    resend in :meth:`AiohttpClient.send`), able to make a fresh one on demand, and keeping at
+    most ``max_idle`` idle connections (httpx's ``max_keepalive_connections``)."""
+
+    def __init__(self, *, max_idle: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._factory = functools.partial(_Handler, loop=self._loop)  # type: ignore[assignment]
+        self._max_idle = max_idle
+
+    async def _get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        if _FRESH.get():
+            return None
+        conn = await super()._get(key, *args, **kwargs)
+        _REUSED.set(conn is not None)
+        return conn
+
+    def _release(self, key: Any, protocol: Any, *, should_close: bool = False) -> None:
+        limit = self._max_idle
+        if limit is not None and not should_close:
+            should_close = sum(map(len, self._conns.values())) >= limit
+        super()._release(key, protocol, should_close=should_close)
 
 
 class AiohttpRequest:
@@ -83,9 +188,14 @@ class AiohttpClient:
         a kept-alive connection.
     """
 
-    def __init__(self, *, timeout: httpx.Timeout, limits: httpx.Limits) -> None:
+    def __init__(
+        self, *, timeout: httpx.Timeout, limits: httpx.Limits, trust_env: bool = False
+    ) -> None:
         self.timeout = timeout
         self._limits = limits
+        #: Proxies from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``NO_PROXY``): aiohttp
+        #: looks them up on every request (a thread hop), so only when there are some.
+        self._trust_env = trust_env
         # httpx's own SSL setup (certifi, SSL_CERT_FILE / SSL_CERT_DIR): verification is exactly
         # what the httpx default did.
         self._ssl = httpx.create_ssl_context()
@@ -148,13 +258,25 @@ class AiohttpClient:
             return session
         if session is not None and not session.closed:
             session.detach()  # another (finished) loop's connections: never reused
-        connector = aiohttp.TCPConnector(
-            limit=self._limits.max_connections or 0,
+        limits = self._limits
+        idle = limits.max_keepalive_connections
+        if idle is not None and limits.max_connections is not None:
+            idle = None if idle >= limits.max_connections else idle  # can never bind
+        connector = _Connector(
+            max_idle=idle,
+            limit=limits.max_connections or 0,
             limit_per_host=0,
-            keepalive_timeout=self._limits.keepalive_expiry,
+            keepalive_timeout=limits.keepalive_expiry,
             ssl=self._ssl,
         )
-        self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            trust_env=self._trust_env,
+            # Heads as large as httpx reads; _Handler bounds the whole head instead.
+            max_line_size=HEAD_LIMIT,
+            max_field_size=HEAD_LIMIT,
+            max_headers=HEAD_LIMIT // 4,
+        )
         self._loop = loop
         return self._session
 
@@ -167,14 +289,21 @@ class AiohttpClient:
                 timeout, _without_sock_read(timeout)
             )
         try:
-            resp = await session.request(
-                request.method,
-                request.url,
-                data=request.content,
-                headers=request.headers,
-                timeout=timeout,
-                allow_redirects=False,
-            )
+            try:
+                resp = await self._request(session, request, timeout)
+            except Exception as exc:
+                if not _resendable(exc):
+                    raise
+                # The pooled connection was closed by the server before it answered (a
+                # server that closes after each response; the close crossed the request):
+                # nothing of it was processed, so send it again at once, on a new connection,
+                # without spending a retry (what browsers do). Once: a new connection that
+                # fails is the retry policy's.
+                fresh = _FRESH.set(True)
+                try:
+                    resp = await self._request(session, request, timeout)
+                finally:
+                    _FRESH.reset(fresh)
         except Exception as exc:
             mapped = _translate(exc, connecting=True)
             if mapped is exc:
@@ -197,6 +326,19 @@ class AiohttpClient:
             finally:
                 await response.aclose()
         return response
+
+    @staticmethod
+    async def _request(
+        session: aiohttp.ClientSession, request: AiohttpRequest, timeout: aiohttp.ClientTimeout
+    ) -> aiohttp.ClientResponse:
+        return await session.request(
+            request.method,
+            request.url,
+            data=request.content,
+            headers=request.headers,
+            timeout=timeout,
+            allow_redirects=False,
+        )
 
     async def aclose(self) -> None:
         self._closed = True
@@ -301,7 +443,7 @@ class _ReadWatch:
             at = now + self._limit
         elif now - started >= self._limit:
             self._content.set_exception(
-                aiohttp.SocketTimeoutError(f"no bytes for {self._limit}s")
+                aiohttp.SocketTimeoutError(f"no bytes for {seconds(self._limit)}")
             )
             return
         else:
@@ -359,9 +501,64 @@ def _without_sock_read(timeout: aiohttp.ClientTimeout) -> aiohttp.ClientTimeout:
     )
 
 
+def _resendable(exc: BaseException) -> bool:
+    """The request failed on a connection taken from the pool, before any byte of a response
+    (the server had closed it, or closes it as the request arrives): safe to send again."""
+    if not _REUSED.get():
+        return False
+    _REUSED.set(False)
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        # aiohttp passes the partial head as ``message`` when some of one had arrived.
+        return isinstance(exc.message, str)
+    return isinstance(
+        exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
+    ) and not isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError))
+
+
+def _parser_text(exc: BaseException) -> str:
+    """aiohttp's parser error, for people: its first line, without the ``400, message=`` that
+    reads like an HTTP status (it is aiohttp's code for "bad message", nothing was answered)."""
+    text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+    if not isinstance(text, str):
+        text = str(text)
+    first = text.strip().split("\n", 1)[0].strip().rstrip(":")
+    return first or type(exc).__name__
+
+
+def _describe(exc: BaseException, *, connecting: bool) -> str:
+    """What went wrong, for the person reading the error (never aiohttp's internals)."""
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        return f"the proxy answered {exc.status} {exc.message}".rstrip()
+    if isinstance(exc, aiohttp.ClientConnectorError) and not isinstance(
+        exc, aiohttp.ClientSSLError
+    ):
+        # aiohttp's text names its ``ssl`` setting ("ssl:default"), even for http:// URLs.
+        error = exc.os_error
+        reason = os.strerror(error.errno) if error.errno else (str(error) or "failed")
+        return f"cannot connect to {exc.host}:{exc.port}: {reason}"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        cause = exc.__cause__
+        if isinstance(cause, ContentEncodingError):
+            return f"the response body cannot be decoded: {_parser_text(cause)}"
+        if isinstance(cause, HttpProcessingError):
+            return f"the response body broke off: {_parser_text(cause)}"
+        return str(exc).replace("Response payload is not completed", "the response body broke off")
+    if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp's parser refused the head
+        cause = exc.__cause__
+        return f"malformed response head: {_parser_text(cause if cause is not None else exc)}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return (
+            "the server closed the connection without a response"
+            if connecting else "the server closed the connection"
+        )
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
+
+
 def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
     """aiohttp's (and asyncio's) exception -> the httpx exception class it corresponds to."""
-    message = str(exc) or type(exc).__name__
+    message = _describe(exc, connecting=connecting)
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout(message)
     if isinstance(exc, aiohttp.SocketTimeoutError) or (

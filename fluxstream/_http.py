@@ -32,7 +32,8 @@ from .errors import (
 )
 
 __all__ = [
-    "HttpErrors", "abort_connection", "body_complete", "close_aiohttp_response", "status_error",
+    "HttpErrors", "abort_connection", "body_complete", "close_aiohttp_response", "seconds",
+    "status_error",
 ]
 
 _EXCERPT_CHARS = 300
@@ -159,6 +160,15 @@ def abort_connection(response: Any) -> bool:
         return False
     abort()
     return True
+
+
+def seconds(value: float | None) -> str:
+    """A duration for an error message: ``0.5s``, not the ``0.49999199800004135s`` a deadline
+    computed from two clock readings leaves (3 significant digits)."""
+    if value is None:
+        return "no limit"
+    rounded = float(f"{value:.3g}") if value < 100 else round(value, 1)
+    return f"{rounded:g}s" if rounded < 1e6 else f"{value:.0f}s"
 
 
 def parse_retry_after(headers: Any) -> float | None:

@@ -97,6 +97,13 @@ class ReadAhead:
         sees the end of the bytes."""
         self._task.cancel()
 
+    def abandon(self) -> None:
+        """End the helper task and this side of the memory stream without waiting (its stream
+        was collected unclosed; the connection is closed beside it)."""
+        self._task.cancel()
+        self._recv.close()
+        self._stash = None
+
     async def close(self, *, linger: float = 0.0) -> None:
         """End the helper task and wait until it has ended (shielded, bounded).
 

@@ -19,6 +19,7 @@ A caller's own ``http_client`` never comes here: it is used exactly as given.
 from __future__ import annotations
 
 import sys
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 import httpx
 import sniffio
 
-__all__ = ["AutoClient", "make_http_client"]
+__all__ = ["AutoClient", "HttpxClient", "make_http_client"]
 
 TRANSPORTS = ("auto", "httpx", "aiohttp")
 
@@ -36,18 +37,108 @@ def make_http_client(transport: str, timeout: httpx.Timeout, limits: httpx.Limit
     if transport == "auto":
         return AutoClient(timeout=timeout, limits=limits)
     if transport == "httpx":
-        return httpx.AsyncClient(limits=limits, timeout=timeout)
+        return HttpxClient(limits=limits, timeout=timeout)
     if transport == "aiohttp":
         try:
             from ._aiohttp import AiohttpClient
         except ImportError as exc:  # pragma: no cover - aiohttp is a dependency
             raise ImportError("transport='aiohttp' needs aiohttp: pip install aiohttp") from exc
-        return AiohttpClient(timeout=timeout, limits=limits)
+        proxies = _environment_proxies()
+        unusable = sorted(
+            f"{name.upper()}_PROXY={_without_userinfo(url)}"
+            for name, url in proxies.items()
+            if urllib.parse.urlsplit(url).scheme not in ("http", "https")
+        )
+        if unusable:  # aiohttp speaks only to HTTP proxies: never ignore one silently
+            raise ValueError(
+                f"transport='aiohttp' cannot use the proxy in {', '.join(unusable)} (aiohttp "
+                "supports http:// proxies only); use transport='httpx' or 'auto'"
+            )
+        return AiohttpClient(timeout=timeout, limits=limits, trust_env=bool(proxies))
     raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
 
 
+def _environment_proxies() -> dict[str, str]:
+    """``HTTP_PROXY`` and the like, by scheme (``no``, the exceptions, left out)."""
+    return {k: v for k, v in urllib.request.getproxies().items() if k != "no" and v}
+
+
 def _proxies_in_environment() -> bool:
-    return any(scheme != "no" for scheme in urllib.request.getproxies())
+    return bool(_environment_proxies())
+
+
+def _without_userinfo(url: str) -> str:
+    """A proxy URL for an error message: its password never shown."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+class HttpxClient(httpx.AsyncClient):
+    """``httpx.AsyncClient``, plus the resend of a request that failed on a kept-alive
+    connection before any byte of a response (see :class:`_ConnectionProbe`): a server that
+    closes its connections after each response (llama.cpp's does) closes the one the next
+    request was just sent on, a few milliseconds too late for httpcore's check of idle
+    connections. Such a request was never processed: it is sent again at once, once, on a
+    new connection, without spending a retry of fluxstream's policy."""
+
+    async def send(self, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        probe = _ConnectionProbe(request.extensions.get("trace"))
+        request.extensions["trace"] = probe
+        try:
+            return await super().send(request, **kwargs)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if not probe.resendable(exc):
+                raise
+        await self._close_idle_connections(request.url)
+        request.extensions["trace"] = _ConnectionProbe(probe.chained)
+        return await super().send(request, **kwargs)
+
+    async def _close_idle_connections(self, url: httpx.URL) -> None:
+        """Close the pool's idle connections to ``url``'s origin: the server that closed one
+        may have closed the others too, and the resend must go out on a new connection."""
+        try:
+            import httpcore
+
+            pool = getattr(self._transport_for_url(url), "_pool", None)
+            connections = list(getattr(pool, "connections", ()))
+            origin = httpcore.Origin(url.raw_scheme, url.raw_host, url.port or (
+                443 if url.scheme == "https" else 80
+            ))
+        except Exception:  # another httpx/httpcore layout: the pool's own checks remain
+            return
+        for connection in connections:
+            if connection.is_idle() and connection.can_handle_request(origin):
+                await connection.aclose()
+
+
+class _ConnectionProbe:
+    """httpcore's ``trace`` extension for one request: whether it opened a connection (any
+    ``connection.*`` step) or went out on a pooled one. A caller's own trace still runs."""
+
+    __slots__ = ("chained", "new_connection")
+
+    def __init__(self, chained: Any) -> None:
+        self.chained = chained
+        self.new_connection = False
+
+    async def __call__(self, name: str, info: dict[str, Any]) -> None:
+        if name.startswith("connection."):
+            self.new_connection = True
+        if self.chained is not None:
+            await self.chained(name, info)
+
+    def resendable(self, exc: Exception) -> bool:
+        """A pooled connection failed before any response: closed under the request (h11's
+        "without sending a response": not one byte of a head), reset, or unwritable."""
+        if self.new_connection:
+            return False
+        if isinstance(exc, httpx.RemoteProtocolError):
+            return "without sending a response" in str(exc)
+        return True
 
 
 class AutoClient:
@@ -84,7 +175,7 @@ class AutoClient:
         if self._httpx is None:
             if self._closed:
                 raise RuntimeError("Cannot send a request, as the client has been closed.")
-            self._httpx = httpx.AsyncClient(limits=self._limits, timeout=self.timeout)
+            self._httpx = HttpxClient(limits=self._limits, timeout=self.timeout)
         return self._httpx
 
     def build_request(

@@ -30,6 +30,7 @@ from ._http import (
     body_complete,
     can_abort,
     closer,
+    seconds,
     status_error,
 )
 from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
@@ -166,7 +167,7 @@ class Attempt:
         else:
             response = await self._send_scoped(request, head)
         if response is None and not self.cancelled:
-            raise APITimeoutError(f"no response head within {head}s")
+            raise APITimeoutError(f"no response head within {seconds(head)}")
         if response is None or self.cancelled:
             if response is not None:
                 with anyio.CancelScope(shield=True):
@@ -268,6 +269,19 @@ class Attempt:
             timeout.reschedule(0.0)  # due at once: the send is interrupted at its next step
         if self.response is not None and not self.scoped_reads:
             abort_connection(self.response)
+
+    def abandon(self) -> None:
+        """Close the response now, never waiting: its stream was collected unclosed."""
+        self.cancelled = True
+        response = self.response
+        if self._closed or response is None:
+            return
+        self._closed = True
+        close = closer(response)
+        if close is not None:
+            close()
+        else:
+            abort_connection(response)
 
     async def close(self, *, drain: bool = False) -> None:
         """Close the response (idempotent). ``drain``: the sentinel came and nobody else

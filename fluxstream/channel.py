@@ -15,9 +15,11 @@ before and after, so nothing is sent after a cancel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -72,6 +74,8 @@ class Channel:
         self._readahead: ReadAhead | None = None
         #: The attempt closed last (its body may be left for the owner to finish: see close).
         self._closed: Attempt | None = None
+        #: Runs a callback in this stream's event loop from any thread (see :meth:`abandon`).
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
 
     # ------------------------------------------------------------------ sending
 
@@ -89,6 +93,8 @@ class Channel:
         content, every request so far was a try of the same request and shares one budget.
         """
         recovery = self.recovery
+        if self._call_soon is None:
+            self._call_soon = _threadsafe_call_soon()
         tries = 0
         while True:
             if recovery.cancelled:
@@ -319,6 +325,28 @@ class Channel:
         if self._readahead is not None:
             self._readahead.cancel_task()
 
+    def abandon(self) -> bool:
+        """Close what is open, from a finalizer: synchronously, in the stream's own event loop
+        (the garbage collector may run in any thread). Whether anything was open."""
+        attempt, readahead = self.attempt, self._readahead
+        call_soon = self._call_soon
+        if (attempt is None or attempt.response is None) and readahead is None:
+            return False
+        self.attempt = None
+        self._readahead = None
+        self.recovery.cancelled = True
+
+        def close_now() -> None:
+            if readahead is not None:
+                readahead.abandon()
+            if attempt is not None:
+                attempt.abandon()
+
+        if call_soon is not None:
+            with contextlib.suppress(Exception):  # the loop has ended, and its sockets
+                call_soon(close_now)
+        return True
+
     @property
     def closed(self) -> bool:
         """Nothing is left to close: no response, no read-ahead task, no body left behind."""
@@ -358,3 +386,12 @@ class Channel:
         with anyio.CancelScope(shield=True):
             if not await finish_body(body):  # another task still reads it: its close will
                 closed.unfinished = body
+
+
+def _threadsafe_call_soon() -> Callable[[Callable[[], None]], object]:
+    """The running event loop's thread-safe "call soon" (asyncio's or trio's)."""
+    if sniffio.current_async_library() == "asyncio":
+        return asyncio.get_running_loop().call_soon_threadsafe
+    import trio
+
+    return trio.lowlevel.current_trio_token().run_sync_soon

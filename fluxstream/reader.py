@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from ._http import seconds
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel, FirstTokenOverdue
 from .errors import (
@@ -97,6 +98,14 @@ class StreamReader:
         self.cancel_requested = True
         self.channel.cancel()
 
+    def abandon(self) -> bool:
+        """The stream was collected: close whatever it left open (see
+        :meth:`Channel.abandon`); whether anything was."""
+        if self.channel.closed:
+            return False
+        self.cancel_requested = True
+        return self.channel.abandon()
+
     async def close(self) -> None:
         """See :meth:`ReplyStream.aclose`."""
         if not self.ended:
@@ -161,13 +170,13 @@ class StreamReader:
         """No content in time: the typed error, or ``finished`` when nothing more was due."""
         progress = self.progress
         if overdue == "first_token":
-            message = f"no content within {progress.first_token_timeout}s of the request"
+            message = f"no content within {seconds(progress.first_token_timeout)} of the request"
             return await self._fail_with(FirstTokenTimeoutError, None, message)
         if self._parser.complete:  # every choice finished: heartbeats are all that is left
             logger.info("no content for %.1fs after every choice finished; ending",
                         progress.stall_timeout)
             return await self._bytes_ended(None)
-        message = f"no content for {progress.stall_timeout}s"
+        message = f"no content for {seconds(progress.stall_timeout)}"
         return await self._fail_with(StallTimeoutError, None, message)
 
     async def _read_failed(self, exc: Exception) -> list[Event]:
@@ -177,7 +186,7 @@ class StreamReader:
             # read's error is the caller's own doing, not the server's.
             return self.end(self._parser.cancel("cancelled by stream.cancel()"))
         if isinstance(exc, self._errors.read_timeout):
-            message = f"no bytes for {self._spec.read_timeout}s"
+            message = f"no bytes for {seconds(self._spec.read_timeout)}"
             return await self._fail_with(IdleTimeoutError, exc, message)
         if isinstance(exc, self._errors.transport):
             return await self._bytes_ended(exc)

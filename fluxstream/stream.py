@@ -24,6 +24,7 @@ Retries and resume happen underneath: a consumer sees one sequence of events who
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -159,6 +160,21 @@ class ReplyStream(StructuredOutput):
         """Stop reading and close the response. The outcome becomes ``cancelled`` unless the
         stream had already ended. Safe to call any number of times, from any task."""
         await self._reader.close()
+
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        """Collected while its response is open (a loop left by ``break`` without ``async
+        with`` or :meth:`aclose`): the connection is closed, or the server would generate the
+        rest of the reply for nobody, and a ``ResourceWarning`` says so, as for a file."""
+        reader = self.__dict__.get("_reader")
+        try:
+            left_open = reader is not None and reader.abandon()
+        except Exception:  # a finalizer never raises; the loop may be gone already
+            return
+        if left_open:
+            _warn(
+                f"unclosed {self!r}: use 'async with' or 'await stream.aclose()'",
+                ResourceWarning, stacklevel=2, source=self,
+            )
 
     def cancel(self) -> None:
         """Cancel from anywhere (another task, a callback): synchronous and idempotent.
