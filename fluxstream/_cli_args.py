@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import os
+import re
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -58,36 +59,57 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def _fault_syntax() -> list[str]:
-    """The fault keys with their syntax, as :mod:`fluxstream.server.faults` documents them
-    (every key the server accepts is listed, documented or not)."""
+#: Width of the help's lists (argparse wraps its own text at the terminal's width, ~80).
+_WIDTH = 88
+
+
+def _table(rows: dict[str, str]) -> list[str]:
+    """``name  description`` lines, descriptions wrapped and aligned."""
+    width = max(map(len, rows)) + 2
+    lines = []
+    for name, text in rows.items():
+        # Not at hyphens: ``status-body=json`` must stay whole to be found and copied.
+        wrapped = textwrap.wrap(text, _WIDTH - width - 2, break_on_hyphens=False) or [""]
+        lines.append(f"  {name:<{width}}{wrapped[0]}")
+        lines += [" " * (width + 2) + more for more in wrapped[1:]]
+    return lines
+
+
+def _fault_syntax() -> dict[str, str]:
+    """Each fault's syntax and description, as :mod:`fluxstream.server.faults` documents
+    them (every key the server accepts is listed, documented or not)."""
     from .server import FAULT_KEYS, faults
 
-    doc = faults.__doc__ or ""  # ``python -OO`` drops docstrings: the keys alone then
-    _, found, keys = doc.partition("\nKeys")
-    lines = [line.replace("``", "") for line in keys.splitlines()[1:]] if found else []
-    text = "\n".join(lines)
-    lines += [f"{key}=..." for key in FAULT_KEYS if f"{key}=" not in text]
-    return ["  " + line for line in lines if line.strip()]
+    # ``python -OO`` drops docstrings: then the keys alone.
+    _, _, keys = (faults.__doc__ or "").partition("\nKeys")
+    rows: dict[str, str] = {}
+    last = None
+    for line in keys.splitlines()[1:]:
+        entry = re.match(r"``(\S+)``\s+(.*)", line)
+        if entry:
+            last = entry[1]
+            rows[last] = entry[2]
+        elif last is not None and line.strip():
+            rows[last] += " " + line.strip()
+    documented = " ".join(f"{name} {text}" for name, text in rows.items())
+    rows.update({f"{key}=...": "" for key in FAULT_KEYS if f"{key}=" not in documented})
+    return {name: text.replace("``", "") for name, text in rows.items()}
 
 
 def _server_epilog() -> str:
     from .server import FAULT_HEADER, PROFILE_DESCRIPTIONS, PROFILE_HEADER
 
-    width = max(map(len, PROFILE_DESCRIPTIONS)) + 2
-    profiles = []
-    for name, text in PROFILE_DESCRIPTIONS.items():
-        wrapped = textwrap.wrap(text, 96 - width - 2) or [""]
-        profiles.append(f"  {name:<{width}}{wrapped[0]}")
-        profiles += [" " * (width + 2) + more for more in wrapped[1:]]
+    def heading(text: str) -> list[str]:
+        return textwrap.wrap(text, _WIDTH)
+
     return "\n".join([
-        "quirk profiles (--profile a,b; per request the header"
-        f" '{PROFILE_HEADER}: a,b' or the model name 'model@a,b'):",
-        *profiles,
+        *heading("quirk profiles (--profile a,b; per request the header"
+                 f" '{PROFILE_HEADER}: a,b' or the model name 'model@a,b'):"),
+        *_table(PROFILE_DESCRIPTIONS),
         "",
-        f"faults (--fault k=v,k=v; per request the header '{FAULT_HEADER}: k=v,k=v',"
-        " whose keys win over the server's):",
-        *_fault_syntax(),
+        *heading(f"faults (--fault k=v,k=v; per request the header '{FAULT_HEADER}: k=v,k=v',"
+                 " whose keys win over the server's; sizes in bytes, times in seconds):"),
+        *_table(_fault_syntax()),
     ])
 
 
