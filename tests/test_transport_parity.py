@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+import warnings
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -724,3 +726,110 @@ async def test_cancelling_the_consumer_while_it_connects_abandons_the_connect(
                 leaked = await settle(before, srv)
                 assert not leaked, f"{transport}: tasks left running: {leaked}"
                 await after_the_cancel_the_pool_serves(c, srv)
+
+
+# ------------------------------------------------------------------ what the caller configured
+
+GC_CLOSE = (
+    "a stream dropped without async with/aclose() keeps its socket open on aiohttp (the "
+    "server keeps generating); httpx closes it when collected but without a ResourceWarning"
+)
+KEEPALIVE_LIMIT = (
+    "httpx.Limits(max_keepalive_connections=0) is ignored on aiohttp: the connection is "
+    "kept and reused"
+)
+PROXY_IGNORED = "transport='aiohttp' ignores HTTP_PROXY: the request goes straight to the host"
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [pytest.param(t, marks=pytest.mark.xfail(strict=False, reason=GC_CLOSE))
+     for t in TRANSPORTS],
+)
+async def test_a_stream_dropped_without_closing_closes_its_connection_when_collected(
+    transport: str,
+) -> None:
+    """``break`` out of ``async for`` without ``async with`` or ``aclose()``, then drop every
+    reference: the stream's connection is closed when the stream is collected (the server
+    stops generating), with a ``ResourceWarning``, as an unclosed file gets."""
+
+    async def script(conn: Conn) -> None:
+        await hold(conn, sse_head(CHUNKED) + chunked(text("Hel"), last=False))
+
+    async with serve_faults(script) as srv, client(srv.base, transport) as c:
+
+        async def read_one_and_walk_away() -> None:
+            stream = c.chat.stream(model="m", messages=MSG)
+            async with asyncio.timeout(AT_ONCE):
+                async for event in stream:
+                    if isinstance(event, fluxstream.TextDelta):
+                        break
+
+        await read_one_and_walk_away()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            gc.collect()
+            closed = await srv.wait_closed(0, AT_ONCE)
+    assert closed, f"{transport}: the dropped stream's connection stayed open"
+    assert any(issubclass(w.category, ResourceWarning) for w in caught), f"{transport}: {caught}"
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [pytest.param("aiohttp", marks=pytest.mark.xfail(strict=False, reason=KEEPALIVE_LIMIT)),
+     "httpx"],
+)
+async def test_max_keepalive_connections_zero_keeps_no_connection(transport: str) -> None:
+    """``limits=httpx.Limits(max_keepalive_connections=0)``: a connection is closed as soon
+    as its response is done, so two streams in a row use two connections."""
+
+    async def keep_alive(conn: Conn) -> None:
+        for _ in range(3):  # would serve more requests on one connection if asked
+            if not await conn.request():
+                await conn.until_closed()  # notes when the client closed it
+                return
+            await conn.send(sse_head(CHUNKED) + chunked(text("Hel"), text("lo"), finish(), DONE))
+
+    limits = httpx.Limits(max_keepalive_connections=0)
+    async with serve_faults(keep_alive) as srv, client(srv.base, transport, limits=limits) as c:
+        for _ in range(2):
+            stream = c.chat.stream(model="m", messages=MSG)
+            async with asyncio.timeout(AT_ONCE):
+                await consume(stream, srv)
+            assert stream.outcome is Outcome.DONE, f"{transport}: {stream.outcome}"
+        closed = await srv.wait_closed(0, AT_ONCE)
+    assert srv.connections == 2, f"{transport}: {srv.connections} connection(s) for 2 streams"
+    assert closed, f"{transport}: the first connection was kept open"
+
+
+@pytest.mark.parametrize(
+    "transport",
+    [pytest.param("aiohttp", marks=pytest.mark.xfail(strict=False, reason=PROXY_IGNORED)),
+     "httpx"],
+)
+async def test_an_http_proxy_from_the_environment_is_used(
+    transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HTTP_PROXY`` names an http:// proxy: every transport sends the request through it
+    (absolute-form request target), as httpx does; none goes around it silently."""
+
+    async def proxy(conn: Conn) -> None:
+        if await conn.request():
+            await conn.send(sse_head(CLOSE) + BODY)
+
+    async with serve_faults(proxy) as srv:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "https_proxy",
+                     "HTTPS_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{srv.port}")
+        monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{srv.port}")
+        target = "http://upstream.invalid/v1"
+        async with client(target, transport) as c:
+            stream = c.chat.stream(model="m", messages=MSG)
+            async with asyncio.timeout(AT_ONCE):
+                with contextlib.suppress(APIConnectionError):  # seen below
+                    await consume(stream, srv)
+    assert stream.outcome is Outcome.DONE, f"{transport}: {stream.outcome} {stream.cause!r}"
+    assert srv.requests and srv.requests[0].startswith(
+        b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"
+    ), f"{transport}: {srv.requests[:1]!r}"
