@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
+import aiohttp.compression_utils as _compression
 import httpx
 from aiohttp.client_proto import ResponseHandler
 from aiohttp.http_exceptions import ContentEncodingError, HttpProcessingError
@@ -243,6 +244,9 @@ class AiohttpClient:
                 timeout, _client_timeout(timeout)
             )
         sent = dict(headers or {})
+        for value in sent.values():
+            if not value.isascii():  # refused, never sent raw: httpx's error for it
+                value.encode("ascii")
         if sent and (parsed.raw_user is not None or parsed.raw_password is not None):
             # httpx sends the URL's credentials as Basic auth in place of any Authorization
             # header; aiohttp refuses the pair with a ValueError. Do what httpx does.
@@ -361,6 +365,12 @@ class AiohttpResponse:
     __slots__ = ("_content", "_resp", "_watch", "headers", "status_code")
 
     extensions = _HTTP11
+    #: The content codings aiohttp decodes here (it asks for no other).
+    fluxstream_decodes = frozenset(
+        ["identity", "gzip", "deflate"]
+        + (["br"] if _compression.HAS_BROTLI else [])
+        + (["zstd"] if getattr(_compression, "HAS_ZSTD", False) else [])
+    )
 
     def __init__(self, resp: aiohttp.ClientResponse, watch: _ReadWatch | None = None) -> None:
         self._resp = resp
@@ -515,6 +525,19 @@ def _resendable(exc: BaseException) -> bool:
     ) and not isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError))
 
 
+def _undecodable(exc: BaseException) -> bool:
+    """The body's content encoding cannot be decoded: its data is broken (in the body), or no
+    decoder for it is installed (aiohttp says so at the head)."""
+    if not isinstance(exc, (aiohttp.ClientPayloadError, aiohttp.ClientResponseError)):
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ContentEncodingError):
+            return True
+        cause = cause.__cause__
+    return "content-encoding" in _parser_text(exc).lower()
+
+
 def _parser_text(exc: BaseException) -> str:
     """aiohttp's parser error, for people: its first line, without the ``400, message=`` that
     reads like an HTTP status (it is aiohttp's code for "bad message", nothing was answered)."""
@@ -543,6 +566,8 @@ def _describe(exc: BaseException, *, connecting: bool) -> str:
         if isinstance(cause, HttpProcessingError):
             return f"the response body broke off: {_parser_text(cause)}"
         return str(exc).replace("Response payload is not completed", "the response body broke off")
+    if _undecodable(exc):
+        return f"the response body cannot be decoded: {_parser_text(exc)}"
     if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp's parser refused the head
         cause = exc.__cause__
         return f"malformed response head: {_parser_text(cause if cause is not None else exc)}"
@@ -569,9 +594,7 @@ def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
         return httpx.PoolTimeout(message)  # waiting for a pool slot (aiohttp's ``connect``)
     if isinstance(exc, aiohttp.ClientConnectorError):
         return httpx.ConnectError(message)
-    if isinstance(exc, aiohttp.ClientPayloadError) and isinstance(
-        exc.__cause__, ContentEncodingError
-    ):  # a body that cannot be decoded (gzip turned garbage): not a drop to resume
+    if _undecodable(exc):  # gzip turned garbage, a coding without its decoder: no drop
         return httpx.DecodingError(message)
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
         return httpx.RemoteProtocolError(message)

@@ -27,16 +27,46 @@ from typing import Any
 from .errors import (
     APIStatusError,
     AuthenticationError,
+    FluxstreamError,
     NotFoundError,
     RateLimitError,
 )
 
 __all__ = [
-    "HttpErrors", "abort_connection", "body_complete", "close_aiohttp_response", "seconds",
-    "status_error",
+    "HttpErrors", "RequestHeaderError", "abort_connection", "body_complete",
+    "close_aiohttp_response", "seconds", "status_error", "undecodable_encoding",
 ]
 
 _EXCERPT_CHARS = 300
+
+
+class RequestHeaderError(FluxstreamError, ValueError):
+    """A request header no HTTP library can send as given (a non-ASCII value): refused before
+    anything is sent, on every transport (the value is never shown: it may be a secret)."""
+
+
+def undecodable_encoding(response: Any) -> str | None:
+    """The response's content coding that its HTTP library cannot decode, if any (a ``br`` or
+    ``zstd`` body without the decoder's package: httpx would pass it on undecoded, aiohttp
+    refuse it); ``None`` when every coding is decoded, or the library is not known."""
+    value = response.headers.get("content-encoding")
+    if not value:
+        return None
+    decodes = getattr(response, "fluxstream_decodes", None)
+    if decodes is None:
+        try:
+            import httpx
+            from httpx._decoders import SUPPORTED_DECODERS
+        except ImportError:  # pragma: no cover - another httpx layout: not checked
+            return None
+        if not isinstance(response, httpx.Response):
+            return None
+        decodes = SUPPORTED_DECODERS
+    for coding in str(value).lower().split(","):
+        coding = coding.strip()
+        if coding and coding not in decodes:
+            return coding
+    return None
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,8 @@ class HttpErrors:
     transport: type[BaseException]
     #: Any failure of a request (transport, decoding, redirects): the library's RequestError.
     request: type[BaseException]
+    #: A body the library could not decode (its content encoding).
+    decoding: type[BaseException]
 
     @classmethod
     def for_client(cls, client: Any) -> HttpErrors:
@@ -57,6 +89,7 @@ class HttpErrors:
             read_timeout=module.ReadTimeout,
             transport=module.TransportError,
             request=module.RequestError,
+            decoding=module.DecodingError,
         )
 
 

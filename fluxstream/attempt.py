@@ -26,12 +26,14 @@ import sniffio
 
 from ._http import (
     HttpErrors,
+    RequestHeaderError,
     abort_connection,
     body_complete,
     can_abort,
     closer,
     seconds,
     status_error,
+    undecodable_encoding,
 )
 from .errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 
@@ -129,19 +131,26 @@ class Attempt:
         spec = self.spec
         errors = spec.errors
         merged = {**spec.headers, **(headers or {})}
-        if get is not None:
-            if spec.build_get is None:
-                raise APIConnectionError("this client cannot send GET requests to resume")
-            request = spec.build_get(get, merged)
-        else:
-            request = spec.build(spec.path, body or spec.body, merged)
+        try:
+            if get is not None:
+                if spec.build_get is None:
+                    raise APIConnectionError("this client cannot send GET requests to resume")
+                request = spec.build_get(get, merged)
+            else:
+                request = spec.build(spec.path, body or spec.body, merged)
+        except UnicodeEncodeError as exc:
+            if exc.encoding != "ascii":  # not a header's (a body's lone surrogate)
+                raise
+            raise RequestHeaderError(_non_ascii_header(merged)) from None  # never the value
         try:
             response = await self._send(request)
         except errors.timeout as exc:
             raise APITimeoutError(
                 f"timed out before the response: {type(exc).__name__}"
             ) from exc
-        except errors.request as exc:  # transport errors, and decoding errors at the head
+        except errors.decoding as exc:  # the head announced a coding no decoder here reads
+            raise StreamFailedError(f"the response body cannot be decoded: {exc}") from exc
+        except errors.request as exc:  # transport errors
             raise APIConnectionError(f"request failed: {type(exc).__name__}: {exc}") from exc
         self.response = response
         try:
@@ -222,6 +231,12 @@ class Attempt:
         ctype = response.headers.get("content-type", "")
         mime = ctype.partition(";")[0].strip().lower()
         if mime == "text/event-stream":
+            coding = undecodable_encoding(response)
+            if coding is not None:
+                raise StreamFailedError(
+                    f"the response body cannot be decoded: content-encoding {coding!r} is not "
+                    "supported here (install its decoder: Brotli for br, zstandard for zstd)"
+                )
             self.body = response.aiter_bytes().__aiter__()
             return
         if mime == "application/json" or mime.endswith("+json"):
@@ -317,6 +332,15 @@ class Attempt:
                         # it (set before any checkpoint, so that close cannot come first).
                         self.unfinished = source
                     await response.aclose()
+
+
+def _non_ascii_header(headers: Mapping[str, str]) -> str:
+    names = [name for name, value in headers.items() if not f"{name}{value}".isascii()]
+    where = f"header {names[0]!r}" if names else "a request header (headers=)"
+    return (
+        f"{where} holds a non-ASCII character: HTTP headers carry ASCII only (encode the "
+        "value, e.g. percent-encoding); nothing was sent, the value is not shown"
+    )
 
 
 def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

@@ -219,3 +219,51 @@ def test_http2_responses_are_never_aborted_by_socket() -> None:
 
     assert not can_abort(H2Response())
     assert can_abort(OwnResponse())
+
+
+def _shown(exc: BaseException) -> list[str]:
+    """What a user reads: the error, and the HTTP library's error it names as its cause."""
+    return [str(exc)] + ([str(exc.__cause__)] if exc.__cause__ is not None else [])
+
+
+@pytest.mark.parametrize("transport", ["auto", "httpx"])
+async def test_a_refused_plain_http_connection_reads_plainly(
+    transport: str, anyio_backend: str
+) -> None:
+    """No ``ssl:default`` (aiohttp's TLS setting) in the error of an http:// URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with fluxstream.AsyncClient(
+        f"http://127.0.0.1:{port}/v1", transport=transport, retry=RetryPolicy.off()
+    ) as client:
+        with pytest.raises(fluxstream.APIConnectionError) as info:
+            await client.chat.complete(model="m", messages=MSG)
+    texts = _shown(info.value)
+    assert not any("ssl" in text.lower() for text in texts), texts
+    if transport == "auto" and anyio_backend == "asyncio":
+        assert f"cannot connect to 127.0.0.1:{port}: Connection refused" in str(info.value)
+
+
+@pytest.mark.parametrize("transport", ["auto", "httpx"])
+async def test_timeouts_are_printed_rounded(transport: str, anyio_backend: str) -> None:
+    """A deadline computed from clock readings is shown as ``0.5s``, never ``0.4999919...s``."""
+    import re
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)  # accepts in the kernel, never answers: no response head
+    port = listener.getsockname()[1]
+    try:
+        async with fluxstream.AsyncClient(
+            f"http://127.0.0.1:{port}/v1", transport=transport, first_token_timeout=0.5,
+            retry=RetryPolicy.off(),
+        ) as client:
+            stream = client.chat.stream(model="m", messages=MSG)
+            with anyio.fail_after(5), pytest.raises(fluxstream.FluxstreamError) as info:
+                await stream.complete()
+    finally:
+        listener.close()
+    texts = _shown(info.value)
+    assert any("0.5s" in text for text in texts), texts
+    assert not any(re.search(r"\d\.\d{4,}", text) for text in texts), texts
