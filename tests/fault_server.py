@@ -295,9 +295,10 @@ def syn_sent_to(port: int) -> set[int]:
 
 @contextlib.asynccontextmanager
 async def closed_port() -> AsyncIterator[FaultServer]:
-    """A :class:`FaultServer` whose ``base`` names a port nothing listens on: connects are
-    refused (the port was bound, then released, so no other test's server is there)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    yield FaultServer(base=f"http://127.0.0.1:{port}/v1", port=port)
+    """A :class:`FaultServer` whose ``base`` names a port nothing listens on: a connect is
+    refused (RST). The port stays bound, without ``listen()``, for the whole block, so no
+    other server can take it meanwhile."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as bound:
+        bound.bind(("127.0.0.1", 0))
+        port = bound.getsockname()[1]
+        yield FaultServer(base=f"http://127.0.0.1:{port}/v1", port=port)

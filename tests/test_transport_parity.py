@@ -77,6 +77,11 @@ BAD_FIRST_CHUNK = (
     "a malformed chunk in the head's own segment fails the request on aiohttp "
     "(APIConnectionError, failed, text already sent lost) where httpx ends truncated"
 )
+CHUNK_LOST = (
+    "a whole chunk that arrives with the head and a malformed chunk is lost on aiohttp (its "
+    "parser fails the whole read, the request failed or truncated with no text) where httpx "
+    "delivers its text and ends truncated"
+)
 HEAD_LIMITS = (
     "aiohttp refuses a response header line over 8 KiB or over ~100 header lines "
     "(APIConnectionError) that httpx reads"
@@ -227,6 +232,10 @@ async def close_mid_event(conn: Conn) -> None:
     await conn.send(chunked(text("lo")[:20], last=False))
 
 
+async def close_before_head(conn: Conn) -> None:
+    await conn.request()
+
+
 async def reset_before_head(conn: Conn) -> None:
     await conn.request()
     conn.reset()
@@ -297,12 +306,15 @@ class Case:
 
 DONE_TEXT = ("Hello",)
 CONNECTION_FAILED = (APIConnectionError, httpx.RemoteProtocolError)
-UNDECODABLE_FAILED = {
-    "outcome": Outcome.FAILED,
-    "text": ("",),
-    "cause": (httpx.DecodingError,),
-    "raised": (StreamFailedError, httpx.DecodingError),
-}
+
+
+def undecodable(script: Script, xfail: dict[str, Any] | None = None) -> Case:
+    """A body that cannot be decoded from its content coding fails at once, as httpx fails a
+    gzip body that is not gzip: a corrupt body is no drop a reconnect could fix."""
+    decoding = (httpx.DecodingError,)
+    return Case(script, Outcome.FAILED, ("",), decoding, (StreamFailedError, *decoding),
+                xfail=xfail)
+
 
 CASES: dict[str, Case] = {
     # -- the connection itself
@@ -316,7 +328,7 @@ CASES: dict[str, Case] = {
         xfail=xfail_on(RST_AS_CONNECT, "aiohttp"),
     ),
     "close-before-the-head": Case(
-        lambda conn: conn.request(), Outcome.FAILED, ("",), CONNECTION_FAILED, CONNECTION_FAILED,
+        close_before_head, Outcome.FAILED, ("",), CONNECTION_FAILED, CONNECTION_FAILED,
     ),
     "reset-mid-event-chunked": Case(
         after(sse_head(CHUNKED) + chunked(text("Hel"), last=False), "text",
@@ -436,8 +448,15 @@ CASES: dict[str, Case] = {
     "bad-chunk-after-content-with-the-head": Case(
         after(sse_head(CHUNKED) + chunked(text("Hel"), last=False) + b"zz\r\nxx\r\n", "", b""),
         Outcome.TRUNCATED, ("Hel",), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(BAD_FIRST_CHUNK, "aiohttp"),
+        xfail=xfail_on(CHUNK_LOST, "aiohttp"),
     ),
+    "good-and-bad-chunk-in-one-read": Case(
+        after(sse_head(CHUNKED), "open", chunked(text("Hel"), last=False) + b"zz\r\nxx\r\n"),
+        Outcome.TRUNCATED, ("Hel",), (httpx.RemoteProtocolError,),
+        xfail=xfail_on(DROP_UNNOTICED, "aiohttp"),
+    ),
+    # Chunk lines end in CRLF (RFC 9112 7.1; a bare LF there is how requests are smuggled):
+    # a body framed with bare LFs is broken framing, a drop like any other bad chunk.
     "lf-only-chunk-lines": Case(
         whole(sse_head(CHUNKED), LF_CHUNKS), Outcome.TRUNCATED, ("",),
         (httpx.RemoteProtocolError,), xfail=xfail_on(BAD_FIRST_CHUNK, "aiohttp"),
@@ -459,18 +478,16 @@ CASES: dict[str, Case] = {
         after(DEFLATE_HEAD + compressed_prefix(15), "text", b"\xff" * 64),
         Outcome.FAILED, ("Hel",), (httpx.DecodingError,), (StreamFailedError, httpx.DecodingError),
     ),
-    "gzip-garbage-from-the-start": Case(
-        whole(GZIP_HEAD, b"\xff" * 64), **UNDECODABLE_FAILED,  # type: ignore[arg-type]
-    ),
-    "br-body-the-client-cannot-decode": Case(
+    "gzip-garbage-from-the-start": undecodable(whole(GZIP_HEAD, b"\xff" * 64)),
+    # Not a valid br/zstd stream either: whether or not brotli/zstandard is installed, the
+    # body cannot be decoded, and it must never reach the SSE decoder as it is.
+    "br-body-the-client-cannot-decode": undecodable(
         whole(sse_head(CLOSE, b"content-encoding: br"), UNDECODABLE_BODY),
-        **UNDECODABLE_FAILED,  # type: ignore[arg-type]
-        xfail=xfail_on(UNDECODABLE, "aiohttp", "httpx"),
+        xfail_on(UNDECODABLE, "aiohttp", "httpx"),
     ),
-    "zstd-body-the-client-cannot-decode": Case(
+    "zstd-body-the-client-cannot-decode": undecodable(
         whole(sse_head(CLOSE, b"content-encoding: zstd"), UNDECODABLE_BODY),
-        **UNDECODABLE_FAILED,  # type: ignore[arg-type]
-        xfail=xfail_on(UNDECODABLE, "aiohttp", "httpx"),
+        xfail_on(UNDECODABLE, "aiohttp", "httpx"),
     ),
 }
 
@@ -765,10 +782,10 @@ async def test_a_stream_dropped_without_closing_closes_its_connection_when_colle
                     if isinstance(event, fluxstream.TextDelta):
                         break
 
-        await read_one_and_walk_away()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
-            gc.collect()
+            await read_one_and_walk_away()  # the stream may be freed right here (refcount)
+            gc.collect()  # or only here (a reference cycle)
             closed = await srv.wait_closed(0, AT_ONCE)
     assert closed, f"{transport}: the dropped stream's connection stayed open"
     assert any(issubclass(w.category, ResourceWarning) for w in caught), f"{transport}: {caught}"
