@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import random
 import re
 import subprocess
@@ -132,6 +133,29 @@ async def test_complete_returns_the_same_reply(
         )
     assert reply.text == reference["text"]
     assert reply.outcome is fluxstream.Outcome.DONE
+
+
+@pytest.mark.parametrize("transport", ["auto", "httpx"])
+async def test_back_to_back_streams_on_one_client_all_end_done(
+    llama_server: LlamaServer, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp's server closes a kept-alive connection after each stream: the next request,
+    already sent on it, is sent again on a new connection, never failed nor retried."""
+    caplog.set_level(logging.WARNING)
+    outcomes = []
+    async with _client(llama_server, transport=transport) as client:  # retries off
+        for i in range(10):
+            stream = client.chat.stream(
+                model=MODEL, messages=_messages(f"Say {i}."), max_tokens=3, temperature=0,
+            )
+            with anyio.fail_after(60):
+                async with stream:
+                    async for _ in stream:
+                        pass
+            outcomes.append(stream.outcome)
+            assert stream.stats.attempts == 1
+    assert outcomes == [fluxstream.Outcome.DONE] * 10
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
 # ---------------------------------------------------------------------------- other formats
