@@ -7,16 +7,80 @@ in their own event loop use ``aserver`` (anyio tests only) or ``fluxstream.serve
 
 ``anyio_backend`` is parametrised over asyncio and trio, so every ``@pytest.mark.anyio`` test
 runs on both.
+
+Hypothesis runs under the ``deterministic`` profile unless told otherwise, so the README's test
+command gives the same result on every run and machine; ``--hypothesis-profile=explore`` (or
+``HYPOTHESIS_PROFILE=explore``) is the wide random search for longer runs.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 from fluxstream.server import Server, ServerThread, serve
+
+# ----------------------------------------------------------------------- Hypothesis profiles
+# The README's test command must pass or fail the same way on every run and every machine: a
+# random search that finds a bug once in ten runs makes CI fail now and then, and a
+# `.hypothesis/` directory left behind by one failing run would replay that failure in every
+# later local run. So the default profile draws the same examples every time (seeded from each
+# test's own code), reads and writes no example database, and has no timing-based failures
+# (deadline, too_slow), which a loaded machine would turn into flakes. A failure it finds
+# prints its reproduction blob; a failure the wide search finds becomes an explicit @example.
+# Tests' own @settings(max_examples=..., deadline=...) still apply; these fill in the rest.
+settings.register_profile(
+    "deterministic",
+    parent=settings.get_profile("default"),
+    derandomize=True,
+    database=None,
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+# The wide search: fresh random examples on every run, EXPLORE_FACTOR times as many for every
+# test (pytest_collection_modifyitems below), failures kept in `.hypothesis/` and replayed first.
+settings.register_profile(
+    "explore",
+    parent=settings.get_profile("default"),  # its database: `.hypothesis/` in the working dir
+    derandomize=False,
+    max_examples=100,  # times EXPLORE_FACTOR, as for every test
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+#: How many times its own ``max_examples`` each Hypothesis test runs under ``explore``.
+EXPLORE_FACTOR = 10
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``explore``, every Hypothesis test draws ``EXPLORE_FACTOR`` times its examples.
+
+    Most tests here pin ``max_examples`` with their own ``@settings`` (sized for the test
+    command's time budget), which a profile cannot raise; the wide search scales them instead.
+    Hypothesis reads a test's settings from the attribute ``@settings`` sets, at call time.
+    """
+    if settings.get_current_profile_name() != "explore":
+        return
+    scaled: set[int] = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        test = getattr(test, "__func__", test)  # a method's function, shared by its instances
+        if test is None or id(test) in scaled or not is_hypothesis_test(test):
+            continue
+        scaled.add(id(test))
+        own = test._hypothesis_internal_use_settings
+        test._hypothesis_internal_use_settings = settings(
+            own, max_examples=own.max_examples * EXPLORE_FACTOR
+        )
+
 
 #: The API key of the ``keyed_server`` fixture.
 TEST_API_KEY = "sk-fluxstream-test"
