@@ -37,7 +37,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (13, ["client"]),
     (14, [""]),  # fluxstream/__init__.py
     (15, ["relay"]),  # and every relay.* module
-    (16, ["server", "cli", "_capture", "_cli_demo", "__main__"]),  # and every server.* module
+    (16, ["server", "cli", "_capture", "_cli_demo", "_cli_args", "_cli_render", "__main__"]),  # and every server.* module
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
