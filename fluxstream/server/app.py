@@ -13,10 +13,15 @@ Why it is built this way
 * **Everything is bounded.** Requests per connection, body size, buffered input, idle time,
   every fault duration and every delta count have limits, and leaving :func:`serve` cancels all
   connections, so a misbehaving client or test can never hang the process.
+* **Memory is bounded too** (``fluxstream serve`` is public): a body is at most
+  ``max_body_bytes``, one that would decode to more than :data:`MAX_JSON_VALUES` values is
+  refused before decoding (a few MiB of ``{},`` decode to ~25x their size), and at most
+  ``max_connections`` are served at once (see :mod:`.slots` for why the next one waits).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -32,6 +37,7 @@ import anyio.abc
 import h11
 
 from .connection import (
+    DEFAULT_MAX_BODY_BYTES,
     ClientGone,
     Connection,
     Dropped,
@@ -54,13 +60,17 @@ from .render import (
 )
 from .render_messages import message_object, messages_events, ping
 from .render_responses import response_id, response_object, responses_events
-from .script import CREATED, Script, build_script, continuation_prefix, dumps, request_digest
+from .script import CREATED, Script, build_script, continuation_prefix, dumps
+from .slots import DEFAULT_MAX_CONNECTIONS, Slots
 
 __all__ = [
     "ATTEMPT_HEADER",
     "CONTINUATION_HEADER",
     "DEFAULT_IDLE_TIMEOUT",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_CONNECTIONS",
     "FAULT_HEADER",
+    "MAX_JSON_VALUES",
     "MODELS",
     "PROFILE_HEADER",
     "Server",
@@ -83,6 +93,11 @@ MAX_REQUESTS_PER_CONNECTION = 10_000
 MAX_EVENTS_PER_REQUEST = 100_000
 #: Deepest JSON nesting a request body may have (real requests nest a dozen levels or so).
 MAX_JSON_DEPTH = 128
+#: Most JSON values a request body may hold. A value costs up to ~100 bytes decoded however
+#: short it is on the wire (``{},`` is 3 bytes, its dict 64 and a list slot 8), so this bounds
+#: what decoding costs beyond the body's own text to tens of MiB, whatever the body size;
+#: real requests hold a few thousand.
+MAX_JSON_VALUES = 250_000
 DEFAULT_IDLE_TIMEOUT = 60.0
 
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
@@ -135,7 +150,13 @@ class Server:
         faults: str | Mapping[str, str] | None = None,
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         record_limit: int | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
+        for name, value in (("max_body_bytes", max_body_bytes),
+                            ("max_connections", max_connections)):
+            if value.__class__ is not int or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
         self.host = host
         self.port = port
         self.profiles = parse_profiles(profile)
@@ -143,6 +164,8 @@ class Server:
         self.fault_spec = parse_fault_spec(faults)
         build_faults(self.fault_spec)  # validate now, not on the first request
         self.idle_timeout = idle_timeout
+        self.max_body_bytes = max_body_bytes
+        self.slots = Slots(max_connections)
         self.records = Records(limit=record_limit)
         self._attempts: dict[str, int] = {}
         #: Background responses: id -> (events, the final response object, profile set).
@@ -177,7 +200,8 @@ class Server:
         self._connection_seq += 1
         self.records.connections += 1
         conn = Connection(
-            self.records, stream, self._connection_seq, write_timeout=self.idle_timeout
+            self.records, stream, self._connection_seq, write_timeout=self.idle_timeout,
+            max_body_bytes=self.max_body_bytes,
         )
         set_socket_options(stream)
         try:
@@ -195,9 +219,12 @@ class Server:
             if conn.reset:
                 set_reset_on_close(stream)
             await anyio.aclose_forcefully(stream)
+            self.slots.release()
 
     async def _serve_connection(self, conn: Connection) -> None:
-        for _ in range(MAX_REQUESTS_PER_CONNECTION):
+        for served in range(MAX_REQUESTS_PER_CONNECTION):
+            if served and not await self._idle(conn):
+                return
             request: h11.Request | None = None
             too_big = False
             body = bytearray()
@@ -210,13 +237,11 @@ class Server:
             if request is None:
                 return
             if too_big:
-                await conn.simple(
-                    413,
-                    error_json("request body too large", "invalid_request_error"),
-                    close=True,
-                )
+                path = request.target.decode("latin-1").partition("?")[0]
+                message = f"request body over {self.max_body_bytes} bytes"
+                await self._error(conn, _dialect(path), 413, message, close=True)
                 return
-            keep = await self._respond(conn, request, bytes(body))
+            keep = await self._respond(conn, request, body)
             if not keep or conn.disconnected:
                 return
             if h11.MUST_CLOSE in (conn.h11.our_state, conn.h11.their_state):
@@ -225,6 +250,13 @@ class Server:
                 conn.h11.start_next_cycle()
             except h11.LocalProtocolError:
                 return
+
+    async def _idle(self, conn: Connection) -> bool:
+        """Wait for the next request on a kept-alive connection; ``False`` (close it) after
+        the idle timeout, or when a new connection needs its slot."""
+        with anyio.move_on_after(self.idle_timeout) as scope, self.slots.idle(conn.id, scope):
+            await conn.wait_for_request()
+        return not scope.cancel_called
 
     async def _send_protocol_error(self, conn: Connection, exc: h11.RemoteProtocolError) -> None:
         if conn.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
@@ -236,12 +268,22 @@ class Server:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def _respond(self, conn: Connection, request: h11.Request, body: bytes) -> bool:
-        """Answer one request; ``False`` if the connection must close afterwards."""
+    async def _respond(
+        self, conn: Connection, request: h11.Request, body: bytearray
+    ) -> bool:
+        """Answer one request; ``False`` if the connection must close afterwards. ``body`` is
+        emptied once decoded: a large one is not kept next to its decoded copies."""
         headers = [(k.decode("latin-1").lower(), v.decode("latin-1")) for k, v in request.headers]
         method = request.method.decode("ascii", "replace")
         path, _, query = request.target.decode("latin-1").partition("?")
+        if _more_values_than(body, MAX_JSON_VALUES):
+            # Not decoded (nor recorded): decoding is what would cost.
+            message = f"request body holds more than {MAX_JSON_VALUES} JSON values"
+            await self._error(conn, _dialect(path), 413, message, close=True)
+            return False
+        body_bytes, body_hash = len(body), hashlib.sha256(body).hexdigest()
         parsed, problem = _parse_body(body)
+        body.clear()
         conn.faults = Faults()
         conn.body_bytes = 0
         conn.events = 0
@@ -255,7 +297,7 @@ class Server:
             faults = build_faults(spec)
         except (ProfileError, FaultError) as exc:
             problem = problem or str(exc)
-        attempt = self._count_attempt(headers, method, path, body)
+        attempt = self._count_attempt(headers, method, path, body_hash)
         if faults.fail_first is not None and attempt > faults.fail_first:
             faults = Faults()
         self._request_seq += 1
@@ -269,7 +311,7 @@ class Server:
                 (k, _redact(v) if k in ("authorization", "x-api-key") else v) for k, v in headers
             ],
             json=parsed,
-            body_bytes=len(body),
+            body_bytes=body_bytes,
             time=time.monotonic(),
             profiles=tuple(sorted(names)),
             faults=spec,
@@ -390,15 +432,15 @@ class Server:
             await conn.simple(404, error_json(message, "invalid_request_error", "not_found"))
 
     async def _error(
-        self, conn: Connection, dialect: str, status: int, message: str
+        self, conn: Connection, dialect: str, status: int, message: str, *, close: bool = False
     ) -> None:
         """A JSON error in the dialect's own shape (Anthropic's for ``/v1/messages``)."""
         if dialect == "messages":
-            await conn.simple(status, anthropic_error_json(status, message))
+            await conn.simple(status, anthropic_error_json(status, message), close=close)
             return
         kind = "invalid_request_error" if status < 500 else "server_error"
         code = "invalid_api_key" if status == 401 else None
-        await conn.simple(status, error_json(message, kind, code))
+        await conn.simple(status, error_json(message, kind, code), close=close)
 
     def _profiles_for(self, headers: list[tuple[str, str]], parsed: Any) -> frozenset[str]:
         header = _header(headers, PROFILE_HEADER)
@@ -409,11 +451,13 @@ class Server:
         return parse_profiles(header) | parse_profiles(suffix)
 
     def _count_attempt(
-        self, headers: list[tuple[str, str]], method: str, path: str, body: bytes
+        self, headers: list[tuple[str, str]], method: str, path: str, body_hash: str
     ) -> int:
+        """The attempt number: by the attempt-key header, else by method, path and the
+        body's hash (of its raw bytes: no decoded copy of a body that may be megabytes)."""
         key = _header(headers, ATTEMPT_HEADER)
         if key is None:
-            key = f"{method} {path} " + request_digest({"body": body.decode("utf-8", "replace")})
+            key = f"{method} {path} {body_hash}"
         if key not in self._attempts and len(self._attempts) > 100_000:
             self._attempts.clear()  # bound memory on a long-running server
         self._attempts[key] = self._attempts.get(key, 0) + 1
@@ -683,11 +727,14 @@ async def _accept_loop(
     listener: anyio.abc.SocketListener,
     handle: Any,
     tg: anyio.abc.TaskGroup,
+    slots: Slots,
 ) -> None:
     """``Listener.serve`` that survives a failed ``accept``: anyio's lets the error out of its
     loop, so one ``EMFILE`` (a client that opens connections until the process has no file
     descriptor left) ended the whole server. It is logged, and accepting resumes after a
-    pause (the queued connections wait in the kernel's backlog meanwhile)."""
+    pause (the queued connections wait in the kernel's backlog meanwhile). A connection is
+    served once it has a slot (``max_connections``; ``handle`` releases it): until then no
+    other is accepted."""
     while True:
         try:
             stream = await listener.accept()
@@ -695,10 +742,48 @@ async def _accept_loop(
             log.warning("fluxstream server: accept failed (%s); retrying", exc)
             await anyio.sleep(ACCEPT_BACKOFF)
             continue
+        try:
+            await slots.acquire()
+        except BaseException:  # the server is closing
+            await anyio.aclose_forcefully(stream)
+            raise
         tg.start_soon(handle, stream)
 
 
-def _parse_body(body: bytes) -> tuple[Any, str | None]:
+#: Bytes of the body looked at at once when counting values outside strings.
+_COUNT_WINDOW = 64 * 1024
+
+
+def _more_values_than(body: bytes | bytearray, limit: int) -> bool:
+    """Whether ``body`` holds more than ``limit`` JSON values, judged before decoding and at C
+    speed: every value after the first in an array or object follows a ``,``, and every array
+    or object opens with ``[`` or ``{``, so their count bounds the values. Those characters
+    inside strings are text, so when the rough count is over, only the parts outside strings
+    are counted: escaped quotes removed, the text between every other ``"`` is outside. It
+    goes by windows, so the check itself costs at most one copy of the body (when it has
+    backslashes). Where the body is not valid JSON the count may be off from there on; the
+    decoder stops at that point too."""
+
+    def count(text: bytes | bytearray) -> int:
+        return text.count(b",") + text.count(b"{") + text.count(b"[")
+
+    if count(body) <= limit:
+        return False
+    text = body
+    if b"\\" in text:  # drop escape pairs first, so that every quote left is a delimiter
+        text = text.replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = 0
+    in_string = False
+    for start in range(0, len(text), _COUNT_WINDOW):
+        parts = text[start : start + _COUNT_WINDOW].split(b'"')
+        outside += count(b"".join(parts[1 if in_string else 0 :: 2]))
+        if outside > limit:
+            return True
+        in_string ^= len(parts) % 2 == 0  # an odd number of quotes in this window
+    return False
+
+
+def _parse_body(body: bytes | bytearray) -> tuple[Any, str | None]:
     """The request's JSON (``None`` if it is not JSON: the routes answer 400 for that), and a
     problem to answer 400 with. Nesting is bounded: ``json.loads`` raises ``RecursionError``
     (not ``ValueError``) on a deep body, and a value that loads can still overflow the stack
@@ -752,12 +837,17 @@ async def serve(
     faults: str | Mapping[str, str] | None = None,
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
     record_limit: int | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> AsyncIterator[Server]:
     """Run the server in the current event loop (asyncio or trio) for the ``async with`` body.
 
     ``port=0`` picks a free port (see :attr:`Server.port`). Leaving the block closes the
     listener and cancels every connection, even ones in the middle of a stall.
     ``record_limit``: the records kept per list (default all; see :class:`Records`).
+    ``max_body_bytes``: the largest request body served (a 413 with a JSON error past it).
+    ``max_connections``: connections served at once; the next one waits until one ends
+    (idle keep-alive connections are closed to make room; see :mod:`.slots`).
     """
     server = Server(
         host=host,
@@ -767,6 +857,8 @@ async def serve(
         faults=faults,
         idle_timeout=idle_timeout,
         record_limit=record_limit,
+        max_body_bytes=max_body_bytes,
+        max_connections=max_connections,
     )
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     server.port = listener.extra(anyio.abc.SocketAttribute.local_port)
@@ -777,7 +869,7 @@ async def serve(
         async with anyio.create_task_group() as tg:
             for one in listener.listeners:
                 if isinstance(one, anyio.abc.SocketListener):
-                    tg.start_soon(_accept_loop, one, server._handle, tg)
+                    tg.start_soon(_accept_loop, one, server._handle, tg, server.slots)
                 else:  # pragma: no cover - create_tcp_listener makes socket listeners
                     tg.start_soon(one.serve, server._handle, tg)
             try:

@@ -11,7 +11,8 @@ Why the I/O is shaped like this
   exact byte (``drop-after``). A drop raises :class:`Dropped`; the caller closes the socket
   without the chunked terminator.
 * **Bounded.** Buffered input, body size and loop counts have limits, and a write the client
-  does not take within the idle timeout ends the connection.
+  does not take within the idle timeout ends the connection. Input goes to h11 in pieces of
+  at most :data:`FEED_SIZE`, so the request body is the only copy of itself that grows.
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ from .faults import Faults
 from .records import DisconnectRecord, Records
 from .script import dumps
 
-__all__ = ["ClientGone", "Connection", "Dropped", "Inbox", "error_json"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ClientGone", "Connection", "Dropped", "Inbox", "error_json"]
 
 log = logging.getLogger("fluxstream.server")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_INBOX_BYTES = MAX_BODY_BYTES + 1024 * 1024
+#: Largest request body served by default (a 413 past it): far above a chat request, images
+#: inlined as base64 included, and small enough that a few at once cost little.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Input a connection may buffer beyond its body bound (a pipelined request's head, say).
+INBOX_SLACK = 1024 * 1024
 READ_SIZE = 64 * 1024
+#: Most bytes handed to h11 at once: h11 copies what it is fed, and a body assembled from
+#: small pieces never has a second full-size copy next to it.
+FEED_SIZE = 4 * READ_SIZE
 
 
 class Dropped(Exception):
@@ -51,14 +58,16 @@ class ClientGone(Exception):
 class Inbox:
     """Bytes read by the reader task, waiting for h11; ``b""`` from :meth:`get` means EOF."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int) -> None:
+        #: Most bytes buffered at once.
+        self.limit = limit
         self._buffer = bytearray()
         self._eof = False
         self._wakeup: anyio.Event | None = None
 
     def put(self, data: bytes) -> bool:
         """Queue ``data``; ``False`` if the buffered input would exceed its bound."""
-        if len(self._buffer) + len(data) > MAX_INBOX_BYTES:
+        if len(self._buffer) + len(data) > self.limit:
             return False
         self._buffer += data
         self._wake()
@@ -73,12 +82,17 @@ class Inbox:
             self._wakeup.set()
             self._wakeup = None
 
-    async def get(self) -> bytes:
+    async def wait(self) -> None:
+        """Until there are bytes to get, or EOF."""
         while not self._buffer and not self._eof:
             self._wakeup = anyio.Event()
             await self._wakeup.wait()
-        data = bytes(self._buffer)
-        self._buffer.clear()
+
+    async def get(self) -> bytes:
+        """Up to :data:`FEED_SIZE` buffered bytes (``b""``: EOF)."""
+        await self.wait()
+        data = bytes(self._buffer[:FEED_SIZE])
+        del self._buffer[:FEED_SIZE]  # cheap: a bytearray drops its head without moving
         return data
 
 
@@ -92,14 +106,17 @@ class Connection:
         cid: int,
         *,
         write_timeout: float | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ) -> None:
         self.records = records
+        #: Largest request body read (a larger one is read to its end and dropped: a 413).
+        self.max_body_bytes = max_body_bytes
         #: Seconds one ``send`` may wait for the client to take bytes (``None``: forever).
         self.write_timeout = write_timeout
         self.stream = stream
         self.id = cid
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
-        self.inbox = Inbox()
+        self.inbox = Inbox(max_body_bytes + INBOX_SLACK)
         self.faults = Faults()
         self.wire_bytes = 0
         self.body_bytes = 0
@@ -158,23 +175,33 @@ class Connection:
     async def next_event(self) -> Any:
         # Bounded: every round either returns or feeds new bytes (or EOF) to h11, and the
         # caller's idle timeout bounds the waiting.
-        for _ in range(MAX_INBOX_BYTES):
+        for _ in range(self.inbox.limit + 1):
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
             self.h11.receive_data(await self.inbox.get())
         raise h11.RemoteProtocolError("too many reads for one event")
 
+    async def wait_for_request(self) -> None:
+        """Until the next request's first bytes are here (or the client closed): time spent
+        here is a keep-alive connection's idle time."""
+        pending, closed = self.h11.trailing_data
+        if not pending and not closed:
+            await self.inbox.wait()
+
     async def read_request(self, body: bytearray) -> tuple[h11.Request | None, bool]:
+        """The next request, its body appended to ``body``; ``True`` when the body was over
+        :attr:`max_body_bytes` (then read to its end and dropped)."""
         event = await self.next_event()
         if not isinstance(event, h11.Request):
             return None, False
         too_big = False
-        for _ in range(MAX_INBOX_BYTES):
+        for _ in range(self.inbox.limit + 1):
             part = await self.next_event()
             if isinstance(part, h11.Data):
-                if len(body) + len(part.data) > MAX_BODY_BYTES:
+                if too_big or len(body) + len(part.data) > self.max_body_bytes:
                     too_big = True
+                    body.clear()
                 else:
                     body += part.data
             elif isinstance(part, h11.EndOfMessage):

@@ -16,7 +16,13 @@ import anyio
 import anyio.from_thread
 import anyio.lowlevel
 
-from .app import DEFAULT_IDLE_TIMEOUT, Server, serve
+from .app import (
+    DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONNECTIONS,
+    Server,
+    serve,
+)
 from .records import DisconnectRecord, Records
 
 __all__ = ["ServerThread", "run", "run_forever"]
@@ -30,10 +36,16 @@ async def run_forever(
     ready: Callable[[str], None] | None = None,
     *,
     faults: str | Mapping[str, str] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Serve until cancelled (the ``fluxstream serve`` command); ``ready(base_url)`` once bound.
-    Nothing can read its records, so it keeps none (they would grow with every request)."""
-    async with serve(host, port, profile, api_key, faults=faults, record_limit=0) as server:
+    Nothing can read its records, so it keeps none (they would grow with every request).
+    ``max_body_bytes``/``max_connections``: see :func:`~.app.serve`."""
+    async with serve(
+        host, port, profile, api_key, faults=faults, record_limit=0,
+        max_body_bytes=max_body_bytes, max_connections=max_connections,
+    ) as server:
         if ready is not None:
             ready(server.base_url)
         await anyio.sleep_forever()
@@ -48,11 +60,16 @@ def run(
     *,
     faults: str | Mapping[str, str] | None = None,
     backend: str = "asyncio",
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Blocking :func:`run_forever` on a new event loop; returns on KeyboardInterrupt."""
 
     async def main() -> None:
-        await run_forever(host, port, profile, api_key, ready, faults=faults)
+        await run_forever(
+            host, port, profile, api_key, ready, faults=faults,
+            max_body_bytes=max_body_bytes, max_connections=max_connections,
+        )
 
     with suppress(KeyboardInterrupt):
         anyio.run(main, backend=backend)
@@ -80,6 +97,8 @@ class ServerThread:
         faults: str | Mapping[str, str] | None = None,
         backend: str = "asyncio",
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
     ) -> None:
         self._options: dict[str, Any] = {
             "host": host,
@@ -88,6 +107,8 @@ class ServerThread:
             "api_key": api_key,
             "faults": faults,
             "idle_timeout": idle_timeout,
+            "max_body_bytes": max_body_bytes,
+            "max_connections": max_connections,
         }
         self._backend = backend
         self._ready = threading.Event()

@@ -215,7 +215,24 @@ def request_digest(request: Mapping[str, Any]) -> str:
     """
     core = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
     blob = json.dumps(core, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    digest = hashlib.sha256()
+    for start in range(0, len(blob), _WINDOW):  # no whole encoded copy of a large request
+        digest.update(blob[start : start + _WINDOW].encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+#: Characters of a (possibly megabytes long) request text handled at once.
+_WINDOW = 256 * 1024
+
+
+def _word_count(text: str) -> int:
+    """``len(text.split())`` without a list of every word (a 6 MiB prompt is millions)."""
+    words = 0
+    for start in range(_WINDOW, len(text) + _WINDOW, _WINDOW):
+        words += len(text[start - _WINDOW : start].split())
+        if start < len(text) and not text[start - 1].isspace() and not text[start].isspace():
+            words -= 1  # one word across the cut, counted on both sides
+    return words
 
 
 def _content_text(content: Any) -> str:
@@ -505,7 +522,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -
     if isinstance(messages, list):
         for message in messages:
             if isinstance(message, dict):
-                prompt_tokens += len(_content_text(message.get("content")).split())
+                prompt_tokens += _word_count(_content_text(message.get("content")))
     reasoning_tokens = sum(len(ch.reasoning_deltas) for ch in choices)
     completion_tokens = reasoning_tokens + sum(
         len(ch.text_deltas) + len(ch.tool_fragments) for ch in choices
