@@ -12,9 +12,11 @@ never from requests.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -61,11 +63,17 @@ def encode_body(body: Mapping[str, Any]) -> bytes:
         return _JSON.encode(body).encode()
 
 
-class _Unset:
-    """The type of "argument not given" (``None`` means "no timeout" here)."""
+class _NotGiven:
+    """The type of "argument not given" (``None`` means "no timeout" here). Its repr is
+    what ``help()`` shows as the default, as openai-python's ``NOT_GIVEN``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
 
 
-_UNSET = _Unset()
+NOT_GIVEN = _NotGiven()
 
 
 class Secret:
@@ -92,7 +100,11 @@ class AsyncClient:
     """An async session for streaming chat replies from an OpenAI-style endpoint.
 
     :param base_url: e.g. ``"https://api.openai.com/v1"``; with or without a trailing slash.
-        Falls back to ``OPENAI_BASE_URL``, then to OpenAI's.
+        Falls back to ``OPENAI_BASE_URL``, then to OpenAI's. A query
+        (``...?api-version=...``) is kept after each request's path. Credentials in it
+        (``http://user:pw@host/v1``) are sent as Basic authentication in place of the key, as
+        httpx does, and are never handed to the HTTP library inside a URL (its log would
+        show them); ``client.base_url`` is the URL without them.
     :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
     :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
         it is and never closed by fluxstream.
@@ -119,7 +131,14 @@ class AsyncClient:
     :param finish_grace: once every choice has a finish reason, how long to wait for more
         (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
-    :param headers: extra headers for every request.
+    :param headers: extra headers for every request. A credential among them (a name with
+        ``auth``, ``key``, ``token``, ``secret``, ``cookie``, ``session``... as
+        ``Authorization``, ``x-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``)
+        is treated as ``api_key`` is: surrounding whitespace dropped, and any other character
+        a header cannot carry refused here with a ``ValueError`` that does not show it.
+    :param default_query: query parameters sent with every request (Azure's
+        ``{"api-version": ...}``), after those of ``base_url``'s own query, which keeps
+        following the path; a name in both is sent with this value.
     :param max_event_bytes: the largest SSE event accepted (default 16 MiB).
     :param require_finish_reason: ``[DONE]`` when no choice has a finish reason ends
         ``truncated``; pass ``False`` for servers that never send finish reasons.
@@ -140,23 +159,27 @@ class AsyncClient:
         http_client: Any = None,
         transport: str = "auto",
         limits: httpx.Limits | None = None,
-        timeout: httpx.Timeout | float | _Unset | None = _UNSET,
+        timeout: httpx.Timeout | float | _NotGiven | None = NOT_GIVEN,
         idle_timeout: float | None = None,
         stall_timeout: float | None = None,
         first_token_timeout: float | None = None,
         finish_grace: float | None = 2.0,
         headers: Mapping[str, str] | None = None,
+        default_query: Mapping[str, str | int | float | bool] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         require_finish_reason: bool = True,
         stream_limits: StreamLimits | None = None,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
     ) -> None:
+        source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = base.rstrip("/")
+        self._url = _BaseURL(base, source, default_query)
+        #: The API root as given, without credentials (and with the query, if any).
+        self.base_url = self._url.shown
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._api_key = Secret(_header_safe_key(key)) if key else None
-        if isinstance(timeout, _Unset):
+        self._api_key = Secret(_header_safe(key, "api_key", "the key")) if key else None
+        if isinstance(timeout, _NotGiven):
             # An injected client keeps its own timeouts unless told otherwise ("as it is").
             own = getattr(http_client, "timeout", None) if http_client is not None else None
             self._timeout_given = False
@@ -175,12 +198,16 @@ class AsyncClient:
         self.stream_limits = stream_limits
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
-        self._headers = {name.lower(): value for name, value in (headers or {}).items()}
+        self._headers = {
+            name.lower(): value for name, value in checked_headers(headers, "headers").items()
+        }
         # Merged once: most requests add no headers of their own (see ``_build_request``).
         # Without the key: it is revealed only when a request is built.
         self._post_headers = self._merge_headers(True, {}, with_key=False)
         self._get_headers = self._merge_headers(False, {}, with_key=False)
-        self._bearer = bool(self._api_key) and not _carries_key(self._headers)
+        self._authenticates = self._url.auth is not None or (
+            bool(self._api_key) and not _carries_key(self._headers)
+        )
         self._owns_http = http_client is None
         if http_client is None:
             http_client = make_http_client(
@@ -188,15 +215,33 @@ class AsyncClient:
             )
         self._http = http_client
         self._errors = HttpErrors.for_client(http_client)
-        self.chat = Chat(self)
-        #: OpenAI Responses API streaming (:class:`~fluxstream.endpoints.Responses`).
-        self.responses = Responses(self)
-        #: Anthropic Messages streaming (:class:`~fluxstream.endpoints.Messages`).
-        self.messages = Messages(self)
+        self._chat = Chat(self)
+        self._responses = Responses(self)
+        self._messages = Messages(self)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
         return f"<fluxstream.AsyncClient base_url={_safe_url(self.base_url)!r} api_key={key}>"
+
+    # Properties rather than attributes set in ``__init__``: ``help(AsyncClient)`` lists them
+    # with their docstrings, and they cannot be replaced by mistake.
+    @property
+    def chat(self) -> Chat:
+        """Chat Completions streaming (``POST {base_url}/chat/completions``):
+        ``stream``, ``complete`` and ``resume`` (:class:`Chat`)."""
+        return self._chat
+
+    @property
+    def responses(self) -> Responses:
+        """OpenAI Responses API streaming (``POST {base_url}/responses``): ``stream``,
+        ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Responses`)."""
+        return self._responses
+
+    @property
+    def messages(self) -> Messages:
+        """Anthropic Messages streaming (``POST {base_url}/messages``): ``stream``,
+        ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
+        return self._messages
 
     @property
     def read_timeout(self) -> float | None:
@@ -247,11 +292,18 @@ class AsyncClient:
             **self._headers,
             **{name.lower(): value for name, value in headers.items()},
         }
-        if with_key and self._api_key and not _carries_key(all_headers):
-            all_headers["authorization"] = self._bearer_header()
+        if with_key and (self._url.auth is not None or (
+            self._api_key and not _carries_key(all_headers)
+        )):
+            all_headers["authorization"] = self._authorization()
         return all_headers
 
-    def _bearer_header(self) -> str:
+    def _authorization(self) -> str:
+        """The ``Authorization`` value, revealed only now: the base URL's credentials as Basic
+        authentication, in place of any other (httpx's rule for a URL with credentials), else
+        the key as a Bearer token (the callers check that no header carries a key)."""
+        if self._url.auth is not None:
+            return self._url.auth.reveal()
         assert self._api_key is not None
         return f"Bearer {self._api_key.reveal()}"
 
@@ -263,8 +315,8 @@ class AsyncClient:
             all_headers = self._merge_headers(body is not None, headers)
         else:  # the usual case: only the client's own headers, merged once
             all_headers = self._post_headers if body is not None else self._get_headers
-            if self._bearer:
-                all_headers = {**all_headers, "authorization": self._bearer_header()}
+            if self._authenticates:
+                all_headers = {**all_headers, "authorization": self._authorization()}
         extra: dict[str, Any] = {}
         if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
             t = self.timeout
@@ -273,7 +325,7 @@ class AsyncClient:
         content = None if body is None else encode_body(body)
         return self._http.build_request(
             "GET" if body is None else "POST",
-            f"{self.base_url}/{path}",
+            self._url.join(path),
             content=content,
             headers=all_headers,
             **extra,
@@ -385,6 +437,7 @@ class Chat:
         ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
         ``path``, wire ``format`` and, for Anthropic's key header, request ``build``er."""
         client = self._client
+        headers = checked_headers(headers, "extra_headers")
         if logger.isEnabledFor(logging.DEBUG):  # key and model may come from a token: escaped
             logger.debug("%s stream model=%s key=%s", path, show_key(body.get("model")),
                          show_key(content_key))
@@ -419,18 +472,37 @@ class Chat:
     complete = completing(stream)
 
 
-def _header_safe_key(key: str) -> str:
-    """The key as a header carries it. Surrounding whitespace (a key read from a file keeps
+def _header_safe(value: str, what: str, hidden: str) -> str:
+    """A secret as a header carries it. Surrounding whitespace (a key read from a file keeps
     its newline) is dropped: HTTP drops it from a header value anyway. Any other character a
-    header cannot carry is refused now, without showing the key: the HTTP library would
-    refuse it later with the whole header, the key, in its error's text."""
-    key = key.strip()
-    if not (key.isascii() and key.isprintable()):
+    header cannot carry is refused now, without showing the value: the HTTP library would
+    refuse it later with the whole header in its error's text (and httpcore's DEBUG log)."""
+    value = value.strip()
+    if not (value.isascii() and value.isprintable()):
         raise ValueError(
-            "api_key holds a character an HTTP header cannot carry (a control character or "
-            "non-ASCII); the key is not shown"
+            f"{what} holds a character an HTTP header cannot carry (a control character or "
+            f"non-ASCII); {hidden} is not shown"
         )
-    return key
+    return value
+
+
+#: Parts of a header name that say its value is a credential: ``Authorization``,
+#: ``Proxy-Authorization``, ``x-api-key``, Azure's ``api-key``, ``Cookie``, ``X-Auth-Token``,
+#: ``Ocp-Apim-Subscription-Key``... A non-secret header caught by this is only checked early.
+_CREDENTIAL_NAME = re.compile(
+    "auth|key|token|secret|cookie|passw|session|credential|signature", re.IGNORECASE
+)
+
+
+def checked_headers(headers: Mapping[str, str] | None, what: str) -> dict[str, str]:
+    """``headers`` with every credential's value checked as ``api_key`` is
+    (:func:`_header_safe`); other values are left to the HTTP library."""
+    out: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        if isinstance(value, str) and _CREDENTIAL_NAME.search(name):
+            value = _header_safe(value, f"{what} {show_key(name)}", "its value")
+        out[name] = value
+    return out
 
 
 def _carries_key(headers: Mapping[str, str]) -> bool:
@@ -457,3 +529,69 @@ def _safe_url(url: str) -> str:
     """The URL without credentials or query (either may hold a key)."""
     parsed = httpx.URL(url)
     return str(parsed.copy_with(username=None, password=None, query=None))
+
+
+class _BaseURL:
+    """``base_url`` taken apart once: what each request's URL is made of.
+
+    A request's path goes after the base URL's path and before its query (Azure's
+    ``?api-version=...``), and ``default_query`` joins that query. Credentials are taken out
+    and kept as the Basic ``Authorization`` value, so no URL handed to the HTTP library holds
+    them (httpx logs every request's URL at INFO).
+    """
+
+    __slots__ = ("auth", "prefix", "query", "shown")
+
+    def __init__(
+        self, raw: str, source: str, default_query: Mapping[str, str | int | float | bool] | None
+    ) -> None:
+        url = _parsed_base_url(raw, source)
+        username, password = url.username, url.password
+        self.auth: Secret | None = None
+        if username or password:  # as httpx.BasicAuth builds it from a URL's credentials
+            pair = f"{username}:{password}".encode()
+            self.auth = Secret(f"Basic {base64.b64encode(pair).decode('ascii')}")
+        bare = url.copy_with(username=None, password=None, query=None, fragment=None)
+        self.prefix = str(bare).rstrip("/")
+        query = url.query.decode("ascii")
+        if default_query:
+            query = str(httpx.QueryParams(query).merge(default_query))
+        self.query = query
+        own = url.query.decode("ascii")
+        self.shown = f"{self.prefix}?{own}" if own else self.prefix
+
+    def join(self, path: str) -> str:
+        """The URL of ``path`` (which may carry a query of its own, after the base's)."""
+        query = self.query
+        if not query:
+            return f"{self.prefix}/{path}"
+        path, _, own = path.partition("?")
+        return f"{self.prefix}/{path}?{query}&{own}" if own else f"{self.prefix}/{path}?{query}"
+
+
+def _parsed_base_url(raw: str, source: str) -> httpx.URL:
+    """``raw`` parsed, or a ``ValueError`` that says what is wrong in the user's terms (the
+    HTTP library would say ``UnsupportedProtocol '127.0.0.1://'`` on every request)."""
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, TypeError):
+        raise ValueError(f"{source} is not a URL: got {_shown_url(raw)}") from None
+    if url.scheme not in ("http", "https"):
+        raise ValueError(f"{source} needs http:// or https://: got {_shown_url(raw)}")
+    if not url.host:
+        raise ValueError(f"{source} needs a host: got {_shown_url(raw)}")
+    return url
+
+
+def _shown_url(raw: object) -> str:
+    """A URL that failed to parse, for an error message: without a query or a fragment, and
+    without anything before an ``@`` (credentials) but a scheme; cut, on one line."""
+    if not isinstance(raw, str):
+        return show_key(raw)
+    shown = raw.split("#", 1)[0].split("?", 1)[0]
+    at = shown.rfind("@")
+    if at >= 0:
+        scheme, sep, _ = shown[:at].partition("://")
+        keep = scheme + sep if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) else ""
+        shown = f"{keep}***{shown[at:]}"
+    return repr(shown[:120]) + ("..." if len(shown) > 120 else "")

@@ -113,11 +113,13 @@ def anthropic_client(base_url: str | None = None, api_key: str | None = None,
     from .client import AsyncClient
 
     base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
-    base = base.rstrip("/")
-    if not base.endswith("/v1"):
-        base += "/v1"
+    # ``/v1`` goes at the end of the path, before a query (a gateway's ``?api-version=``).
+    path, mark, query = base.partition("?")
+    path = path.rstrip("/")
+    if not path.endswith("/v1"):
+        path += "/v1"
     key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
-    return AsyncClient(base, key, **kwargs)
+    return AsyncClient(path + mark + query, key, **kwargs)
 
 
 class _Endpoint:
