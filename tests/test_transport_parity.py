@@ -87,9 +87,10 @@ HEAD_LIMITS = (
     "(APIConnectionError) that httpx reads"
 )
 UNDECODABLE = (
-    "a br/zstd body the client cannot decode: aiohttp fails the request "
-    "(APIConnectionError), httpx hands the compressed bytes to the SSE decoder (truncated, "
-    "no error); both must fail as an undecodable body does (DecodingError)"
+    "a br/zstd body the client cannot decode must fail as a gzip body that is not gzip does "
+    "(cause DecodingError, StreamFailedError raised from it) on both transports: aiohttp "
+    "failed the request (APIConnectionError), httpx handed the compressed bytes to the SSE "
+    "decoder (truncated, no error)"
 )
 NON_ASCII_HEADER = (
     "a caller's non-ASCII header value: a bare UnicodeEncodeError on httpx, sent raw (UTF-8) "
