@@ -4,7 +4,9 @@ httpx turns the URL's credentials into Basic authentication, replacing any ``Aut
 header (the ``api_key``'s Bearer token included). aiohttp refuses the combination outright (a
 raw ``ValueError`` "Cannot combine AUTHORIZATION header with ... credentials encoded in URL"),
 so with ``api_key=`` and such a URL every request of the default asyncio transport failed with
-an untyped exception. The adapter now does what httpx does.
+an untyped exception. The client now takes the credentials out of the URL and sends them as
+Basic authentication itself, as httpx would, so no transport ever sees them in a URL (and
+httpx's INFO log of each request's URL cannot show them: tests/test_header_secrets.py).
 """
 
 from __future__ import annotations
