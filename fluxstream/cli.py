@@ -41,7 +41,7 @@ from ._capture import (
 )
 from ._cli_args import build_parser
 from ._cli_render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
-from .client import AsyncClient
+from .client import AsyncClient, checked_headers
 from .endpoints import anthropic_client
 from .errors import FluxstreamError
 from .reply import Outcome
@@ -222,7 +222,8 @@ def _headers(values: Sequence[str] | None) -> dict[str, str]:
                 f" {problem}"
             )
         headers[name.strip()] = content.strip()
-    return headers
+    # Checked here, not only by ``extra_headers=``: ``capture`` builds its request directly.
+    return checked_headers(headers, "--header")
 
 
 def _shown(url: str) -> str:

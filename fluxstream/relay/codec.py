@@ -168,6 +168,3 @@ def coalesce(events: list[Event]) -> list[Event]:
     return out
 
 
-def show_key(key: str) -> str:
-    """``repr`` of a content key for messages, cut to a readable length."""
-    return repr(key) if len(key) <= 60 else repr(key[:60]) + "..."

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import RelayKeyError, RelayPositionError
+from ..errors import RelayKeyError, RelayPositionError, show_key
 from ..events import End, Outcome
-from .codec import Entry, Position, RelayEvent, parse_position, show_key
+from .codec import Entry, Position, RelayEvent, parse_position
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..stream import ReplyStream

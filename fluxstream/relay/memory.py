@@ -19,9 +19,9 @@ from typing import Any
 
 import anyio
 
-from ..errors import RelayKeyError, RelayLeaseLostError
+from ..errors import RelayKeyError, RelayLeaseLostError, show_key
 from ..events import Event
-from .codec import Entry, show_key
+from .codec import Entry
 from .log import LogState, ReplyLog
 
 __all__ = ["MemoryReplyLog"]

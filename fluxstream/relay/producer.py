@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._tasks import spawn
-from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError
+from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
 from ..events import End, Event, Outcome, ToolCallDelta
-from .codec import Entry, coalesce, show_key
+from .codec import Entry, coalesce
 from .log import Write, _end_record
 from .writer import Writer, writer_of
 

@@ -44,9 +44,9 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError
+from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError, show_key
 from ..events import Event
-from .codec import Entry, decode_entry, encode_entry, show_key
+from .codec import Entry, decode_entry, encode_entry
 from .log import LogState, ReplyLog, Write
 from .redis_io import Pipeliner, Tailer, entry_number, ignore_result
 from .redis_scripts import (

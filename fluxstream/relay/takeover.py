@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..endpoints import token_api
+from ..errors import show_key
 from ..events import (
     Event,
     Finish,
@@ -26,7 +27,7 @@ from ..events import (
     TextDelta,
     ToolCallDelta,
 )
-from .codec import Entry, show_key
+from .codec import Entry
 from .producer import RecordedStream, background
 
 if TYPE_CHECKING:  # pragma: no cover
