@@ -25,11 +25,13 @@ Why it looks the way it does:
   every choice has a finish reason, ``truncated`` otherwise (including a payload cut by the
   end of the bytes), ``failed`` whenever an error payload arrived (``Reply.stream_end`` keeps
   how the bytes ended), ``cancelled``/``failed`` for transport-driven ends. The sentinel
-  alone is not enough: ``[DONE]`` when no choice has a finish reason (and no error arrived)
-  is ``truncated`` with reason ``"sentinel without a finish reason"`` (llama-cpp-python sends
-  exactly that when another request interrupts a stream) unless ``require_finish_reason`` is
-  off, for servers that never send finish reasons. The rule is per stream, not per choice: a
-  stream where some choices finished stays ``done``, the others keep ``finish_reason=None``.
+  alone is not enough: ``[DONE]`` (or another format's end marker, such as Anthropic's
+  ``message_stop``) when no choice has a finish reason (and no error arrived) is
+  ``truncated`` with reason ``"sentinel without a finish reason"`` (llama-cpp-python sends
+  exactly that when another request interrupts a stream; ``"message_stop without ..."``)
+  unless ``require_finish_reason`` is off, for servers that never send finish reasons. The
+  rule is per stream, not per choice: a stream where some choices finished stays ``done``,
+  the others keep ``finish_reason=None``.
 * **Usage.** Every usage object is kept in order (``Reply.usage_updates``, at most
   ``_MAX_USAGE_UPDATES``: past that the last entry is replaced, so memory stays bounded when a
   server sends usage on every chunk); ``Reply.usage`` is the last one received.
@@ -432,13 +434,15 @@ class ReplyAssembler:
         if sentinel:
             stream_end = Outcome.DONE
             if (
-                reason == "sentinel"
+                reason != "completion"
                 and self.require_finish_reason
                 and self.error is None
                 and not any(st.finish is not None for st in self._choices.values())
             ):
+                # Any stream's end marker (``[DONE]``, Anthropic's ``message_stop`` ...): a
+                # whole body (``completion``) is complete by itself.
                 stream_end = Outcome.TRUNCATED
-                reason = "sentinel without a finish reason"
+                reason = f"{reason} without a finish reason"
         elif not cut and self.all_finished:
             stream_end = Outcome.FINISHED
         else:

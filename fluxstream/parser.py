@@ -28,7 +28,7 @@ from .events import Event, Finish, TextDelta
 from .formats import FORMATS
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
-from .resume_check import ResumeCheck
+from .resume_check import ResumeCheck, SequenceCheck
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 __all__ = ["StreamParser", "replay"]
@@ -118,6 +118,9 @@ class StreamParser:
         # trusted (see fluxstream.resume_check); the first event id of the stream, for it.
         self._resume_check: ResumeCheck | None = None
         self._first_event_id: str | None = None
+        # A re-read of a Responses stream (starting_after, a token): its first new
+        # sequence_number is checked before anything of it is trusted.
+        self._sequence_check: SequenceCheck | None = None
         #: An error found part way through a read whose earlier events were delivered:
         #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
         self._deferred: FluxstreamError | None = None
@@ -150,6 +153,8 @@ class StreamParser:
             sses = self._check_resume(sses)
             if not sses:
                 return []
+        if self._sequence_check is not None:
+            self._check_sequence(sses)
         self._events += len(sses)
         feed_many = self._feed_many
         if len(sses) == 1 and feed_many is None:
@@ -334,6 +339,27 @@ class StreamParser:
         reconnected = getattr(self._format, "new_connection", None)
         if reconnected is not None:
             reconnected()
+        self._expect_sequence()
+
+    def _expect_sequence(self) -> None:
+        """A Responses stream read again after ``N`` (a re-read, a token): check that it
+        goes on at ``N + 1`` (see :class:`~fluxstream.resume_check.SequenceCheck`)."""
+        after = self.sequence
+        self._sequence_check = None if after is None else SequenceCheck(after)
+
+    def _check_sequence(self, sses: list[ServerSentEvent]) -> None:
+        """Raise :class:`ResumeMismatchError` for a re-read that skips events (its bytes are
+        then forgotten, as a rejected ``Last-Event-ID`` reconnect's are)."""
+        check = self._sequence_check
+        assert check is not None
+        try:
+            over = check.filter(sses)
+        except ResumeMismatchError:
+            self._sequence_check = None
+            self._decoder = self._new_decoder()
+            raise
+        if over:
+            self._sequence_check = None
 
     def _new_resume_check(self, last_id: str) -> ResumeCheck:
         reply = self.reply
@@ -379,6 +405,7 @@ class StreamParser:
         assembly state, announced by a :class:`~fluxstream.events.Reset` event."""
         self.new_connection()
         self._format.reset()
+        self._sequence_check = None  # a new generation: its numbers start over
         return self._assembler.reset(attempt, reason)
 
     # ------------------------------------------------------------------ resume support
@@ -410,6 +437,7 @@ class StreamParser:
         continued = getattr(self._wire, "continued", None)
         if continued is not None:
             continued()
+        self._sequence_check = None  # a new response: its numbers start over
         self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
 
@@ -469,6 +497,7 @@ class StreamParser:
             restore_state(token.get("wire"))
         parser._old_last_event_id = str(token.get("last_event_id") or "")
         parser._old_reconnection_time = token.get("reconnection_time")
+        parser._expect_sequence()  # whatever reads on, it reads after the token's number
         return parser
 
     # ------------------------------------------------------------------ state
@@ -532,8 +561,12 @@ class StreamParser:
     @property
     def sequence(self) -> int | None:
         """Responses API: the highest ``sequence_number`` delivered (``None``: another
-        format, or none seen yet): the ``starting_after`` of OpenAI's resume."""
-        seq = getattr(self._wire, "sequence", None)
+        format, none seen yet, or numbers that went backwards, which cannot order a re-read):
+        the ``starting_after`` of OpenAI's resume."""
+        wire = self._wire
+        seq = getattr(wire, "sequence", None)
+        if getattr(wire, "ordered", True) is False:
+            return None
         return seq if type(seq) is int and 0 <= seq < _MAX_SEQUENCE else None
 
     @property

@@ -19,6 +19,14 @@ falls back to the next resume strategy, or ends ``truncated`` with that reason.
 
 Cost: one JSON decode per replayed event and one for the first new event; then the check is
 off for the rest of the connection. The delivered text is joined once per check.
+
+:class:`SequenceCheck` does the same for the Responses API's own resume (``GET
+/responses/{id}?stream=true&starting_after=N``, or a resume token carrying ``N``): the
+events at or below ``N`` are replays (the format drops and counts them), and the first
+event past ``N`` must be ``N + 1``. A later one means the re-read lost events between the
+two connections (``ABCF`` for ``ABCDEF``): :class:`~fluxstream.errors.ResumeMismatchError`,
+never a splice. It reads only the top-level ``sequence_number`` of the first events, without
+building the rest of them.
 """
 
 from __future__ import annotations
@@ -27,11 +35,15 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import msgspec
+
 from .errors import ResumeMismatchError
 from .events import Event, TextDelta
+from .formats._base import BIG_FRAME, KEEPALIVES, MIN_CHARS_PER_OBJECT, too_many_objects
+from .formats._surrogates import fallback_loads
 from .sse import ServerSentEvent
 
-__all__ = ["ResumeCheck"]
+__all__ = ["ResumeCheck", "SequenceCheck"]
 
 _MAX_ID_DIGITS = 18
 
@@ -131,3 +143,67 @@ class ResumeCheck:
                 f"the resumed stream is a new sample (completion id {new_id!r}, the reply's is"
                 f" {self.reply_id!r}): the server did not honour Last-Event-ID"
             )
+
+
+#: Sequence numbers at or past this are not used (the Responses format ignores them too).
+_MAX_SEQUENCE = 2**53
+#: Decodes an event's top level only: every value stays raw bytes, however big or deep.
+_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode = msgspec.json.Decoder().decode
+
+
+def _peek(data: str) -> tuple[int | None, bool]:
+    """A Responses event's ``sequence_number`` (``None``: none, or not a count), and whether
+    the event carries nothing (a keep-alive, not an object): such an event says nothing
+    about the re-read, while an unnumbered event that may carry content ends the check."""
+    if data[:1] != "{":
+        return None, True
+    number: Any
+    kind: Any
+    try:
+        top = _top_level(data)
+        raw, raw_kind = top.get("sequence_number"), top.get("type")
+        number = None if raw is None or len(raw) > 20 else _decode(raw)
+        kind = None if raw_kind is None or len(raw_kind) > 20 else _decode(raw_kind)
+    except (ValueError, msgspec.MsgspecError, RecursionError):
+        # Lone UTF-16 surrogate escapes (an emoji cut by a Node server), which only
+        # json.loads takes, as the formats do; anything else the format skips and counts.
+        if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+            return None, True
+        obj = fallback_loads(data)
+        if not isinstance(obj, dict):
+            return None, True
+        number, kind = obj.get("sequence_number"), obj.get("type")
+    if number.__class__ is int and 0 <= number < _MAX_SEQUENCE:
+        return number, False
+    return None, kind.__class__ is str and kind in KEEPALIVES
+
+
+class SequenceCheck:
+    """The check of one ``starting_after=N`` re-read (see the module docstring).
+
+    :param after: ``N``, the last ``sequence_number`` delivered.
+    """
+
+    def __init__(self, after: int) -> None:
+        self.after = after
+
+    def filter(self, sses: list[ServerSentEvent]) -> bool:
+        """Whether the check is over (the first new event continues the stream; trust the
+        rest); raises :class:`ResumeMismatchError` when it does not."""
+        after = self.after
+        for sse in sses:
+            number, empty = _peek(sse.data)
+            if number is None:
+                if empty:
+                    continue
+                return True  # unnumbered content: nothing left to check it by
+            if number <= after:
+                continue  # a replay: the format drops and counts it
+            if number != after + 1:
+                raise ResumeMismatchError(
+                    f"the starting_after={after} re-read resumed at sequence_number {number}, "
+                    f"not {after + 1}: the events between were lost"
+                )
+            return True
+        return False

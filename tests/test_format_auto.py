@@ -53,15 +53,16 @@ def test_events_rebuild_the_reply_with_auto(path: Path) -> None:
     ("event", "payload", "name"),
     [
         ("message", {"type": "message_start", "message": {}}, "anthropic_messages"),
-        ("ping", {"type": "ping"}, "anthropic_messages"),
+        ("ping", {"type": "ping"}, None),  # a keep-alive: any proxy may send one
         ("content_block_delta", {}, "anthropic_messages"),
         ("message", {"type": "response.created", "response": {}}, "responses"),
         ("response.output_text.delta", {"delta": "x"}, "responses"),
         ("message", {"id": "c", "object": "chat.completion.chunk", "choices": []},
          "chat_completions"),
         ("message", {"choices": [{"index": 0, "delta": {"content": "x"}}]}, "chat_completions"),
-        ("message", {"error": {"message": "boom"}}, "chat_completions"),
-        ("message", {"object": "error", "message": "boom"}, "chat_completions"),
+        ("message", {"error": {"message": "boom"}}, None),  # errors name no format
+        ("message", {"object": "error", "message": "boom"}, None),
+        ("message", {"type": None, "id": "x"}, None),  # typed, but not by a string
         ("message", {"type": "error", "error": {"message": "boom"}}, None),
         ("error", {"error": {"message": "boom"}}, None),
         ("message", {"type": "brand_new"}, None),

@@ -159,6 +159,76 @@ def test_normalized_usage_survives_a_resume_token() -> None:
     assert again.usage.input_tokens == 3  # type: ignore[attr-defined]
 
 
+# ---------------------------------------------------------------------------- wrong types
+
+#: Declared ``Usage`` fields of a type they cannot have (``total_tokens: 1.5`` ...).
+WRONG_TYPES = [
+    {"total_tokens": 1.5},
+    {"total_tokens": "twelve"},
+    {"total_tokens": [1]},
+    {"prompt_tokens": {"a": 1}},
+    {"completion_tokens_details": "x"},
+    {"prompt_tokens_details": [1, 2]},
+]
+
+
+def round_trips(reply: fluxstream.Reply) -> None:
+    """What a relay follower and a resume token do with the reply: JSON and back."""
+    again = fluxstream.Reply.model_validate(json.loads(reply.model_dump_json()))
+    assert again.usage == reply.usage
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=[str(b) for b in WRONG_TYPES])
+def test_responses_usage_of_the_wrong_type_is_dropped_and_counted(bad: dict[str, Any]) -> None:
+    raw = {"input_tokens": 3, "output_tokens": 4, **bad}
+    reply = responses_usage(raw)
+    assert reply.outcome is fluxstream.Outcome.DONE and reply.text == "hi"
+    usage = reply.usage
+    assert usage is not None and usage.input_tokens == 3  # type: ignore[attr-defined]
+    assert not set(bad) & usage.model_fields_set  # the bad field is not kept
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (3, 4, 7)
+    assert reply.skipped_frames == 1
+    round_trips(reply)
+
+
+@pytest.mark.parametrize("bad", WRONG_TYPES, ids=[str(b) for b in WRONG_TYPES])
+def test_anthropic_usage_of_the_wrong_type_is_dropped_and_counted(bad: dict[str, Any]) -> None:
+    reply = anthropic_usage({"input_tokens": 3, **bad}, {"output_tokens": 4, **bad})
+    assert reply.outcome is fluxstream.Outcome.DONE and reply.text == "hi"
+    usage = reply.usage
+    assert usage is not None and not set(bad) & usage.model_fields_set
+    assert (usage.prompt_tokens, usage.completion_tokens) == (3, 4)
+    assert reply.skipped_frames == 2  # message_start's and message_delta's
+    round_trips(reply)
+
+
+def test_a_resume_token_of_a_stream_with_wrong_usage_is_accepted() -> None:
+    from fluxstream.parser import StreamParser
+
+    parser = StreamParser(content_key="k", format="anthropic_messages")
+    for piece in sse({"type": "message_start", "message": {
+            "id": "m", "usage": {"input_tokens": 2, "total_tokens": 1.5}}}):
+        parser.feed(piece)
+    token = json.loads(json.dumps({"key": "k", "reply": parser.reply.model_dump(mode="json"),
+                                   "offsets": parser.offsets(), "wire": parser.wire_state()}))
+    again = StreamParser.from_token(token, format="anthropic_messages")
+    assert again.reply.usage == parser.reply.usage
+
+
+@pytest.mark.parametrize("fmt", ["chat_completions", "responses", "anthropic_messages"])
+def test_usage_that_is_not_an_object_is_counted(fmt: str) -> None:
+    if fmt == "chat_completions":
+        reads = [b'data: {"choices":[{"index":0,"delta":{"content":"hi"},'
+                 b'"finish_reason":"stop"}],"usage":[1,2]}\n\ndata: [DONE]\n\n']
+        reply = replay(reads)
+    elif fmt == "responses":
+        reply = responses_usage("lots")
+    else:
+        reply = anthropic_usage([3], [4])
+    assert reply.text == "hi" and reply.usage is None
+    assert reply.skipped_frames >= 1
+
+
 # ---------------------------------------------------------------------------- end to end
 
 @pytest.mark.anyio

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -45,15 +46,20 @@ from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
 __all__ = [
+    "BIG_FRAME",
+    "KEEPALIVES",
     "MAX_KEPT_CHARS",
     "JsonEventFormat",
     "ToolCallState",
     "approx_size",
+    "checked_usage",
     "compact",
     "error_event",
     "finish_event",
     "fold",
+    "named_format",
     "normalized_usage",
+    "too_many_objects",
     "reasoning_delta",
     "refusal_delta",
     "text_delta",
@@ -207,6 +213,67 @@ def approx_size(value: object) -> int:
         return len(repr(value))
 
 
+# --------------------------------------------------------------------------- vocabularies
+
+#: In-band keep-alives (an ``event:`` name or a payload's ``type``): Anthropic's ``ping``, the
+#: ``keepalive`` some Responses servers send. They name no format.
+KEEPALIVES = frozenset({"ping", "keepalive"})
+_ANTHROPIC_EVENTS = frozenset({
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+    "message_delta", "message_stop",
+})
+
+
+def named_format(name: object) -> str | None:
+    """The event-typed format an event ``type`` (or ``event:`` name) belongs to: an
+    Anthropic Messages event name, or a ``response.*`` name; ``None`` for anything else
+    (keep-alives and ``error`` name no format: every format can send them)."""
+    if name.__class__ is not str:
+        return None
+    if name in _ANTHROPIC_EVENTS:
+        return "anthropic_messages"
+    if name.startswith("response."):
+        return "responses"
+    return None
+
+
+# --------------------------------------------------------------------------- memory guard
+
+#: Frames above this many characters are checked before they are decoded.
+BIG_FRAME = 64 * 1024
+#: Characters per JSON object or array (outside strings) below which a big frame of an
+#: event-typed format is refused. Decoding costs ~70 bytes per empty container and ~200 per
+#: small object, so a frame of ``{}`` costs ~24 times its size; at this density at most ~12.
+#: The densest real events, per-token logprobs with their alternatives in a terminal event,
+#: have over 20 characters per container.
+MIN_CHARS_PER_OBJECT = 16
+#: A JSON string (escapes included), for counting the brackets outside strings.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def too_many_objects(data: str, most: int) -> bool:
+    """More than ``most`` JSON objects and arrays in ``data``, counted before decoding it.
+
+    The brackets are counted at C speed; only when there are too many are those inside
+    strings taken off, string by string (an argument string may spell thousands of objects
+    and still decode to one string), stopping as soon as the rest fit. No copy of ``data``
+    is made and at most one string per 64 characters is looked at: the guard must not cost
+    what it guards against (a frame of millions of short strings between its objects)."""
+    excess = data.count("{") + data.count("[") - most
+    if excess <= 0:
+        return False
+    budget = max(4096, len(data) // 64)
+    for match in _STRING.finditer(data):
+        text = match.group()
+        excess -= text.count("{") + text.count("[")
+        if excess <= 0:
+            return False
+        budget -= 1
+        if not budget:
+            return True
+    return True
+
+
 def opt_str(value: object) -> str | None:
     if value is None:
         return None
@@ -215,11 +282,30 @@ def opt_str(value: object) -> str | None:
 
 def usage(raw: Mapping[str, Any]) -> Usage:
     """A :class:`~fluxstream.wire.Usage` keeping the provider's own field names
-    (``input_tokens``/``output_tokens``...) as extra fields: nothing is renamed or lost."""
+    (``input_tokens``/``output_tokens``...) as extra fields: nothing is renamed or lost.
+    ``raw`` must fit (see :func:`checked_usage`); if it does not, the fields that do not fit
+    are left out (a ``Usage`` holding ``total_tokens: 1.5`` would not validate back: relay
+    followers and resume tokens would refuse the reply)."""
+    return Usage.model_validate(checked_usage(raw)[0])
+
+
+def checked_usage(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``raw`` without the fields whose values do not fit ``Usage``'s declared types
+    (``"total_tokens": 1.5``, a string for a details object), and whether any was dropped.
+    The provider's own extra fields are kept whatever they hold. Never
+    ``model_construct(**raw)``: a key named ``cls`` or ``_fields_set`` would collide."""
+    clean = dict(raw)
     try:
-        return Usage.model_validate(raw)
-    except ValidationError:
-        return Usage.model_construct(**raw)
+        Usage.model_validate(clean)
+    except ValidationError as exc:
+        bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
+        clean = {k: v for k, v in clean.items() if k not in bad}
+        try:
+            Usage.model_validate(clean)
+        except ValidationError:  # pragma: no cover - only the fields named above can fail
+            return {}, True
+        return clean, True
+    return clean, False
 
 
 #: Larger counts are not believed (and not summed): no real reply has 2**53 tokens.
@@ -466,6 +552,9 @@ class JsonEventFormat:
         if self.done:
             return []
         data = sse.data
+        if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+            return self._bad_frame(data, "more JSON objects than an event of its size holds",
+                                   at_eof)
         if data[:1] != "{":
             stripped = data.strip()
             if stripped == "[DONE]":
@@ -544,6 +633,23 @@ class JsonEventFormat:
             with contextlib.suppress(TypeError, ValueError):
                 data = compact(frame)
         return [SkippedFrame(reason, fix_surrogates(data[:_EXCERPT]))]
+
+    def usage_of(self, raw: object, obj: object, out: list[Event]) -> dict[str, Any] | None:
+        """An event's ``usage`` ready to keep: ``None`` when there is none, and what does not
+        fit dropped and counted (usage that is not an object, fields of the wrong type: a
+        reply holding them would not validate back, so relay followers and resume tokens
+        would refuse it)."""
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            out += self.skip("usage is not an object", obj)
+            return None
+        if not raw:
+            return None
+        clean, dropped = checked_usage(raw)
+        if dropped:
+            out += self.skip("usage fields of the wrong type dropped", obj)
+        return clean
 
     def keep(self, size: int) -> bool:
         """Account for ``size`` characters of never-shown data; ``False`` (keep nothing) once

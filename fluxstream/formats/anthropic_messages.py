@@ -272,8 +272,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if self.model is None and model and isinstance(model, str):
             self.model = model
         out: list[Event] = []
-        raw = message.get("usage")
-        if isinstance(raw, Mapping) and raw:
+        raw = self.usage_of(message.get("usage"), obj, out)
+        if raw:
             self._usage = _bounded(raw)
             out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic")))
         content = message.get("content")
@@ -289,8 +289,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
     def _message_delta(self, obj: Mapping[str, Any]) -> list[Event]:
         out: list[Event] = []
         self.start()
-        raw = obj.get("usage")
-        if isinstance(raw, Mapping) and raw:
+        raw = self.usage_of(obj.get("usage"), obj, out)
+        if raw:
             merged = self._usage = _bounded({**(self._usage or {}), **raw})
             out.append(UsageUpdate(normalized_usage(merged, vocabulary="anthropic")))
         delta = obj.get("delta")

@@ -1,18 +1,25 @@
-"""``format="auto"``: recognise the wire format from the first event, then step aside.
+"""``format="auto"``: recognise the wire format from the first event that names one, then
+step aside.
 
-The three formats are told apart by their first payload, which each announces plainly:
+The three formats are told apart by what each event announces plainly:
 
 * Anthropic Messages: ``type`` (or the ``event:`` line) is one of ``message_start``,
-  ``content_block_*``, ``message_delta``, ``message_stop`` or ``ping``;
+  ``content_block_*``, ``message_delta`` or ``message_stop``;
 * OpenAI Responses: ``type`` (or the ``event:`` line) starts with ``response.``;
-* Chat Completions: a ``choices`` list, ``object`` ``chat.completion[.chunk]`` / ``error``, or
-  no ``type`` at all (the only untyped format; also its in-band ``{"error": ...}`` payloads).
+* Chat Completions: a ``choices`` list, ``object`` ``chat.completion[.chunk]``, or no ``type``
+  key at all (the only untyped format).
 
-An ``error`` event before anything else does not tell the formats apart (all three can open
-with one): it is recorded as the reply's error and the decision waits for the next event. A
-payload with an unknown ``type`` is skipped and counted. ``[DONE]`` first means Chat
-Completions; an empty ``{}`` (a proxy's keep-alive) decides nothing; a first payload only
-``json.loads`` decodes (a lone UTF-16 surrogate half) decides like any other. Once decided,
+Keep-alives name no format: ``ping`` and ``keepalive`` (as ``event:`` or ``type``; Anthropic
+sends ``ping``, but a proxy may send it before any stream), an empty ``{}``; they count as
+heartbeats and the decision waits. Errors name none either (every format can open with one:
+``event: error``, ``{"type": "error"}``, ``{"error": ...}``, ``{"object": "error"}``): each is
+recorded as the reply's error, so the stream ends ``failed`` as under the named formats, and
+the decision waits. A payload whose ``type`` is not a string, or names nothing known, is
+skipped and counted (the named formats skip it too). ``[DONE]`` first means Chat
+Completions; a first payload only ``json.loads`` decodes (a lone UTF-16 surrogate half)
+decides like any other; a big frame full of tiny objects is refused before it is decoded
+(:func:`~fluxstream.formats._base.too_many_objects`). :func:`identify` says which format one
+event belongs to, for tools that tell a user a stream is of another format. Once decided,
 every call goes straight to the chosen format; the parser reads the chosen format's state
 through the properties below. Resumed from a token (:meth:`StreamParser.from_token`), the
 token's wire state names the format that wrote it, which is chosen at once, and its
@@ -31,18 +38,23 @@ from ..errors import FrameDecodeError
 from ..events import ErrorEvent, Event, SkippedFrame
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import JsonEventFormat, error_event
+from ._base import (
+    BIG_FRAME,
+    KEEPALIVES,
+    MIN_CHARS_PER_OBJECT,
+    JsonEventFormat,
+    error_event,
+    named_format,
+    too_many_objects,
+)
 from ._surrogates import fallback_loads
 from .anthropic_messages import AnthropicMessagesFormat
 from .chat_completions import ChatCompletionsFormat
 from .responses import ResponsesFormat
 
-__all__ = ["AutoFormat", "WireFormat", "detect"]
+__all__ = ["AutoFormat", "WireFormat", "detect", "identify"]
 
-_ANTHROPIC_EVENTS = frozenset({
-    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
-    "message_delta", "message_stop", "ping",
-})
+_CHAT_OBJECTS = ("chat.completion.chunk", "chat.completion")
 
 
 class WireFormat(Protocol):
@@ -75,23 +87,49 @@ class WireFormat(Protocol):
 
 
 def detect(event: str, obj: Mapping[str, Any] | None) -> str | None:
-    """The format name a first event belongs to, or ``None`` when it does not say."""
+    """The format name an event (its ``event:`` name and decoded payload) belongs to, or
+    ``None`` when it names none: keep-alives, errors, a ``type`` that is not a string or
+    names nothing known (see the module docstring)."""
     kind = obj.get("type") if obj is not None else None
-    for name in (kind, event):
-        if not isinstance(name, str):
-            continue
-        if name in _ANTHROPIC_EVENTS:
-            return "anthropic_messages"
-        if name.startswith("response."):
-            return "responses"
-    if obj is None:
-        return None
-    if "choices" in obj or obj.get("object") in ("chat.completion.chunk", "chat.completion",
-                                                 "error"):
+    name = named_format(kind) or named_format(event)
+    if name is not None or obj is None:
+        return name
+    if "choices" in obj or obj.get("object") in _CHAT_OBJECTS:
         return "chat_completions"
-    if kind is None and event != "error":
+    if (
+        "type" not in obj
+        and obj
+        and event not in KEEPALIVES
+        and event != "error"
+        and "error" not in obj
+        and obj.get("object") != "error"
+    ):
         return "chat_completions"
     return None
+
+
+def identify(sse: ServerSentEvent) -> str | None:
+    """The format one SSE event belongs to (``"chat_completions"``, ``"responses"``,
+    ``"anthropic_messages"``), or ``None`` when it names none: keep-alives, errors, comments
+    of the data kind (empty data), payloads that are not JSON objects or not of a known
+    shape, and big frames full of tiny objects (refused undecoded, as the formats refuse
+    them). ``[DONE]`` is Chat Completions' sentinel.
+
+    For tools that read a recorded stream in a named format and want to say when its frames
+    are of another (those frames are counted in ``reply.skipped_frames``)."""
+    data = sse.data
+    stripped = data.strip()
+    if not stripped:
+        return None
+    if stripped == "[DONE]":
+        return "chat_completions"
+    if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+        return None
+    try:
+        obj = pydantic_core.from_json(data)
+    except ValueError:
+        obj = fallback_loads(data)
+    return detect(sse.event, obj if isinstance(obj, dict) else None)
 
 
 def detect_body(obj: Mapping[str, Any]) -> str:
@@ -116,8 +154,9 @@ class AutoFormat:
     """Sans-IO: a format that becomes Chat Completions, Responses or Anthropic Messages on the
     first event that says which (see the module docstring). :attr:`name` is the decision."""
 
-    __slots__ = ("_cut", "_id", "_model", "_new", "_restore", "_skipped", "_wire_state",
-                 "inner", "key", "limits", "name", "response_id", "sequence", "strict")
+    __slots__ = ("_cut", "_errored", "_heartbeats", "_id", "_model", "_new", "_restore",
+                 "_skipped", "_wire_state", "inner", "key", "limits", "name", "response_id",
+                 "sequence", "strict")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         self.key = key
@@ -127,6 +166,9 @@ class AutoFormat:
         self.name: str | None = None
         self.inner: WireFormat | None = None
         self._skipped = 0
+        self._heartbeats = 0
+        #: An error arrived before the choice (handed on: Responses keeps the first one).
+        self._errored = False
         self._cut = False
         self._id: str | None = None
         self._model: str | None = None
@@ -156,6 +198,8 @@ class AutoFormat:
             wire.response_id = self.response_id
         if self._wire_state is not None and hasattr(wire, "restore_state"):
             wire.restore_state(self._wire_state)
+        if self._errored and hasattr(wire, "errored_before"):
+            wire.errored_before()
         self.name, self.inner = name, inner
         return inner
 
@@ -166,38 +210,34 @@ class AutoFormat:
         if inner is not None:
             return inner.feed(sse, at_eof=at_eof)
         data = sse.data
-        name = detect(sse.event, None)
+        event = sse.event
+        name = detect(event, None)
         if name is None:
             stripped = data.strip()
             if stripped == "[DONE]":
                 return self._choose("chat_completions").feed(sse, at_eof=at_eof)
             if not stripped:
                 return []
+            if len(data) > BIG_FRAME and too_many_objects(
+                data, len(data) // MIN_CHARS_PER_OBJECT
+            ):
+                return self._bad(data, "more JSON objects than an event of its size holds",
+                                 at_eof)
             try:
                 obj = pydantic_core.from_json(data)
             except ValueError as exc:
                 # Lone UTF-16 surrogate halves (an emoji cut by a Node server in the very
                 # first chunk): json.loads decodes them and the chosen format joins them.
                 obj = fallback_loads(data)
-                if isinstance(obj, dict):
-                    name = detect(sse.event, obj)
-                    if name is None:
-                        return self._undecided(obj)
-                    return self._choose(name).feed(sse, at_eof=at_eof)
-                if sse.event == "error" and not at_eof:  # every format: an error, as text
-                    if not self._new:
-                        self._new.append(0)
-                    return [ErrorEvent(data, None, None, None, data)]
-                return self._bad(data, f"invalid JSON: {exc}", at_eof)
+                if not isinstance(obj, dict):
+                    if event == "error" and not at_eof:  # every format: an error, as text
+                        return self._error(ErrorEvent(data, None, None, None, data))
+                    return self._bad(data, f"invalid JSON: {exc}", at_eof)
             if not isinstance(obj, dict):
                 return self._bad(data, "not a JSON object", False)
-            if not obj and sse.event in ("", "message"):
-                # ``data: {}``: a proxy's keep-alive (Chat Completions ignores it too); it
-                # must not decide Chat Completions for a Responses or Anthropic stream.
-                return []
-            name = detect(sse.event, obj)
+            name = detect(event, obj)
             if name is None:
-                return self._undecided(obj)
+                return self._undecided(event, obj)
         return self._choose(name).feed(sse, at_eof=at_eof)
 
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
@@ -206,20 +246,32 @@ class AutoFormat:
             return inner.feed_chunk(obj)
         name = detect("", obj)
         if name is None:
-            return self._undecided(obj)
+            return self._undecided("", obj)
         return self._choose(name).feed_chunk(obj)
 
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
         inner = self.inner or self._choose(detect_body(obj))
         return inner.feed_completion(obj)
 
-    def _undecided(self, obj: Mapping[str, Any]) -> list[Event]:
-        if obj.get("type") == "error" or "error" in obj:
-            if not self._new:
-                self._new.append(0)
-            return [error_event(obj, obj)]
+    def _undecided(self, event: str, obj: Mapping[str, Any]) -> list[Event]:
+        """A payload that names no format: a keep-alive, an error, or a frame to skip."""
+        kind = obj.get("type")
+        if not obj and event in ("", "message"):
+            return []  # ``data: {}``: a proxy's keep-alive (Chat Completions ignores it too)
+        if event in KEEPALIVES or (kind.__class__ is str and kind in KEEPALIVES):
+            self._heartbeats += 1
+            return []
+        if event == "error" or kind == "error" or "error" in obj or obj.get("object") == "error":
+            return self._error(error_event(obj, obj))
         self._skipped += 1
-        return [SkippedFrame(f"unknown event type {obj.get('type')!r}", str(obj)[:200])]
+        return [SkippedFrame(f"unknown event type {kind!r}", str(obj)[:200])]
+
+    def _error(self, error: ErrorEvent) -> list[Event]:
+        """An error before the format is known: the reply's error (the stream ends
+        ``failed``), and the decision waits. No choice is started for it: the format chosen
+        later starts its own, as it would have."""
+        self._errored = True
+        return [error]
 
     def _bad(self, data: str, reason: str, at_eof: bool) -> list[Event]:
         if at_eof:
@@ -316,7 +368,7 @@ class AutoFormat:
 
     @property
     def heartbeats(self) -> int:
-        return self.inner.heartbeats if self.inner is not None else 0
+        return self._heartbeats + (self.inner.heartbeats if self.inner is not None else 0)
 
     @property
     def new_choices(self) -> list[int]:

@@ -44,10 +44,16 @@ Rules, in short:
   ``max_choices`` or tool calls in one choice than ``max_tool_calls`` raise
   :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them. Decoding
   itself costs ~250 bytes per JSON object or array (one 16 MiB event of a million
-  ``{"index": i}`` choices decodes to ~1.5 GiB), so a frame over ``_BIG_FRAME`` characters
-  with more ``{``/``[`` than the limits could ever use (``_too_many_objects``: four per choice
-  and per tool call) is skipped and counted (strict: an error) before it is decoded. Braces
-  inside strings count too: only a frame of tens of thousands of them is affected.
+  ``{"index": i}`` choices decodes to ~1.5 GiB), so a frame over ``BIG_FRAME`` characters
+  with more objects and arrays than the limits could ever use (four per choice and per tool
+  call) is skipped and counted (strict: an error) before it is decoded: the guard every
+  format shares (:func:`~fluxstream.formats._base.too_many_objects`; brackets inside strings
+  do not count);
+* frames of another format (a ``type`` that names a Responses or Anthropic Messages event)
+  are skipped and counted: nothing in them is this format's (an Anthropic ``message_delta``'s
+  ``usage`` is not Chat Completions usage). A typed ``error`` payload is still an error;
+* usage that is not an object, and usage fields whose values do not fit their declared types,
+  are dropped and counted as a skipped frame (the rest of the usage is kept).
 """
 
 from __future__ import annotations
@@ -59,7 +65,6 @@ from typing import Any
 
 import msgspec
 import pydantic_core
-from pydantic import ValidationError
 
 from ..errors import FrameDecodeError, LimitExceededError
 from ..events import (
@@ -73,10 +78,14 @@ from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
 from ._base import (
+    BIG_FRAME,
+    checked_usage,
     finish_event,
+    named_format,
     reasoning_delta,
     refusal_delta,
     text_delta,
+    too_many_objects,
     tool_delta,
 )
 from ._surrogates import REPLACEMENT as _REPLACEMENT
@@ -99,7 +108,6 @@ _fast_loads = msgspec.json.Decoder().decode
 _MAX_DEPTH = 200
 _SHALLOW = 2 * _MAX_DEPTH + 1
 _EXCERPT = 200
-_BIG_FRAME = 64 * 1024  # frames above this many characters are checked before decoding
 # Channels of held surrogate halves: these three, or a tool call's number (an int).
 _TEXT, _REASONING, _REFUSAL = "text", "reasoning", "refusal"
 
@@ -237,7 +245,7 @@ class ChatCompletionsFormat:
         data = sse.data
         if sse.event == "error":
             return self._error_event(data)
-        if len(data) > _BIG_FRAME and self._too_many_objects(data):
+        if len(data) > BIG_FRAME and too_many_objects(data, self._most_objects()):
             return self._bad_frame(data, "more JSON objects than the limits allow", at_eof)
         if data[:1] == "{":
             try:
@@ -291,7 +299,7 @@ class ChatCompletionsFormat:
                 self._holding
                 or self.done
                 or sse.event == "error"
-                or len(data) > _BIG_FRAME
+                or len(data) > BIG_FRAME
                 or data[:1] != "{"
             ):
                 out += self.feed(sse)
@@ -333,12 +341,11 @@ class ChatCompletionsFormat:
                             continue
             out += self._chunk(obj, False)
 
-    def _too_many_objects(self, data: str) -> bool:
-        """More ``{`` and ``[`` than a frame within the limits can hold (C-speed counts, run
-        only for big frames)."""
+    def _most_objects(self) -> int:
+        """JSON objects and arrays a frame within the limits can hold (four per choice and
+        per tool call): more, and the frame is refused before it is decoded."""
         limits = self.limits
-        most = 4 * limits.max_choices * (limits.max_tool_calls + 4)
-        return data.count("{") + data.count("[") > most
+        return 4 * limits.max_choices * (limits.max_tool_calls + 4)
 
     def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
         if at_eof:
@@ -371,6 +378,16 @@ class ChatCompletionsFormat:
         a chunk decoded elsewhere, or a half held from an earlier fragment)."""
         if self.done:
             return []
+        choices = obj.get("choices")
+        if not choices:
+            kind = obj.get("type")
+            if kind.__class__ is str:
+                if named_format(kind) is not None:
+                    return self._skip(obj, f"a {named_format(kind)} event ({kind!r})")
+                if kind == "error" and not obj.get("error"):
+                    # A flat typed error (``{"type": "error", "message": ...}``, as bridges
+                    # send it): the reply's error, like ``{"error": ...}``.
+                    return [self._error(_clean_tree(obj) if scan else obj, obj)]
         out: list[Event] = []
         if self.id is None:
             rid = obj.get("id")
@@ -380,7 +397,6 @@ class ChatCompletionsFormat:
             model = obj.get("model")
             if model and isinstance(model, str):
                 self.model = _fix_surrogates(model) if scan else model
-        choices = obj.get("choices")
         if choices:
             if choices.__class__ is not list:
                 return self._bad_chunk(obj, "choices is not a list")
@@ -428,8 +444,8 @@ class ChatCompletionsFormat:
                         stop = unified_stop(reason, tool_calls=bool(st.calls))
                         out.append(finish_event(key, index, reason, stop))
         usage = obj.get("usage")
-        if usage and isinstance(usage, dict):
-            out.append(UsageUpdate(_usage(_clean_tree(usage) if scan else usage)))
+        if usage is not None:
+            self._usage(usage, obj, scan, out)
         error = obj.get("error")
         if error:
             if scan:
@@ -440,6 +456,21 @@ class ChatCompletionsFormat:
                 obj = _clean_tree(obj)
             out.append(self._error(obj, obj))
         return out
+
+    def _usage(self, usage: object, obj: Mapping[str, Any], scan: bool, out: list[Event]) -> None:
+        """A chunk's usage; what does not fit is dropped and counted (see the module
+        docstring): a ``Usage`` holding it would not validate back (relay, resume tokens)."""
+        if usage.__class__ is not dict:
+            if usage:
+                out += self._skip(obj, "usage is not an object")
+            return
+        if not usage:
+            return
+        raw = _clean_tree(usage) if scan else usage
+        clean, dropped = checked_usage(raw)
+        if dropped:
+            out += self._skip(obj, "usage fields of the wrong type dropped")
+        out.append(UsageUpdate(Usage.model_validate(clean)))
 
     def _other_channels(
         self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event], scan: bool
@@ -520,11 +551,22 @@ class ChatCompletionsFormat:
         return out
 
     def _bad_chunk(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
+        return self._bad_frame(self._excerpt(obj), reason, False)
+
+    def _skip(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
+        """Count a frame (or part of one) that is not used; never raised, even in strict
+        mode, which is about frames that are not JSON objects (as the event-typed formats
+        skip unknown events)."""
+        self.skipped += 1
+        return [SkippedFrame(reason, self._excerpt(obj)[:_EXCERPT])]
+
+    @staticmethod
+    def _excerpt(obj: Mapping[str, Any]) -> str:
         try:
             excerpt = _compact(obj)
         except (TypeError, ValueError, RecursionError):
             excerpt = object.__repr__(obj)
-        return self._bad_frame(_fix_surrogates(excerpt[: _EXCERPT * 2]), reason, False)
+        return _fix_surrogates(excerpt[: _EXCERPT * 2])
 
     def _parts(
         self, parts: object, index: int, st: _Choice, out: list[Event], scan: bool
@@ -680,18 +722,3 @@ class ChatCompletionsFormat:
         self.done_reason = "completion"
         return events + self._flush_all() if self._holding else events
 
-
-def _usage(raw: dict[str, Any]) -> Usage:
-    """A validated :class:`Usage`. Fields whose values do not fit their declared type
-    (``"prompt_tokens": "x"``, a number for a details object) are dropped, so that the reply
-    serialises without warnings and validates back (resume tokens); every other field, extra
-    provider counters included, is kept. Never ``model_construct(**raw)``: a key named
-    ``cls`` or ``_fields_set`` would collide with its parameters."""
-    try:
-        return Usage.model_validate(raw)
-    except ValidationError as exc:
-        bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
-    try:
-        return Usage.model_validate({k: v for k, v in raw.items() if k not in bad})
-    except ValidationError:  # pragma: no cover - only the fields named above can fail
-        return Usage()

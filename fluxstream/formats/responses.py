@@ -10,9 +10,14 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
 * ``response.output_text.delta`` -> text; ``response.reasoning_summary_text.delta`` and
   ``response.reasoning_text.delta`` -> reasoning; ``response.refusal.delta`` -> refusal. A
   ``*.done`` text is used only when no delta arrived for that part (servers that send only
-  ``.done``); otherwise the deltas win (a ``.done`` that disagrees is not shown twice).
+  ``.done``); otherwise the deltas win (a ``.done`` that disagrees is not shown twice). A part
+  is matched by output and part index, a missing index matching any (LiteLLM streams summary
+  deltas without ``summary_index`` and then names ``summary_index: 0`` in their ``.done``).
 * ``function_call`` output items -> tool calls: index = ``output_index``, id = ``call_id`` (not
-  the ``fc_...`` item id), name from the item; arguments are the streamed
+  the ``fc_...`` item id), name from the item. Servers that send no ``output_index``
+  (llama.cpp's) are read by the item's id (``item.id``, ``item_id``): each new item takes the
+  next output position in arrival order, which is what ``output_index`` would have said; an
+  argument event that names no item continues the call streamed last; arguments are the streamed
   ``response.function_call_arguments.delta`` fragments, *replaced* by
   ``response.function_call_arguments.done`` / ``response.output_item.done`` when those
   arrive (LM Studio sends only ``.done``). A final value that extends the fragments is
@@ -36,10 +41,16 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   ``type`` outside that namespace is skipped and counted; ``keepalive`` counts as a heartbeat.
 * every event carries a strictly increasing ``sequence_number``: :attr:`ResponsesFormat.
   sequence` is the highest seen (the ``starting_after`` of OpenAI's resume,
-  ``GET /responses/{id}?stream=true&starting_after=N``), and an event at or below it is
-  dropped as delivered already (a server that ignores ``starting_after`` and starts over
-  never shows text twice; counted in ``replayed``). A number outside ``0 .. 2**53`` is not
-  used: one absurd value would hide every later event.
+  ``GET /responses/{id}?stream=true&starting_after=N``). Only a re-read (after
+  :meth:`~ResponsesFormat.new_connection`, or from a token) drops events as delivered
+  already: its leading events at or below ``N`` (a server that ignores ``starting_after`` and
+  starts over never shows text twice), each skipped and counted (and in ``replayed``). On a
+  first connection nothing was delivered before, so a number that repeats or goes backwards
+  drops nothing; such numbers cannot order a re-read (nor can one that is not a count), so
+  :attr:`~ResponsesFormat.ordered` turns false and the parser offers no ``starting_after``. That a re-read's first new event
+  is ``N + 1`` is checked by the parser (:class:`~fluxstream.resume_check.SequenceCheck`). A
+  number outside ``0 .. 2**53`` is not used: one absurd value would hide every later event.
+* usage that is not an object, and usage fields of the wrong type, are dropped and counted.
 """
 
 from __future__ import annotations
@@ -93,7 +104,8 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_parts", "_text_part", "replayed", "response_id", "sequence")
+    __slots__ = ("_errored", "_items", "_last_call", "_loose", "_parts", "_positions",
+                 "_text_part", "live", "ordered", "replayed", "response_id", "sequence")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
         super().__init__(key, strict=strict)
@@ -105,26 +117,60 @@ class ResponsesFormat(JsonEventFormat):
         #: The id of the response being streamed now (``reply.id`` stays the first one's: a
         #: continuation is a new response). What a ``starting_after`` resume re-reads.
         self.response_id: str | None = None
+        #: An event past ``sequence`` arrived on this connection: what follows is new, whatever
+        #: its number (before it, on a re-read, an event at or below ``sequence`` is a replay).
+        self.live = False
+        #: The numbers only ever grew: a ``starting_after`` re-read can be trusted.
+        self.ordered = True
         self._errored = False
         self._text_part: tuple[object, object] | None = None
         # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
         self._parts: set[tuple[str, int | None, int | None]] = set()
+        # The same markers with an index left open (see _streamed).
+        self._loose: set[tuple[object, ...]] = set()
+        self._reset_items()
+
+    def _reset_items(self) -> None:
+        #: Output position of each item by id (for servers that send no ``output_index``).
+        self._items: dict[str, int] = {}
+        #: The next free output position (one past the highest seen).
+        self._positions = 0
+        #: The call streamed last (an argument event naming no item continues it).
+        self._last_call: int | None = None
 
     def reset(self) -> None:
         super().reset()
         self.sequence = -1
         self.response_id = None
+        self.live = False
+        self.ordered = True
         self._errored = False
         self._parts = set()
+        self._loose = set()
         self._text_part = None
+        self._reset_items()
 
     def continued(self) -> None:
         """A continuation request follows: a *new* response, whose sequence numbers count
         from 0 again and whose parts are new (offsets and the reply go on)."""
         self.sequence = -1
         self.response_id = None
+        self.ordered = True
         self._parts = set()
+        self._loose = set()
         self._text_part = None
+        self._reset_items()
+
+    def errored_before(self) -> None:
+        """An error event arrived before this format was chosen (``auto``): it is the first
+        error, which ``response.failed`` then only repeats."""
+        self._errored = True
+
+    def new_connection(self) -> None:
+        """A new connection (a re-read, a resume): its leading events at or below
+        :attr:`sequence` were delivered already."""
+        super().new_connection()
+        self.live = False
 
     # ------------------------------------------------------------------ resume tokens
 
@@ -134,6 +180,8 @@ class ResponsesFormat(JsonEventFormat):
         new text: it would show the whole part twice), whether an error arrived and the
         surrogate halves held back (:meth:`held_state`)."""
         return {"parts": [list(marker) for marker in sorted(self._parts, key=repr)],
+                "items": [[item, index] for item, index in self._items.items()],
+                "positions": self._positions, "last_call": self._last_call,
                 "errored": self._errored, "held": self.held_state()}
 
     def restore_state(self, state: Any) -> None:
@@ -148,6 +196,18 @@ class ResponsesFormat(JsonEventFormat):
                 and all(m is None or type(m) is int for m in marker[1:])
             ):
                 self._mark((marker[0], marker[1], marker[2]))
+        items = state.get("items")
+        for entry in items if isinstance(items, list) else ():
+            if (
+                isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+                and _int(entry[1]) is not None and len(self._items) < MAX_PARTS
+            ):
+                self._items[entry[0]] = entry[1]
+                self._positions = max(self._positions, entry[1] + 1)
+        positions = _int(state.get("positions"))
+        if positions is not None:
+            self._positions = max(self._positions, positions)
+        self._last_call = _int(state.get("last_call"))
         self._errored = state.get("errored") is True
         self.restore_held(state.get("held"))
 
@@ -162,12 +222,18 @@ class ResponsesFormat(JsonEventFormat):
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         seq = obj.get("sequence_number")
         if seq.__class__ is int and 0 <= seq < MAX_SEQUENCE:
-            if seq <= self.sequence:
-                # Delivered already: a resumed stream (``starting_after``) whose server
-                # started over, or a proxy that repeated an event. Never shown twice.
+            if seq > self.sequence:
+                self.sequence = seq
+                self.live = True
+            elif not self.live:
+                # A re-read's leading event that was delivered already (its server started
+                # over): never shown twice, and counted.
                 self.replayed += 1
-                return []
-            self.sequence = seq
+                return self.skip(f"delivered already (sequence_number {seq})", obj)
+            else:
+                self.ordered = False  # read as it is: nothing was dropped for a number
+        elif seq is not None:
+            self.ordered = False  # a number that is not one: it cannot order a re-read
         if kind == "response.output_text.delta" and not self.scan:
             # Hot path, inlined: nearly every event of a text reply is one of these (once lone
             # surrogate halves were seen, ``scan``, the general path joins them).
@@ -248,8 +314,25 @@ class ResponsesFormat(JsonEventFormat):
 
     def _mark(self, marker: tuple[str, int | None, int | None]) -> None:
         parts = self._parts
-        if len(parts) < MAX_PARTS:
+        if len(parts) < MAX_PARTS and marker not in parts:
             parts.add(marker)
+            kind, output, part = marker
+            self._loose.update((("part?", kind, output), ("output?", kind, part), (kind,)))
+
+    def _streamed(self, marker: tuple[str, int | None, int | None]) -> bool:
+        """Deltas arrived for a part ``marker`` names, an index missing on either side
+        matching any (O(1): the markers are also kept with each index left open)."""
+        kind, output, part = marker
+        if output is not None and part is not None:
+            parts = self._parts
+            return (marker in parts or (kind, None, part) in parts
+                    or (kind, output, None) in parts or (kind, None, None) in parts)
+        loose = self._loose
+        if output is None and part is None:
+            return (kind,) in loose
+        if part is None:
+            return ("part?", kind, output) in loose or ("part?", kind, None) in loose
+        return ("output?", kind, part) in loose or ("output?", kind, None) in loose
 
     def _part_done(
         self,
@@ -262,7 +345,7 @@ class ResponsesFormat(JsonEventFormat):
     ) -> None:
         """A part's final text, used only when none of it was streamed as deltas."""
         marker = (kind or channel, _int(obj.get("output_index")), _int(obj.get(part)))
-        if marker in self._parts or len(self._parts) >= MAX_PARTS:
+        if len(self._parts) >= MAX_PARTS or self._streamed(marker):
             return
         text = obj.get(field)
         if text.__class__ is not str or not text:
@@ -293,10 +376,10 @@ class ResponsesFormat(JsonEventFormat):
             out += self.skip("output item is not an object", obj)
             return
         kind = item.get("type")
-        index = _int(obj.get("output_index"))
+        index = self._position(obj, item.get("id"), new=not done)
         if kind == "function_call":
             if index is None:
-                out += self.skip("function_call item without a valid output_index", obj)
+                out += self.skip("function_call item without an output_index or an id", obj)
                 return
             call, fresh = self._call(index)
             cid = item.get("call_id")
@@ -327,15 +410,56 @@ class ResponsesFormat(JsonEventFormat):
         if call is None:
             self.start()
             call = self.calls[index] = ToolCallState()
+            self._last_call = index
             return call, True
         return call, False
 
+    def _position(self, obj: Mapping[str, Any], item_id: object, *, new: bool) -> int | None:
+        """The output position an event's item has: its ``output_index``; without one, the
+        position its id (``item.id`` or ``item_id``) was given, or the next free one for a
+        new id. An item with neither takes the next free position when ``new`` (an
+        ``output_item.added``), else none. An ``output_index`` that is there but is not a
+        count names nothing."""
+        given = obj.get("output_index")
+        index = _int(given)
+        items = self._items
+        if given is not None:
+            if index is None:
+                return None
+            if item_id.__class__ is str and len(items) < MAX_PARTS:
+                items.setdefault(item_id, index)
+            if index >= self._positions:
+                self._positions = index + 1
+            return index
+        if item_id.__class__ is str and item_id:
+            known = items.get(item_id)
+            if known is not None:
+                return known
+            if len(items) >= MAX_PARTS:
+                return None
+            new = True
+        if not new or self._positions >= MAX_SEQUENCE:
+            return None
+        position = self._positions
+        self._positions = position + 1
+        if item_id.__class__ is str and item_id:
+            items[item_id] = position
+        return position
+
+    def _call_of(self, obj: Mapping[str, Any]) -> int | None:
+        """The call an argument event is for: by ``output_index`` or ``item_id``; naming
+        neither, the call opened last."""
+        item_id = obj.get("item_id")
+        if obj.get("output_index") is None and not (item_id.__class__ is str and item_id):
+            return self._last_call
+        return self._position(obj, item_id, new=False)
+
     def _arguments_delta(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         text = obj.get("delta")
-        index = _int(obj.get("output_index"))
-        if text.__class__ is not str or index is None:
-            out += self.skip("function_call_arguments.delta without a string delta and an "
-                             "integer output_index", obj)
+        index = self._call_of(obj) if isinstance(text, str) else None
+        if index is None or not isinstance(text, str):
+            out += self.skip("function_call_arguments.delta without a string delta and a "
+                             "call (output_index, item_id)", obj)
             return
         call, fresh = self._call(index)  # a delta before its item: still this call's text
         if self.scan:
@@ -346,10 +470,10 @@ class ResponsesFormat(JsonEventFormat):
 
     def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         args = obj.get("arguments")
-        index = _int(obj.get("output_index"))
-        if index is None or args is None:
-            out += self.skip("function_call_arguments.done without arguments and an integer "
-                             "output_index", obj)
+        index = self._call_of(obj) if args is not None else None
+        if index is None:
+            out += self.skip("function_call_arguments.done without arguments and a call "
+                             "(output_index, item_id)", obj)
             return
         if args.__class__ is not str:
             args = compact(args)
@@ -419,8 +543,8 @@ class ResponsesFormat(JsonEventFormat):
         else:
             stop = unified_stop(status, tool_calls=bool(self.calls))
         if response is not None:
-            raw_usage = response.get("usage")
-            if isinstance(raw_usage, Mapping) and raw_usage:
+            raw_usage = self.usage_of(response.get("usage"), obj, out)
+            if raw_usage:
                 out.append(UsageUpdate(normalized_usage(raw_usage, vocabulary="responses")))
             error = response.get("error")
             if error and not self._errored:
