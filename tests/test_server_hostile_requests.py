@@ -170,3 +170,12 @@ def test_a_client_that_stops_reading_is_dropped_after_the_idle_timeout() -> None
                 time.sleep(0.05)
             assert server.records.responses, "the server still waits on a client that never reads"
             assert server.records.responses[0].ending in ("client-disconnect", "dropped")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_lone_surrogate_in_the_body_gets_an_answer(running: ServerThread, path: str) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``) that UTF-8 cannot encode: hashing the
+    request for its reply id raised, and the connection was dropped without an answer."""
+    body = _body(path, '"metadata":{"note":"\\ud800 \\udfff"}').replace(b'"hi"', b'"\\ud83d"')
+    response = httpx.post(running.url + path, content=body, timeout=10)
+    assert response.status_code == 200, response.text[:200]
