@@ -68,11 +68,12 @@ def show_key(key: object) -> str:
 
 def one_line(text: str, limit: int = SHOWN_TEXT_CHARS) -> str:
     """``text`` (an error's message, which may quote a server) on one line for a log: control
-    and separator characters escaped as ``repr`` escapes them, cut to ``limit`` characters."""
-    cut = text[:limit]
-    if not cut.isprintable():
-        cut = repr(cut)[1:-1]
-    return cut if len(text) <= limit else cut + "..."
+    and separator characters escaped as ``repr`` escapes them, cut to ``limit`` characters
+    (counted after escaping: a text of control characters is four times as long escaped)."""
+    shown = text[:limit]
+    if not shown.isprintable():
+        shown = repr(shown)[1:-1]
+    return shown if len(text) <= limit and len(shown) <= limit else shown[:limit] + "..."
 
 
 class FluxstreamError(Exception):

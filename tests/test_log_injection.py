@@ -52,6 +52,9 @@ def test_one_line_escapes_and_cuts() -> None:
     line = one_line("HTTP 400:" + FORGED + "x" * 5000)
     assert "\n" not in line and "\x1b" not in line and len(line) < 320
     assert one_line("caf\u00e9 \u4f60\u597d") == "caf\u00e9 \u4f60\u597d"  # readable text stays
+    # the limit holds after escaping: a text of control characters is not 4x as long
+    assert len(one_line("\x00" * 5000)) <= 303 and len(one_line("\x1b" * 299)) <= 303
+    assert one_line("a\nb") == "a\\nb"
 
 
 async def test_a_stream_opened_logs_key_and_model_on_one_short_line(
@@ -124,3 +127,34 @@ async def test_a_forged_token_key_is_logged_escaped(
             async with client.chat.resume(token, resume=ResumePolicy(restart=True)) as resumed:
                 await resumed.complete()
     assert_clean(fluxstream_lines(caplog))
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+async def test_a_takeover_refused_logs_why_on_one_short_line(
+    server: ServerThread, caplog: pytest.LogCaptureFixture, anyio_backend: str
+) -> None:
+    """What the relay stored (in Redis: whoever can write there wrote it) is input too. A
+    stored token this client cannot resume is refused with an error whose text quotes the
+    validator (several lines, the token's own values in it); the warning that the takeover
+    was refused must still be one short line."""
+    from fluxstream.relay import Entry, MemoryReplyLog
+
+    log = MemoryReplyLog(lease=0.2)
+    key = "stored" + FORGED
+    async with fluxstream.AsyncClient(server.base_url, retry=RetryPolicy.off()) as client:
+        stream = client.chat.stream(model="m", messages=MSG, max_tokens=5, content_key=key)
+        token: dict[str, Any] = stream.resume_token()
+        await stream.aclose()
+        token["reply"] = {**token["reply"], "usage": "x" + FORGED + "y" * 5000}
+        await log._create(key, "gone", {k: v for k, v in token.items() if k != "reply"})
+        entry = Entry(1, (fluxstream.TextDelta(key, 0, 0, "Hel"),))
+        await log._append(key, "gone", entry, token=token, final=False)
+        before = len(server.records.requests)
+        caplog.set_level(logging.DEBUG, logger="fluxstream")
+        with anyio.fail_after(20):
+            seen = [item async for item in log.follow(key, takeover=client)]
+    assert server.records.requests[before:] == []
+    assert seen[-1].event.outcome is fluxstream.Outcome.TRUNCATED
+    lines = fluxstream_lines(caplog)
+    assert any("cannot take" in line for line in lines), lines
+    assert_clean(lines)

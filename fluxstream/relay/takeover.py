@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..endpoints import token_api
-from ..errors import show_key
+from ..errors import one_line, show_key
 from ..events import (
     Event,
     Finish,
@@ -169,8 +169,11 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
             prefill = []
             stream = _send_again(client, key, dict(meta.get("base") or {}))
     except Exception as exc:  # a token this client cannot resume: the producer stays lost
+        # The error may quote the stored token (written by whoever can write to the store)
+        # over several lines: one line, cut, like every other relay log line.
         logger.warning(
-            "relay: cannot take %s over: %s: %s", show_key(key), type(exc).__name__, exc
+            "relay: cannot take %s over: %s: %s", show_key(key), type(exc).__name__,
+            one_line(str(exc)),
         )
         with anyio.CancelScope(shield=True):
             await log._release(key, owner)
@@ -193,7 +196,8 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
                         break
         except Exception as exc:  # the task must never raise; followers see the lease lapse
             logger.warning(
-                "relay: takeover of %s failed: %s: %s", show_key(key), type(exc).__name__, exc
+                "relay: takeover of %s failed: %s: %s", show_key(key), type(exc).__name__,
+                one_line(str(exc)),
             )
 
     return background(run)
