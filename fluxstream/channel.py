@@ -390,8 +390,10 @@ class Channel:
 
 def _threadsafe_call_soon() -> Callable[[Callable[[], None]], object]:
     """The running event loop's thread-safe "call soon" (asyncio's or trio's)."""
-    if sniffio.current_async_library() == "asyncio":
+    try:
         return asyncio.get_running_loop().call_soon_threadsafe
+    except RuntimeError:  # not asyncio: trio
+        pass
     import trio
 
     return trio.lowlevel.current_trio_token().run_sync_soon

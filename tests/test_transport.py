@@ -265,5 +265,6 @@ async def test_timeouts_are_printed_rounded(transport: str, anyio_backend: str) 
     finally:
         listener.close()
     texts = _shown(info.value)
-    assert any("0.5s" in text for text in texts), texts
+    # What is left of 0.5 s when the request goes out (a few ms less on a busy machine).
+    assert any(re.search(r"within 0\.\d{1,3}s", text) for text in texts), texts
     assert not any(re.search(r"\d\.\d{4,}", text) for text in texts), texts

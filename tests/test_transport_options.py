@@ -79,7 +79,10 @@ async def test_max_keepalive_connections_bounds_the_idle_pool(
     async with fluxstream.AsyncClient(
         server.base_url, transport=transport, limits=limits
     ) as client:
-        streams = [client.chat.stream(model="m", messages=MSG) for _ in range(3)]
+        slow = {"X-Fluxstream-Fault": "drip=0.01"}  # no body complete before all three open
+        streams = [
+            client.chat.stream(model="m", messages=MSG, extra_headers=slow) for _ in range(3)
+        ]
         for stream in streams:  # three responses open at once: three connections
             await stream.__aenter__()
         for stream in streams:
