@@ -17,6 +17,12 @@ so the error handling above does not care which transport ran (a refused connect
 ``httpx.ConnectError``, a body cut short is ``httpx.RemoteProtocolError``, a silent socket is
 ``httpx.ReadTimeout``).
 
+Where aiohttp alone behaves unlike httpx, the adapter makes it behave the same: a request that
+failed on a pooled connection before any response byte is sent again on a new one (the
+connector says which connections were pooled); a malformed body fails the read at once
+(:class:`_Handler`); heads up to 100 KiB are read, with any number of lines;
+``max_keepalive_connections`` bounds the idle connections.
+
 Loop affinity: an aiohttp session belongs to the event loop it was created in. A new running
 loop (``asyncio.run`` called again with the same client) gets a new session; the old one is
 detached, never reused (its sockets, whose loop is gone, are closed when garbage-collected, with

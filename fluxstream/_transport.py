@@ -10,8 +10,12 @@
 
 Proxies configured in the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``) keep
 the whole client on httpx, which implements those rules (``NO_PROXY``, SOCKS) as before; so
-does an active ``respx`` mock (tests that mock httpx keep mocking fluxstream).
-Both paths raise **httpx's** exception classes, so the layers above never ask which ran.
+does an active ``respx`` mock (tests that mock httpx keep mocking fluxstream). An explicit
+``transport="aiohttp"`` honours ``HTTP(S)_PROXY`` and ``NO_PROXY`` itself and refuses, with a
+``ValueError``, a proxy aiohttp cannot use (SOCKS); it never ignores one.
+Both paths raise **httpx's** exception classes, so the layers above never ask which ran, and
+both send again, at once and once, a request that failed on a kept-alive connection before
+any byte of a response (:class:`HttpxClient`, :meth:`AiohttpClient.send`).
 
 A caller's own ``http_client`` never comes here: it is used exactly as given.
 """
