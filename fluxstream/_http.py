@@ -69,6 +69,10 @@ def undecodable_encoding(response: Any) -> str | None:
     return None
 
 
+class _NeverRaised(Exception):
+    """Stands for an exception class a library does not have."""
+
+
 @dataclass(frozen=True)
 class HttpErrors:
     """The exception classes of one httpx-compatible library."""
@@ -89,7 +93,7 @@ class HttpErrors:
             read_timeout=module.ReadTimeout,
             transport=module.TransportError,
             request=module.RequestError,
-            decoding=module.DecodingError,
+            decoding=getattr(module, "DecodingError", _NeverRaised),
         )
 
 
