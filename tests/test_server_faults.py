@@ -1,5 +1,6 @@
 """Fault injection over real sockets: write sizes, drops, stalls, drips, oversize events,
-HTTP errors, transient failures, and resuming after a drop. Runs on asyncio and trio."""
+HTTP errors, transient failures, resuming after a drop, a malformed chunk, and a kept-alive
+connection closed after the response. Runs on asyncio and trio."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from test_server_support import (
     araw_exchange,
     assert_matches,
     chat,
+    parse_response,
     parse_sse,
     request_bytes,
 )
@@ -225,3 +227,141 @@ def test_batched_writes_carry_the_same_bytes() -> None:
             reads = list(response.iter_raw())
     assert b"".join(reads) == plain
     assert len(reads) < 20 < plain.count(b"\n\n")
+
+
+def keep_alive_request(headers: dict[str, str]) -> bytes:
+    """A streamed chat request that leaves the connection open (no ``Connection: close``)."""
+    raw = request_bytes(URL, chat(max_tokens=5), headers)
+    return raw.replace(b"Connection: close\r\n", b"")
+
+
+async def read_one_response(stream: anyio.abc.ByteStream) -> tuple[bytes, float]:
+    """Read until the chunked terminator; the bytes and when the terminator arrived."""
+    data = bytearray()
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        data += await stream.receive()
+        if b"\r\n\r\n" in data and not data.startswith(b"HTTP/1.1 200 "):
+            raise AssertionError(f"not a stream: {bytes(data)!r}")
+    return bytes(data), time.monotonic()
+
+
+async def wait_for_close(stream: anyio.abc.ByteStream) -> tuple[bytes, float]:
+    """Read until the server closes; what arrived meanwhile and when it closed."""
+    data = bytearray()
+    while True:
+        try:
+            data += await stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError):
+            return bytes(data), time.monotonic()
+
+
+@pytest.mark.parametrize("seconds", [0.0, 0.4])
+async def test_close_after_closes_a_kept_alive_connection_that_long_after_the_body(
+    aserver: Server, seconds: float
+) -> None:
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp("127.0.0.1", aserver.port) as stream:
+            await stream.send(keep_alive_request(fault(f"close-after={seconds}")))
+            raw, ended = await read_one_response(stream)
+            extra, closed = await wait_for_close(stream)
+    response = parse_response(raw)
+    assert response.status == 200 and response.complete
+    # The close is not announced: the client takes the connection for a reusable one.
+    assert "connection" not in response.headers
+    assert extra == b""
+    assert closed - ended >= seconds * 0.9
+    assert closed - ended < seconds + 3.0  # generous: a loaded machine
+    assert aserver.records.responses[-1].ending == "complete"
+
+
+async def test_close_after_leaves_a_request_sent_meanwhile_unanswered(aserver: Server) -> None:
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp("127.0.0.1", aserver.port) as stream:
+            await stream.send(keep_alive_request(fault("close-after=0.3")))
+            await read_one_response(stream)
+            await stream.send(keep_alive_request({}))  # reuses the "kept-alive" connection
+            extra, _ = await wait_for_close(stream)
+    assert extra == b""  # closed without a byte of an answer
+    assert len(aserver.records.requests) == 1
+
+
+async def test_without_close_after_the_connection_serves_the_next_request(
+    aserver: Server,
+) -> None:
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp("127.0.0.1", aserver.port) as stream:
+            await stream.send(keep_alive_request({}))
+            await read_one_response(stream)
+            await stream.send(keep_alive_request({}))
+            second, _ = await read_one_response(stream)
+    assert parse_response(second).complete
+    assert [r.connection for r in aserver.records.requests] == [1, 1]
+
+
+async def raw_reply(port: int, body: dict[str, object], headers: dict[str, str]) -> bytes:
+    """Every byte the server sends until it closes, unparsed (a malformed body included)."""
+    with anyio.fail_after(20):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(request_bytes(URL, body, headers))
+            return (await wait_for_close(stream))[0]
+
+
+def split_chunks(body: bytes) -> tuple[bytes, bytes]:
+    """The data of the well-formed chunks at the start of ``body``, and what follows them
+    (from the first size line that is not hex, or after the last whole chunk)."""
+    data = bytearray()
+    pos = 0
+    while True:
+        end = body.find(b"\r\n", pos)
+        try:
+            size = int(body[pos:end], 16)
+        except ValueError:
+            return bytes(data), body[pos:]
+        start = end + 2
+        if size == 0 or body[start + size : start + size + 2] != b"\r\n":
+            return bytes(data), body[pos:]
+        data += body[start : start + size]
+        pos = start + size + 2
+
+
+@pytest.mark.parametrize("cut", [0, 1, 100, 333])
+async def test_bad_chunk_after_writes_a_bad_chunk_size_line_after_exactly_n_bytes(
+    aserver: Server, cut: int
+) -> None:
+    body = chat(max_tokens=8)
+    clean = await araw_exchange(aserver.port, URL, body)
+    assert len(clean.body) > cut
+    raw = await raw_reply(aserver.port, body, fault(f"bad-chunk-after={cut}"))
+    head, _, chunks = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower()
+    data, rest = split_chunks(chunks)
+    assert data == clean.body[:cut]
+    assert rest == b"zz\r\n"  # then the close: no terminator, nothing after it
+    response = aserver.records.responses[-1]
+    assert response.ending == "dropped" and response.body_bytes == cut
+
+
+async def test_bad_chunk_after_the_whole_body_replaces_the_terminator(aserver: Server) -> None:
+    body = chat(max_tokens=8)
+    clean = await araw_exchange(aserver.port, URL, body)
+    size = len(clean.body)
+    raw = await raw_reply(aserver.port, body, fault(f"bad-chunk-after={size}"))
+    data, rest = split_chunks(raw.partition(b"\r\n\r\n")[2])
+    assert data == clean.body and rest == b"zz\r\n"
+    longer = await araw_exchange(aserver.port, URL, body, fault(f"bad-chunk-after={size + 1}"))
+    assert longer.complete and longer.body == clean.body
+
+
+async def test_bad_chunk_is_a_protocol_error_for_httpx(aserver: Server) -> None:
+    async with httpx.AsyncClient(base_url=aserver.base_url) as client:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.post("/chat/completions", json=chat(),
+                              headers=fault("bad-chunk-after=200"))
+
+
+@pytest.mark.parametrize(
+    "spec", ["close-after=-1", "close-after=x", "bad-chunk-after=-1", "bad-chunk-after=1.5"]
+)
+async def test_bad_values_of_the_connection_faults_are_refused(aserver: Server, spec: str) -> None:
+    response = await araw_exchange(aserver.port, URL, chat(), fault(spec))
+    assert response.status == 400 and spec.partition("=")[0].encode() in response.body

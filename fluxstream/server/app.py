@@ -246,6 +246,9 @@ class Server:
                 return
             if h11.MUST_CLOSE in (conn.h11.our_state, conn.h11.their_state):
                 return
+            if conn.faults.close_after is not None:
+                await conn.linger(conn.faults.close_after)
+                return
             try:
                 conn.h11.start_next_cycle()
             except h11.LocalProtocolError:

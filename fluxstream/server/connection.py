@@ -8,7 +8,8 @@ Why the I/O is shaped like this
   response is cancelled. Bytes a pipelining client sends early wait in the :class:`Inbox`.
 * **Every write goes through** :meth:`Connection.send`, which applies ``write-size`` and
   ``write-pause``, and body bytes through :meth:`Connection.body`, which can cut a chunk at an
-  exact byte (``drop-after``). A drop raises :class:`Dropped`; the caller closes the socket
+  exact byte (``drop-after``) or end it there and follow it with a chunk-size line that is
+  not hex (``bad-chunk-after``). A drop raises :class:`Dropped`; the caller closes the socket
   without the chunked terminator.
 * **Bounded.** Buffered input, body size and loop counts have limits, and a write the client
   does not take within the idle timeout ends the connection. Input goes to h11 in pieces of
@@ -45,6 +46,11 @@ READ_SIZE = 64 * 1024
 #: Most bytes handed to h11 at once: h11 copies what it is fed, and a body assembled from
 #: small pieces never has a second full-size copy next to it.
 FEED_SIZE = 4 * READ_SIZE
+#: What ``bad-chunk-after`` writes where a chunk-size line belongs: not hex, so every HTTP
+#: parser must refuse it (a real server's bug or a proxy's, seen mid-stream).
+BAD_CHUNK = b"zz\r\n"
+#: Most reads a ``close-after`` connection takes (and ignores) before it closes anyway.
+MAX_LINGER_READS = 10_000
 
 
 class Dropped(Exception):
@@ -87,6 +93,15 @@ class Inbox:
         while not self._buffer and not self._eof:
             self._wakeup = anyio.Event()
             await self._wakeup.wait()
+
+    def discard(self) -> None:
+        """Forget the buffered bytes (input that will never be answered)."""
+        self._buffer.clear()
+
+    @property
+    def ended(self) -> bool:
+        """The client closed (or the reader stopped): no more bytes will come."""
+        return self._eof
 
     async def get(self) -> bytes:
         """Up to :data:`FEED_SIZE` buffered bytes (``b""``: EOF)."""
@@ -230,7 +245,15 @@ class Connection:
                 await anyio.sleep(pause)
 
     async def body(self, payload: bytes) -> None:
-        """Write body bytes through h11, honouring ``drop-after`` to the byte."""
+        """Write body bytes through h11, honouring ``drop-after`` and ``bad-chunk-after`` to
+        the byte (the smaller one fires; ``drop-after`` on a tie)."""
+        bad, drop = self.faults.bad_chunk_after, self.faults.drop_after
+        if (
+            bad is not None
+            and (drop is None or bad < drop)
+            and self.body_bytes + len(payload) > bad
+        ):
+            await self.bad_chunk(payload[: bad - self.body_bytes])
         framed = self.h11.send(h11.Data(data=payload)) or b""
         limit = self.faults.drop_after
         if limit is not None and self.body_bytes + len(payload) > limit:
@@ -246,8 +269,31 @@ class Connection:
         limit = self.faults.drop_after
         if limit is not None and self.body_bytes >= limit:
             raise Dropped
+        bad = self.faults.bad_chunk_after
+        if bad is not None and self.body_bytes >= bad:
+            await self.bad_chunk(b"")
         await self.send(self.h11.send(h11.EndOfMessage()) or b"")
         self.completed = True
+
+    async def bad_chunk(self, data: bytes) -> None:
+        """Write ``data`` as a well-formed chunk, then :data:`BAD_CHUNK`, and drop. Without
+        chunked framing (a Content-Length body) there is no chunk to break: a plain cut."""
+        framed = (self.h11.send(h11.Data(data=data)) or b"") if data else b""
+        await self.send(framed + (BAD_CHUNK if self.chunked else b""))
+        self.body_bytes += len(data)
+        raise Dropped
+
+    async def linger(self, seconds: float) -> None:
+        """Keep the connection open ``seconds`` (``close-after``), or until the client closes.
+        What it sends meanwhile (its next request, on a connection it believes kept alive) is
+        read and ignored: the server closes without answering, as one that closes after each
+        response does when the request crosses its close."""
+        with anyio.move_on_after(seconds):
+            for _ in range(MAX_LINGER_READS):
+                await self.inbox.wait()
+                if self.inbox.ended:
+                    return
+                self.inbox.discard()
 
     async def start(
         self,

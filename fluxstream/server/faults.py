@@ -12,7 +12,14 @@ Keys (sizes in bytes, times in seconds):
                         without the chunked terminator
 ``drop-after-events=N`` hard close after N complete events: half of the next event is written
                         inside its chunk, then the socket closes (no terminator)
+``bad-chunk-after=N``   after N bytes of the body (ending a chunk there), a malformed chunk:
+                        a chunk-size line that is not hex (``zz``), then the close, without
+                        the terminator (a body with Content-Length is just cut there)
 ``drop-reset=1``        make those closes a TCP reset (SO_LINGER 0) instead of a FIN
+``close-after=T``       after the response, keep the connection open T, then close it without
+                        having said so (no ``Connection: close``), as llama.cpp's server does
+                        after each stream; 0 closes at once. A request sent on it meanwhile is
+                        never answered
 ``stall=T``             stop writing for T after ``stall-after-events=K`` events (default 1)
 ``stall-heartbeat=S``   during the stall send a ``: ping`` comment every S
 ``drip=T``              sleep T before every event after the first
@@ -60,7 +67,9 @@ class Faults:
     write_pause: float = 0.0
     drop_after: int | None = None
     drop_after_events: int | None = None
+    bad_chunk_after: int | None = None
     drop_reset: bool = False
+    close_after: float | None = None
     stall: float = 0.0
     stall_after_events: int = 1
     stall_heartbeat: float | None = None
@@ -88,6 +97,7 @@ _INT = {
     "write-size": (1, MAX_BYTES),
     "drop-after": (0, MAX_BYTES),
     "drop-after-events": (0, 10_000_000),
+    "bad-chunk-after": (0, MAX_BYTES),
     "stall-after-events": (0, 10_000_000),
     "oversize": (1, MAX_BYTES),
     "oversize-after-events": (0, 10_000_000),
@@ -101,6 +111,7 @@ _FLOAT = {
     "stall-heartbeat": (0.001, MAX_SECONDS),
     "drip": (0.0, 60.0),
     "delay": (0.0, MAX_SECONDS),
+    "close-after": (0.0, MAX_SECONDS),
 }
 _OTHER = ("drop-reset", "status-body", "retry-after")
 #: Every accepted key.
@@ -164,7 +175,8 @@ def build_faults(spec: Mapping[str, str]) -> Faults:
         "fail_first" in kwargs
         and "status" not in kwargs
         and not (
-            {"drop_after", "drop_after_events", "stall", "drip", "oversize", "delay"} & set(kwargs)
+            {"drop_after", "drop_after_events", "bad_chunk_after", "stall", "drip", "oversize",
+             "delay", "close_after"} & set(kwargs)
         )
     ):
         kwargs["status"] = 503
