@@ -492,17 +492,49 @@ def _header_safe(value: str, what: str, hidden: str) -> str:
 _CREDENTIAL_NAME = re.compile(
     "auth|key|token|secret|cookie|passw|session|credential|signature", re.IGNORECASE
 )
+#: A header name (an RFC 9110 token): anything else is refused by every HTTP library.
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+def checked_headers(headers: Mapping[str, Any] | None, what: str) -> dict[str, str]:
+    """``headers`` as they will be sent, or a ``ValueError`` that never shows a value.
 
-
-def checked_headers(headers: Mapping[str, str] | None, what: str) -> dict[str, str]:
-    """``headers`` with every credential's value checked as ``api_key`` is
-    (:func:`_header_safe`); other values are left to the HTTP library."""
+    Names are checked here, and credentials' values (see ``_CREDENTIAL_NAME``) as ``api_key``
+    is (:func:`_header_safe`): the HTTP library would refuse them on every request, with the
+    value in its error's text on httpx (and httpcore's DEBUG log). Every value loses its
+    surrounding whitespace (HTTP drops it anyway; a value read from a file keeps its
+    newline); ``bytes`` values are taken as ASCII text. What else a value cannot carry is
+    refused when the request is sent (``RequestHeaderError``, ``APIConnectionError``).
+    """
     out: dict[str, str] = {}
     for name, value in (headers or {}).items():
-        if isinstance(value, str) and _CREDENTIAL_NAME.search(name):
-            value = _header_safe(value, f"{what} {show_key(name)}", "its value")
-        out[name] = value
+        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
+            raise ValueError(f"{what}: {_bad_name(name)}")
+        shown = f"{what} {show_key(name)}"
+        if isinstance(value, bytes):
+            try:
+                value = value.decode("ascii")
+            except UnicodeDecodeError:
+                raise ValueError(f"{shown} is not ASCII; its value is not shown") from None
+        if not isinstance(value, str):
+            raise TypeError(f"{shown} must be a str, not {type(value).__name__}")
+        if _CREDENTIAL_NAME.search(name):
+            value = _header_safe(value, shown, "its value")
+        out[name] = value.strip()
     return out
+
+
+def _bad_name(name: object) -> str:
+    """Why ``name`` cannot be a header name, showing only the part before its first bad
+    character (a whole ``"Authorization: Bearer sk-..."`` line passed as a name is common)."""
+    if not isinstance(name, str):
+        return f"a header name must be a str, not {type(name).__name__}"
+    if not name:
+        return "an empty header name"
+    good = _HEADER_NAME.match(name)
+    before = show_key(good.group()) if good else "nothing"
+    return (
+        f"a header name holds a character a name cannot carry (a space, ':', a control "
+        f"character or non-ASCII) after {before}; the rest is not shown"
+    )
 
 
 def _carries_key(headers: Mapping[str, str]) -> bool:

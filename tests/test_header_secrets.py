@@ -141,9 +141,48 @@ async def test_a_request_header_that_cannot_be_sent_is_refused_without_showing_i
     assert len(server.records.requests) == before + 1  # only the good stream was sent
 
 
-def test_a_header_that_carries_no_credential_is_left_to_the_http_library() -> None:
-    """Only credentials are checked this early: other values are the transport's business."""
-    fluxstream.AsyncClient("http://127.0.0.1:9/v1", headers={"X-Title": "caf\u00e9\n"})
+def test_a_non_ascii_value_of_another_header_is_left_to_the_send() -> None:
+    """A non-ASCII value of a header that is not a credential is refused when the request is
+    sent (``RequestHeaderError``, on every transport); only its surrounding whitespace goes
+    here."""
+    client = fluxstream.AsyncClient("http://127.0.0.1:9/v1", headers={"X-Title": "caf\u00e9\n"})
+    assert client._headers["x-title"] == "caf\u00e9"
+
+
+@pytest.mark.parametrize("transport", ["auto", "httpx"])
+async def test_a_credential_given_as_bytes_is_checked_as_a_string_is(
+    server: ServerThread, caplog: pytest.LogCaptureFixture, transport: str, anyio_backend: str,
+) -> None:
+    """httpx takes header values as bytes too: a key read from a file in binary mode. Its
+    trailing newline went unchecked (httpx quoted the value in its error; aiohttp raised a
+    bare ``TypeError`` quoting it)."""
+    value = f"Bearer {SECRET}".encode()
+    async with fluxstream.AsyncClient(
+        server.base_url, headers={"Authorization": value + b"\n"}, transport=transport,
+        retry=RetryPolicy.off(),
+    ) as client:
+        with anyio.fail_after(10):
+            reply = await client.chat.complete(model="m", messages=MSG, max_tokens=5)
+    assert reply.outcome == "done"
+    assert server.records.requests[-1].header("authorization") == "Bearer <redacted>"
+    for bad in (value + b"\x01x", value + "\u00e9".encode()):
+        with pytest.raises(ValueError) as info:
+            fluxstream.AsyncClient(server.base_url, headers={"x-api-key": bad})
+        assert_no_secret(caplog, str(info.value), repr(info.value))
+    assert_no_secret(caplog)
+
+
+@pytest.mark.parametrize(
+    "name", ["Authorization: Bearer " + SECRET, "X-Key\n" + SECRET, "", "X Key", "X-K\u00e9y"]
+)
+def test_a_header_name_no_transport_can_send_is_refused_without_showing_it(
+    caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    """A name with a colon or a space is most often a whole ``Name: value`` line passed as
+    the name; only the part before the first character a name cannot hold is shown."""
+    with pytest.raises(ValueError, match="header name") as info:
+        fluxstream.AsyncClient("http://127.0.0.1:9/v1", headers={name: "v"})
+    assert_no_secret(caplog, str(info.value), repr(info.value))
 
 
 # ------------------------------------------------------------------ credentials in base_url
