@@ -27,7 +27,7 @@ import sniffio
 
 from ._readahead import ReadAhead
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
-from .errors import APIConnectionError, APIStatusError, APITimeoutError
+from .errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
 from .events import ErrorEvent, Event
 from .parser import StreamParser
 from .progress import Progress
@@ -151,8 +151,9 @@ class Channel:
         recovery.rule_out("last_event_id")
         decision = recovery.resume_decision(self.drop_state(exc))
         logger.warning(
-            "stream %s: resume by Last-Event-ID rejected (%s); %s", self.parser.content_key,
-            exc, f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
+            "stream %s: resume by Last-Event-ID rejected (%s); %s",
+            show_key(self.parser.content_key), one_line(str(exc)),
+            f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
         )
         return decision
 
@@ -198,7 +199,7 @@ class Channel:
             delay = left  # the first token is due before the retry: fail then, not later
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
-            self.parser.content_key, reason, attempt + 1,
+            show_key(self.parser.content_key), one_line(reason), attempt + 1,
             self.recovery.retry.max_attempts, delay,
         )
         await self.pause(delay)

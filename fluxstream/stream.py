@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._stream_objects import StructuredOutput
 from .attempt import RequestSpec
 from .coalesce import Coalesced, FuncSource, Picked
-from .errors import StreamError, StreamFailedError, StreamTruncatedError
+from .errors import StreamError, StreamFailedError, StreamTruncatedError, show_key
 from .events import Event, Outcome, TextDelta
 from .parser import StreamParser
 from .progress import StreamStats
@@ -103,7 +103,7 @@ class ReplyStream(StructuredOutput):
     def __repr__(self) -> str:
         reader = self._reader
         state = "ended" if reader.ended else ("open" if reader.opened else "new")
-        return f"<ReplyStream {state} key={self._parser.content_key!r}>"
+        return f"<ReplyStream {state} key={show_key(self._parser.content_key)}>"
 
     # ------------------------------------------------------------------ public state
 

@@ -89,11 +89,6 @@ async def test_a_resume_after_a_drop_logs_the_key_on_one_short_line(
     assert_clean(lines)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the retry warning is written in fluxstream/channel.py (Channel.wait_to_retry): "
-    "it must log show_key(content_key) and one_line(reason)",
-)
 async def test_a_retry_logs_the_key_on_one_short_line(
     server: ServerThread, caplog: pytest.LogCaptureFixture, anyio_backend: str
 ) -> None:
