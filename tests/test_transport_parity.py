@@ -64,37 +64,16 @@ READ_TIMEOUT = 30.0
 AT_ONCE = 2.0
 
 #: The reasons for the marks below; the lead removes a mark when its fix lands.
-KEEPALIVE_CLOSE = (
-    "a kept-alive connection the server closed after the last stream: the next request on "
-    "it fails before any byte of its response (APIConnectionError) instead of being sent "
-    "again at once on a fresh connection"
-)
-DROP_UNNOTICED = (
-    "a malformed chunk after the head is never reported on aiohttp: the stream waits the "
-    "whole read timeout instead of ending truncated (RemoteProtocolError) at once"
-)
-BAD_FIRST_CHUNK = (
-    "a malformed chunk in the head's own segment fails the request on aiohttp "
-    "(APIConnectionError, failed, text already sent lost) where httpx ends truncated"
-)
 CHUNK_LOST = (
     "a whole chunk that arrives with the head and a malformed chunk is lost on aiohttp (its "
     "parser fails the whole read, the request failed or truncated with no text) where httpx "
     "delivers its text and ends truncated"
-)
-HEAD_LIMITS = (
-    "aiohttp refuses a response header line over 8 KiB or over ~100 header lines "
-    "(APIConnectionError) that httpx reads"
 )
 UNDECODABLE = (
     "a br/zstd body the client cannot decode must fail as a gzip body that is not gzip does "
     "(cause DecodingError, StreamFailedError raised from it) on both transports: aiohttp "
     "failed the request (APIConnectionError), httpx handed the compressed bytes to the SSE "
     "decoder (truncated, no error)"
-)
-NON_ASCII_HEADER = (
-    "a caller's non-ASCII header value: a bare UnicodeEncodeError on httpx, sent raw (UTF-8) "
-    "on aiohttp; both must refuse it with a typed error and send nothing"
 )
 RST_AS_EOF = (
     "a TCP reset that ends a close-delimited body is a clean end of the body on aiohttp (no "
@@ -399,11 +378,10 @@ CASES: dict[str, Case] = {
     ),
     "a-header-line-over-8-kib": Case(
         whole(sse_head(CLOSE, b"x-large: " + b"a" * 9000), BODY), Outcome.DONE, DONE_TEXT,
-        xfail=xfail_on(HEAD_LIMITS, "aiohttp"),
     ),
     "150-header-lines": Case(
         whole(sse_head(CLOSE, *[b"x-h%d: v" % i for i in range(150)]), BODY),
-        Outcome.DONE, DONE_TEXT, xfail=xfail_on(HEAD_LIMITS, "aiohttp"),
+        Outcome.DONE, DONE_TEXT,
     ),
     "a-head-over-1-mib-is-refused": Case(
         whole(sse_head(CLOSE, *ONE_MIB_HEAD), BODY), Outcome.FAILED, ("",), CONNECTION_FAILED,
@@ -428,23 +406,19 @@ CASES: dict[str, Case] = {
     "malformed-chunk-size-after-content": Case(
         after(sse_head(CHUNKED) + chunked(text("Hel"), last=False), "text", b"zz\r\nxx\r\n"),
         Outcome.TRUNCATED, ("Hel",), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(DROP_UNNOTICED, "aiohttp"),
     ),
     "chunk-data-without-its-crlf": Case(
         after(sse_head(CHUNKED) + chunked(text("Hel"), last=False), "text",
               b"%x\r\n%sXX" % (len(text("lo")), text("lo"))),
         Outcome.TRUNCATED, ("Hel", "Hello"), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(DROP_UNNOTICED, "aiohttp"),
     ),
     "bad-first-chunk-after-the-head": Case(
         after(sse_head(CHUNKED), "open", b"zz\r\nxx\r\n"),
         Outcome.TRUNCATED, ("",), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(DROP_UNNOTICED, "aiohttp"),
     ),
     "bad-first-chunk-with-the-head": Case(
         after(sse_head(CHUNKED) + b"zz\r\nxx\r\n", "", b""),
         Outcome.TRUNCATED, ("",), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(BAD_FIRST_CHUNK, "aiohttp"),
     ),
     "bad-chunk-after-content-with-the-head": Case(
         after(sse_head(CHUNKED) + chunked(text("Hel"), last=False) + b"zz\r\nxx\r\n", "", b""),
@@ -454,13 +428,12 @@ CASES: dict[str, Case] = {
     "good-and-bad-chunk-in-one-read": Case(
         after(sse_head(CHUNKED), "open", chunked(text("Hel"), last=False) + b"zz\r\nxx\r\n"),
         Outcome.TRUNCATED, ("Hel",), (httpx.RemoteProtocolError,),
-        xfail=xfail_on(DROP_UNNOTICED, "aiohttp"),
     ),
     # Chunk lines end in CRLF (RFC 9112 7.1; a bare LF there is how requests are smuggled):
     # a body framed with bare LFs is broken framing, a drop like any other bad chunk.
     "lf-only-chunk-lines": Case(
         whole(sse_head(CHUNKED), LF_CHUNKS), Outcome.TRUNCATED, ("",),
-        (httpx.RemoteProtocolError,), xfail=xfail_on(BAD_FIRST_CHUNK, "aiohttp"),
+        (httpx.RemoteProtocolError,),
     ),
     # -- content codings
     "gzip-whole": Case(whole(GZIP_HEAD, gzip(BODY)), Outcome.DONE, DONE_TEXT),
@@ -524,10 +497,7 @@ async def test_a_fault_ends_the_same_on_every_transport(name: str, transport: st
 @pytest.mark.parametrize(
     ("delay", "transport"),
     [
-        pytest.param(delay, transport, id=f"{int(delay * 1000)}ms-{transport}", marks=(
-            pytest.mark.xfail(strict=False, reason=KEEPALIVE_CLOSE)
-            if transport == "aiohttp" or delay else ()
-        ))
+        pytest.param(delay, transport, id=f"{int(delay * 1000)}ms-{transport}")
         for delay in (0.0, 0.005, 0.05)
         for transport in TRANSPORTS
     ],
@@ -567,11 +537,7 @@ async def test_back_to_back_streams_survive_a_server_closing_each_connection(
 
 
 @pytest.mark.parametrize("where", ["client", "request"])
-@pytest.mark.parametrize(
-    "transport",
-    [pytest.param(t, marks=pytest.mark.xfail(strict=False, reason=NON_ASCII_HEADER))
-     for t in TRANSPORTS],
-)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_non_ascii_header_value_is_refused_with_a_typed_error(
     transport: str, where: str
 ) -> None:
@@ -748,22 +714,8 @@ async def test_cancelling_the_consumer_while_it_connects_abandons_the_connect(
 
 # ------------------------------------------------------------------ what the caller configured
 
-GC_CLOSE = (
-    "a stream dropped without async with/aclose() keeps its socket open on aiohttp (the "
-    "server keeps generating); httpx closes it when collected but without a ResourceWarning"
-)
-KEEPALIVE_LIMIT = (
-    "httpx.Limits(max_keepalive_connections=0) is ignored on aiohttp: the connection is "
-    "kept and reused"
-)
-PROXY_IGNORED = "transport='aiohttp' ignores HTTP_PROXY: the request goes straight to the host"
 
-
-@pytest.mark.parametrize(
-    "transport",
-    [pytest.param(t, marks=pytest.mark.xfail(strict=False, reason=GC_CLOSE))
-     for t in TRANSPORTS],
-)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_stream_dropped_without_closing_closes_its_connection_when_collected(
     transport: str,
 ) -> None:
@@ -792,11 +744,7 @@ async def test_a_stream_dropped_without_closing_closes_its_connection_when_colle
     assert any(issubclass(w.category, ResourceWarning) for w in caught), f"{transport}: {caught}"
 
 
-@pytest.mark.parametrize(
-    "transport",
-    [pytest.param("aiohttp", marks=pytest.mark.xfail(strict=False, reason=KEEPALIVE_LIMIT)),
-     "httpx"],
-)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_max_keepalive_connections_zero_keeps_no_connection(transport: str) -> None:
     """``limits=httpx.Limits(max_keepalive_connections=0)``: a connection is closed as soon
     as its response is done, so two streams in a row use two connections."""
@@ -820,11 +768,7 @@ async def test_max_keepalive_connections_zero_keeps_no_connection(transport: str
     assert closed, f"{transport}: the first connection was kept open"
 
 
-@pytest.mark.parametrize(
-    "transport",
-    [pytest.param("aiohttp", marks=pytest.mark.xfail(strict=False, reason=PROXY_IGNORED)),
-     "httpx"],
-)
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_an_http_proxy_from_the_environment_is_used(
     transport: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
