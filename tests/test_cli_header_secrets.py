@@ -1,4 +1,4 @@
-"""Audit of the CLI (a2-relay): what it prints must never carry a secret the user passed."""
+"""What the CLI prints never carries a secret the user passed in a header."""
 
 from __future__ import annotations
 
