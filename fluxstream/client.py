@@ -612,6 +612,8 @@ def _parsed_base_url(raw: str, source: str) -> httpx.URL:
         raise ValueError(f"{source} needs http:// or https://: got {_shown_url(raw)}")
     if not url.host:
         raise ValueError(f"{source} needs a host: got {_shown_url(raw)}")
+    if url.port is not None and not 0 < url.port < 65536:  # httpx.URL takes any number
+        raise ValueError(f"{source} needs a port from 1 to 65535: got {_shown_url(raw)}")
     return url
 
 

@@ -69,3 +69,14 @@ def test_a_url_that_does_not_parse_is_refused_without_credentials(url: str) -> N
     with pytest.raises(ValueError, match=r"^base_url is not a URL: got ") as info:
         fluxstream.AsyncClient(url)
     assert "SECRET" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999/v1", "http://127.0.0.1:0/v1",
+                                 "http://u:SECRET@127.0.0.1:70000/v1"])
+def test_a_port_out_of_range_is_refused_at_once(url: str) -> None:
+    """Accepted, it failed on every request with a raw ``ValueError`` (aiohttp) or a raw
+    ``ExceptionGroup`` (httpx)."""
+    for make in (fluxstream.AsyncClient, anthropic_client):
+        with pytest.raises(ValueError, match=r"^base_url needs a port from 1 to 65535") as info:
+            make(url)
+        assert "SECRET" not in str(info.value)
