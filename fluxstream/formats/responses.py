@@ -47,9 +47,10 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   starts over never shows text twice), each skipped and counted (and in ``replayed``). On a
   first connection nothing was delivered before, so a number that repeats or goes backwards
   drops nothing; such numbers cannot order a re-read (nor can one that is not a count), so
-  :attr:`~ResponsesFormat.ordered` turns false and the parser offers no ``starting_after``. That a re-read's first new event
-  is ``N + 1`` is checked by the parser (:class:`~fluxstream.resume_check.SequenceCheck`). A
-  number outside ``0 .. 2**53`` is not used: one absurd value would hide every later event.
+  :attr:`~ResponsesFormat.ordered` turns false and the parser offers no ``starting_after``.
+  That a re-read's first new event is ``N + 1`` is checked by the parser
+  (:class:`~fluxstream.resume_check.SequenceCheck`). A number outside ``0 .. 2**53`` is not
+  used: one absurd value would hide every later event.
 * usage that is not an object, and usage fields of the wrong type, are dropped and counted.
 """
 
