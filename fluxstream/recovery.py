@@ -88,10 +88,11 @@ class DropState:
     def replayable(self) -> bool:
         """OpenAI's own resume applies: ``GET /responses/{id}?stream=true&starting_after=N``
         streams the events of a stored response after ``N`` (the provider replays them, so
-        nothing is a new sample)."""
+        nothing is a new sample). An id made only of dots names no response: in a URL path it
+        is a dot segment (``responses/..`` is the API root), so it is never re-read."""
         return (
             self.stored_response
-            and bool(self.response_id)
+            and bool(self.response_id and self.response_id.strip("."))
             and self.sequence is not None
             and self.sequence >= 0
         )

@@ -247,6 +247,8 @@ STORED: dict[str, object] = {
         (LEI, drop(**{**STORED, "stored_response": False}), None),
         (LEI, drop(**{**STORED, "response_id": None}), None),
         (LEI, drop(**{**STORED, "response_id": ""}), None),
+        (LEI, drop(**{**STORED, "response_id": ".."}), None),  # a dot segment, not an id
+        (LEI, drop(**{**STORED, "response_id": "resp..1"}), "starting_after"),
         (LEI, drop(**{**STORED, "sequence": None}), None),
         (LEI, drop(**{**STORED, "sequence": -1}), None),
         (ALL, drop(**{**STORED, "stored_response": False, "continuable": True}), "continuation"),

@@ -341,3 +341,24 @@ def test_an_unbelievable_response_id_is_not_resumed_from() -> None:
     huge = "r" * 100_000
     parser.feed(_frames({"type": "response.created", "response": {"id": huge}}))
     assert parser.reply.id == huge and parser.response_id is None  # kept, never sent
+
+
+@pytest.mark.parametrize("dots", [".", ".."])
+async def test_a_response_id_of_dots_is_never_put_into_a_path(aserver: Server, dots: str) -> None:
+    """Quoting keeps ``.`` (an unreserved character), so a response id of ``..`` (a forged
+    token, or a hostile server's ``response.created``) made the re-read's URL
+    ``responses/..?...``: a GET to the API root with the service's key. Such an id names no
+    stored response: the strategy does not apply, and nothing is sent for it."""
+    params: dict[str, Any] = {"model": "m", "input": USER, "background": True}
+    async with client_for(aserver, resume=ResumePolicy.off()) as worker_a:
+        first = worker_a.responses.stream(
+            **params, extra_headers=faults("drop-after-events=12", f"dots{len(dots)}")
+        )
+        await run(first)
+    token = {**first.resume_token(), "response_id": dots}
+    async with client_for(aserver) as worker_b:
+        nothing = worker_b.responses.resume(token)
+        with pytest.raises(fluxstream.errors.FluxstreamError):
+            await run(nothing)
+        assert nothing.reply.text == first.reply.text  # the partial reply is kept
+    assert gets(aserver) == []
