@@ -26,7 +26,7 @@ from typing import Any
 
 from ._http import status_error
 from .errors import ContentTypeError, FluxstreamError
-from .formats.auto import detect
+from .formats.auto import identify
 from .parser import StreamParser, replay
 from .reply import Reply
 from .sse import SSEDecoder
@@ -234,7 +234,7 @@ async def record_response(
 @dataclass(frozen=True)
 class FormatCensus:
     """Which wire format each event of a recorded stream belongs to, by what it announces
-    (:func:`fluxstream.formats.auto.detect`): to tell a user who reads a stream in one format
+    (:func:`fluxstream.formats.auto.identify`): to tell a user who reads a stream in one format
     that its frames are of another."""
 
     #: Events with data (``[DONE]`` included; comments and empty events are not frames).
@@ -273,14 +273,9 @@ def format_census(capture: Capture) -> FormatCensus:
         if not data:
             continue
         events += 1
-        if data == "[DONE]":
-            name: str | None = "chat_completions"
-        else:
-            try:
-                obj = json.loads(data)
-            except (ValueError, RecursionError):
-                obj = None
-            name = detect(sse.event, obj if isinstance(obj, dict) else None)
+        # ``identify`` refuses a frame full of tiny objects undecoded, as the formats do: a
+        # hostile capture costs the census no more memory than the replay itself.
+        name = identify(sse)
         if name is not None:
             counts[name] += 1
             first = first or name

@@ -72,3 +72,24 @@ def test_a_capture_without_a_recorded_format_is_detected(tmp_path: Path) -> None
     assert result.returncode == 0, result.stdout + result.stderr
     text = chat_expected(STREAMS["anthropic_messages"])["choices"]["0"]["text"]
     assert text in result.stdout and result.stderr == ""
+
+
+def test_the_format_census_refuses_a_frame_of_tiny_objects_undecoded() -> None:
+    """The census that names the fitting format decoded every frame whole with
+    ``json.loads``: a 4 MB frame of empty objects cost ~25x its size, where the replay
+    itself refuses it before decoding. It now reads frames as the formats do."""
+    import tracemalloc
+
+    from fluxstream._capture import Capture, format_census
+
+    flood = b"data: [" + b"{}," * 1_400_000 + b"{}]\n\n"
+    chunk = b'data: {"id":"c","object":"chat.completion.chunk","choices":[]}\n\n'
+    capture = Capture(reads=[chunk, flood], status=200, content_type="text/event-stream")
+    tracemalloc.start()
+    try:
+        census = format_census(capture)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert census.events == 2 and census.counts == {"chat_completions": 1}
+    assert peak < 8 * len(flood), peak  # the decoded list cost ~25x; the body and its frame ~4x
