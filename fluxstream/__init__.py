@@ -87,6 +87,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+#: The installed version (``fluxstream --version`` prints the package metadata's).
 __version__ = "0.1.0"
 
 __all__ = [

@@ -79,8 +79,15 @@ __all__ = [
 
 log = logging.getLogger("fluxstream.server")
 
+#: Request header naming quirk profiles for this response (``azure,heartbeats``), in place
+#: of the server's own (a ``model`` suffix does the same).
 PROFILE_HEADER = "X-Fluxstream-Profile"
+#: Request header with faults for this response (``drop-after=400,fail-first=1``); key by
+#: key, it overrides the server's own faults.
 FAULT_HEADER = "X-Fluxstream-Fault"
+#: Request header that ties the attempts of one reply together, so ``fail-first=N`` counts a
+#: resume whose request differs (a continuation body, a ``starting_after`` GET) as the next
+#: attempt of the same reply; without it, attempts are counted by method, path and body.
 ATTEMPT_HEADER = "X-Fluxstream-Attempt-Key"
 #: Response header on continuation requests (assistant ``prefix: true`` last): ``continued``
 #: when the prefix was honoured, ``ignored`` when the request was answered as if it were absent

@@ -168,6 +168,8 @@ def error_cut(choice: ChoiceScript) -> int:
 
 @dataclass(frozen=True)
 class ExpectedToolCall:
+    """A tool call a correct client must assemble (part of :class:`ExpectedChoice`)."""
+
     index: int
     id: str
     name: str
@@ -177,6 +179,8 @@ class ExpectedToolCall:
 
 @dataclass(frozen=True)
 class ExpectedChoice:
+    """One choice of an :class:`ExpectedReply`: its text, reasoning, tool calls and finish."""
+
     index: int
     text: str
     reasoning: str | None
