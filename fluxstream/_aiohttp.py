@@ -13,9 +13,10 @@ call: ``build_request`` -> ``send(request, stream=True)`` -> a response with ``s
 ``headers`` (case-insensitive ``get``), ``extensions``, ``aiter_bytes()`` and ``aclose()``, plus
 ``fluxstream_abort()`` (a synchronous close that ends a pending read at once, used by
 ``ReplyStream.cancel``). aiohttp's exceptions are translated into **httpx's** exception classes,
-so the error handling above does not care which transport ran (a refused connection is
-``httpx.ConnectError``, a body cut short is ``httpx.RemoteProtocolError``, a silent socket is
-``httpx.ReadTimeout``).
+so the error handling above does not care which transport ran (a connection that could not
+be made is ``httpx.ConnectError``, and nothing else is: the request never left; a reset after
+that is ``httpx.ReadError``; a body cut short by the server's close is
+``httpx.RemoteProtocolError``; a silent socket is ``httpx.ReadTimeout``).
 
 Where aiohttp alone behaves unlike httpx, the adapter makes it behave the same: a request that
 failed on a pooled connection before any response byte is sent again on a new one (the
@@ -79,6 +80,10 @@ class _Handler(ResponseHandler):
       httpx, and as when it arrives a moment later) instead of a lost head; and the head is
       bounded in total (:data:`HEAD_LIMIT`), not per line. Only while a head is awaited: the
       body's reads go straight to aiohttp's method, nothing added per read.
+    * A connection lost with an error (a TCP reset) under a body is a failed read of that body
+      (:meth:`connection_lost`): aiohttp ends a close-delimited body there as if it were
+      complete, and reports a framed one as a protocol error of the parser; httpx, rightly,
+      reports the socket's error in both cases.
     """
 
     _head_size = 0
@@ -118,6 +123,17 @@ class _Handler(ResponseHandler):
         self.set_exception(
             HttpProcessingError(message=f"response head larger than {HEAD_LIMIT // 1024} KiB")
         )
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        body = self._payload
+        if exc is not None and body is not None and not body.is_eof() and body.exception() is None:
+            error = aiohttp.ClientPayloadError(f"the response body broke off: {_os_text(exc)}")
+            error.__cause__ = exc  # the socket's error: what the read reports (ReadError)
+            body.set_exception(error, exc)
+            # aiohttp would replace the error with its parser's ("payload is not completed"),
+            # or end a close-delimited body cleanly: it no longer reaches this body.
+            self._payload = None
+        super().connection_lost(exc)
 
     def set_exception(self, exc: BaseException, *args: Any) -> None:
         body = self._payload
@@ -493,6 +509,10 @@ class _Body:
         except Exception as exc:
             if watch is not None:
                 watch.stop()
+            if isinstance(exc, aiohttp.ClientPayloadError):
+                left = _buffered(self._content)
+                if left:  # what arrived before the break first: the next read raises again
+                    return left
             mapped = _translate(exc, connecting=False)
             if mapped is exc:
                 raise
@@ -531,6 +551,26 @@ def _resendable(exc: BaseException) -> bool:
     ) and not isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError))
 
 
+def _buffered(content: aiohttp.StreamReader) -> bytes:
+    """The bytes a body holds that no read has taken yet. aiohttp's reads raise a body's
+    error before handing them out, so a valid chunk that arrived in the same segment as a
+    malformed one (or just before a reset, while the consumer was busy) would be lost."""
+    if not content._buffer:  # aiohttp's own: its public reads raise the error first
+        return b""
+    return content._read_nowait(-1)
+
+
+def _os_text(exc: BaseException) -> str:
+    """A socket error as a person reads it: ``Connection reset by peer``."""
+    errno = getattr(exc, "errno", None)
+    return os.strerror(errno) if errno else (str(exc) or type(exc).__name__)
+
+
+def _socket_error(exc: BaseException) -> bool:
+    """A body error caused by the socket (a reset), not by what the server sent."""
+    return isinstance(exc, aiohttp.ClientPayloadError) and isinstance(exc.__cause__, OSError)
+
+
 def _undecodable(exc: BaseException) -> bool:
     """The body's content encoding cannot be decoded: its data is broken (in the body), or no
     decoder for it is installed (aiohttp says so at the head)."""
@@ -547,7 +587,11 @@ def _undecodable(exc: BaseException) -> bool:
 def _parser_text(exc: BaseException) -> str:
     """aiohttp's parser error, for people: its first line, without the ``400, message=`` that
     reads like an HTTP status (it is aiohttp's code for "bad message", nothing was answered)."""
-    text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+    text = (
+        exc.message
+        if isinstance(exc, (HttpProcessingError, aiohttp.ClientResponseError))
+        else str(exc)
+    )
     if not isinstance(text, str):
         text = str(text)
     first = text.strip().split("\n", 1)[0].strip().rstrip(":")
@@ -571,9 +615,11 @@ def _describe(exc: BaseException, *, connecting: bool) -> str:
             return f"the response body cannot be decoded: {_parser_text(cause)}"
         if isinstance(cause, HttpProcessingError):
             return f"the response body broke off: {_parser_text(cause)}"
+        if isinstance(cause, OSError):
+            return f"the response body broke off: {_os_text(cause)}"
         return str(exc).replace("Response payload is not completed", "the response body broke off")
-    if _undecodable(exc):
-        return f"the response body cannot be decoded: {_parser_text(exc)}"
+    if _undecodable(exc):  # at the head: aiohttp names the coding and the package it needs
+        return _parser_text(exc)
     if isinstance(exc, aiohttp.ClientResponseError):  # aiohttp's parser refused the head
         cause = exc.__cause__
         return f"malformed response head: {_parser_text(cause if cause is not None else exc)}"
@@ -599,7 +645,11 @@ def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
     if isinstance(exc, asyncio.TimeoutError):
         return httpx.PoolTimeout(message)  # waiting for a pool slot (aiohttp's ``connect``)
     if isinstance(exc, aiohttp.ClientConnectorError):
+        # The only ConnectError: no connection was made, so the request never left (what a
+        # ConnectError tells a retry). Anything failing later may have reached the server.
         return httpx.ConnectError(message)
+    if _socket_error(exc):  # a body cut by a reset: the socket's error, as httpx reports it
+        return httpx.ReadError(message)
     if _undecodable(exc):  # gzip turned garbage, a coding without its decoder: no drop
         return httpx.DecodingError(message)
     if isinstance(exc, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
@@ -608,8 +658,12 @@ def _translate(exc: BaseException, *, connecting: bool) -> BaseException:
         return httpx.RemoteProtocolError(message)
     if isinstance(exc, aiohttp.InvalidURL):
         return httpx.UnsupportedProtocol(message)
+    if connecting and isinstance(exc, aiohttp.ClientConnectionResetError):
+        return httpx.WriteError(message)  # the request could not be written
     if isinstance(exc, (aiohttp.ClientError, OSError)):
-        return httpx.ConnectError(message) if connecting else httpx.ReadError(message)
+        # Sent on a connection made (or reused), then reset or closed before the head: the
+        # request may have been read, so not a ConnectError (httpx's ReadError).
+        return httpx.ReadError(message)
     if connecting and isinstance(exc, ValueError):  # a header aiohttp refuses to send
         return httpx.LocalProtocolError(message)  # what httpx raises for it
     return exc

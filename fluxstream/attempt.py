@@ -233,10 +233,16 @@ class Attempt:
         if mime == "text/event-stream":
             coding = undecodable_encoding(response)
             if coding is not None:
-                raise StreamFailedError(
-                    f"the response body cannot be decoded: content-encoding {coding!r} is not "
-                    "supported here (install its decoder: Brotli for br, zstandard for zstd)"
+                # What the library raises for a body it cannot decode (its DecodingError): the
+                # same failure, with the same cause, as a gzip body that is not gzip.
+                message = (
+                    f"content-encoding {coding!r} is not supported here (install its decoder: "
+                    "Brotli for br, zstandard for zstd)"
                 )
+                undecodable = errors.decoding(message)
+                raise StreamFailedError(
+                    f"the response body cannot be decoded: {message}"
+                ) from undecodable
             self.body = response.aiter_bytes().__aiter__()
             return
         if mime == "application/json" or mime.endswith("+json"):

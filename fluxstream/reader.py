@@ -290,8 +290,15 @@ class StreamReader:
             raise
         except BaseException as exc:
             if not self.ended:
-                self.cause = exc
-                self.end(self._parser.fail(f"{type(exc).__name__}: {exc}", exc))
+                cause = exc
+                if isinstance(exc, StreamFailedError) and isinstance(
+                    exc.__cause__, self._errors.decoding
+                ):
+                    # A body that cannot be decoded, known from its head: the stream's cause
+                    # is the library's DecodingError, as when it is found in the body.
+                    cause = exc.__cause__
+                self.cause = cause
+                self.end(self._parser.fail(f"{type(exc).__name__}: {exc}", cause))
             raise
 
     def _opened(self, attempt: Attempt) -> list[Event]:
