@@ -37,7 +37,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (13, ["client"]),
     (14, [""]),  # fluxstream/__init__.py
     (15, ["relay"]),  # and every relay.* module
-    (16, ["server", "cli", "_capture", "_cli_demo", "_cli_args", "_cli_render", "__main__"]),  # and every server.* module
+    # and every server.* module
+    (16, ["server", "cli", "_capture", "_cli_demo", "_cli_args", "_cli_render", "__main__"]),
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
