@@ -68,6 +68,9 @@ class Channel:
         self.recovery = recovery
         #: The current request/response (``None`` before the first and after closing).
         self.attempt: Attempt | None = None
+        #: The resume strategy of the connection being read (``None`` for the first one):
+        #: a reconnect rejected by its check rules out this strategy, not another.
+        self.resuming_by: str | None = None
         self._pause_scope: anyio.CancelScope | None = None
         # text(coalesce=...) reads the body in a helper task (see fluxstream._readahead).
         self._reader_wanted = False
@@ -145,14 +148,17 @@ class Channel:
     # ------------------------------------------------------------------ decisions
 
     def after_rejected_resume(self, exc: BaseException) -> Decision:
-        """A ``Last-Event-ID`` reconnect failed its check: never that strategy again here;
-        the next one, if any applies."""
+        """A checked reconnect (``Last-Event-ID``, or a ``starting_after`` re-read) did not
+        continue the stream: never the strategy that was tried again here, since the same
+        request would be answered the same way; the next one, if any applies."""
         recovery = self.recovery
-        recovery.rule_out("last_event_id")
+        strategy = self.resuming_by or "last_event_id"
+        recovery.rule_out(strategy)
         decision = recovery.resume_decision(self.drop_state(exc))
         logger.warning(
-            "stream %s: resume by Last-Event-ID rejected (%s); %s",
-            show_key(self.parser.content_key), one_line(str(exc)),
+            "stream %s: resume by %s rejected (%s); %s",
+            show_key(self.parser.content_key),
+            "Last-Event-ID" if strategy == "last_event_id" else strategy, one_line(str(exc)),
             f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
         )
         return decision

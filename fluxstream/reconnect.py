@@ -111,6 +111,7 @@ async def _resume(
     await channel.close(drain=False)
     await channel.pause(decision.delay)
     events: list[Event] = []
+    channel.resuming_by = decision.strategy
     if decision.strategy == "starting_after":
         return await _reread(channel, reason)
     if decision.strategy == "last_event_id":

@@ -149,3 +149,34 @@ def test_a_continuation_or_a_restart_is_not_checked() -> None:
     again.feed(created(0) + delta(5, "xyz") + completed(6))
     again.close()
     assert again.reply.text == "xyz"
+
+
+@pytest.mark.anyio
+async def test_a_re_read_with_a_gap_rules_starting_after_out_and_is_not_sent_again() -> None:
+    """The reader's rejection path ruled out only ``last_event_id`` whatever strategy had
+    been tried, so a ``starting_after`` re-read that skipped events was sent again with the
+    same ``N`` until ``max_resumes`` ran out. The strategy that failed its check is the one
+    ruled out: one re-read, then the next strategy (none here: ``truncated``)."""
+    import httpx
+
+    import fluxstream
+
+    gets: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sse = {"content-type": "text/event-stream"}
+        if request.method == "POST":  # "ABC", then the connection drops (no completed)
+            return httpx.Response(200, headers=sse, content=created(0) + letters([1, 2, 3]))
+        gets.append(str(request.url))  # starting_after=3, but the re-read resumes at 5
+        return httpx.Response(200, headers=sse, content=delta(5, "E") + completed(6))
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    async with http, fluxstream.AsyncClient(
+        base_url="http://127.0.0.1:9/v1", api_key="sk-test", http_client=http
+    ) as client:
+        stream = client.responses.stream(model="m", input="hi", background=True)
+        async with stream:
+            shown = [e.text async for e in stream if isinstance(e, TextDelta)]
+    assert "".join(shown) == stream.reply.text == "ABC"  # never "ABCE"
+    assert stream.reply.outcome is Outcome.TRUNCATED
+    assert len(gets) == 1 and "starting_after=3" in gets[0]
