@@ -27,9 +27,9 @@ from typing import Any
 from .errors import (
     APIStatusError,
     AuthenticationError,
-    FluxstreamError,
     NotFoundError,
     RateLimitError,
+    RequestHeaderError,
 )
 
 __all__ = [
@@ -38,11 +38,6 @@ __all__ = [
 ]
 
 _EXCERPT_CHARS = 300
-
-
-class RequestHeaderError(FluxstreamError, ValueError):
-    """A request header no HTTP library can send as given (a non-ASCII value): refused before
-    anything is sent, on every transport (the value is never shown: it may be a secret)."""
 
 
 def undecodable_encoding(response: Any) -> str | None:

@@ -32,6 +32,7 @@ __all__ = [
     "FrameDecodeError",
     "IdleTimeoutError",
     "LimitExceededError",
+    "RequestHeaderError",
     "NotFoundError",
     "ParseError",
     "RateLimitError",
@@ -308,3 +309,8 @@ class RelayUnavailableError(RelayError):
 class RelayLeaseLostError(RelayError):
     """A producer no longer holds the reply's lease (it expired and another worker took the
     reply over): its writes are refused so the stored reply never forks."""
+
+
+class RequestHeaderError(FluxstreamError, ValueError):
+    """A request header no HTTP library can send as given (a non-ASCII value): refused before
+    anything is sent, on every transport (the value is never shown: it may be a secret)."""

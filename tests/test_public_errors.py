@@ -40,3 +40,14 @@ def test_the_relay_errors_import_from_the_package() -> None:
 def test_the_package_all_names_only_what_it_has() -> None:
     for name in fluxstream.__all__:
         assert getattr(fluxstream, name) is not None, name
+
+
+def test_the_error_a_bad_header_value_raises_is_public() -> None:
+    """A non-ASCII header value is refused with ``RequestHeaderError`` before anything is
+    sent; it was defined in a private transport module, so a caller could not name it."""
+    from fluxstream import RequestHeaderError
+    from fluxstream._http import RequestHeaderError as raised
+
+    assert raised is RequestHeaderError is fluxstream.errors.RequestHeaderError
+    assert issubclass(RequestHeaderError, ValueError)
+    assert issubclass(RequestHeaderError, fluxstream.FluxstreamError)
