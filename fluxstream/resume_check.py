@@ -39,7 +39,7 @@ import msgspec
 
 from .errors import ResumeMismatchError
 from .events import Event, TextDelta
-from .formats._base import BIG_FRAME, KEEPALIVES, MIN_CHARS_PER_OBJECT, too_many_objects
+from .formats._base import KEEPALIVES, crowded
 from .formats._surrogates import fallback_loads
 from .sse import ServerSentEvent
 
@@ -168,7 +168,7 @@ def _peek(data: str) -> tuple[int | None, bool]:
     except (ValueError, msgspec.MsgspecError, RecursionError):
         # Lone UTF-16 surrogate escapes (an emoji cut by a Node server), which only
         # json.loads takes, as the formats do; anything else the format skips and counts.
-        if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+        if crowded(data):
             return None, True
         obj = fallback_loads(data)
         if not isinstance(obj, dict):

@@ -137,3 +137,28 @@ def test_braces_inside_strings_are_not_objects() -> None:
     parser.feed(data)
     parser.close()
     assert parser.reply.choices[0].tool_calls[0].arguments == args
+
+
+def crowded_unterminated(size: int) -> bytes:
+    """Brackets enough to be checked, then one string that never ends, made of escaped
+    quotes: every quote in it looks like the start of another string."""
+    half = size // 3
+    return b'data: {"junk":' + b"[" * half + b'"' + b'\\"' * half + b"\n\n"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fmt", ["chat_completions", "responses", "anthropic_messages", "auto"])
+def test_the_guard_reads_a_frame_of_escaped_quotes_in_linear_time(fmt: str) -> None:
+    """The guard looked for strings with a search that started again at every quote: a
+    string that never ends, made of escaped quotes, cost quadratic time (a 200 KB frame
+    took minutes, a 16 MiB one days). Such a frame is not JSON: it is refused at once."""
+    import time
+
+    data = crowded_unterminated(1_000_000)
+    parser = StreamParser(format=fmt)
+    parser.feed(OPENERS["responses" if fmt == "auto" else fmt])
+    started = time.perf_counter()
+    events = parser.feed(data)
+    elapsed = time.perf_counter() - started
+    assert [type(e) for e in events] == [SkippedFrame]
+    assert elapsed < 10, elapsed  # linear: milliseconds; quadratic: hours

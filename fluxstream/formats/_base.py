@@ -54,6 +54,7 @@ __all__ = [
     "approx_size",
     "checked_usage",
     "compact",
+    "crowded",
     "error_event",
     "finish_event",
     "fold",
@@ -247,8 +248,11 @@ BIG_FRAME = 64 * 1024
 #: The densest real events, per-token logprobs with their alternatives in a terminal event,
 #: have over 20 characters per container.
 MIN_CHARS_PER_OBJECT = 16
-#: A JSON string (escapes included), for counting the brackets outside strings.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+#: A JSON string (escapes included), from its opening quote to its closing one, if any. The
+#: closing quote is optional so that a string that never ends is found by one linear scan:
+#: required, a failed match was tried again from every later quote (a string of escaped
+#: quotes that never ends cost quadratic time).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(")?')
 
 
 def too_many_objects(data: str, most: int) -> bool:
@@ -258,20 +262,33 @@ def too_many_objects(data: str, most: int) -> bool:
     strings taken off, string by string (an argument string may spell thousands of objects
     and still decode to one string), stopping as soon as the rest fit. No copy of ``data``
     is made and at most one string per 64 characters is looked at: the guard must not cost
-    what it guards against (a frame of millions of short strings between its objects)."""
+    what it guards against (a frame of millions of short strings between its objects). A
+    string that never ends makes the frame invalid JSON: it is refused there (decoding it
+    would build every object before it first)."""
     excess = data.count("{") + data.count("[") - most
     if excess <= 0:
         return False
     budget = max(4096, len(data) // 64)
+    count = data.count
     for match in _STRING.finditer(data):
-        text = match.group()
-        excess -= text.count("{") + text.count("[")
+        if match.group(1) is None:
+            return True
+        start, end = match.span()
+        excess -= count("{", start, end) + count("[", start, end)
         if excess <= 0:
             return False
         budget -= 1
         if not budget:
             return True
     return True
+
+
+def crowded(data: str) -> bool:
+    """A frame of an event-typed format to refuse undecoded: over :data:`BIG_FRAME`
+    characters with fewer than :data:`MIN_CHARS_PER_OBJECT` characters per object or array
+    outside its strings. Every reader of such frames (the formats, ``auto``, the resume
+    checks) asks this one question, so that none decodes what the others refuse."""
+    return len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT)
 
 
 def opt_str(value: object) -> str | None:
@@ -552,7 +569,7 @@ class JsonEventFormat:
         if self.done:
             return []
         data = sse.data
-        if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+        if crowded(data):
             return self._bad_frame(data, "more JSON objects than an event of its size holds",
                                    at_eof)
         if data[:1] != "{":

@@ -38,15 +38,7 @@ from ..errors import FrameDecodeError
 from ..events import ErrorEvent, Event, SkippedFrame
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import (
-    BIG_FRAME,
-    KEEPALIVES,
-    MIN_CHARS_PER_OBJECT,
-    JsonEventFormat,
-    error_event,
-    named_format,
-    too_many_objects,
-)
+from ._base import KEEPALIVES, JsonEventFormat, crowded, error_event, named_format
 from ._surrogates import fallback_loads
 from .anthropic_messages import AnthropicMessagesFormat
 from .chat_completions import ChatCompletionsFormat
@@ -123,7 +115,7 @@ def identify(sse: ServerSentEvent) -> str | None:
         return None
     if stripped == "[DONE]":
         return "chat_completions"
-    if len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT):
+    if crowded(data):
         return None
     try:
         obj = pydantic_core.from_json(data)
@@ -218,9 +210,7 @@ class AutoFormat:
                 return self._choose("chat_completions").feed(sse, at_eof=at_eof)
             if not stripped:
                 return []
-            if len(data) > BIG_FRAME and too_many_objects(
-                data, len(data) // MIN_CHARS_PER_OBJECT
-            ):
+            if crowded(data):
                 return self._bad(data, "more JSON objects than an event of its size holds",
                                  at_eof)
             try:
