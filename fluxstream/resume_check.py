@@ -39,7 +39,7 @@ import msgspec
 
 from .errors import ResumeMismatchError
 from .events import Event, TextDelta
-from .formats._base import KEEPALIVES, crowded
+from .formats._base import crowded
 from .formats._surrogates import fallback_loads
 from .sse import ServerSentEvent
 
@@ -150,12 +150,17 @@ _MAX_SEQUENCE = 2**53
 #: Decodes an event's top level only: every value stays raw bytes, however big or deep.
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode = msgspec.json.Decoder().decode
+#: Longer ``type`` values are not read (no event type is this long): not ``response.*``.
+_MAX_TYPE = 128
 
 
-def _peek(data: str) -> tuple[int | None, bool]:
+def _peek(data: str, event: str) -> tuple[int | None, bool]:
     """A Responses event's ``sequence_number`` (``None``: none, or not a count), and whether
-    the event carries nothing (a keep-alive, not an object): such an event says nothing
-    about the re-read, while an unnumbered event that may carry content ends the check."""
+    the event carries nothing the format reads: a keep-alive, ``{}``, a frame that is not
+    an object or whose type (its ``type``, else its ``event:`` line, as the format reads
+    it) is neither ``response.*`` nor ``error``. Such a frame is skipped by the format and
+    says nothing about the re-read; an unnumbered event the format reads ends the check.
+    A keep-alive or an unknown frame ending it let a gap behind it through, spliced."""
     if data[:1] != "{":
         return None, True
     number: Any
@@ -164,7 +169,7 @@ def _peek(data: str) -> tuple[int | None, bool]:
         top = _top_level(data)
         raw, raw_kind = top.get("sequence_number"), top.get("type")
         number = None if raw is None or len(raw) > 20 else _decode(raw)
-        kind = None if raw_kind is None or len(raw_kind) > 20 else _decode(raw_kind)
+        kind = None if raw_kind is None or len(raw_kind) > _MAX_TYPE else _decode(raw_kind)
     except (ValueError, msgspec.MsgspecError, RecursionError):
         # Lone UTF-16 surrogate escapes (an emoji cut by a Node server), which only
         # json.loads takes, as the formats do; anything else the format skips and counts.
@@ -176,7 +181,9 @@ def _peek(data: str) -> tuple[int | None, bool]:
         number, kind = obj.get("sequence_number"), obj.get("type")
     if number.__class__ is int and 0 <= number < _MAX_SEQUENCE:
         return number, False
-    return None, kind.__class__ is str and kind in KEEPALIVES
+    if kind.__class__ is not str:
+        kind = event
+    return None, not (kind == "error" or kind.startswith("response."))
 
 
 class SequenceCheck:
@@ -193,7 +200,7 @@ class SequenceCheck:
         rest); raises :class:`ResumeMismatchError` when it does not."""
         after = self.after
         for sse in sses:
-            number, empty = _peek(sse.data)
+            number, empty = _peek(sse.data, sse.event)
             if number is None:
                 if empty:
                     continue

@@ -180,3 +180,29 @@ async def test_a_re_read_with_a_gap_rules_starting_after_out_and_is_not_sent_aga
     assert "".join(shown) == stream.reply.text == "ABC"  # never "ABCE"
     assert stream.reply.outcome is Outcome.TRUNCATED
     assert len(gets) == 1 and "starting_after=3" in gets[0]
+
+
+@pytest.mark.parametrize("filler", [
+    b"data: {}\n\n",  # a proxy's keep-alive
+    frame({"type": "x.unknown"}),  # a type the format does not know
+    b'event: message\ndata: {"type": 7}\n\n',  # a type that names nothing
+])
+def test_a_frame_the_format_skips_does_not_end_the_check(filler: bytes) -> None:
+    """Only an event the format reads can end the check: a frame it skips (a proxy's
+    ``{}``, an unknown type) let the gap behind it through, spliced (``ABCF``)."""
+    parser = first_connection()
+    re_read(parser)
+    with pytest.raises(ResumeMismatchError):
+        parser.feed(filler + delta(6, "F") + completed(7))
+    assert parser.reply.text == "ABC"
+
+
+def test_an_unnumbered_event_named_by_its_event_line_ends_the_check() -> None:
+    """An event without a ``type``, named by its ``event:`` line, is still an event the
+    format reads: unnumbered, it ends the check and is shown."""
+    parser = first_connection()
+    re_read(parser)
+    unnumbered = (b"event: response.reasoning_summary_text.delta\n"
+                  b'data: {"output_index":0,"summary_index":0,"delta":"why"}\n\n')
+    parser.feed(unnumbered + delta(4, "D"))
+    assert parser.reply.text == "ABCD" and parser.reply.choices[0].reasoning == "why"
