@@ -72,15 +72,12 @@ from ._base import (
     text_delta,
     tool_delta,
 )
+from ._parts import MAX_PARTS, Marker, MarkerSet
 from ._surrogates import fix_surrogates
 
 __all__ = ["ResponsesFormat"]
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-#: Output parts remembered as "streamed" (so that their ``.done`` text is not shown twice).
-#: Real responses have a handful; past the cap a ``.done`` text is never used, so a stream of
-#: deltas each naming a new part cannot grow memory beyond it.
-MAX_PARTS = 4096
 #: Sequence numbers at or past this (or negative) are not used: one absurd number would make
 #: every later event look delivered already (and a resume token cannot carry it either: the
 #: parser hands out ``starting_after`` values below it, as JSON numbers stay exact there).
@@ -105,7 +102,7 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_items", "_last_call", "_loose", "_parts", "_positions",
+    __slots__ = ("_errored", "_items", "_last_call", "_parts", "_positions", "_shown",
                  "_text_part", "live", "ordered", "replayed", "response_id", "sequence")
 
     def __init__(self, key: str, *, strict: bool = False) -> None:
@@ -124,12 +121,16 @@ class ResponsesFormat(JsonEventFormat):
         #: The numbers only ever grew: a ``starting_after`` re-read can be trusted.
         self.ordered = True
         self._errored = False
-        self._text_part: tuple[object, object] | None = None
-        # (channel, output_index, part index) that received deltas: their ``.done`` is ignored.
-        self._parts: set[tuple[str, int | None, int | None]] = set()
-        # The same markers with an index left open (see _streamed).
-        self._loose: set[tuple[object, ...]] = set()
+        self._text_part: tuple[object, object, object] | None = None
+        self._reset_parts()
         self._reset_items()
+
+    def _reset_parts(self) -> None:
+        #: Parts that received deltas: their ``.done`` text is not shown.
+        self._parts = MarkerSet()
+        #: Parts whose ``.done`` text was shown: a delta of theirs arriving later is not.
+        self._shown = MarkerSet()
+        self._text_part = None
 
     def _reset_items(self) -> None:
         #: Output position of each item by id (for servers that send no ``output_index``).
@@ -146,9 +147,7 @@ class ResponsesFormat(JsonEventFormat):
         self.live = False
         self.ordered = True
         self._errored = False
-        self._parts = set()
-        self._loose = set()
-        self._text_part = None
+        self._reset_parts()
         self._reset_items()
 
     def continued(self) -> None:
@@ -157,9 +156,7 @@ class ResponsesFormat(JsonEventFormat):
         self.sequence = -1
         self.response_id = None
         self.ordered = True
-        self._parts = set()
-        self._loose = set()
-        self._text_part = None
+        self._reset_parts()
         self._reset_items()
 
     def errored_before(self) -> None:
@@ -180,7 +177,8 @@ class ResponsesFormat(JsonEventFormat):
         (a resume after the last delta of a part must not take that part's ``.done`` text as
         new text: it would show the whole part twice), whether an error arrived and the
         surrogate halves held back (:meth:`held_state`)."""
-        return {"parts": [list(marker) for marker in sorted(self._parts, key=repr)],
+        return {"parts": [list(marker) for marker in self._parts],
+                "shown": [list(marker) for marker in self._shown],
                 "items": [[item, index] for item, index in self._items.items()],
                 "positions": self._positions, "last_call": self._last_call,
                 "errored": self._errored, "held": self.held_state()}
@@ -190,13 +188,15 @@ class ResponsesFormat(JsonEventFormat):
         are left out (a token is data from outside: it cannot make the format crash)."""
         if not isinstance(state, Mapping):
             return
-        parts = state.get("parts")
-        for marker in parts if isinstance(parts, list) else ():
-            if (
-                isinstance(marker, list) and len(marker) == 3 and isinstance(marker[0], str)
-                and all(m is None or type(m) is int for m in marker[1:])
-            ):
-                self._mark((marker[0], marker[1], marker[2]))
+        for field, markers in (("parts", self._parts), ("shown", self._shown)):
+            entries = state.get(field)
+            for marker in entries if isinstance(entries, list) else ():
+                if (
+                    isinstance(marker, list) and len(marker) == 3
+                    and isinstance(marker[0], str)
+                    and all(m is None or type(m) is int for m in marker[1:])
+                ):
+                    markers.add((marker[0], marker[1], marker[2]))
         items = state.get("items")
         for entry in items if isinstance(items, list) else ():
             if (
@@ -241,10 +241,14 @@ class ResponsesFormat(JsonEventFormat):
             text = obj.get("delta")
             if text.__class__ is not str or not text:
                 return []
-            part = (obj.get("output_index"), obj.get("content_index"))
+            part = (obj.get("output_index"), obj.get("content_index"), obj.get("item_id"))
             if part != self._text_part:
+                # A new part (rarely): where it is, and whether its ``.done`` came first.
+                marker = ("text", self._output_of(obj), _int(part[1]))
+                if self._shown.has(marker):
+                    return self.skip("delta after its part's .done", obj)
                 self._text_part = part
-                self._mark(("text", _int(part[0]), _int(part[1])))
+                self._parts.add(marker)
             if not self.started:
                 self.start()
             offset = self.text
@@ -310,30 +314,24 @@ class ResponsesFormat(JsonEventFormat):
         text = obj.get("delta")
         if text.__class__ is not str or not text:
             return
-        self._mark((kind or channel, _int(obj.get("output_index")), _int(obj.get(part))))
+        marker = (kind or channel, self._output_of(obj), _int(obj.get(part)))
+        if self._shown.has(marker):
+            out += self.skip("delta after its part's .done", obj)
+            return
+        self._parts.add(marker)
         self.add_to(channel, text, out)
 
-    def _mark(self, marker: tuple[str, int | None, int | None]) -> None:
-        parts = self._parts
-        if len(parts) < MAX_PARTS and marker not in parts:
-            parts.add(marker)
-            kind, output, part = marker
-            self._loose.update((("part?", kind, output), ("output?", kind, part), (kind,)))
-
-    def _streamed(self, marker: tuple[str, int | None, int | None]) -> bool:
-        """Deltas arrived for a part ``marker`` names, an index missing on either side
-        matching any (O(1): the markers are also kept with each index left open)."""
-        kind, output, part = marker
-        if output is not None and part is not None:
-            parts = self._parts
-            return (marker in parts or (kind, None, part) in parts
-                    or (kind, output, None) in parts or (kind, None, None) in parts)
-        loose = self._loose
-        if output is None and part is None:
-            return (kind,) in loose
-        if part is None:
-            return ("part?", kind, output) in loose or ("part?", kind, None) in loose
-        return ("output?", kind, part) in loose or ("output?", kind, None) in loose
+    def _output_of(self, obj: Mapping[str, Any]) -> int | None:
+        """The output position a part event names: its ``output_index``, else the position
+        of its ``item_id`` if that item was announced (servers that send no
+        ``output_index`` tell two message items' parts apart only by it), else ``None``,
+        matching any. An id never announced names no position: a recorded stream names
+        another item's id in a ``.done`` than in its deltas."""
+        given = obj.get("output_index")
+        if given is not None:
+            return _int(given)
+        item_id = obj.get("item_id")
+        return self._items.get(item_id) if item_id.__class__ is str else None
 
     def _part_done(
         self,
@@ -344,14 +342,17 @@ class ResponsesFormat(JsonEventFormat):
         part: str = "content_index",
         kind: str | None = None,
     ) -> None:
-        """A part's final text, used only when none of it was streamed as deltas."""
-        marker = (kind or channel, _int(obj.get("output_index")), _int(obj.get(part)))
-        if len(self._parts) >= MAX_PARTS or self._streamed(marker):
+        """A part's final text, used only when none of it was streamed as deltas (a delta
+        that arrives after it is then dropped: exactly the same part only, as dropping a
+        delta that belongs to another part would lose text)."""
+        marker: Marker = (kind or channel, self._output_of(obj), _int(obj.get(part)))
+        if self._parts.full() or self._parts.matches(marker):
             return
         text = obj.get(field)
         if text.__class__ is not str or not text:
             return
-        self._mark(marker)
+        self._parts.add(marker)
+        self._shown.add(marker)
         self.add_to(channel, text, out)
 
     def _response(self, response: object) -> Mapping[str, Any] | None:
