@@ -63,7 +63,10 @@ from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..reply import StopReason, unified_stop
 from . import _base
 from ._base import (
+    MAX_PARTS,
     JsonEventFormat,
+    Marker,
+    MarkerSet,
     ToolCallState,
     approx_size,
     compact,
@@ -72,7 +75,6 @@ from ._base import (
     text_delta,
     tool_delta,
 )
-from ._parts import MAX_PARTS, Marker, MarkerSet
 from ._surrogates import fix_surrogates
 
 __all__ = ["ResponsesFormat"]
