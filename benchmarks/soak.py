@@ -23,17 +23,27 @@ Method (see benchmarks/README.md, "Soak"):
 * Every stream draws, from a seeded RNG: a reading pattern (``async for`` over events,
   ``text(coalesce=...)``, ``complete()``, or ``text(coalesce=...)`` without ``async with``
   then ``aclose()``), a fault (none, drops mid-body or mid-event with FIN or RST -- some only on
-  the first attempt so a ``Last-Event-ID`` resume finishes the reply --, one-byte writes,
-  drip, a stall with heartbeats, an oversized event, 503/500/400, a slow response head) or a
-  quirk profile (heartbeats, CRLF, multi-line data, no ``[DONE]``, an error mid-stream,
-  Azure's filter chunk), and a cancellation (none, ``cancel()`` from another task,
-  ``aclose()`` from another task, ``break`` after a few pieces, or a timeout around the
-  stream), at a random moment. Each stream is bounded by ``--stream-timeout``.
+  the first attempt so a ``Last-Event-ID`` resume finishes the reply --, a malformed chunk
+  (a chunk-size line that is not hex) after 0, 200 or 300 body bytes, a kept-alive
+  connection the server closes 0, 5 or 50 ms after each response without saying so (as
+  llama.cpp's server does), one-byte writes, drip, a stall with heartbeats, an oversized
+  event, 503/500/400, a slow response head) or a quirk profile (heartbeats, CRLF, multi-line
+  data, no ``[DONE]``, an error mid-stream, Azure's filter chunk), and a cancellation (none,
+  ``cancel()`` from another task, ``aclose()`` from another task, ``break`` after a few
+  pieces, ``abandon``: ``break`` after a few pieces without ``async with`` or ``aclose()``,
+  then every reference dropped, so that only the garbage collector can close it, or a
+  timeout around the stream), at a random moment. Each stream is bounded by
+  ``--stream-timeout``.
 * Checked per stream: no exception other than fluxstream's typed errors (and, for the timeout
   pattern, the cancellation itself); the text delivered equals ``reply.text`` and is a prefix
   of the server's deterministic reply (never a character twice); a stream with no fault, quirk
-  or cancellation ends ``done`` with exactly that reply, as does a drop that a resume repairs; a
-  cancelled stream never ends ``failed``. Every violation is counted as an anomaly, by kind.
+  or cancellation ends ``done`` with exactly that reply, as does a drop that a resume repairs,
+  and a stream whose connection the server closed after the previous response
+  (``close-after``): with one request (``stats.attempts == 1``: a request that fails on a
+  reused connection is sent again at once, no retry spent); a malformed chunk ends the stream
+  ``truncated`` (or a resume finishes it ``done``) within ``--prompt`` seconds, never by a
+  timeout; a cancelled stream never ends ``failed``. Every violation is counted as an
+  anomaly, by kind.
 * Sampled every ``--sample-every`` finished streams, after ``gc.collect()``: open file
   descriptors (``/proc/self/fd``), live tasks (``asyncio.all_tasks()``; trio's
   ``current_statistics().tasks_living``), RSS (``/proc/self/statm``), the pool's connections,
@@ -42,7 +52,12 @@ Method (see benchmarks/README.md, "Soak"):
   ``--warmup`` streams runs before sampling begins (imports, pools, caches).
 * Also counted: ``ResourceWarning``s, unraisable exceptions (unfinished async generators), and
   asyncio's "Task was destroyed but it is pending" / "exception was never retrieved" reports;
-  and, once every stream ended, the pool's connections still checked out (a leak each).
+  and, once every stream ended, the pool's connections still checked out (a leak each). The
+  ``ResourceWarning`` fluxstream gives a stream collected while open (``unclosed
+  <ReplyStream ...>``, as for a file) is expected of the ``abandon`` streams and counted
+  apart; more of them than abandoned open streams is an anomaly. Whether each abandoned
+  stream was freed at once (reference counting) or left to the cycle collector is counted
+  too (not an anomaly: either closes it).
 * The exit status is 1 when any anomaly, leak report or checked-out connection was counted. ``--tracemalloc N`` (with ``--child``)
   prints the N source lines whose memory grew most between the first sample and the end.
 """
@@ -55,6 +70,7 @@ import json
 import logging
 import os
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -63,7 +79,8 @@ import time
 import traceback
 import tracemalloc
 import warnings
-from collections import Counter
+import weakref
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,6 +89,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, if not installed
 
 import anyio
+import anyio.lowlevel
 import httpx
 
 import fluxstream
@@ -88,6 +106,7 @@ RUNS = ("asyncio-default", "trio-httpx", "asyncio-httpx", "asyncio-httpx-aiohttp
 #   clean   -> done, exactly the expected reply
 #   healed  -> the fault hits the first attempt only; retry/resume must give the clean reply
 #   lossy   -> anything typed, but the text must be a prefix of the expected one
+#   broken  -> a drop: truncated (or resumed to done) within --prompt seconds, never a timeout
 FAULTS: list[tuple[int, str | None, str | None, str]] = [
     (30, None, None, "clean"),
     (6, None, "heartbeats", "clean"),
@@ -107,9 +126,40 @@ FAULTS: list[tuple[int, str | None, str | None, str]] = [
     (3, "status=500", None, "lossy"),
     (3, "status=400", None, "lossy"),
     (4, None, "error-midstream", "lossy"),
+    # A kept-alive connection closed after each response (llama.cpp's server): the next
+    # request on it fails before any byte; the client sends it again at once, no retry spent.
+    (4, "close-after=0", None, "clean"),
+    (4, "close-after=0.005", None, "clean"),
+    (4, "close-after=0.05", None, "clean"),
+    # A malformed chunk (bad chunk-size line), then the close: noticed at once.
+    (4, "bad-chunk-after=300", None, "broken"),
+    (2, "bad-chunk-after=0", None, "broken"),
+    (3, "bad-chunk-after=200,fail-first=1", None, "healed"),
 ]
 PATTERNS = (("events", 4), ("coalesce", 4), ("complete", 2), ("bare-coalesce", 2))
-CANCELS = ((None, 8), ("cancel", 3), ("aclose", 2), ("break", 3), ("timeout", 2))
+CANCELS = ((None, 8), ("cancel", 3), ("aclose", 2), ("break", 3), ("abandon", 3),
+           ("timeout", 2))
+#: The warning fluxstream gives a stream collected while open (``abandon`` streams).
+ABANDONED_WARNING = "unclosed <ReplyStream"
+
+
+class Recent(OrderedDict[str, str]):
+    """The last :data:`RECENT` entries only: the soak's own bookkeeping must not grow with the
+    number of streams, or it would be the RSS creep it reports. A stream's warning comes when
+    it is freed: at once, or at the next sample's ``gc.collect()`` (every few streams)."""
+
+    def __setitem__(self, key: str, value: str) -> None:
+        super().__setitem__(key, value)
+        if len(self) > RECENT:
+            self.popitem(last=False)
+
+
+RECENT = 256
+#: Content keys of the recent streams ``abandon`` dropped unclosed (their warning is
+#: expected), and of every recent stream with its plan (to say where an unexpected one came
+#: from).
+DROPPED_OPEN = Recent()
+PLAN_OF_KEY = Recent()
 
 
 @dataclass
@@ -140,7 +190,7 @@ def make_plan(rng: random.Random, index: int, patterns: set[str] | None = None,
     _, fault, profile, kind = faults[rng.choices(range(len(faults)), [f[0] for f in faults])[0]]
     pattern = pick(PATTERNS, patterns)
     cancel = None if pattern == "complete" else pick(CANCELS, cancels)
-    cancel_at = rng.randint(1, 12) if cancel == "break" else rng.uniform(0.0, 0.06)
+    cancel_at = rng.randint(1, 12) if cancel in ("break", "abandon") else rng.uniform(0.0, 0.06)
     return Plan(index, pattern, fault, profile, kind, cancel, cancel_at, rng.randint(5, 80))
 
 
@@ -204,12 +254,19 @@ def pool_busy(http: Any) -> int:
         return len(own._acquired)
     pool = getattr(getattr(http, "_transport", None), "_pool", None)
     if pool is not None and hasattr(pool, "connections"):
-        return sum(1 for c in pool.connections if not c.is_idle())
+        return len(busy_httpcore_connections(http))
     connector = getattr(getattr(getattr(http, "_transport", None), "client", None),
                         "connector", None)
     if connector is not None:
         return len(getattr(connector, "_acquired", ()))
     return -1
+
+
+def busy_httpcore_connections(http: Any) -> list[str]:
+    """What httpcore's pool holds that is not idle, by its own ``info()`` (``CONNECTING``: a
+    connection whose request was cancelled before it connected, which no cleanup removes)."""
+    pool = getattr(getattr(http, "_transport", None), "_pool", None)
+    return [str(c.info()) for c in getattr(pool, "connections", ()) if not c.is_idle()]
 
 
 @dataclass
@@ -238,6 +295,10 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)  # typed errors raised, by class
     anomalies: Counter[str] = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)
+    #: ``abandon`` streams: dropped while open, and when the last reference went.
+    abandoned: Counter[str] = field(default_factory=Counter)
+    #: The longest a stream of each such fault took (seconds), cancellations included.
+    slowest: dict[str, float] = field(default_factory=dict)
 
     def anomaly(self, kind: str, plan: Plan, detail: str) -> None:
         self.anomalies[kind] += 1
@@ -245,8 +306,8 @@ class Tally:
 
 
 async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
-                     stream_timeout: float) -> None:
-    request = {
+                     stream_timeout: float, prompt: float) -> None:
+    request: dict[str, Any] = {
         "model": MODEL if plan.profile is None else f"{MODEL}@{plan.profile}",
         "messages": [{"role": "user", "content": f"soak stream {plan.index}"}],
         "max_tokens": plan.max_tokens,
@@ -256,15 +317,20 @@ async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
     headers = {"X-Fluxstream-Fault": plan.fault} if plan.fault else {}
     delivered: list[str] = []
     stream: fluxstream.ReplyStream | None = None
+    abandoned: Abandoned | None = None
     raised: BaseException | None = None
     timed_out = False
+    started = time.monotonic()
     try:
         with anyio.fail_after(stream_timeout):
             if plan.pattern == "complete":
                 reply = await client.chat.complete(**request, extra_headers=headers)
                 delivered.append(reply.text)
+            elif plan.cancel == "abandon":
+                abandoned = await _abandon(client, request, headers, plan, delivered, tally)
             else:
                 stream = client.chat.stream(**request, extra_headers=headers)
+                PLAN_OF_KEY[stream.content_key] = str(plan)
                 timeout = plan.cancel_at if plan.cancel == "timeout" else None
                 with anyio.move_on_after(timeout) as scope:
                     await _consume(stream, plan, delivered, tally)
@@ -283,20 +349,36 @@ async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
             raise
         tally.anomaly(f"untyped {type(exc).__name__}", plan, repr(exc))
         return
+    took = time.monotonic() - started
+    broken_chunk = plan.fault is not None and "bad-chunk-after" in plan.fault
+    # The slowest malformed-chunk stream, and for scale the slowest with no fault at all.
+    slow = "bad-chunk-after" if broken_chunk else (
+        "no fault" if plan.fault is None and plan.profile is None else None)
+    if slow is not None:
+        tally.slowest[slow] = round(max(took, tally.slowest.get(slow, 0.0)), 3)
+    if broken_chunk and took > prompt:
+        tally.anomaly("malformed chunk not noticed promptly", plan, f"{took:.2f}s {raised!r}")
 
-    if stream is not None:
-        reply = stream.reply
+    attempts: int | None = None
+    if abandoned is not None:
+        reply, attempts = abandoned.reply, abandoned.attempts
+    elif stream is not None:
+        reply, attempts = stream.reply, stream.stats.attempts
     elif isinstance(raised, fluxstream.StreamError) and raised.reply is not None:
         reply = raised.reply
     elif raised is not None:  # complete() before any stream: a status error
         tally.outcomes["error before stream"] += 1
         if plan.kind != "lossy":
-            tally.anomaly("error on a clean/healed plan", plan, repr(raised))
+            tally.anomaly(f"error on a {plan.kind} plan", plan, repr(raised))
         return
     outcome = reply.outcome.value if reply.outcome is not None else "none"
-    tally.outcomes[outcome] += 1
+    left_open = abandoned is not None and abandoned.left_open
+    tally.outcomes["abandoned open" if left_open else outcome] += 1
     text = "".join(delivered)
-    cancelled = plan.cancel is not None and (plan.cancel != "timeout" or timed_out)
+    if abandoned is not None:  # as for break: it owes only a prefix once it broke out
+        cancelled = abandoned.broke
+    else:
+        cancelled = plan.cancel is not None and (plan.cancel != "timeout" or timed_out)
     if plan.pattern == "complete":
         text = reply.text
     elif not reply.text.startswith(text) or (text != reply.text and not cancelled):
@@ -307,7 +389,7 @@ async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
     if cancelled and outcome == "failed" and plan.kind == "clean":
         # (with a fault, an error may legitimately arrive before the cancel takes effect)
         tally.anomaly("cancel ended failed", plan, repr(reply.end_reason))
-    if outcome == "none":
+    if outcome == "none" and not left_open:
         tally.anomaly("no outcome", plan, "stream ended without an outcome")
     if plan.kind in ("clean", "healed") and not cancelled:
         want = "finished" if plan.profile == "no-done" else "done"
@@ -315,6 +397,71 @@ async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
             tally.anomaly(f"{plan.kind} plan not {want}", plan,
                           f"{outcome} {reply.end_reason!r} {raised!r} text={len(reply.text)}/"
                           f"{len(expected)}")
+    if plan.kind == "broken" and not cancelled and not (
+        outcome == "truncated" or (outcome == "done" and reply.text == expected)
+    ):
+        tally.anomaly("malformed chunk not truncated", plan,
+                      f"{outcome} {reply.end_reason!r} {raised!r} after {took:.2f}s")
+    if plan.fault is not None and plan.fault.startswith("close-after") and (attempts or 0) > 1:
+        # A request that fails on a reused connection before any byte is sent again at once,
+        # without spending a retry: more than one attempt means a retry paid for it.
+        tally.anomaly("close-after spent a retry", plan, f"{attempts} attempts, {outcome}")
+
+
+@dataclass
+class Abandoned:
+    """What is left of an ``abandon`` stream once every reference to it is gone."""
+
+    reply: fluxstream.Reply
+    attempts: int
+    left_open: bool  # it had not ended when it was dropped: only the collector can close it
+    broke: bool  # the loop was left by ``break`` (not by the stream's end or an error)
+
+
+async def _abandon(client: fluxstream.AsyncClient, request: dict[str, Any],
+                   headers: dict[str, str], plan: Plan, delivered: list[str],
+                   tally: Tally) -> Abandoned:
+    """Break out of ``async for`` after ``cancel_at`` pieces with no ``async with`` and no
+    ``aclose()``, and keep nothing that refers to the stream (not even an exception: its
+    traceback holds this frame), so that the garbage collector is what closes it. Counts
+    whether the last reference went at once (reference counting), after a few ticks of the
+    loop, or only in the cycle collector (the sampling's ``gc.collect()``)."""
+    stream = client.chat.stream(**request, extra_headers=headers)
+    PLAN_OF_KEY[stream.content_key] = str(plan)
+    limit = int(plan.cancel_at)
+    broke = False
+    try:
+        if plan.pattern == "events":
+            async for event in stream:
+                if isinstance(event, fluxstream.TextDelta) and event.choice == 0:
+                    delivered.append(event.text)
+                    if len(delivered) >= limit:
+                        broke = True
+                        break
+        else:
+            async for piece in stream.text(coalesce=0.005):
+                delivered.append(piece)
+                if len(delivered) >= limit:
+                    broke = True
+                    break
+    except fluxstream.FluxstreamError as exc:
+        tally.errors[type(exc).__name__] += 1
+    left = Abandoned(stream.reply, stream.stats.attempts, stream.outcome is None, broke)
+    # Left by break, the stream is not closed even when its reply has ended (the response is
+    # closed when iteration reaches the end): a file read to EOF but not closed warns too.
+    if broke:
+        DROPPED_OPEN[stream.content_key] = ""
+    ref = weakref.ref(stream)
+    del stream
+    if broke:
+        tally.abandoned["dropped open"] += 1
+        if ref() is None:
+            tally.abandoned["freed at once"] += 1
+        else:
+            for _ in range(3):
+                await anyio.lowlevel.checkpoint()
+            tally.abandoned["freed after a tick" if ref() is None else "left to gc"] += 1
+    return left
 
 
 async def _consume(stream: fluxstream.ReplyStream, plan: Plan, delivered: list[str],
@@ -391,6 +538,9 @@ class RunResult:
     anomalies: dict[str, int]
     examples: dict[str, str]
     warnings: dict[str, int]
+    expected_warnings: dict[str, int]
+    abandoned: dict[str, int]
+    slowest: dict[str, float]
     baseline: dict[str, float]
     pool_busy_after_drain: int
     after_close: dict[str, float]
@@ -402,6 +552,8 @@ class Watch:
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        #: What the soak provokes on purpose: the warning of an abandoned open stream.
+        self.expected: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
 
     def note(self, kind: str, text: str) -> None:
@@ -413,6 +565,17 @@ class Watch:
         show = warnings.showwarning
 
         def showwarning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+            text = str(message)
+            if issubclass(category, ResourceWarning) and text.startswith(ABANDONED_WARNING):
+                found = re.search(r"key='([^']*)'", text)
+                key = found[1] if found else ""
+                if key in DROPPED_OPEN:
+                    self.expected["ResourceWarning (abandoned stream)"] += 1
+                    self.examples.setdefault("expected: abandoned stream", text[:400])
+                    return
+                plan = PLAN_OF_KEY.get(key, "not a recent stream of the soak's (complete()?)")
+                self.note("ResourceWarning: unclosed stream not abandoned", f"{text} {plan}")
+                return
             self.note(category.__name__, str(message))
             if not issubclass(category, ResourceWarning):
                 show(message, category, *args, **kwargs)
@@ -483,7 +646,7 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
             plan = plans[state["next"]]
             state["next"] += 1
             target = warm_tally if plan.index < args.warmup else tally
-            await run_stream(client, plan, target, args.stream_timeout)
+            await run_stream(client, plan, target, args.stream_timeout, args.prompt)
             state["done"] += 1
             measured = state["done"] - args.warmup
             # Sampled only while every worker is still busy (streams left to start), so the
@@ -506,6 +669,10 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
             sys.stderr.write(f"  {stat}\n")
     await anyio.sleep(0.2)
     busy_after = pool_busy(http)
+    if busy_after > 0:
+        states = Counter(busy_httpcore_connections(http))
+        tally.examples["pool busy after drain"] = ", ".join(
+            f"{state} x{count}" for state, count in states.items()) or "(not httpcore)"
     await client.aclose()
     if injected is not None:
         await injected.aclose()
@@ -515,12 +682,20 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
     for kind, count in warm_tally.anomalies.items():  # a warm-up anomaly is still one
         tally.anomalies[f"(warm-up) {kind}"] += count
         tally.examples.setdefault(f"(warm-up) {kind}", warm_tally.examples[kind])
+    # Every stream is collected by now: the abandoned-stream warnings are all in, and there
+    # is one for each stream dropped open at most (warm-up included: one Watch for both).
+    abandoned = tally.abandoned + warm_tally.abandoned
+    if sum(watch.expected.values()) > abandoned["dropped open"]:
+        tally.anomalies["more abandoned-stream warnings than abandoned streams"] += 1
+    for kind, seconds in warm_tally.slowest.items():
+        tally.slowest[kind] = max(seconds, tally.slowest.get(kind, 0.0))
     return RunResult(
         run=run, streams=args.streams, warmup=args.warmup, concurrency=args.concurrency,
         wall=round(wall, 2), finished_streams=max(0, state["done"] - args.warmup),
         outcomes=dict(tally.outcomes), errors=dict(tally.errors),
         anomalies=dict(tally.anomalies), examples={**tally.examples, **watch.examples},
-        warnings=dict(watch.counts), baseline=baseline, pool_busy_after_drain=busy_after,
+        warnings=dict(watch.counts), expected_warnings=dict(watch.expected),
+        abandoned=dict(abandoned), slowest=tally.slowest, baseline=baseline, pool_busy_after_drain=busy_after,
         after_close=after,
         samples=[asdict(s) for s in samples],
     )
@@ -591,9 +766,11 @@ def _deciles(samples: list[dict[str, Any]], key: str) -> tuple[float, float]:
 def table(results: list[dict[str, Any]]) -> str:
     rows = [
         "| run | streams | wall s | outcomes | typed errors | anomalies | leak reports "
+        "| abandoned open: warned (freed at once/after a tick/by gc) "
+        "| slowest bad-chunk (no-fault) stream s "
         "| fds first→last decile | tasks | RSS MiB | pool conns | objects (k) "
         "| pool busy after drain | fds/tasks after close (baseline) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         s = r["samples"]
@@ -608,9 +785,19 @@ def table(results: list[dict[str, Any]]) -> str:
         anomalies = ", ".join(f"{k} {v}" for k, v in sorted(r["anomalies"].items())) or "none"
         reports = ", ".join(f"{k} {v}" for k, v in sorted(r["warnings"].items())) or "none"
         base, after = r["baseline"], r["after_close"]
+        gone = r["abandoned"]
+        abandoned = (
+            f"{gone.get('dropped open', 0)}: {sum(r['expected_warnings'].values())} "
+            f"({gone.get('freed at once', 0)}/{gone.get('freed after a tick', 0)}/"
+            f"{gone.get('left to gc', 0)})"
+        )
+        slowest = r["slowest"].get("bad-chunk-after")
+        clean = r["slowest"].get("no fault")
         rows.append(
             f"| {r['run']} | {r['finished_streams']}/{r['streams']} (c={r['concurrency']}) "
             f"| {r['wall']:.0f} | {outcomes} | {errors} | {anomalies} | {reports} "
+            f"| {abandoned} | {'-' if slowest is None else f'{slowest:.2f}'} "
+            f"({'-' if clean is None else f'{clean:.2f}'}) "
             f"| {pair('fds')} | {pair('tasks')} | {pair('rss_mib', '{:.1f}')} | {pair('pool')} "
             f"| {pair('objects', '{:.0f}', 1000.0)} | {r['pool_busy_after_drain']} "
             f"| {after['fds']:.0f}/{after['tasks']:.0f} ({base['fds']:.0f}/{base['tasks']:.0f}) |"
@@ -631,7 +818,7 @@ def parent(args: argparse.Namespace) -> int:
                 "--streams", str(args.streams), "--warmup", str(args.warmup),
                 "--concurrency", str(args.concurrency), "--seed", str(args.seed),
                 "--sample-every", str(args.sample_every), "--time-limit", str(args.time_limit),
-                "--stream-timeout", str(args.stream_timeout),
+                "--stream-timeout", str(args.stream_timeout), "--prompt", str(args.prompt),
                 "--patterns", args.patterns or "", "--cancels", args.cancels or "",
                 *(["--clean-only"] if args.clean_only else []),
                 *(["--fault-match", args.fault_match] if args.fault_match else []),
@@ -666,6 +853,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-every", type=int, default=10)
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds per run")
     p.add_argument("--stream-timeout", type=float, default=30.0, help="seconds per stream")
+    p.add_argument("--prompt", type=float, default=3.0,
+                   help="seconds within which a malformed chunk must end its stream (httpx "
+                   "takes ~0.2 s; the read timeout here is 10 s)")
     p.add_argument("--patterns", help="only these reading patterns, e.g. coalesce,events "
                    f"(of {', '.join(x[0] for x in PATTERNS)})")
     p.add_argument("--cancels", help="only these cancellations, e.g. none,break (of "
