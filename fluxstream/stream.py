@@ -166,13 +166,16 @@ class ReplyStream(StructuredOutput):
         with`` or :meth:`aclose`): the connection is closed, or the server would generate the
         rest of the reply for nobody, and a ``ResourceWarning`` says so, as for a file."""
         reader = self.__dict__.get("_reader")
+        if reader is None or reader.ended:
+            return
         try:
-            left_open = reader is not None and reader.abandon()
+            shown = repr(self)  # before the abandon, which ends the stream
+            left_open = reader.abandon()
         except Exception:  # a finalizer never raises; the loop may be gone already
             return
         if left_open:
             _warn(
-                f"unclosed {self!r}: use 'async with' or 'await stream.aclose()'",
+                f"unclosed {shown}: use 'async with' or 'await stream.aclose()'",
                 ResourceWarning, stacklevel=2, source=self,
             )
 

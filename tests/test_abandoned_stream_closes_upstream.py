@@ -38,7 +38,7 @@ async def test_a_dropped_stream_closes_its_connection_and_warns(
     server: Any, transport: str, how: str, anyio_backend: str
 ) -> None:
     async with fluxstream.AsyncClient(server.base_url, transport=transport) as client:
-        with pytest.warns(ResourceWarning, match="unclosed"):
+        with pytest.warns(ResourceWarning, match="unclosed <ReplyStream open "):
             await read_first_delta_and_drop(client, how)
             gc.collect()
         dropped = time.monotonic()
