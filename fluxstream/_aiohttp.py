@@ -87,23 +87,33 @@ class _Handler(ResponseHandler):
     """
 
     _head_size = 0
+    #: The last bytes of the head fed so far (at most 3): its blank line may be split across
+    #: reads (``...\r\n\r`` then ``\n`` and the body), and must still be found where it is,
+    #: or the body bytes after it would count as head bytes.
+    _head_tail = b""
 
     def set_response_params(self, **kwargs: Any) -> None:
         super().set_response_params(**kwargs)
         self._head_size = 0
+        self._head_tail = b""
         self.data_received = self._head_received  # type: ignore[method-assign]
 
     def _head_received(self, data: bytes) -> None:
         feed = ResponseHandler.data_received
         while data:
-            crlf, lf = data.find(b"\r\n\r\n"), data.find(b"\n\n")
-            ends = [i + n for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+            seen = self._head_tail
+            window = seen + data[:HEAD_LIMIT]  # bounded: a large body read is not copied whole
+            crlf, lf = window.find(b"\r\n\r\n"), window.find(b"\n\n")
+            # ``seen`` holds no whole blank line (the search would have ended there), so an
+            # end found is at least one byte into ``data``.
+            ends = [max(1, i + n - len(seen)) for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
             end = min(ends) if ends else len(data)
             self._head_size += end
             if self._head_size > HEAD_LIMIT:
                 self._head_too_large()
                 return
             feed(self, data[:end])
+            self._head_tail = b"" if ends else (seen + data[-3:])[-3:]  # all of data was fed
             data = data[end:]
             if self._final_head_arrived():
                 del self.data_received  # aiohttp's own method again, for the body
