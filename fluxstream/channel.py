@@ -230,7 +230,7 @@ class Channel:
         (``finish_grace``: some servers never send the sentinel nor close; the bytes then
         "end" and the stream ends ``finished``)."""
         now = time.monotonic()
-        left = progress.linger_left(now)
+        left = progress.linger_wait(now, self.parser.in_event)
         if left is not None:
             data = await self._receive_within(left)
             if data is None:

@@ -536,6 +536,11 @@ class StreamParser:
         return self._assembler.all_finished
 
     @property
+    def in_event(self) -> bool:
+        """Part of an event (or of a line) has been read and the rest has not come yet."""
+        return self._decoder.in_event
+
+    @property
     def saw_content(self) -> bool:
         """Any text, reasoning, refusal or tool-call delta arrived."""
         return self._assembler.saw_content

@@ -46,6 +46,10 @@ class StreamStats:
     resumes: int
 
 
+#: How many more graces an event still arriving when ``finish_grace`` ends may take, in all.
+MID_EVENT_GRACES = 10
+
+
 class Progress:
     """Timestamps and timeouts of one logical stream (every attempt included).
 
@@ -56,7 +60,10 @@ class Progress:
     many seconds before its first token, and a ``stall_timeout`` sized for the gaps between
     tokens would end every such stream (as the AI SDK's ``firstChunkMs``/``chunkMs``).
     Once every choice has finished, the stream waits at most
-    ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel.
+    ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel;
+    only an event the server is still sending when it runs out (the usage chunk or the
+    sentinel itself, in small writes on a loaded machine) earns more time, one grace at a
+    time and :data:`MID_EVENT_GRACES` graces at most (:meth:`linger_wait`).
 
     Cost per read: one look at each event's type, and the parser's "every choice finished"
     check only when a ``Finish`` arrives (or content after it), so it stays O(1) per read
@@ -65,7 +72,8 @@ class Progress:
 
     __slots__ = (
         "finish_grace", "finished_at", "first_token", "first_token_timeout", "last_progress",
-        "linger_until", "stall_timeout", "stall_waited", "started", "wait_started",
+        "linger_cap", "linger_until", "stall_timeout", "stall_waited", "started",
+        "wait_started",
     )
 
     def __init__(
@@ -84,6 +92,8 @@ class Progress:
         self.last_progress = 0.0
         #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
         self.linger_until: float | None = None
+        #: The latest the grace can be extended to while an event is half-read.
+        self.linger_cap: float | None = None
         #: Seconds spent waiting for bytes since the last content (see :meth:`stall_wait`).
         self.stall_waited = 0.0
         self.wait_started: float | None = None
@@ -170,6 +180,26 @@ class Progress:
             return None
         self.wait_started = now
         return max(0.0, self.stall_timeout - self.stall_waited)
+
+    def linger_wait(self, now: float, in_event: bool) -> float | None:
+        """Seconds the next read may wait while lingering (``None``: not lingering).
+
+        While part of an event has been read (``in_event``) the server is sending its last
+        event (the usage chunk, the sentinel) slowly, in small writes or on a loaded machine:
+        not a server that never sends the sentinel. Cutting it would end a whole reply
+        ``truncated`` mid-event, so each read of it may wait one grace of silence, the grace
+        starting again from there; bounded in all by :data:`MID_EVENT_GRACES` graces more, so
+        bytes that never make an event (a trickle forever) still end the stream. The wait is
+        decided before the read, never by cutting one short: a read cancelled in the middle
+        of an HTTP library's body iterator cannot always be resumed."""
+        until, grace = self.linger_until, self.finish_grace
+        if until is None:
+            return None
+        if in_event and grace is not None:
+            if self.linger_cap is None:
+                self.linger_cap = until + MID_EVENT_GRACES * grace
+            until = self.linger_until = max(until, min(now + grace, self.linger_cap))
+        return max(0.0, until - now)
 
     def linger_left(self, now: float) -> float | None:
         """Seconds left of ``finish_grace`` (``None``: not lingering)."""

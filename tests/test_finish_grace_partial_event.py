@@ -8,10 +8,9 @@ grace expiring while that event is half-arrived ends a complete reply ``truncate
 soak benchmark found it with ``write-size=7`` streams at 50 concurrent streams (about 40 % of
 them with ``finish_grace=0.5``; none with a long grace), on both transports.
 
-The expected behaviour is on the strict ``xfail`` tests: the fix belongs to the grace's
-owners (``fluxstream/progress.py``, ``fluxstream/channel.py``), not to the transports; once it
-lands, the marks come off (a pass while marked fails the run). The last test is the bound any
-fix must keep: a partial event that never completes still ends the stream in bounded time.
+An event still arriving when the grace ends gets more time, one grace at a time and a bounded
+number of graces in all (``Progress.linger_wait``); the last test is that bound: a partial
+event that never completes still ends the stream in bounded time.
 
 The servers are raw sockets on 127.0.0.1, every wait bounded by :data:`LIFE`; the trickles
 last several times the grace, so the old behaviour cannot pass by luck on a loaded machine.
@@ -116,9 +115,6 @@ def client(base: str) -> fluxstream.AsyncClient:
     return fluxstream.AsyncClient(base, retry=RetryPolicy.off(), finish_grace=GRACE)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finish_grace ends the stream mid-event (progress.py/channel.py)"
-)
 async def test_a_sentinel_still_arriving_when_the_grace_ends_is_read_to_its_end(
     anyio_backend: str,
 ) -> None:
@@ -134,9 +130,6 @@ async def test_a_sentinel_still_arriving_when_the_grace_ends_is_read_to_its_end(
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="finish_grace ends the stream mid-event (progress.py/channel.py)"
-)
 async def test_a_usage_chunk_still_arriving_when_the_grace_ends_is_not_dropped(
     anyio_backend: str,
 ) -> None:

@@ -74,3 +74,21 @@ def test_after_every_choice_finished_the_grace_ends_the_stream_not_a_stall() -> 
     assert progress.lingering
     assert progress.read([], 2.0, lambda: True) is None  # lingering: no stall
     assert progress.linger_left(2.0) is not None and abs(progress.linger_left(2.0) - 1.1) < 1e-9
+
+
+def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
+    """While part of an event has been read, each read may wait one grace of silence, the
+    grace starting again from there, but never past MID_EVENT_GRACES graces more: a slow last
+    write is not cut, a trickle that never makes an event still ends."""
+    from fluxstream.progress import MID_EVENT_GRACES
+
+    progress = Progress(stall_timeout=None, finish_grace=1.0)
+    assert progress.linger_wait(0.0, in_event=True) is None  # not lingering: no say
+    progress.linger_until = 10.0
+    assert progress.linger_wait(9.5, in_event=False) == 0.5  # between events: the grace only
+    assert progress.linger_wait(10.5, in_event=False) == 0.0
+    cap = 10.0 + MID_EVENT_GRACES
+    assert progress.linger_wait(10.5, in_event=True) == 1.0  # one more grace of silence
+    assert progress.linger_wait(cap - 0.25, in_event=True) == 0.25  # never past the cap
+    assert progress.linger_wait(cap + 1, in_event=True) == 0.0
+    assert progress.linger_wait(cap + 1, in_event=False) == 0.0
