@@ -166,7 +166,7 @@ class ReplyStream(StructuredOutput):
         with`` or :meth:`aclose`): the connection is closed, or the server would generate the
         rest of the reply for nobody, and a ``ResourceWarning`` says so, as for a file."""
         reader = self.__dict__.get("_reader")
-        if reader is None or reader.ended:
+        if reader is None or reader.channel.closed:  # the usual case: nothing left open
             return
         try:
             shown = repr(self)  # before the abandon, which ends the stream
