@@ -11,8 +11,8 @@ system task under trio. The task must never raise.
 The task runs inside an anyio cancel scope and is cancelled through it, never by a bare
 ``Task.cancel()``: the HTTP library closes a response inside *shielded* scopes, and a native
 asyncio cancel goes through a shield, which left the connection checked out of the pool for
-good (issue 10 item 4). :meth:`Background.wait` lets the owner wait until the task has really
-ended, so nothing of it is left running (or pending, to be destroyed later) after a close.
+good. :meth:`Background.wait` lets the owner wait until the task has really ended, so nothing
+of it is left running (or pending, to be destroyed later) after a close.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import Event, Finish, TextDelta
 from .formats import FORMATS
+from .formats._base import MAX_SEQUENCE
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
 from .resume_check import ResumeCheck, SequenceCheck
@@ -46,9 +47,6 @@ def new_content_key() -> str:
     return "%032x" % (int.from_bytes(_RANDOM(16), "big") & _KEY_MASK | _KEY_BITS)
 
 
-#: Larger ``sequence_number`` values are not used to resume (a server's number of thousands
-#: of digits would make a query of thousands of digits, or fail to format at all).
-_MAX_SEQUENCE = 2**53
 #: Longer response ids are not used to resume (see :attr:`StreamParser.response_id`).
 _MAX_ID_CHARS = 1024
 
@@ -487,7 +485,7 @@ class StreamParser:
         parser._format.model = reply.model
         wire = parser._wire
         sequence = token.get("sequence")
-        if hasattr(wire, "sequence") and type(sequence) is int and 0 <= sequence < _MAX_SEQUENCE:
+        if hasattr(wire, "sequence") and type(sequence) is int and 0 <= sequence < MAX_SEQUENCE:
             wire.sequence = sequence  # events at or below it are never shown again
         response_id = token.get("response_id")
         if hasattr(wire, "response_id") and isinstance(response_id, str) and response_id:
@@ -572,7 +570,7 @@ class StreamParser:
         seq = getattr(wire, "sequence", None)
         if getattr(wire, "ordered", True) is False:
             return None
-        return seq if type(seq) is int and 0 <= seq < _MAX_SEQUENCE else None
+        return seq if type(seq) is int and 0 <= seq < MAX_SEQUENCE else None
 
     @property
     def response_id(self) -> str | None:

@@ -39,7 +39,7 @@ import msgspec
 
 from .errors import ResumeMismatchError
 from .events import Event, TextDelta
-from .formats._base import crowded
+from .formats._base import MAX_SEQUENCE, crowded
 from .formats._surrogates import fallback_loads
 from .sse import ServerSentEvent
 
@@ -145,8 +145,6 @@ class ResumeCheck:
             )
 
 
-#: Sequence numbers at or past this are not used (the Responses format ignores them too).
-_MAX_SEQUENCE = 2**53
 #: Decodes an event's top level only: every value stays raw bytes, however big or deep.
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _decode = msgspec.json.Decoder().decode
@@ -179,7 +177,7 @@ def _peek(data: str, event: str) -> tuple[int | None, bool]:
         if not isinstance(obj, dict):
             return None, True
         number, kind = obj.get("sequence_number"), obj.get("type")
-    if number.__class__ is int and 0 <= number < _MAX_SEQUENCE:
+    if number.__class__ is int and 0 <= number < MAX_SEQUENCE:
         return number, False
     if kind.__class__ is not str:
         kind = event

@@ -73,6 +73,12 @@ __all__ = [
 
 _loads = pydantic_core.from_json
 _EXCERPT = 200
+#: Sequence numbers (and wire indices) at or past this, or negative, are not used: one absurd
+#: number would make every later event look delivered already, and a resume token could not
+#: carry it (JSON numbers stay exact below it; a number of thousands of digits would not
+#: even format into a ``starting_after`` query). The Responses format, the parser's resume
+#: state and the re-read's check all read numbers by this one bound.
+MAX_SEQUENCE = 2**53
 _FOLD = 256  # argument fragments kept per call before folding them into one string
 #: Every join of kept fragments goes through this global, so that tests can count the
 #: characters copied and hold the fold to O(n).

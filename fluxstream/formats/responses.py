@@ -64,6 +64,7 @@ from ..reply import StopReason, unified_stop
 from . import _base
 from ._base import (
     MAX_PARTS,
+    MAX_SEQUENCE,
     JsonEventFormat,
     Marker,
     MarkerSet,
@@ -80,10 +81,6 @@ from ._surrogates import fix_surrogates
 __all__ = ["ResponsesFormat"]
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-#: Sequence numbers at or past this (or negative) are not used: one absurd number would make
-#: every later event look delivered already (and a resume token cannot carry it either: the
-#: parser hands out ``starting_after`` values below it, as JSON numbers stay exact there).
-MAX_SEQUENCE = 2**53
 _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
