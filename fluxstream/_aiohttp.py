@@ -279,10 +279,8 @@ class AiohttpClient:
         for value in sent.values():
             if not value.isascii():  # refused, never sent raw: httpx's error for it
                 value.encode("ascii")
-        if sent and (parsed.raw_user is not None or parsed.raw_password is not None):
-            # httpx sends the URL's credentials as Basic auth in place of any Authorization
-            # header; aiohttp refuses the pair with a ValueError. Do what httpx does.
-            sent = {name: value for name, value in sent.items() if name.lower() != "authorization"}
+        # No URL credentials to reconcile here: the client takes them out of ``base_url`` and
+        # sends them as Basic auth itself, so no URL handed to a transport carries them.
         return AiohttpRequest(method, parsed, content, sent, client_timeout)
 
     def _session_for_loop(self) -> aiohttp.ClientSession:
