@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import msgspec
 
-from ._http import HttpErrors
-from ._objects import prepare, structured_for, structured_request
-from ._transport import make_http_client
+from ._io.default_client import make_http_client
+from ._io.http_library import HttpErrors
+from ._io.structured_output import prepare, structured_for, structured_request
 from .endpoints import Messages, Responses, completing, resume_from_token, token_api
 from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
-from ._objects import prepare, structured_for, structured_request
+from ._io.structured_output import prepare, structured_for, structured_request
 from .errors import ResumeTokenError, show_key
 from .parser import StreamParser, new_content_key
 from .reply import Reply
@@ -234,7 +234,8 @@ class Responses(_Endpoint):
     format = "responses"
     #: A continuation appends the partial answer to ``input`` as an assistant message marked
     #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
-    #: that continue a partial message honour). See :func:`fluxstream.reconnect.continuation_body`.
+    #: that continue a partial message honour). See
+    #: :func:`fluxstream._io.reconnect.continuation_body`.
     continuation_flag: ClassVar[Mapping[str, object] | None] = {"status": "in_progress"}
 
     def stream(

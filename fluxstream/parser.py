@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ._core.resume_check import ResumeCheck, SequenceCheck
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import Event, Finish, TextDelta
@@ -29,7 +30,6 @@ from .formats import FORMATS
 from .formats._base import MAX_SEQUENCE
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
-from .resume_check import ResumeCheck, SequenceCheck
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 __all__ = ["StreamParser", "replay"]
@@ -113,7 +113,7 @@ class StreamParser:
         self._ignored_events = 0
         self._echo: _EchoFilter | None = None
         # After a Last-Event-ID reconnect: its first events are checked before they are
-        # trusted (see fluxstream.resume_check); the first event id of the stream, for it.
+        # trusted (see fluxstream._core.resume_check); the first event id of the stream, for it.
         self._resume_check: ResumeCheck | None = None
         self._first_event_id: str | None = None
         # A re-read of a Responses stream (starting_after, a token): its first new
@@ -329,7 +329,7 @@ class StreamParser:
         if resume_after is not None:
             self._old_last_event_id = resume_after
             # Ids of more than 18 digits are not used for ordering (int() of thousands of
-            # digits raises): see fluxstream.resume_check.
+            # digits raises): see fluxstream._core.resume_check.
             self._resume_check = self._new_resume_check(resume_after)
         self._decoder = self._new_decoder()
         # Formats whose streams restate their framing on a new connection (Anthropic's
@@ -341,7 +341,7 @@ class StreamParser:
 
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it
-        goes on at ``N + 1`` (see :class:`~fluxstream.resume_check.SequenceCheck`)."""
+        goes on at ``N + 1`` (see :class:`~fluxstream._core.resume_check.SequenceCheck`)."""
         after = self.sequence
         self._sequence_check = None if after is None else SequenceCheck(after)
 

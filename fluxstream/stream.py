@@ -4,16 +4,17 @@ This module is the public face: iteration, ``text()``, ``complete()``, the conte
 and ``cancel()``. Each concern behind it has a module of its own:
 
 * :class:`~fluxstream.parser.StreamParser` (sans-IO) decides every event and the outcome;
-* :class:`~fluxstream.reader.StreamReader` reads through it, enforces the timeouts, acts on
+* :class:`~fluxstream._io.reader.StreamReader` reads through it, enforces the timeouts, acts on
   decisions and states an outcome on every path (cancellation always propagates);
-* :class:`~fluxstream.recovery.Recovery` (sans-IO) decides retry / resume / give up, and
-  :class:`~fluxstream.progress.Progress` (sans-IO) keeps the clocks;
-* :class:`~fluxstream.channel.Channel` is the loop over attempts and the reads of the current
-  one; :class:`~fluxstream.attempt.Attempt` is one request/response (send, check, read, close);
-* :mod:`fluxstream.coalesce` and :mod:`fluxstream._readahead` pace ``text(coalesce=...)`` and
+* :class:`~fluxstream._core.recovery.Recovery` (sans-IO) decides retry / resume / give up, and
+  :class:`~fluxstream._core.progress.Progress` (sans-IO) keeps the clocks;
+* :class:`~fluxstream._io.channel.Channel` is the loop over attempts and the reads of the current
+  one; :class:`~fluxstream._io.attempt.Attempt` is one request/response (send, check, read, close);
+* :mod:`fluxstream._core.coalesce` and :mod:`fluxstream._io.readahead` pace ``text(coalesce=...)``
+and
   ``objects(coalesce=...)``;
-* :mod:`fluxstream._stream_objects` (a mixin) is ``objects()``, ``partial_tool_call()`` and
-  ``parsed``; :mod:`fluxstream._objects` keeps their typed partial objects
+* :mod:`fluxstream._io.stream_objects` (a mixin) is ``objects()``, ``partial_tool_call()`` and
+  ``parsed``; :mod:`fluxstream._io.structured_output` keeps their typed partial objects
   (:mod:`fluxstream.structured` does the work).
 
 Retries and resume happen underneath: a consumer sees one sequence of events whose
@@ -29,18 +30,18 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._stream_objects import StructuredOutput
-from .attempt import RequestSpec
-from .coalesce import Coalesced, FuncSource, Picked
+from ._core.coalesce import Coalesced, FuncSource, Picked
+from ._core.progress import StreamStats
+from ._io.attempt import RequestSpec
+from ._io.reader import StreamReader
+from ._io.stream_objects import StructuredOutput
 from .errors import StreamError, StreamFailedError, StreamTruncatedError, show_key
 from .events import Event, Outcome, TextDelta
 from .parser import StreamParser
-from .progress import StreamStats
-from .reader import StreamReader
 from .retry import ResumePolicy, RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ._objects import StructuredView
+    from ._io.structured_output import StructuredView
     from .reply import Reply
 
 __all__ = ["RESUME_TOKEN_VERSION", "ReplyStream", "RequestSpec", "StreamStats"]

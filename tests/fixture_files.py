@@ -4,7 +4,7 @@ The corpus (recorded chat streams, the SSE framing cases, the quirk notes) is ca
 repository in ``tests/fixtures/`` so that a fresh clone runs the whole suite. A fixture the suite
 owns that is missing is a broken checkout, never a reason to skip: a skip would let two thirds of
 the suite pass silently (issue 13). ``../shared/fixtures`` beside the checkout, where present, is
-only an extra cross-check (``tests/test_fixture_corpus.py``).
+only an extra cross-check (``tests/formats/test_fixture_corpus.py``).
 """
 
 from __future__ import annotations

@@ -19,26 +19,27 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fluxstream"
 #: import, at module level, only modules whose layer is the same or lower.
 LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
-    (0, ["errors", "limits", "retry", "coalesce", "partial_json", "wire", "_tasks",
-         "formats._surrogates", "structured.schema", "structured.shapes"]),
+    (0, ["errors", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
+         "formats._surrogates", "structured.schema", "structured.shapes", "_core", "_io"]),
     (1, ["sse", "reply"]),
     (2, ["events"]),
     (3, ["formats._base", "formats.chat_completions", "formats.responses",
-         "formats.anthropic_messages", "resume_check", "structured.objects"]),
+         "formats.anthropic_messages", "_core.resume_check", "structured.objects"]),
     (4, ["formats.auto", "formats", "assembly", "structured.reply"]),
-    (5, ["parser", "structured.track", "structured", "recovery", "progress"]),
-    (6, ["_http", "_aiohttp", "_transport", "attempt", "_readahead"]),
-    (7, ["channel"]),
-    (8, ["reconnect"]),
-    (9, ["reader", "_objects"]),
-    (10, ["_stream_objects"]),
+    (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress"]),
+    (6, ["_io.http_library", "_io.aiohttp_client", "_io.default_client", "_io.attempt",
+         "_io.readahead"]),
+    (7, ["_io.channel"]),
+    (8, ["_io.reconnect"]),
+    (9, ["_io.reader", "_io.structured_output"]),
+    (10, ["_io.stream_objects"]),
     (11, ["stream"]),
     (12, ["endpoints"]),
     (13, ["client"]),
     (14, [""]),  # fluxstream/__init__.py
     (15, ["relay"]),  # and every relay.* module
-    # and every server.* module
-    (16, ["server", "cli", "_capture", "_cli_demo", "_cli_args", "_cli_render", "__main__"]),
+    # and every server.* and cli.* module
+    (16, ["server", "cli", "__main__"]),
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
@@ -49,7 +50,7 @@ def layer_of(module: str) -> int:
     if module in LAYERS:
         return LAYERS[module]
     top = module.split(".", 1)[0]
-    if top in ("relay", "server"):
+    if top in ("relay", "server", "cli"):
         return LAYERS[top]
     raise KeyError(f"fluxstream.{module} has no layer in tests/test_layers.py: give it one")
 

@@ -98,7 +98,7 @@ __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
 # The decoder of feed_many: msgspec's, ~35 % faster than from_json on chunks, and tested to
-# give exactly from_json's value whenever it succeeds (tests/test_chat_feed_many.py); on
+# give exactly from_json's value whenever it succeeds (tests/formats/test_chat_feed_many.py); on
 # anything it rejects (NaN, lone surrogate escapes, numbers out of a float's range, bad
 # JSON) the frame goes to feed, whose from_json decides as before. It nests up to ~1,000
 # levels where from_json stops at 200, so a frame that might nest deeper than _MAX_DEPTH

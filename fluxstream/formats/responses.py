@@ -49,7 +49,7 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
   drops nothing; such numbers cannot order a re-read (nor can one that is not a count), so
   :attr:`~ResponsesFormat.ordered` turns false and the parser offers no ``starting_after``.
   That a re-read's first new event is ``N + 1`` is checked by the parser
-  (:class:`~fluxstream.resume_check.SequenceCheck`). A number outside ``0 .. 2**53`` is not
+  (:class:`~fluxstream._core.resume_check.SequenceCheck`). A number outside ``0 .. 2**53`` is not
   used: one absurd value would hide every later event.
 * usage that is not an object, and usage fields of the wrong type, are dropped and counted.
 """

@@ -13,7 +13,7 @@ a browser's ``Last-Event-ID`` is one.
 
 Coalescing is local to this module: consecutive deltas of one channel whose offsets are
 contiguous are joined. (Helper h1 is extracting a shared coalescer into
-``fluxstream.coalesce``; this one can move there once it exists.)
+``fluxstream._core.coalesce``; this one can move there once it exists.)
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._tasks import spawn
+from .._io.tasks import spawn
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
 from ..events import End, Event, Outcome, ToolCallDelta
 from .codec import Entry, coalesce
@@ -46,7 +46,7 @@ _ABANDONED_MIN = 60.0
 
 
 def background(factory: Callable[[], Any]) -> Callable[[], None]:
-    """Start ``factory()`` as an owned background task (:func:`fluxstream._tasks.spawn`);
+    """Start ``factory()`` as an owned background task (:func:`fluxstream._io.tasks.spawn`);
     returns the function that cancels it (whichever handle ``spawn`` returns)."""
     handle: Any = spawn(factory)
     cancel = getattr(handle, "cancel", None)

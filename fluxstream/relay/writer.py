@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._tasks import spawn
+from .._io.tasks import spawn
 
 if TYPE_CHECKING:  # pragma: no cover
     from .log import ReplyLog, Write

@@ -1,0 +1,227 @@
+"""The clocks of one stream, sans-IO: when it started, when content came, when it is overdue.
+
+:class:`~fluxstream.stream.ReplyStream` reports each read's events and the time; this object
+says whether a timeout has passed and how long the stream may still wait for the sentinel once
+every choice has finished (``finish_grace``). No event loop here: ``now`` is passed in
+(``time.monotonic()`` seconds), so each rule is tested without sleeping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from ..events import Event, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..reply import Reply
+
+__all__ = ["CONTENT_EVENTS", "Overdue", "Progress", "StreamStats"]
+
+#: Events that are progress: text, reasoning, refusal or tool-call arguments. Heartbeats,
+#: skipped frames, usage chunks and role-only deltas are not.
+CONTENT_EVENTS: frozenset[type] = frozenset(
+    {TextDelta, ReasoningDelta, RefusalDelta, ToolCallDelta}
+)
+
+Overdue = Literal["stall", "first_token"]
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Counters of one stream; times in seconds (``None`` until they happen).
+
+    ``attempts`` counts HTTP requests sent (retries and resumes included); ``resumes`` counts
+    drops after content that were continued.
+    """
+
+    bytes: int
+    events: int
+    skipped_frames: int
+    heartbeats: int
+    time_to_first_token: float | None
+    duration: float | None
+    attempts: int
+    resumes: int
+
+
+#: How many more graces an event still arriving when ``finish_grace`` ends may take, in all.
+MID_EVENT_GRACES = 10
+
+
+class Progress:
+    """Timestamps and timeouts of one logical stream (every attempt included).
+
+    Only content is progress (:data:`CONTENT_EVENTS`): heartbeats, junk frames and a usage
+    chunk repeated forever do not keep a stream alive. Before the first content the limit is
+    ``first_token_timeout`` (from the request); after it, ``stall_timeout`` between content.
+    They are apart because reading a long prompt is not a stall: llama.cpp sends pings for
+    many seconds before its first token, and a ``stall_timeout`` sized for the gaps between
+    tokens would end every such stream (as the AI SDK's ``firstChunkMs``/``chunkMs``).
+    Once every choice has finished, the stream waits at most
+    ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel;
+    only an event the server is still sending when it runs out (the usage chunk or the
+    sentinel itself, in small writes on a loaded machine) earns more time, one grace at a
+    time and :data:`MID_EVENT_GRACES` graces at most (:meth:`linger_wait`).
+
+    Cost per read: one look at each event's type, and the parser's "every choice finished"
+    check only when a ``Finish`` arrives (or content after it), so it stays O(1) per read
+    whatever the number of choices.
+    """
+
+    __slots__ = (
+        "finish_grace", "finished_at", "first_token", "first_token_timeout", "last_progress",
+        "linger_cap", "linger_until", "stall_timeout", "stall_waited", "started",
+        "wait_started",
+    )
+
+    def __init__(
+        self,
+        *,
+        stall_timeout: float | None,
+        finish_grace: float | None,
+        first_token_timeout: float | None = None,
+    ) -> None:
+        self.stall_timeout = stall_timeout
+        self.first_token_timeout = first_token_timeout
+        self.finish_grace = finish_grace
+        self.started: float | None = None
+        self.first_token: float | None = None
+        self.finished_at: float | None = None
+        self.last_progress = 0.0
+        #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
+        self.linger_until: float | None = None
+        #: The latest the grace can be extended to while an event is half-read.
+        self.linger_cap: float | None = None
+        #: Seconds spent waiting for bytes since the last content (see :meth:`stall_wait`).
+        self.stall_waited = 0.0
+        self.wait_started: float | None = None
+
+    @property
+    def lingering(self) -> bool:
+        return self.linger_until is not None
+
+    @property
+    def deadline_free(self) -> bool:
+        """No deadline applies to the next read (neither ``finish_grace`` running, nor the
+        first token awaited under ``first_token_timeout``, nor content due under
+        ``stall_timeout``): read without a cancel scope."""
+        if self.linger_until is not None:
+            return False
+        if self.first_token is None:
+            return self.first_token_timeout is None
+        return self.stall_timeout is None
+
+    def start(self, now: float) -> None:
+        self.started = now
+        self.last_progress = now
+
+    def connected(self, now: float) -> None:
+        """A response is usable: the stall clock starts again with each connection."""
+        self.last_progress = now
+        self.stall_waited = 0.0
+        self.wait_started = None
+
+    def read(self, events: list[Event], now: float, complete: Callable[[], bool]) -> Overdue | None:
+        """One read's events (``complete``: every choice has finished); a timeout that has
+        passed, if any."""
+        started = self.wait_started
+        if started is not None:
+            self.stall_waited += now - started
+            self.wait_started = None
+        content = finish = False
+        for event in events:
+            kind = type(event)
+            if kind in CONTENT_EVENTS:
+                content = True
+            elif kind is Finish:
+                finish = True
+        if content:
+            self.last_progress = now
+            self.stall_waited = 0.0
+            if self.first_token is None:
+                self.first_token = now
+            if self.linger_until is not None and not complete():
+                self.linger_until = None  # a choice began after the others finished
+        if finish and self.finish_grace is not None and self.linger_until is None and complete():
+            self.linger_until = now + self.finish_grace
+        return self.overdue(now)
+
+    def overdue(self, now: float) -> Overdue | None:
+        """The timeout that has passed at ``now``, if any (none while lingering: the grace
+        ends the stream ``finished``)."""
+        if self.linger_until is not None:
+            return None
+        if self.first_token is None and self.first_token_timeout is not None:
+            start = self.started if self.started is not None else now
+            return "first_token" if now - start > self.first_token_timeout else None
+        if (
+            self.stall_timeout is not None
+            and self.first_token is not None
+            and now - self.last_progress > self.stall_timeout
+        ):
+            return "stall"
+        return None
+
+    def first_token_left(self, now: float) -> float | None:
+        """Seconds left for the first content (``None``: no such limit, or it came)."""
+        if self.first_token is not None or self.first_token_timeout is None:
+            return None
+        start = self.started if self.started is not None else now
+        return max(0.0, self.first_token_timeout - (now - start))
+
+    def stall_wait(self, now: float) -> float | None:
+        """A read starts waiting at ``now``: how long it may wait for bytes under
+        ``stall_timeout`` (``None``: no such limit, or no content yet: it counts from the
+        first content on). Only time spent waiting on the network since the last content
+        counts, never the caller's own time between reads (a slow consumer is no stall)."""
+        if self.stall_timeout is None or self.first_token is None:
+            return None
+        self.wait_started = now
+        return max(0.0, self.stall_timeout - self.stall_waited)
+
+    def linger_wait(self, now: float, in_event: bool) -> float | None:
+        """Seconds the next read may wait while lingering (``None``: not lingering).
+
+        While part of an event has been read (``in_event``) the server is sending its last
+        event (the usage chunk, the sentinel) slowly, in small writes or on a loaded machine:
+        not a server that never sends the sentinel. Cutting it would end a whole reply
+        ``truncated`` mid-event, so each read of it may wait one grace of silence, the grace
+        starting again from there; bounded in all by :data:`MID_EVENT_GRACES` graces more, so
+        bytes that never make an event (a trickle forever) still end the stream. The wait is
+        decided before the read, never by cutting one short: a read cancelled in the middle
+        of an HTTP library's body iterator cannot always be resumed."""
+        until, grace = self.linger_until, self.finish_grace
+        if until is None:
+            return None
+        if in_event and grace is not None:
+            if self.linger_cap is None:
+                self.linger_cap = until + MID_EVENT_GRACES * grace
+            until = self.linger_until = max(until, min(now + grace, self.linger_cap))
+        return max(0.0, until - now)
+
+    def linger_left(self, now: float) -> float | None:
+        """Seconds left of ``finish_grace`` (``None``: not lingering)."""
+        if self.linger_until is None:
+            return None
+        return max(0.0, self.linger_until - now)
+
+    def end(self, now: float) -> None:
+        if self.finished_at is None:
+            self.finished_at = now
+
+    def stats(self, reply: Reply, attempts: int, resumes: int, now: float) -> StreamStats:
+        start = self.started
+        end = self.finished_at if self.finished_at is not None else now
+        first = self.first_token
+        return StreamStats(
+            bytes=reply.bytes,
+            events=reply.events,
+            skipped_frames=reply.skipped_frames,
+            heartbeats=reply.heartbeats,
+            time_to_first_token=None if start is None or first is None else first - start,
+            duration=None if start is None else end - start,
+            attempts=attempts,
+            resumes=resumes,
+        )

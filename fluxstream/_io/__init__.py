@@ -1,0 +1,9 @@
+"""The I/O layer under :class:`~fluxstream.stream.ReplyStream`: private, imported lazily.
+
+One request and its response (``attempt``), the loop over attempts and the reads
+(``channel``), what each resume strategy sends after a drop (``reconnect``), the reader that
+enforces the deadlines and states the outcome (``reader``), the HTTP clients fluxstream creates
+(``default_client``, ``aiohttp_client``) and what it needs to know about any HTTP library
+(``http_library``). The public face over all of it is :mod:`fluxstream.stream` and
+:mod:`fluxstream.client`; nothing here is imported by the sans-IO core.
+"""

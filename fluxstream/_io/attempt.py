@@ -1,0 +1,414 @@
+"""One HTTP attempt of a stream: send the request, check status and content type, read, close.
+
+:class:`Attempt` is everything that touches one request/response pair and nothing else; the
+loop over attempts (retry, resume, backoff) lives in :class:`~fluxstream.stream.ReplyStream`
+and the decision in :class:`~fluxstream._core.recovery.Recovery`. Keeping one attempt apart means a
+new endpoint or transport changes this file only, and the rules of ``cancel()`` (a synchronous
+abort of the connection, or a cancel scope where that is impossible) are stated once.
+
+Every failure leaves as a typed :mod:`fluxstream.errors` exception: a raw exception of the HTTP
+library never reaches the caller from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from types import AsyncGeneratorType
+from typing import Any
+
+import anyio
+import sniffio
+
+from ..errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
+from .http_library import (
+    HttpErrors,
+    RequestHeaderError,
+    abort_connection,
+    body_complete,
+    can_abort,
+    closer,
+    seconds,
+    status_error,
+    undecodable_encoding,
+)
+
+if sys.version_info >= (3, 11):
+    from builtins import BaseExceptionGroup
+else:  # pragma: no cover - anyio depends on the backport there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
+
+__all__ = ["DRAIN_SECONDS", "Attempt", "AttemptCancelled", "RequestSpec", "read_limited"]
+
+#: The most of an error body read to describe it (the rest is not worth waiting for).
+ERROR_BODY_LIMIT = 64 * 1024
+_DRAIN_AFTER_END_BYTES = 64 * 1024
+#: Reads that :func:`finish_body` may take from data already buffered under the body (a read
+#: that needs the socket raises at once in its cancelled scope): one socket read's worth of
+#: tiny chunks at most, so generous and still fast.
+_FINISH_READS = 100_000
+#: How long a close after the sentinel reads on for the body's end (see :meth:`Attempt.close`).
+DRAIN_SECONDS = 0.25
+
+
+@dataclass
+class RequestSpec:
+    """Everything needed to send (and send again) the request behind a stream."""
+
+    path: str
+    body: dict[str, Any]
+    build: Callable[[str, Mapping[str, Any], Mapping[str, str]], Any]
+    http: Any
+    errors: HttpErrors
+    #: Never in the repr: a caller's own ``Authorization`` (a gateway's token) may be here.
+    headers: dict[str, str] = field(default_factory=dict, repr=False)
+    #: The read timeout in force, for error messages.
+    read_timeout: float | None = None
+    #: Builds a ``GET`` of ``(path with query, headers)`` with the same authentication, for
+    #: resumes that re-read a stored response (``GET /responses/{id}?stream=true&...``);
+    #: ``None``: this client cannot, and such resumes are not offered.
+    build_get: Callable[[str, Mapping[str, str]], Any] | None = None
+
+
+class AttemptCancelled(Exception):
+    """``stream.cancel()`` interrupted a send or a wait; nothing more is to be sent."""
+
+
+class Attempt:
+    """One request and its response.
+
+    After :meth:`open` the response is usable: either an event stream (:meth:`read` yields its
+    bytes, :attr:`body` is the raw iterator for a read-ahead task) or a whole JSON body
+    (:attr:`payload`). :meth:`cancel` works from any task and synchronously; :meth:`close`
+    is idempotent.
+    """
+
+    def __init__(self, spec: RequestSpec, *, head_timeout: float | None = None) -> None:
+        self.spec = spec
+        #: Bound on the whole wait for the response head: a server that trickles it a byte
+        #: at a time resets the HTTP library's read timeout with every byte.
+        self.head_timeout = head_timeout
+        self.response: Any = None
+        #: The event stream's bytes (``None`` for a JSON body or before :meth:`open`).
+        self.body: AsyncIterator[bytes] | None = None
+        #: A whole ``application/json`` reply body, parsed (``is_json`` tells it was one).
+        self.payload: Any = None
+        self.is_json = False
+        #: Reads need a cancel scope: the connection cannot be aborted synchronously (HTTP/2).
+        self.scoped_reads = False
+        self.cancelled = False
+        self._scope: anyio.CancelScope | None = None
+        #: The pending send's timeout under asyncio (see :meth:`_send_asyncio`).
+        self._timeout: Any = None  # an asyncio.Timeout (Python 3.11+)
+        self._closed = False
+        #: The body, if :meth:`close` could not finish it: a read of another task was in it.
+        self.unfinished: AsyncIterator[bytes] | None = None
+
+    # ------------------------------------------------------------------ opening
+
+    async def open(
+        self,
+        *,
+        headers: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        max_json_bytes: int,
+        get: str | None = None,
+    ) -> None:
+        """Send the request and check the response; raises a typed error if unusable.
+
+        ``get``: instead of the stream's request, a ``GET`` of this path (relative to the base
+        URL, query included) with the same headers: a resume that re-reads a stored response.
+
+        :raises AttemptCancelled: :meth:`cancel` came first.
+        :raises APITimeoutError, APIConnectionError: no response (retryable).
+        :raises APIStatusError: a non-2xx status (retryable by status).
+        :raises ContentTypeError: neither an event stream nor JSON.
+        """
+        spec = self.spec
+        errors = spec.errors
+        merged = {**spec.headers, **(headers or {})}
+        try:
+            if get is not None:
+                if spec.build_get is None:
+                    raise APIConnectionError("this client cannot send GET requests to resume")
+                request = spec.build_get(get, merged)
+            else:
+                request = spec.build(spec.path, body or spec.body, merged)
+        except UnicodeEncodeError as exc:
+            if exc.encoding != "ascii":  # not a header's (a body's lone surrogate)
+                raise
+            raise RequestHeaderError(_non_ascii_header(merged)) from None  # never the value
+        try:
+            response = await self._send(request)
+        except errors.timeout as exc:
+            raise APITimeoutError(
+                f"timed out before the response: {type(exc).__name__}"
+            ) from exc
+        except errors.decoding as exc:  # the head announced a coding no decoder here reads
+            raise StreamFailedError(f"the response body cannot be decoded: {exc}") from exc
+        except errors.request as exc:  # transport errors
+            raise APIConnectionError(f"request failed: {type(exc).__name__}: {exc}") from exc
+        self.response = response
+        try:
+            await self._check(response, max_json_bytes)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self.close(drain=False)
+            if self.cancelled and isinstance(exc, Exception):
+                # cancel() aborted the read of a whole body (a JSON reply, an error status's
+                # or a wrong content type's excerpt): what broke it is the caller's doing.
+                raise AttemptCancelled from exc
+            raise
+        self.scoped_reads = not can_abort(response)
+        if self.cancelled:
+            abort_connection(response)
+
+    async def _send(self, request: Any) -> Any:
+        if self.cancelled:
+            raise AttemptCancelled
+        head = self.head_timeout
+        if sniffio.current_async_library() == "asyncio":
+            response = await self._send_asyncio(request, head)
+        else:
+            response = await self._send_scoped(request, head)
+        if response is None and not self.cancelled:
+            raise APITimeoutError(f"no response head within {seconds(head)}")
+        if response is None or self.cancelled:
+            if response is not None:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+            raise AttemptCancelled
+        return response
+
+    async def _send_asyncio(self, request: Any, head: float | None) -> Any:
+        """The send under asyncio's own timeout: the same deadline and the same interruption
+        by :meth:`cancel` as an anyio cancel scope, at about half its cost (every request
+        pays it before its first byte). ``None``: the deadline passed or ``cancel()`` came."""
+        if sys.version_info < (3, 11):  # pragma: no cover - asyncio.timeout_at is 3.11+
+            return await self._send_scoped(request, head)
+        loop = asyncio.get_running_loop()
+        if head is not None and getattr(request, "head_bounded", True) is False:
+            request.head_bounded = True  # the deadline below bounds the head: see _aiohttp
+        timeout = asyncio.timeout_at(None if head is None else loop.time() + head)
+        self._timeout = timeout
+        try:
+            async with timeout:
+                return await self.spec.http.send(request, stream=True)
+        except TimeoutError:
+            if not timeout.expired():  # not ours: the transport's own
+                raise
+            return None
+        finally:
+            self._timeout = None
+
+    async def _send_scoped(self, request: Any, head: float | None) -> Any:
+        """The send in an anyio cancel scope (trio). ``None``: as :meth:`_send_asyncio`."""
+        response = None
+        deadline = math.inf if head is None else anyio.current_time() + head
+        with anyio.CancelScope(deadline=deadline) as scope:
+            self._scope = scope
+            try:
+                response = await self.spec.http.send(request, stream=True)
+            except BaseExceptionGroup as group:
+                # trio's happy-eyeballs connect runs in a nursery: a cancel while connecting
+                # arrives as a group of Cancelled. It is a plain cancel; say so.
+                raise _only_cancelled(group) or group from None
+        self._scope = None
+        return response
+
+    async def _check(self, response: Any, max_json_bytes: int) -> None:
+        """Status, then content type, before any SSE parsing."""
+        status: int = response.status_code
+        errors = self.spec.errors
+        if not 200 <= status < 300:
+            # The status is the error; a body cut short still describes what it can.
+            body, _ = await read_limited(response, ERROR_BODY_LIMIT, errors)
+            raise status_error(status, response.headers, body)
+        ctype = response.headers.get("content-type", "")
+        mime = ctype.partition(";")[0].strip().lower()
+        if mime == "text/event-stream":
+            coding = undecodable_encoding(response)
+            if coding is not None:
+                # What the library raises for a body it cannot decode (its DecodingError): the
+                # same failure, with the same cause, as a gzip body that is not gzip.
+                message = (
+                    f"content-encoding {coding!r} is not supported here (install its decoder: "
+                    "Brotli for br, zstandard for zstd)"
+                )
+                undecodable = errors.decoding(message)
+                raise StreamFailedError(
+                    f"the response body cannot be decoded: {message}"
+                ) from undecodable
+            self.body = response.aiter_bytes().__aiter__()
+            return
+        if mime == "application/json" or mime.endswith("+json"):
+            body, broken = await read_limited(response, max_json_bytes, errors)
+            if broken is not None:  # the reply itself broke off: a failure, not a retry
+                message = f"the JSON reply broke off: {type(broken).__name__}: {broken}"
+                raise StreamFailedError(message) from broken
+            try:
+                payload = json.loads(body)
+            except ValueError as exc:
+                raise ContentTypeError(ctype, body[:200].decode("utf-8", "replace")) from exc
+            except RecursionError as exc:
+                raise StreamFailedError("the JSON reply is nested too deeply to read") from exc
+            if not isinstance(payload, dict):
+                kind = type(payload).__name__
+                raise StreamFailedError(f"the JSON reply is a {kind}, not a completion object")
+            self.payload = payload
+            self.is_json = True
+            return
+        body, _ = await read_limited(response, 512, errors)
+        raise ContentTypeError(ctype or "(none)", body[:200].decode("utf-8", "replace"))
+
+    # ------------------------------------------------------------------ reading
+
+    async def read(self) -> bytes:
+        """The next read of the event stream; ``StopAsyncIteration`` at its end (or when
+        :meth:`cancel` interrupted a scoped read). HTTP library errors pass unchanged: the
+        stream tells a drop (resumable) from a timeout."""
+        assert self.body is not None
+        if not self.scoped_reads:
+            return await self.body.__anext__()
+        with anyio.CancelScope() as self._scope:
+            return await self.body.__anext__()
+        raise StopAsyncIteration  # cancelled by cancel(): the stream ends as cancelled
+
+    # ------------------------------------------------------------------ ending
+
+    def cancel(self) -> None:
+        """Interrupt a pending send or read at once, from any task (idempotent)."""
+        self.cancelled = True
+        if self._scope is not None:
+            self._scope.cancel()
+        timeout = self._timeout
+        if timeout is not None and not timeout.expired():
+            timeout.reschedule(0.0)  # due at once: the send is interrupted at its next step
+        if self.response is not None and not self.scoped_reads:
+            abort_connection(self.response)
+
+    def abandon(self) -> None:
+        """Close the response now, never waiting: its stream was collected unclosed."""
+        self.cancelled = True
+        response = self.response
+        if self._closed or response is None:
+            return
+        self._closed = True
+        close = closer(response)
+        if close is not None:
+            close()
+        else:
+            abort_connection(response)
+
+    async def close(self, *, drain: bool = False) -> None:
+        """Close the response (idempotent). ``drain``: the sentinel came and nobody else
+        reads the body, so read its end first (briefly) and the connection goes back to the
+        pool instead of being torn down."""
+        if self._closed or self.response is None:
+            return
+        self._closed = True
+        response = self.response
+        source = self.body
+        self.body = None
+        # Nothing to read on for when the transport already has the body's end.
+        drain = drain and not self.cancelled and not body_complete(response)
+        try:
+            if drain and source is not None:
+                with anyio.move_on_after(DRAIN_SECONDS):
+                    drained = 0
+                    async for chunk in source:
+                        drained += len(chunk)
+                        if drained > _DRAIN_AFTER_END_BYTES:
+                            break
+        except Exception:  # the reply is complete; a failing drain changes nothing
+            pass
+        finally:
+            close = closer(response)
+            if close is not None and not needs_unwinding(source):
+                close()  # fluxstream's own transport: nothing to wait for, nothing to shield
+            else:
+                with anyio.CancelScope(shield=True):
+                    if source is not None and not await finish_body(source):
+                        # Closed from another task while the owner reads: if that read
+                        # returns bytes, the chain stays suspended; the owner's close finishes
+                        # it (set before any checkpoint, so that close cannot come first).
+                        self.unfinished = source
+                    await response.aclose()
+
+
+def _non_ascii_header(headers: Mapping[str, str]) -> str:
+    names = [name for name, value in headers.items() if not f"{name}{value}".isascii()]
+    where = f"header {names[0]!r}" if names else "a request header (headers=)"
+    return (
+        f"{where} holds a non-ASCII character: HTTP headers carry ASCII only (encode the "
+        "value, e.g. percent-encoding); nothing was sent, the value is not shown"
+    )
+
+
+def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first cancellation in ``group`` if it holds nothing else."""
+    cancelled = anyio.get_cancelled_exc_class()
+    rest = group.split(cancelled)[1]
+    if rest is not None:
+        return None
+    leaf: BaseException = group
+    while isinstance(leaf, BaseExceptionGroup):
+        leaf = leaf.exceptions[0]
+    return leaf
+
+
+async def finish_body(source: AsyncIterator[bytes]) -> bool:
+    """End the HTTP library's chain of async generators under a body that was not read to its
+    end, inside a read, so every one of them finishes now. False: another task's read is in
+    the chain right now (a close from another task), so that task must finish it later.
+
+    Closing only the outermost generator (``aclose()``) leaves the four inner ones suspended
+    for the garbage collector, which under trio is a ``ResourceWarning`` per generator. A read
+    in an already-cancelled scope raises at its first checkpoint, deep in the chain, and the
+    exception unwinds (and finishes) each generator on its way out; the connection under an
+    unfinished body is closed, as it had to be. An exhausted generator just stops.
+    """
+    if not needs_unwinding(source):
+        # The cancelled scope below is not free (anyio formats the task's repr on every
+        # ``cancel()``: ~50 µs), and every stream's close comes here.
+        return True
+    with anyio.CancelScope(shield=True), anyio.CancelScope() as scope:
+        scope.cancel()
+        for _ in range(_FINISH_READS):  # buffered data comes back without a checkpoint
+            try:
+                await source.__anext__()
+            except RuntimeError:  # "asynchronous generator is already running"
+                return False
+            except Exception:  # StopAsyncIteration, or the library's error: it unwound
+                return True
+    return True
+
+
+def needs_unwinding(source: AsyncIterator[bytes] | None) -> bool:
+    """``source`` is a chain of async generators not run to its end (see :func:`finish_body`);
+    anything else (the aiohttp adapter's body is a plain iterator that closing the response
+    ends, or a generator already exhausted) has nothing to unwind."""
+    return isinstance(source, AsyncGeneratorType) and source.ag_frame is not None
+
+
+async def read_limited(
+    response: Any, limit: int, errors: HttpErrors
+) -> tuple[bytes, BaseException | None]:
+    """At most ``limit`` bytes of a (non-event-stream) body, and the HTTP library's error if
+    the connection broke while reading it (what arrived before is kept)."""
+    parts: list[bytes] = []
+    size = 0
+    broken: BaseException | None = None
+    try:
+        async for chunk in response.aiter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= limit:
+                break
+    except errors.request as exc:  # transport errors, and decoding errors of the body
+        broken = exc
+    return b"".join(parts)[:limit], broken

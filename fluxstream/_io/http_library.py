@@ -1,0 +1,280 @@
+"""What the transport layer needs to know about the HTTP client it was handed.
+
+fluxstream works with ``httpx.AsyncClient``, its maintained fork ``httpx2.AsyncClient`` and
+clients built on them (``httpx_aiohttp.HttpxAiohttpClient``). The forks raise their own
+exception classes, so the classes to catch are looked up on the library the client comes from
+instead of being imported from ``httpx`` alone.
+
+Also here: turning an error response into a typed exception (status first, then the provider's
+JSON error or a short excerpt of an HTML/text body), and reaching below a response to abort its
+connection synchronously, which is what makes :meth:`ReplyStream.cancel` immediate without a
+cancel scope around every read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import json
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from ..errors import (
+    APIStatusError,
+    AuthenticationError,
+    NotFoundError,
+    RateLimitError,
+    RequestHeaderError,
+)
+
+__all__ = [
+    "HttpErrors", "RequestHeaderError", "abort_connection", "body_complete",
+    "close_aiohttp_response", "seconds", "status_error", "undecodable_encoding",
+]
+
+_EXCERPT_CHARS = 300
+
+
+def undecodable_encoding(response: Any) -> str | None:
+    """The response's content coding that its HTTP library cannot decode, if any (a ``br`` or
+    ``zstd`` body without the decoder's package: httpx would pass it on undecoded, aiohttp
+    refuse it); ``None`` when every coding is decoded, or the library is not known."""
+    value = response.headers.get("content-encoding")
+    if not value:
+        return None
+    decodes = getattr(response, "fluxstream_decodes", None)
+    if decodes is None:
+        try:
+            import httpx
+            from httpx._decoders import SUPPORTED_DECODERS
+        except ImportError:  # pragma: no cover - another httpx layout: not checked
+            return None
+        if not isinstance(response, httpx.Response):
+            return None
+        decodes = SUPPORTED_DECODERS
+    for coding in str(value).lower().split(","):
+        coding = coding.strip()
+        if coding and coding not in decodes:
+            return coding
+    return None
+
+
+class _NeverRaised(Exception):
+    """Stands for an exception class a library does not have."""
+
+
+@dataclass(frozen=True)
+class HttpErrors:
+    """The exception classes of one httpx-compatible library."""
+
+    timeout: type[BaseException]
+    read_timeout: type[BaseException]
+    transport: type[BaseException]
+    #: Any failure of a request (transport, decoding, redirects): the library's RequestError.
+    request: type[BaseException]
+    #: A body the library could not decode (its content encoding).
+    decoding: type[BaseException]
+
+    @classmethod
+    def for_client(cls, client: Any) -> HttpErrors:
+        module = _library_of(type(client))
+        return cls(
+            timeout=module.TimeoutException,
+            read_timeout=module.ReadTimeout,
+            transport=module.TransportError,
+            request=module.RequestError,
+            decoding=getattr(module, "DecodingError", _NeverRaised),
+        )
+
+
+def _library_of(client_type: type) -> ModuleType:
+    """The httpx-like top-level module a client class (or one of its bases) comes from."""
+    for klass in client_type.__mro__:
+        root = klass.__module__.partition(".")[0]
+        module = sys.modules.get(root)
+        if module is not None and hasattr(module, "TransportError") and hasattr(
+            module, "AsyncClient"
+        ):
+            return module
+    import httpx
+
+    return httpx
+
+
+def _aborter(response: Any) -> Callable[[], None] | None:
+    """A synchronous way to close the connection under ``response``, if the transport has one.
+
+    Not for HTTP/2: its connection is shared by every stream multiplexed on it, so aborting
+    it would end them all (those responses are cancelled with a cancel scope instead).
+    """
+    own = getattr(response, "fluxstream_abort", None)
+    if own is not None:  # fluxstream's own aiohttp transport (HTTP/1.1 only)
+        return own  # type: ignore[no-any-return]
+    extensions = getattr(response, "extensions", {})
+    if extensions.get("http_version") == b"HTTP/2":
+        return None
+    stream = extensions.get("network_stream")
+    if stream is not None:
+        # A socket.socket, or asyncio's TransportSocket wrapper around one.
+        sock = stream.get_extra_info("socket")
+        if sock is None or not hasattr(sock, "shutdown"):
+            return None
+
+        def shutdown() -> None:
+            with contextlib.suppress(OSError):  # already closed: nothing left to abort
+                sock.shutdown(socket.SHUT_RDWR)
+
+        return shutdown
+    body = getattr(response, "stream", None)
+    # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
+    aio = getattr(body, "_aiohttp_response", None) or getattr(
+        getattr(body, "_stream", None), "_aiohttp_response", None
+    )
+    # aiohttp's ClientResponse.close() is synchronous and drops the connection.
+    if aio is None or not hasattr(aio, "close"):
+        return None
+    return lambda: close_aiohttp_response(aio)
+
+
+def close_aiohttp_response(resp: Any) -> None:
+    """``aiohttp.ClientResponse.close()``, with the body's "closed" error made fresh first.
+
+    Left to itself, ``close()`` hands the body aiohttp's one module-level
+    ``ClientConnectionError("Connection closed")``; every later read of that body (the pending
+    read a cancel interrupts, :func:`~fluxstream._io.attempt.finish_body` unwinding httpx-aiohttp's
+    generator) raises that same instance, and each raise *appends* its frames to the
+    instance's traceback. Those frames hold the response, so every early-closed stream's
+    response stayed alive for the life of the process (aiohttp 3.10+, ~29 objects a stream).
+    Same class and message as aiohttp's, one per response: it dies with the response.
+    """
+    content = getattr(resp, "content", None)
+    if content is not None and content.exception() is None:
+        import aiohttp  # loaded already: ``resp`` is one of its responses
+
+        content.set_exception(aiohttp.ClientConnectionError("Connection closed"))
+    resp.close()
+
+
+def body_complete(response: Any) -> bool:
+    """Whether every byte of the body has already arrived, so closing the response hands its
+    connection back to the pool without reading on (only fluxstream's own transport can tell;
+    for any other response, ``False``: read the end to find out)."""
+    complete = getattr(response, "fluxstream_body_complete", None)
+    return complete is not None and bool(complete())
+
+
+def closer(response: Any) -> Callable[[], None] | None:
+    """A synchronous close of ``response`` that never waits (fluxstream's own transport), or
+    ``None``: close with ``await response.aclose()``, shielded from cancellation."""
+    close: Callable[[], None] | None = getattr(response, "fluxstream_close", None)
+    return close
+
+
+def can_abort(response: Any) -> bool:
+    """Whether :func:`abort_connection` can end this response's pending read at once."""
+    return _aborter(response) is not None
+
+
+def abort_connection(response: Any) -> bool:
+    """Close the connection under ``response`` at once, from synchronous code.
+
+    A pending read on it then ends immediately (EOF or an error) instead of waiting for the next
+    bytes, and the server sees the disconnect. Returns False when the transport offers no way to
+    do that (see :func:`can_abort`).
+    """
+    abort = _aborter(response)
+    if abort is None:
+        return False
+    abort()
+    return True
+
+
+def seconds(value: float | None) -> str:
+    """A duration for an error message: ``0.5s``, not the ``0.49999199800004135s`` a deadline
+    computed from two clock readings leaves (3 significant digits)."""
+    if value is None:
+        return "no limit"
+    rounded = float(f"{value:.3g}") if value < 100 else round(value, 1)
+    return f"{rounded:g}s" if rounded < 1e6 else f"{value:.0f}s"
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    """Seconds to wait, from ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def status_error(status: int, headers: Any, body: bytes) -> APIStatusError:
+    """A typed exception for a non-2xx response; never includes request headers (the key)."""
+    message, etype, code, param, parsed, excerpt = _describe_body(body, headers)
+    kwargs: dict[str, Any] = {
+        "type": etype,
+        "code": code,
+        "param": param,
+        "body": parsed,
+        "body_excerpt": excerpt,
+        "request_id": headers.get("x-request-id"),
+        "retry_after": parse_retry_after(headers),
+    }
+    if status in (401, 403):
+        return AuthenticationError(status, message, **kwargs)
+    if status == 404:
+        return NotFoundError(status, message, **kwargs)
+    if status == 429:
+        return RateLimitError(status, message, **kwargs)
+    return APIStatusError(status, message, **kwargs)
+
+
+def _describe_body(
+    body: bytes, headers: Any
+) -> tuple[str, str | None, str | None, str | None, Any, str | None]:
+    text = body.decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text) if text.strip() else None
+    except (ValueError, RecursionError):  # RecursionError: JSON nested past the stack
+        parsed = None
+    if isinstance(parsed, dict):
+        err = parsed.get("error", parsed)
+        if isinstance(err, str):
+            return err, None, None, None, parsed, None
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("detail") or parsed.get("detail")
+            if message is None:
+                message = json.dumps(err)[:_EXCERPT_CHARS]
+            return (
+                str(message),
+                _opt_str(err.get("type")),
+                _opt_str(err.get("code")),
+                _opt_str(err.get("param")),
+                parsed,
+                None,
+            )
+    excerpt = " ".join(text.split())[:_EXCERPT_CHARS]
+    ctype = headers.get("content-type", "unknown content type")
+    message = f"non-JSON error body ({ctype})" + (f": {excerpt}" if excerpt else "")
+    return message, None, None, None, None, excerpt or None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)

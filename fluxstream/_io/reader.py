@@ -1,0 +1,321 @@
+"""The engine of a :class:`~fluxstream.stream.ReplyStream`: reads, timeouts, outcomes, recovery.
+
+:class:`StreamReader` turns the bytes of a :class:`~fluxstream._io.channel.Channel` into events
+through the parser, enforces the clocks of :class:`~fluxstream._core.progress.Progress`, acts on
+:class:`~fluxstream._core.recovery.Recovery`'s decisions, and states an outcome on every path:
+
+* cancellation always propagates: an exception that interrupts a read (``CancelledError``,
+  trio's ``Cancelled``, a caller's timeout) closes the response in a shielded scope, marks the
+  reply ``cancelled`` and is re-raised unchanged;
+* every other end states an outcome too and keeps the partial reply (``failed`` with a typed
+  error, ``truncated``, ``finished``, ``done``).
+
+The stream itself (:mod:`fluxstream.stream`) is the public face: iteration, ``text()``,
+``complete()``, the context manager and ``cancel()``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from .._core.progress import Overdue, Progress
+from .._core.recovery import Decision, Recovery
+from ..errors import (
+    FirstTokenTimeoutError,
+    FluxstreamError,
+    IdleTimeoutError,
+    ResumeMismatchError,
+    StallTimeoutError,
+    StreamError,
+    StreamFailedError,
+)
+from ..events import Event
+from ..parser import StreamParser
+from ..retry import ResumePolicy, RetryPolicy
+from .attempt import Attempt, AttemptCancelled, RequestSpec
+from .channel import Channel, FirstTokenOverdue
+from .http_library import seconds
+from .reconnect import TOKEN_REASON, reconnect
+
+__all__ = ["StreamReader"]
+
+logger = logging.getLogger("fluxstream")
+
+
+class StreamReader:
+    """Reads one logical stream (every attempt of it) into events; see the module docstring."""
+
+    def __init__(
+        self,
+        spec: RequestSpec,
+        parser: StreamParser,
+        *,
+        retry: RetryPolicy,
+        resume: ResumePolicy,
+        stall_timeout: float | None,
+        finish_grace: float | None,
+        first_token_timeout: float | None,
+        resuming: bool,
+    ) -> None:
+        self._spec = spec
+        self._errors = spec.errors
+        self._parser = parser
+        #: "Every choice finished", as Progress asks it (one callable, not one per read).
+        self._complete: Callable[[], bool] = lambda: parser.complete
+        self.recovery = Recovery(retry, resume)
+        # The response head must come within the read timeout (and the first token's).
+        limits = [t for t in (spec.read_timeout, first_token_timeout) if t is not None]
+        self.progress = Progress(
+            stall_timeout=stall_timeout,
+            finish_grace=finish_grace,
+            first_token_timeout=first_token_timeout,
+        )
+        self.channel = Channel(
+            spec, parser, self.recovery, head_timeout=min(limits) if limits else None,
+            progress=self.progress,
+        )
+        self.ended = False
+        self.cancel_requested = False
+        # A stream restored from a resume token starts with a resume, not a fresh request.
+        self._resuming = resuming
+        #: The exception that ended the stream badly (transport error, timeout), if any.
+        self.cause: BaseException | None = None
+
+    @property
+    def opened(self) -> bool:
+        """A response is open (or being opened)."""
+        return self.channel.attempt is not None
+
+    def cancel(self) -> None:
+        """See :meth:`ReplyStream.cancel`."""
+        if self.ended or self.cancel_requested:
+            return
+        self.cancel_requested = True
+        self.channel.cancel()
+
+    def abandon(self) -> bool:
+        """The stream was collected: close whatever it left open (see
+        :meth:`Channel.abandon`); whether anything was."""
+        if self.channel.closed:
+            return False
+        self.cancel_requested = True
+        return self.channel.abandon()
+
+    async def close(self) -> None:
+        """See :meth:`ReplyStream.aclose`."""
+        if not self.ended:
+            self.cancel_requested = True  # a read this interrupts is no drop to resume
+            # From another task, a send, a wait or a read may be pending: interrupt it, or
+            # the response it gets later is never closed (the connection leaks from the pool).
+            self.channel.cancel()
+            self.end(self._parser.cancel("closed by the caller"))
+        if self.channel.closed:  # the usual case: the events ran out and closed it
+            return
+        with anyio.CancelScope(shield=True):
+            await self.close_response()
+
+    async def read(self) -> list[Event]:
+        """One read from the network, through the parser. Never raises StopAsyncIteration."""
+        parser = self._parser
+        if self.cancel_requested:
+            return self.end(parser.cancel("cancelled by stream.cancel()"))
+        pending = parser.pending_error
+        if pending is not None:  # found by the last read, after the events it delivered
+            return await self._fail_with(StreamFailedError, pending, str(pending))
+        try:
+            if self.progress.deadline_free:  # the hot path: no deadline, no scope
+                data: bytes | None = await self.channel.receive()
+            else:
+                data = await self.channel.receive_on_time(self.progress)
+        except StopAsyncIteration:
+            return await self._bytes_ended(None)
+        except anyio.get_cancelled_exc_class() as exc:
+            await self._interrupted(exc)
+            raise
+        except Exception as exc:
+            return await self._read_failed(exc)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the caller stops all
+            await self._interrupted(exc)
+            raise
+        if data is None:  # no read in time: the first content, or the next one, is overdue
+            return await self._timed_out(
+                "first_token" if self.progress.first_token is None else "stall"
+            )
+        try:
+            events = parser.feed(data)
+        except ResumeMismatchError as exc:
+            return await self._resume_rejected(exc)
+        except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
+            return await self._fail_with(StreamFailedError, exc, str(exc))
+        now = time.monotonic()
+        if events and not parser.saw_content:
+            decision = self.channel.error_event_decision(events, now)
+            if decision is not None:
+                return await self._recover(
+                    lambda: self._reconnect(decision, "error event before content")
+                )
+        overdue = self.progress.read(events, now, self._complete)
+        if events and parser.finished:
+            self.end([])
+        elif overdue is not None:
+            return await self._timed_out(overdue)
+        return events
+
+    async def _timed_out(self, overdue: Overdue) -> list[Event]:
+        """No content in time: the typed error, or ``finished`` when nothing more was due."""
+        progress = self.progress
+        if overdue == "first_token":
+            message = f"no content within {seconds(progress.first_token_timeout)} of the request"
+            return await self._fail_with(FirstTokenTimeoutError, None, message)
+        if self._parser.complete:  # every choice finished: heartbeats are all that is left
+            logger.info("no content for %.1fs after every choice finished; ending",
+                        progress.stall_timeout)
+            return await self._bytes_ended(None)
+        message = f"no content for {seconds(progress.stall_timeout)}"
+        return await self._fail_with(StallTimeoutError, None, message)
+
+    async def _read_failed(self, exc: Exception) -> list[Event]:
+        """A read raised: an idle timeout, a drop (maybe resumable), or a failure."""
+        if self.cancel_requested or self.ended:
+            # cancel() aborted the connection, or aclose() closed it from another task: the
+            # read's error is the caller's own doing, not the server's.
+            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+        if isinstance(exc, self._errors.read_timeout):
+            message = f"no bytes for {seconds(self._spec.read_timeout)}"
+            return await self._fail_with(IdleTimeoutError, exc, message)
+        if isinstance(exc, self._errors.transport):
+            return await self._bytes_ended(exc)
+        # e.g. a decoding error: the stream failed, the reply is kept
+        return await self._fail_with(StreamFailedError, exc, f"{type(exc).__name__}: {exc}")
+
+    async def _interrupted(self, exc: BaseException) -> None:
+        """Cancellation or an interrupt: close now and state the outcome; the caller re-raises
+        the exception unchanged."""
+        self.cause = exc
+        self.end(self._parser.cancel(f"interrupted by {type(exc).__name__}"))
+        with anyio.CancelScope(shield=True):
+            await self.close_response(drain=False)
+
+    def end(self, events: list[Event]) -> list[Event]:
+        self.ended = True
+        self.progress.end(time.monotonic())
+        return events
+
+    async def _fail_with(
+        self, kind: type[StreamError], exc: BaseException | None, message: str
+    ) -> list[Event]:
+        """End ``failed``, close the response, raise ``kind`` carrying the partial reply."""
+        self.cause = exc
+        self.end(self._parser.fail(message, exc))
+        with anyio.CancelScope(shield=True):
+            await self.close_response(drain=False)
+        raise kind(message, self._parser.reply) from exc
+
+    # ------------------------------------------------------------------ retries and resume
+
+    async def _recover(self, how: Callable[[], Any]) -> list[Event]:
+        """Run a retry or a resume; if it cannot reconnect, the stream ends truncated (or
+        cancelled) with the reason as its cause, and the partial reply is kept."""
+        try:
+            result: list[Event] = await how()
+            return result
+        except AttemptCancelled:
+            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+        except FirstTokenOverdue:  # a retry before content ran out of time
+            return await self._timed_out("first_token")
+        except FluxstreamError as exc:
+            self.cause = exc
+            with anyio.CancelScope(shield=True):
+                await self.close_response(drain=False)
+            return self.end(self._parser.close(cause=exc))
+        except anyio.get_cancelled_exc_class() as exc:
+            await self._interrupted(exc)
+            raise
+
+    async def _bytes_ended(self, exc: BaseException | None) -> list[Event]:
+        """The bytes ended (cleanly or by a transport error): end, retry, or resume."""
+        parser = self._parser
+        if self.cancel_requested or self.ended:
+            return self.end(parser.cancel("cancelled by stream.cancel()"))
+        if exc is not None:
+            self.cause = exc
+        decision = self.recovery.after_drop(self.channel.drop_state(exc), time.monotonic())
+        if decision.action in ("end", "give_up", "cancel"):
+            return self.end(parser.close(cause=exc))
+        reason = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
+        return await self._recover(lambda: self._reconnect(decision, reason))
+
+    async def _resume_rejected(self, exc: ResumeMismatchError) -> list[Event]:
+        """A ``Last-Event-ID`` reconnect did not continue the stream: never splice it. The
+        next strategy takes over, or the stream ends ``truncated`` with this as its reason."""
+        self.cause = exc
+        decision = self.channel.after_rejected_resume(exc)
+        if decision.action != "resume":
+            with anyio.CancelScope(shield=True):
+                await self.close_response(drain=False)
+            return self.end(self._parser.close(cause=exc))
+        return await self._recover(lambda: self._reconnect(decision, f"resume rejected: {exc}"))
+
+    async def _reconnect(self, decision: Decision, reason: str) -> list[Event]:
+        """Perform a retry or a resume; the events to deliver first (a restart's ``Reset``)."""
+        attempt, events = await reconnect(self.channel, decision, reason)
+        return events + self._opened(attempt)
+
+    async def open(self) -> list[Event]:
+        """Send the request (or resume from a token); the events to deliver first."""
+        if self.channel.attempt is not None or self.ended:
+            return []
+        self.progress.start(time.monotonic())
+        self.recovery.start(time.monotonic())
+        try:
+            if self._resuming:
+                self._resuming = False
+                decision = self.recovery.resume_decision(self.channel.drop_state(None))
+                if decision.action != "resume":
+                    raise StreamError("nothing to resume this stream by", self._parser.reply)
+                return await self._reconnect(decision, TOKEN_REASON)
+            return self._opened(await self.channel.connect())
+        except AttemptCancelled:  # cancelled before any response: nothing to deliver
+            self.end(self._parser.cancel("cancelled by stream.cancel()"))
+            return []
+        except FirstTokenOverdue:  # no response in time, across the retries
+            return await self._timed_out("first_token")
+        except anyio.get_cancelled_exc_class() as exc:
+            await self._interrupted(exc)
+            raise
+        except BaseException as exc:
+            if not self.ended:
+                cause = exc
+                if isinstance(exc, StreamFailedError) and isinstance(
+                    exc.__cause__, self._errors.decoding
+                ):
+                    # A body that cannot be decoded, known from its head: the stream's cause
+                    # is the library's DecodingError, as when it is found in the body.
+                    cause = exc.__cause__
+                self.cause = cause
+                self.end(self._parser.fail(f"{type(exc).__name__}: {exc}", cause))
+            raise
+
+    def _opened(self, attempt: Attempt) -> list[Event]:
+        """A response is usable: the stall clock starts now; a JSON body is the whole reply
+        (its events are returned, and the stream has ended)."""
+        self.progress.connected(time.monotonic())
+        if not attempt.is_json:
+            return []
+        parser = self._parser
+        events = parser.feed_completion(attempt.payload)
+        events += parser.close()
+        self.end([])
+        if parser.saw_content:
+            self.progress.first_token = self.progress.finished_at
+        return events
+
+    async def close_response(self, *, drain: bool = True) -> None:
+        await self.channel.close(drain=drain)
+
+

@@ -1,0 +1,172 @@
+"""Performing a retry or resume decision: which request a dropped stream sends next.
+
+:class:`~fluxstream._core.recovery.Recovery` (sans-IO) decides *whether* and *how* a stream
+reconnects; this module carries a decision out on a :class:`~fluxstream._io.channel.Channel`:
+
+* ``retry`` (before any content): nothing was shown, the same request again;
+* ``resume`` by ``last_event_id`` (the same request with ``Last-Event-ID``, the reply checked
+  before anything is spliced), ``starting_after`` (OpenAI's re-read of a stored Responses
+  response), ``continuation`` (the partial answer sent back as a trailing assistant turn) or
+  ``restart`` (the request again, announced by a ``Reset``).
+
+It sits above the channel (it only calls the channel's ``connect``/``close``/``pause``) so
+that the channel stays the loop over attempts and the reads, and each strategy's request is
+written down in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from .._core.recovery import Decision
+from ..errors import APIStatusError, ContentTypeError, one_line, show_key
+from ..events import Event
+from .attempt import Attempt
+from .channel import Channel, is_responses_path
+
+__all__ = ["TOKEN_REASON", "continuation_body", "reconnect", "starting_after_path"]
+
+logger = logging.getLogger("fluxstream")
+
+#: The reason given for a resume from a token (not a drop: nothing to warn about).
+TOKEN_REASON = "resumed from a token"
+#: Statuses of a ``starting_after`` re-read that say it cannot work here (the response was
+#: not stored, or the server has no such endpoint): the next strategy takes over.
+_NOT_REPLAYABLE = frozenset({400, 404, 405, 410, 501})
+
+
+def starting_after_path(path: str, response_id: str, sequence: int) -> str:
+    """``responses/{id}?stream=true&starting_after=N``: OpenAI's resume of a stored response.
+    The id comes from the server, so it is quoted whole (it cannot add a path or query)."""
+    return (
+        f"{path.rstrip('/')}/{quote(response_id, safe='')}"
+        f"?stream=true&starting_after={int(sequence)}"
+    )
+
+
+def continuation_body(
+    path: str, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+) -> dict[str, Any]:
+    """The request that continues ``text`` (the partial answer) as a trailing assistant turn.
+
+    Chat Completions and Anthropic Messages append it to ``messages``. A Responses body has
+    no ``messages``: the turn is appended to ``input`` (a string input becomes the user
+    message it stands for), marked ``"status": "in_progress"`` by ``client.responses`` — the
+    Responses API's way to say the message is unfinished, which servers that continue a
+    partial message (vLLM) honour. OpenAI's own API has no assistant prefill: it answers a
+    trailing assistant item as a finished turn, so continuation is not safe there (the
+    ``starting_after`` strategy is OpenAI's resume).
+    """
+    turn = {"role": "assistant", "content": text, **flag}
+    if is_responses_path(path) and "messages" not in body:
+        given = body.get("input")
+        if isinstance(given, str):
+            items: list[Any] = [{"role": "user", "content": given}]
+        elif isinstance(given, list):
+            items = list(given)
+        else:
+            items = []
+        return {**body, "input": [*items, turn]}
+    return {**body, "messages": [*list(body.get("messages") or []), turn]}
+
+
+async def reconnect(
+    channel: Channel, decision: Decision, reason: str
+) -> tuple[Attempt, list[Event]]:
+    """Perform a ``retry`` or ``resume`` decision after ``reason`` (a drop, an error
+    event, a resume token); the events to deliver first (a restart's ``Reset``)."""
+    if decision.action == "retry":
+        return await _retry(channel, decision, reason), []
+    recovery = channel.recovery
+    recovery.resumes += 1
+    if reason != TOKEN_REASON:
+        logger.warning(
+            "stream %s dropped (%s); resuming by %s (%d/%d)",
+            show_key(channel.parser.content_key), one_line(reason), decision.strategy,
+            recovery.resumes, recovery.resume.max_resumes,
+        )
+    return await _resume(channel, decision, reason)
+
+async def _retry(channel: Channel, decision: Decision, reason: str) -> Attempt:
+    """Before any content (a drop, a transient error event): nothing was shown, so this is
+    a plain retry; the Reset that announces the new attempt is not passed on."""
+    await channel.close(drain=False)
+    attempts = channel.recovery.attempts
+    if decision.reason == "error event":
+        channel.parser.reset(attempts, "error before content")
+    else:
+        channel.parser.reset(attempts, "dropped before content")
+        reason = f"dropped early ({reason})"
+    await channel.wait_to_retry(attempts, decision.delay, reason)
+    return await channel.connect()
+
+async def _resume(
+    channel: Channel, decision: Decision, reason: str
+) -> tuple[Attempt, list[Event]]:
+    parser = channel.parser
+    policy = channel.recovery.resume
+    await channel.close(drain=False)
+    await channel.pause(decision.delay)
+    events: list[Event] = []
+    channel.resuming_by = decision.strategy
+    if decision.strategy == "starting_after":
+        return await _reread(channel, reason)
+    if decision.strategy == "last_event_id":
+        last_id = parser.last_event_id
+        parser.new_connection(resume_after=last_id)
+        attempt = await channel.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
+        if attempt.is_json:
+            # The whole reply instead of the events after ``last_id``: no ids to check it
+            # against what was shown, so it is a rejected reconnect, never spliced.
+            await channel.close(drain=False)
+            refused = ContentTypeError("application/json", "a whole reply, not its events")
+            decision = channel.after_rejected_resume(refused)
+            if decision.action != "resume":
+                raise refused
+            return await _resume(channel, decision, reason)
+    elif decision.strategy == "continuation":
+        text = parser.begin_continuation(min_overlap=policy.min_overlap)
+        body = continuation_body(channel.spec.path, channel.spec.body, text, policy.prefix_flag)
+        attempt = await channel.connect(body=body, fresh_budget=True)
+    else:
+        channel.recovery.restarts += 1
+        events = parser.reset(channel.recovery.restarts, f"restart after a drop ({reason})")
+        attempt = await channel.connect(fresh_budget=True)
+    return attempt, events
+
+async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
+    """OpenAI's resume: ``GET /responses/{id}?stream=true&starting_after=N`` streams the
+    stored response's events after the last one delivered. The format drops any event at
+    or below ``N`` (a server that starts over shows nothing twice). A status that says
+    the response cannot be re-read here rules the strategy out; the next one applies."""
+    parser = channel.parser
+    response_id, sequence = parser.response_id, parser.sequence
+    assert response_id is not None and sequence is not None  # DropState.replayable
+    parser.new_connection()
+    try:
+        attempt = await channel.connect(
+            get=starting_after_path(channel.spec.path, response_id, sequence),
+            fresh_budget=True,
+        )
+        if attempt.is_json:
+            # The whole response object instead of its events (``stream`` ignored):
+            # reading it would show the delivered text again. Not a re-read.
+            await channel.close(drain=False)
+            raise ContentTypeError("application/json", "the response, not its events")
+    except (APIStatusError, ContentTypeError) as exc:
+        if isinstance(exc, APIStatusError) and exc.status_code not in _NOT_REPLAYABLE:
+            raise
+        channel.recovery.rule_out("starting_after")
+        decision = channel.recovery.resume_decision(channel.drop_state(exc))
+        logger.warning(
+            "stream %s: resume by starting_after refused (%s); %s",
+            show_key(parser.content_key), one_line(str(exc)),
+            f"resuming by {decision.strategy}" if decision.strategy else "ending",
+        )
+        if decision.action != "resume":
+            raise
+        return await _resume(channel, decision, reason)
+    return attempt, []

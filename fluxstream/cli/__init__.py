@@ -1,0 +1,448 @@
+"""The ``fluxstream`` command line: ``demo``, ``chat``, ``serve``, ``capture``, ``replay``.
+
+Errors are one clear line on stderr, never a traceback. Exit codes tell the outcome apart so
+scripts can act on them:
+
+====  ==============================================================
+0     the reply ended well (``done`` or ``finished``); ``serve`` stopped by Ctrl-C
+1     failure: an error payload, an HTTP error, a connection failure
+2     bad usage (wrong arguments, unreadable file)
+3     the reply was ``truncated``
+4     cancelled (Ctrl-C)
+====  ==============================================================
+
+The arguments live in :mod:`._cli_args`, what is printed (and how control characters from a
+server are kept off the terminal) in :mod:`._cli_render`, capture files in :mod:`._capture`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+
+from ..client import AsyncClient, checked_headers
+from ..endpoints import anthropic_client
+from ..errors import FluxstreamError
+from ..reply import Outcome
+from ..retry import ResumePolicy
+from ..stream import ReplyStream
+from .args import build_parser
+from .capture import (
+    Recording,
+    format_census,
+    load_capture,
+    record_response,
+    replay_capture,
+    request_fields,
+)
+from .render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
+#: Each format's path under the base URL.
+_PATHS = {"chat_completions": "chat/completions", "responses": "responses",
+          "anthropic_messages": "messages"}
+#: ``max_tokens`` is required by Anthropic Messages; what the CLI sends when not given.
+DEFAULT_MAX_TOKENS = 1024
+
+
+def _exit_code(outcome: Outcome | None) -> int:
+    if outcome in (Outcome.DONE, Outcome.FINISHED):
+        return EXIT_OK
+    if outcome is Outcome.TRUNCATED:
+        return EXIT_TRUNCATED
+    if outcome is Outcome.CANCELLED:
+        return EXIT_CANCELLED
+    return EXIT_FAILED
+
+
+class _Session:
+    """What a command has under way, so a Ctrl-C can still report (or save) what arrived."""
+
+    def __init__(self, out: Output, err: Output) -> None:
+        self.out = out
+        #: Messages: always shown with control characters visible (they quote servers).
+        self.err = err
+        self.stream: ReplyStream | None = None
+        self.printer: LivePrinter | None = None
+        self.recording: Recording | None = None
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def _tools_for(fmt: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Chat-shaped function tools in the shape of ``fmt``'s API."""
+    if tools is None or fmt == "chat_completions":
+        return tools
+    functions = [t["function"] for t in tools]
+    if fmt == "responses":
+        return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
+                for f in functions]
+    return [{"name": f["name"], "input_schema": f["parameters"]} for f in functions]
+
+
+def _open_stream(
+    client: AsyncClient, fmt: str, model: str, messages: list[Any], headers: dict[str, str],
+    tools: list[dict[str, Any]] | None, include_usage: bool, fields: dict[str, Any],
+    resume: ResumePolicy | None = None,
+) -> ReplyStream:
+    """The stream of one request in wire format ``fmt`` (``messages`` is the Responses
+    ``input`` there; Anthropic gets ``max_tokens`` when not given)."""
+    if fmt == "responses":
+        return client.responses.stream(
+            model=model, input=messages, tools=tools, extra_headers=headers, resume=resume,
+            **fields,
+        )
+    if fmt == "anthropic_messages":
+        fields = {"max_tokens": DEFAULT_MAX_TOKENS, **fields}
+        return client.messages.stream(
+            model=model, messages=messages, tools=tools, extra_headers=headers, resume=resume,
+            **fields,
+        )
+    return client.chat.stream(
+        model=model, messages=messages, tools=tools, extra_headers=headers,
+        include_usage=include_usage, resume=resume, **fields,
+    )
+
+
+async def _stream_to_terminal(
+    client: AsyncClient, session: _Session, model: str, messages: list[Any],
+    headers: dict[str, str], tools: list[dict[str, Any]] | None,
+    survived: Callable[[ReplyStream], str] | None = None, *, include_usage: bool = True,
+    fields: dict[str, Any] | None = None, fmt: str = "chat_completions",
+    resume: ResumePolicy | None = None,
+) -> int:
+    fields = dict(fields or {})
+    n = fields.get("n")
+    stream = _open_stream(client, fmt, model, messages, headers, tools, include_usage, fields,
+                          resume)
+    printer = LivePrinter(session.out, choices=n if type(n) is int else 1)
+    session.stream, session.printer = stream, printer
+    async with stream:
+        async for event in stream:
+            printer.event(event)
+    printer.close()
+    summary(stream.reply, stream, session.out, survived(stream) if survived else None)
+    return _exit_code(stream.reply.outcome)
+
+
+_DEMO_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"},
+                       "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+    }}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"timezone": {"type": "string"}},
+    }}},
+]
+#: What the demo's server does to the stream unless told otherwise: ``: ping`` heartbeats
+#: between events, every write at most 24 bytes (so reads split events, even characters), and
+#: the connection dropped once in mid-answer (``fail-first=1``: only the first attempt), which
+#: the client resumes with ``Last-Event-ID``. The reply must still arrive exact.
+DEMO_PROFILE = "heartbeats"
+DEMO_FAULTS = ("write-size=24", "write-pause=0.001", "drop-after-events=12", "fail-first=1")
+#: Per format: the demo's default profile and how the client resumes the dropped stream.
+#: Responses events carry no ``id:`` on OpenAI's wire, and the client has no ``starting_after``
+#: strategy yet, so the demo's server numbers them (``sse-ids``) and the client resumes by
+#: ``Last-Event-ID``; Anthropic resumes the Anthropic way, by prefill continuation (``ping``
+#: events are its heartbeats).
+DEMO_PROFILES = {"chat_completions": DEMO_PROFILE, "responses": "heartbeats,sse-ids",
+                 "anthropic_messages": DEMO_PROFILE}
+
+
+async def _demo(args: argparse.Namespace, session: _Session) -> int:
+    from ..server import serve
+    from .demo import LogTally, ReadCountingTransport, survived
+
+    headers = _headers(args.header)
+    fmt = args.format
+    profile = DEMO_PROFILES[fmt]
+    if fmt == "anthropic_messages" and args.tools:
+        profile += ",sse-ids"  # tool use cannot be continued by a prefill: resume by id
+    profile = args.profile or ("" if args.no_faults else profile)
+    if profile:
+        headers["X-Fluxstream-Profile"] = profile
+    defaults: tuple[str, ...] = DEMO_FAULTS
+    if fmt == "anthropic_messages":
+        # Not right after the newline: a prefill that ends in whitespace is refused by
+        # Anthropic (and so by the embedded server), and the client does not yet trim it.
+        defaults = tuple(
+            "drop-after-events=14" if f.startswith("drop-after-events=") else f
+            for f in DEMO_FAULTS
+        )
+    faults = list(args.fault or ([] if args.no_faults else defaults))
+    if args.pace > 0 and not any(f.startswith("drip=") for f in faults):
+        faults.append(f"drip={args.pace}")  # token by token, at a pace a person can watch
+    if faults:
+        headers["X-Fluxstream-Fault"] = ",".join(faults)
+    resume = None
+    if fmt == "anthropic_messages":
+        resume = ResumePolicy(continuation=True)
+        # ``fail-first`` counts a continuation (its body differs) only by an attempt key.
+        headers.setdefault("X-Fluxstream-Attempt-Key", f"demo-{uuid.uuid4().hex}")
+    transport = ReadCountingTransport()
+    async with serve(port=0) as server, httpx.AsyncClient(transport=transport) as http:
+        session.out.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
+        client = AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
+        async with client:
+            with LogTally() as log:
+                return await _stream_to_terminal(
+                    client, session, args.model, [{"role": "user", "content": args.prompt}],
+                    headers,
+                    _tools_for(fmt, _DEMO_TOOLS if args.tools else None),
+                    lambda stream: survived(stream.stats, transport, log),
+                    fmt=fmt, resume=resume,
+                )
+
+
+def _headers(values: Sequence[str] | None) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for value in values or ():
+        name, sep, content = value.partition(":")
+        if not sep or not name.strip():
+            # Not echoed: a header with its colon forgotten is often "Authorization Bearer
+            # <key>", and this message goes to a terminal or a CI log.
+            problem = "no ':'" if not sep else "no name before ':'"
+            raise ValueError(
+                f"--header takes 'Name: value', got a value of {len(value)} characters with"
+                f" {problem}"
+            )
+        headers[name.strip()] = content.strip()
+    # Checked here, not only by ``extra_headers=``: ``capture`` builds its request directly.
+    return checked_headers(headers, "--header")
+
+
+def _shown(url: str) -> str:
+    """``url`` without a user or password (this goes to a terminal or a CI log)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def _client(args: argparse.Namespace, err: Output) -> AsyncClient:
+    """The client for ``chat``/``capture``.
+
+    ``--base-url`` is the API root, used as given in every format. Without it Chat Completions
+    and Responses take ``OPENAI_BASE_URL`` (the client's default) and Anthropic Messages takes
+    Anthropic's own setting, as its SDK does: ``ANTHROPIC_BASE_URL`` (+ ``/v1``), else the
+    public API. That can be another server than the ``OPENAI_BASE_URL`` a user set for a local
+    server, so one line on stderr says where the request goes, before it is sent.
+    """
+    if args.format != "anthropic_messages":
+        return AsyncClient(base_url=args.base_url, api_key=args.api_key)
+    key = args.api_key if args.api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+    if args.base_url:
+        return AsyncClient(base_url=args.base_url, api_key=key)
+    client = anthropic_client(None, key)
+    openai_url = os.environ.get("OPENAI_BASE_URL")
+    if openai_url and openai_url.rstrip("/") != client.base_url:
+        why = ("ANTHROPIC_BASE_URL, for --format anthropic_messages"
+               if os.environ.get("ANTHROPIC_BASE_URL")
+               else "Anthropic's API: ANTHROPIC_BASE_URL is not set")
+        err.write(f"fluxstream: sending to {_shown(client.base_url)} ({why}), not"
+                  " OPENAI_BASE_URL; --base-url chooses\n")
+    return client
+
+
+async def _chat(args: argparse.Namespace, session: _Session) -> int:
+    model, messages, fields = _request(args)
+    tools = fields.pop("tools", None)
+    if tools is not None and not isinstance(tools, list):
+        raise ValueError("tools must be a JSON list")
+    from .demo import LogTally
+
+    async with _client(args, session.err) as client:
+        with LogTally():  # warnings (retries) on stderr as one safe line each
+            return await _stream_to_terminal(
+                client, session, model, messages, _headers(args.header), tools,
+                include_usage=not args.no_usage, fields=fields, fmt=args.format,
+            )
+
+
+async def _serve(args: argparse.Namespace, session: _Session) -> int:
+    """Serve until Ctrl-C, which :func:`main` reports as a normal stop."""
+    from ..server import run_forever
+
+    def ready(url: str) -> None:
+        session.out.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
+        session.out.flush()
+
+    await run_forever(
+        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready,
+        faults=args.fault,
+    )
+    return EXIT_OK
+
+
+def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:
+    """Model, messages and the other request fields of ``chat``/``capture`` (``--body``, ``-p``,
+    ``--max-tokens``); ``model``/``messages`` given as fields replace the flag and the prompt."""
+    fields = request_fields(args.body, args.param, args.max_tokens)
+    if args.max_tokens is not None and getattr(args, "format", None) == "responses":
+        fields["max_output_tokens"] = fields.pop("max_tokens")  # the Responses API's name
+    model = fields.pop("model", args.model)
+    messages = fields.pop("messages", [{"role": "user", "content": args.prompt}])
+    if not isinstance(model, str) or not isinstance(messages, list):
+        raise ValueError("model must be a string and messages a list")
+    return model, messages, fields
+
+
+async def _record(args: argparse.Namespace, session: _Session) -> Recording:
+    """Send the request of ``capture`` and record the response into ``session.recording``
+    (there as it arrives, so that a Ctrl-C keeps it; see :func:`_save_capture`)."""
+    model, messages, fields = _request(args)
+    fmt = args.format
+    key = "input" if fmt == "responses" else "messages"
+    body: dict[str, Any] = {"model": model, key: messages, **fields}
+    if fmt == "anthropic_messages":
+        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
+    body.setdefault("stream", True)
+    if fmt == "chat_completions" and body["stream"] is True and not args.no_usage:
+        options = dict(body.get("stream_options") or {})
+        options.setdefault("include_usage", True)
+        body["stream_options"] = options
+    path = _PATHS[fmt]
+    recording = Recording(body, path=path, wire_format=fmt)
+    client = _client(args, session.err)
+    try:
+        build = client.messages._build() if fmt == "anthropic_messages" else None
+        build = build or client._build_request
+        request = build(path, body, _headers(args.header))
+        response = await client.http_client.send(request, stream=True)
+        session.recording = recording
+        await record_response(response, body, recording=recording)
+    finally:
+        await client.aclose()
+    return recording
+
+
+def _save_capture(args: argparse.Namespace, recording: Recording, session: _Session) -> int:
+    """Write the capture file (also after a Ctrl-C: what was read, marked interrupted)."""
+    session.recording = None
+    record = recording.record()
+    Path(args.output).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    reads = [base64.b64decode(r["b64"]) for r in record["reads"]]
+    summary_line = f"{len(reads)} reads, {sum(map(len, reads))} bytes, to {args.output}"
+    if recording.interrupted:
+        session.err.write(f"fluxstream: interrupted; captured {summary_line}\n")
+        return EXIT_CANCELLED
+    if recording.error is not None:
+        error = recording.error
+        session.err.write(
+            f"fluxstream: the connection broke ({error['type']}: {error['message']}); "
+            f"captured {summary_line}\n"
+        )
+        return EXIT_TRUNCATED
+    session.out.write(f"captured {summary_line} (HTTP {record['status']})\n")
+    status = recording.status or 0
+    return EXIT_OK if 200 <= status < 300 else EXIT_FAILED
+
+
+def load_fixture(path: str) -> list[bytes]:
+    """The reads of a capture file, or a plain ``.sse`` body as one read."""
+    return load_capture(path).reads
+
+
+def _replay(args: argparse.Namespace, session: _Session) -> int:
+    """Replay a capture; a stream read in a format most of its frames are not in gets a
+    hint on stderr naming the format they are in."""
+    out = session.out
+    capture = load_capture(args.file)
+    fmt = args.format or capture.wire_format or "auto"
+    # A non-2xx status raises its typed error.
+    reply = replay_capture(capture, read_size=args.read_size, format=fmt)
+    census = format_census(capture)
+    read_as = census.first if fmt == "auto" else fmt
+    other = census.other_than(read_as) if read_as else 0
+    if args.json:
+        dump = reply.model_dump_json(indent=2)
+        out.write((dump if out.raw else json_safe(dump)) + "\n")
+    else:
+        for choice in reply.choices:
+            if choice.reasoning:
+                out.write(f"[reasoning {choice.index}] {choice.reasoning}\n")
+            if choice.text:
+                out.write(f"[text {choice.index}] {choice.text}\n")
+            if choice.refusal:
+                out.write(f"[refusal {choice.index}] {choice.refusal}\n")
+            for call in choice.tool_calls:
+                out.write(f"[tool call {call.index}] {call.name}({call.arguments})\n")
+        summary(reply, None, out, other_format=other)
+        error = capture.error
+        if capture.interrupted:
+            out.write("recorded break: interrupted (Ctrl-C)\n")
+        elif error is not None:
+            out.write(f"recorded break: {error.get('type')}: {error.get('message')}\n")
+    fits = census.fitting(read_as) if read_as else None
+    if fits is not None:
+        name = FORMAT_NAMES.get(fits, fits)
+        session.err.write(
+            f"fluxstream: most frames were skipped: {census.counts[fits]} of {census.events}"
+            f" events are {name} events; try --format {fits}\n"
+        )
+    return _exit_code(reply.outcome)
+
+
+# ---------------------------------------------------------------------------- entry point
+
+
+def _interrupted(args: argparse.Namespace, session: _Session) -> int:
+    """Ctrl-C: what each command keeps and says."""
+    if args.command == "serve":
+        session.out.write("fluxstream server stopped\n")
+        return EXIT_OK
+    recording = session.recording
+    if recording is not None:
+        recording.interrupt()
+        return _save_capture(args, recording, session)
+    stream = session.stream
+    if stream is not None:
+        if session.printer is not None:
+            session.printer.close()
+        summary(stream.reply, stream, session.out)
+        return _exit_code(stream.reply.outcome)
+    session.err.write("fluxstream: interrupted\n")
+    return EXIT_CANCELLED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    session = _Session(Output(sys.stdout, raw=getattr(args, "raw", False)), Output(sys.stderr))
+    err = session.err
+    try:
+        if args.command == "replay":
+            return _replay(args, session)
+        if args.command == "capture":
+            return _save_capture(args, anyio.run(_record, args, session), session)
+        runner = {"demo": _demo, "chat": _chat, "serve": _serve}[args.command]
+        return int(anyio.run(runner, args, session))
+    except KeyboardInterrupt:
+        return _interrupted(args, session)
+    except FluxstreamError as exc:
+        err.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        return EXIT_FAILED
+    except (OSError, ValueError) as exc:
+        err.write(f"fluxstream: {exc}\n")
+        return EXIT_USAGE
+    except Exception as exc:  # an HTTP library's own error (capture): still one line
+        err.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

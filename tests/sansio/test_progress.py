@@ -1,0 +1,94 @@
+"""The clocks of a stream, without I/O (fluxstream._core.progress): which timeout is overdue when.
+
+Reading a long prompt is not a stall (issue 10, item 6): ``stall_timeout`` counts only between
+content, ``first_token_timeout`` only up to the first content; heartbeats, skipped frames and
+usage chunks are never progress.
+"""
+
+from __future__ import annotations
+
+from fluxstream._core.progress import Progress
+from fluxstream.events import Event, Finish, SkippedFrame, TextDelta, UsageUpdate
+from fluxstream.reply import Usage
+
+KEY = "k"
+TEXT: list[Event] = [TextDelta(KEY, 0, 0, "x")]
+JUNK: list[Event] = [SkippedFrame("invalid JSON", "{"), UsageUpdate(Usage(total_tokens=1))]
+
+
+def never_complete() -> bool:
+    return False
+
+
+def started(**options: float | None) -> Progress:
+    progress = Progress(
+        stall_timeout=options.get("stall_timeout"),
+        finish_grace=options.get("finish_grace", 2.0),
+        first_token_timeout=options.get("first_token_timeout"),
+    )
+    progress.start(0.0)
+    progress.connected(0.0)
+    return progress
+
+
+def test_pings_before_the_first_token_are_not_a_stall() -> None:
+    progress = started(stall_timeout=0.5)
+    for second in range(1, 18):  # llama.cpp pings for 17 s while it reads a long prompt
+        assert progress.read([], float(second), never_complete) is None
+    assert progress.read(TEXT, 18.0, never_complete) is None
+    assert progress.read(TEXT, 18.2, never_complete) is None
+
+
+def test_stall_timeout_counts_between_content_from_the_first_content_on() -> None:
+    progress = started(stall_timeout=0.5)
+    assert progress.read(TEXT, 1.0, never_complete) is None
+    assert progress.read([], 1.4, never_complete) is None
+    assert progress.read([], 1.6, never_complete) == "stall"
+
+
+def test_junk_frames_and_usage_are_not_progress() -> None:
+    progress = started(stall_timeout=0.5)
+    progress.read(TEXT, 1.0, never_complete)
+    assert progress.read(JUNK, 1.3, never_complete) is None
+    assert progress.read(JUNK, 1.6, never_complete) == "stall"
+
+
+def test_first_token_timeout_bounds_the_wait_for_the_first_content() -> None:
+    progress = started(stall_timeout=0.5, first_token_timeout=3.0)
+    assert progress.read(JUNK, 2.9, never_complete) is None
+    assert progress.read(JUNK, 3.1, never_complete) == "first_token"
+
+
+def test_after_the_first_token_only_the_stall_timeout_applies() -> None:
+    progress = started(stall_timeout=0.5, first_token_timeout=3.0)
+    progress.read(TEXT, 2.0, never_complete)
+    assert progress.first_token_left(10.0) is None
+    assert progress.read([], 2.4, never_complete) is None
+    assert progress.read([], 2.6, never_complete) == "stall"
+
+
+def test_after_every_choice_finished_the_grace_ends_the_stream_not_a_stall() -> None:
+    progress = started(stall_timeout=0.5, finish_grace=2.0)
+    progress.read(TEXT, 1.0, never_complete)
+    assert progress.read([Finish(KEY, 0, "stop")], 1.1, lambda: True) is None
+    assert progress.lingering
+    assert progress.read([], 2.0, lambda: True) is None  # lingering: no stall
+    assert progress.linger_left(2.0) is not None and abs(progress.linger_left(2.0) - 1.1) < 1e-9
+
+
+def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
+    """While part of an event has been read, each read may wait one grace of silence, the
+    grace starting again from there, but never past MID_EVENT_GRACES graces more: a slow last
+    write is not cut, a trickle that never makes an event still ends."""
+    from fluxstream._core.progress import MID_EVENT_GRACES
+
+    progress = Progress(stall_timeout=None, finish_grace=1.0)
+    assert progress.linger_wait(0.0, in_event=True) is None  # not lingering: no say
+    progress.linger_until = 10.0
+    assert progress.linger_wait(9.5, in_event=False) == 0.5  # between events: the grace only
+    assert progress.linger_wait(10.5, in_event=False) == 0.0
+    cap = 10.0 + MID_EVENT_GRACES
+    assert progress.linger_wait(10.5, in_event=True) == 1.0  # one more grace of silence
+    assert progress.linger_wait(cap - 0.25, in_event=True) == 0.25  # never past the cap
+    assert progress.linger_wait(cap + 1, in_event=True) == 0.0
+    assert progress.linger_wait(cap + 1, in_event=False) == 0.0
