@@ -10,7 +10,9 @@ Besides Chat Completions (``/v1/chat/completions``) it speaks OpenAI's Responses
 (``/v1/responses``, with ``background`` responses resumable by ``GET /v1/responses/{id}?
 stream=true&starting_after=N``) and Anthropic Messages (``/v1/messages``): the same scripted
 content (:mod:`~fluxstream.server.dialects` translates those requests), rendered per format by
-:mod:`~fluxstream.server.render_responses` and :mod:`~fluxstream.server.render_messages`.
+:mod:`~fluxstream.server.render_responses` and :mod:`~fluxstream.server.render_messages`. Each
+API is one entry of :data:`~fluxstream.server.dialect_table.DIALECTS`, named by the API's one
+name (``chat_completions``, ``responses``, ``anthropic_messages``).
 It also honours assistant-prefix continuation (a last message ``{"role": "assistant",
 "content": P, "prefix": true}`` gets only the rest of the reply after ``P``; see
 :mod:`~fluxstream.server.script`), which clients use to resume a broken stream.
@@ -33,7 +35,8 @@ from .app import (
     Server,
     serve,
 )
-from .dialects import from_messages, from_responses, script_for
+from .dialect_table import script_for
+from .dialects import from_messages, from_responses
 from .faults import FAULT_KEYS, FaultError, Faults, build_faults, parse_fault_spec
 from .profiles import PROFILE_DESCRIPTIONS, PROFILE_NAMES, ProfileError, parse_profiles
 from .records import DisconnectRecord, Records, RequestRecord, ResponseRecord

@@ -31,9 +31,8 @@ import h11
 
 from .faults import Faults
 from .records import DisconnectRecord, Records
-from .script import dumps
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ClientGone", "Connection", "Dropped", "Inbox", "error_json"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ClientGone", "Connection", "Dropped", "Inbox"]
 
 log = logging.getLogger("fluxstream.server")
 
@@ -345,11 +344,6 @@ class Connection:
         await self.send(framed[: head + half])
         self.body_bytes += half
         raise Dropped
-
-
-def error_json(message: str, type_: str, code: str | None = None) -> bytes:
-    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-    return dumps(body).encode()
 
 
 def set_socket_options(stream: anyio.abc.SocketStream) -> None:

@@ -22,30 +22,10 @@ What is translated (anything else is ignored, as a model ignores unknown knobs):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .profiles import parse_profiles, split_model
-from .script import Script, build_script
-
-__all__ = ["from_messages", "from_responses", "script_for"]
-
-
-def script_for(
-    api: str, body: Mapping[str, Any], profile: Iterable[str] | str | None = None
-) -> Script:
-    """The script the server streams for ``body`` sent to ``api`` (``"chat"``,
-    ``"responses"`` or ``"messages"``) under ``profile`` (and the model's ``@`` suffix):
-    what a test expects a correct client to assemble."""
-    names = set(parse_profiles(profile))
-    model = body.get("model")
-    if isinstance(model, str):
-        names |= parse_profiles(split_model(model)[1])
-    if api == "responses":
-        return build_script(from_responses(body), names, token_cap=True)
-    if api == "messages":
-        return build_script(from_messages(body), names, token_cap=True)
-    return build_script(body, names)
+__all__ = ["from_messages", "from_responses"]
 
 
 def _text(content: Any) -> Any:
@@ -57,6 +37,34 @@ def _text(content: Any) -> Any:
             if isinstance(part, Mapping) and isinstance(part.get("text"), str)
         ]
     return content if isinstance(content, str) else ""
+
+
+def _chat_request(
+    body: Mapping[str, Any], messages: list[dict[str, Any]], limit: Any
+) -> dict[str, Any]:
+    """The chat request's model, messages and ``max_tokens`` (when ``limit`` is an int)."""
+    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    if isinstance(limit, int) and not isinstance(limit, bool):
+        out["max_tokens"] = limit
+    return out
+
+
+def _add_tools(
+    out: dict[str, Any],
+    body: Mapping[str, Any],
+    schema_key: str,
+    is_function: Callable[[Mapping[str, Any]], bool],
+) -> None:
+    """The body's function tools (the ones ``is_function`` accepts) as chat ``tools``, their
+    parameters' schema read from ``schema_key``."""
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        out["tools"] = [
+            {"type": "function", "function": {"name": t.get("name"),
+                                              "parameters": t.get(schema_key)}}
+            for t in tools
+            if isinstance(t, Mapping) and is_function(t)
+        ]
 
 
 def from_responses(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,21 +80,11 @@ def from_responses(body: Mapping[str, Any]) -> dict[str, Any]:
         for item in given:
             if isinstance(item, Mapping) and isinstance(item.get("role"), str):
                 messages.append({"role": item["role"], "content": _text(item.get("content"))})
-    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
-    limit = body.get("max_output_tokens")
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        out["max_tokens"] = limit
+    out = _chat_request(body, messages, body.get("max_output_tokens"))
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and isinstance(reasoning.get("effort"), str):
         out["reasoning_effort"] = reasoning["effort"]
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        out["tools"] = [
-            {"type": "function", "function": {"name": t.get("name"),
-                                              "parameters": t.get("parameters")}}
-            for t in tools
-            if isinstance(t, Mapping) and t.get("type") == "function"
-        ]
+    _add_tools(out, body, "parameters", lambda t: t.get("type") == "function")
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping) and choice.get("type") == "function":
         out["tool_choice"] = {"type": "function", "function": {"name": choice.get("name")}}
@@ -119,22 +117,12 @@ def from_messages(body: Mapping[str, Any]) -> dict[str, Any]:
             messages.append({"role": item["role"], "content": _text(item.get("content"))})
     if len(messages) > 1 and messages[-1]["role"] == "assistant":
         messages[-1]["prefix"] = True  # Anthropic's prefill: the reply continues it
-    out: dict[str, Any] = {"model": body.get("model"), "messages": messages}
-    limit = body.get("max_tokens")
-    if isinstance(limit, int) and not isinstance(limit, bool):
-        out["max_tokens"] = limit
+    out = _chat_request(body, messages, body.get("max_tokens"))
     thinking = body.get("thinking")
     if isinstance(thinking, Mapping) and thinking.get("type") in ("enabled", "adaptive"):
         out["reasoning_effort"] = "medium"
-    tools = body.get("tools")
-    if isinstance(tools, list):
-        out["tools"] = [
-            {"type": "function", "function": {"name": t.get("name"),
-                                              "parameters": t.get("input_schema")}}
-            for t in tools
-            if isinstance(t, Mapping) and isinstance(t.get("name"), str)
-            and t.get("type") in (None, "custom")
-        ]
+    _add_tools(out, body, "input_schema",
+               lambda t: isinstance(t.get("name"), str) and t.get("type") in (None, "custom"))
     choice = body.get("tool_choice")
     if isinstance(choice, Mapping):
         kind = choice.get("type")

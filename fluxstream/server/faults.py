@@ -116,6 +116,11 @@ _FLOAT = {
 _OTHER = ("drop-reset", "status-body", "retry-after")
 #: Every accepted key.
 FAULT_KEYS: tuple[str, ...] = (*_INT, *_FLOAT, *_OTHER)
+#: Each numeric key's type and bounds.
+_NUMBERS: dict[str, tuple[type[int] | type[float], float, float]] = {
+    **{key: (int, lo, hi) for key, (lo, hi) in _INT.items()},
+    **{key: (float, lo, hi) for key, (lo, hi) in _FLOAT.items()},
+}
 
 
 def parse_fault_spec(spec: str | Mapping[str, str] | None) -> dict[str, str]:
@@ -149,18 +154,12 @@ def build_faults(spec: Mapping[str, str]) -> Faults:
     for key, value in spec.items():
         attr = key.replace("-", "_")
         try:
-            if key in _INT:
-                lo, hi = _INT[key]
-                number = int(value)
+            if key in _NUMBERS:
+                kind, lo, hi = _NUMBERS[key]
+                number = kind(value)
                 if not lo <= number <= hi:
                     raise ValueError
                 kwargs[attr] = number
-            elif key in _FLOAT:
-                flo, fhi = _FLOAT[key]
-                real = float(value)
-                if not flo <= real <= fhi:
-                    raise ValueError
-                kwargs[attr] = real
             elif key == "drop-reset":
                 kwargs[attr] = value.lower() in ("1", "true", "yes", "on")
             elif key == "status-body":

@@ -7,18 +7,22 @@ writer sleeps (drip, stall); the detection time is taken from :func:`time.monoto
 clock the test process uses, so ``record.time - closed_at`` is a meaningful latency.
 
 Records are appended from the server's event loop and may be read from any thread (the lists
-only grow; appends are atomic), so they also work with :class:`~.app.ServerThread`.
+only grow; appends are atomic), so they also work with :class:`~.runner.ServerThread`.
 """
 
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
 
-__all__ = ["DisconnectRecord", "Records", "RequestRecord", "ResponseRecord"]
+__all__ = ["DisconnectRecord", "DisconnectWaits", "Records", "RequestRecord", "ResponseRecord"]
+
+#: Seconds between two looks at the records while waiting.
+POLL_INTERVAL = 0.002
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,63 @@ class DisconnectRecord:
     reason: Literal["eof", "reset", "send-failed"]
 
 
-class Records:
+class DisconnectWaits(ABC):
+    """Waiting for a disconnect record, written once for :class:`Records` and the servers
+    that hold them (a test says ``server.wait_disconnect(...)``).
+
+    The waits poll (every :data:`POLL_INTERVAL`) rather than wait on an event: a record is
+    appended on the server's event loop and read from any thread and any event loop (asyncio
+    or trio), which an event belonging to one loop could not serve. The record carries its
+    detection time, so the polling interval does not distort latency measurements.
+    """
+
+    @abstractmethod
+    def find_disconnect(
+        self, *, request: int | None = None, completed: bool | None = None
+    ) -> DisconnectRecord | None:
+        """The first disconnect matching the filters, or ``None``."""
+
+    async def wait_disconnect(
+        self,
+        timeout: float = 1.0,  # noqa: ASYNC109 - a plain number is the convenient test API
+        *,
+        request: int | None = None,
+        completed: bool | None = None,
+    ) -> DisconnectRecord:
+        """Wait until a matching disconnect is recorded; ``TimeoutError`` after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self._found_by(deadline, timeout, request, completed)
+            if record is not None:
+                return record
+            await anyio.sleep(POLL_INTERVAL)
+
+    def wait_disconnect_sync(
+        self,
+        timeout: float = 1.0,
+        *,
+        request: int | None = None,
+        completed: bool | None = None,
+    ) -> DisconnectRecord:
+        """Blocking variant of :meth:`wait_disconnect` for synchronous tests."""
+        deadline = time.monotonic() + timeout
+        while True:
+            record = self._found_by(deadline, timeout, request, completed)
+            if record is not None:
+                return record
+            time.sleep(POLL_INTERVAL)
+
+    def _found_by(
+        self, deadline: float, timeout: float, request: int | None, completed: bool | None
+    ) -> DisconnectRecord | None:
+        """The matching record, ``None`` to look again, ``TimeoutError`` past ``deadline``."""
+        record = self.find_disconnect(request=request, completed=completed)
+        if record is None and time.monotonic() >= deadline:
+            raise TimeoutError(f"no client disconnect recorded within {timeout} s")
+        return record
+
+
+class Records(DisconnectWaits):
     """Append-only logs of requests, responses and disconnects, readable by tests."""
 
     def __init__(self, limit: int | None = None) -> None:
@@ -91,7 +151,7 @@ class Records:
         self.connections: int = 0
         #: Records kept per list (``None``: all, for tests). A server that runs for long and
         #: that nobody inspects (``fluxstream serve``) keeps none: each request record holds
-        #: its parsed body, up to 8 MiB, and they only ever grew.
+        #: its parsed body, up to 8 MiB, and an unbounded log grows with every request.
         self.limit = limit
 
     def trim(self) -> None:
@@ -120,42 +180,3 @@ class Records:
                 continue
             return record
         return None
-
-    async def wait_disconnect(
-        self,
-        timeout: float = 1.0,  # noqa: ASYNC109 - a plain number is the convenient test API
-        *,
-        request: int | None = None,
-        completed: bool | None = None,
-    ) -> DisconnectRecord:
-        """Wait until a matching disconnect is recorded; ``TimeoutError`` after ``timeout``.
-
-        Polls every 2 ms with :func:`anyio.sleep`, so it works from any event loop (asyncio or
-        trio) and from another thread than the server's. The record carries the detection time,
-        so the polling interval does not distort latency measurements.
-        """
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.find_disconnect(request=request, completed=completed)
-            if record is not None:
-                return record
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no client disconnect recorded within {timeout} s")
-            await anyio.sleep(0.002)
-
-    def wait_disconnect_sync(
-        self,
-        timeout: float = 1.0,
-        *,
-        request: int | None = None,
-        completed: bool | None = None,
-    ) -> DisconnectRecord:
-        """Blocking variant of :meth:`wait_disconnect` for synchronous tests."""
-        deadline = time.monotonic() + timeout
-        while True:
-            record = self.find_disconnect(request=request, completed=completed)
-            if record is not None:
-                return record
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no client disconnect recorded within {timeout} s")
-            time.sleep(0.002)

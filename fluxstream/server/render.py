@@ -9,20 +9,38 @@ Two steps, both pure: :func:`stream_events` gives the ordered list of SSE events
 the profile's framing (space after ``data:``, line endings, multi-line wrapping). The server
 adds only timing and faults on top, so resuming with ``Last-Event-ID`` replays exactly the same
 events after the given ``seq``.
+
+It is also the Chat Completions dialect's module: :func:`answer_chat` (``POST
+/v1/chat/completions``) and :func:`answer_models` (``GET /v1/models``, OpenAI's listing) are
+its routes in :mod:`.dialect_table`. The framing helpers live here, next to the format they
+were made for, and the other renderers import them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .script import ERROR_PAYLOAD, ChoiceScript, Script, dumps, error_cut
+from .answers import Answer, Call, EventStream, Payload, Refusal, WireEvent, continuation_headers
+from .script import (
+    CREATED,
+    ERROR_PAYLOAD,
+    ChoiceScript,
+    Script,
+    build_script,
+    continuation_prefix,
+    dumps,
+    error_cut,
+)
 
 __all__ = [
     "DONE",
+    "MODELS",
     "RETRY_MS",
     "WireEvent",
+    "answer_chat",
+    "answer_models",
+    "chat_script",
     "completion",
     "frame",
     "frame_comment",
@@ -34,16 +52,8 @@ __all__ = [
 DONE = "[DONE]"
 #: Reconnection delay announced with ``retry:`` on the first event: short, so resume tests are fast.
 RETRY_MS = 50
-
-
-@dataclass(frozen=True)
-class WireEvent:
-    """One SSE event: ``seq`` is sent as its ``id:`` (``None``: no id line); ``data`` is text;
-    ``event`` the ``event:`` line of the named-event formats (``None``: none)."""
-
-    seq: int | None
-    data: str
-    event: str | None = None
+#: Model ids listed by ``GET /v1/models`` (any model name is accepted by chat completions).
+MODELS: tuple[str, ...] = ("fluxstream-echo", "fluxstream-reasoner")
 
 
 def _delta(role: bool, body: dict[str, Any]) -> dict[str, Any]:
@@ -275,3 +285,35 @@ def oversize_data(script: Script, size: int) -> str:
     suffix = '"}'
     skeleton = len(prefix.encode()) + len(suffix)
     return prefix + "x" * max(0, size - skeleton) + suffix
+
+
+def chat_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
+    """The script of a Chat Completions request: the body is already the canonical request."""
+    return build_script(body, names)
+
+
+def answer_chat(call: Call) -> Answer:
+    """``POST /v1/chat/completions``: the script as ``chat.completion.chunk`` events, or one
+    ``chat.completion`` (``stream`` not true, or the ``json`` profile)."""
+    body = call.body
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return Refusal(400, "The request body must be a JSON object with a 'messages' array.")
+    script = chat_script(body, call.names)
+    extra = continuation_headers(continuation_prefix(body), script)
+    if not call.streamed():
+        return Payload.json(completion(script, call.names), extra)
+    stream_options = body.get("stream_options")
+    include_usage = isinstance(stream_options, dict) and bool(stream_options.get("include_usage"))
+    events = stream_events(script, call.names, include_usage)
+    return EventStream(script, events, call.names, extra, retry=RETRY_MS)
+
+
+def answer_models(call: Call) -> Answer:
+    """``GET /v1/models``: :data:`MODELS`, in OpenAI's list shape."""
+    return Payload.json({
+        "object": "list",
+        "data": [
+            {"id": m, "object": "model", "created": CREATED, "owned_by": "fluxstream"}
+            for m in MODELS
+        ],
+    })

@@ -14,22 +14,27 @@ between the others: :func:`ping`), ``sse-ids``, ``prefix-echo`` (through the scr
 framing profiles of :func:`~.render.frame`. A continuation (a trailing assistant message, the
 prefill) streams only what follows the prefill, in a new message with the original's id and
 usage (see :mod:`.script`); a prefill that ends in whitespace is refused with 400, as
-Anthropic does (the server checks that, see :mod:`.app`).
+Anthropic does (:func:`answer_messages`, the dialect's route in :mod:`.dialect_table`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from .answers import Answer, Call, EventStream, Payload, Refusal, continuation_headers
+from .dialects import from_messages
 from .render import WireEvent, frame
-from .script import ChoiceScript, Script, dumps, error_cut
+from .script import ChoiceScript, Script, build_script, continuation_prefix, dumps, error_cut
 
 __all__ = [
     "OVERLOADED",
     "STOP_REASONS",
+    "answer_messages",
     "message_id",
     "message_object",
     "messages_events",
+    "messages_script",
     "ping",
     "tool_use_id",
 ]
@@ -172,3 +177,33 @@ def _events(payloads: list[dict[str, Any]], names: frozenset[str]) -> list[WireE
         WireEvent(number if ids else None, dumps(payload), str(payload["type"]))
         for number, payload in enumerate(payloads, start=1)
     ]
+
+
+def messages_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
+    """The script of a Messages request: that of the chat request it amounts to (a trailing
+    assistant message is the prefill the reply continues)."""
+    return build_script(from_messages(body), names, token_cap=True)
+
+
+def answer_messages(call: Call) -> Answer:
+    """``POST /v1/messages``: the chat script of the translated request, as Anthropic events
+    (or one ``message``)."""
+    body = call.body
+    if (
+        not isinstance(body, dict)
+        or not isinstance(body.get("messages"), list)
+        or not isinstance(body.get("max_tokens"), int)
+    ):
+        message = "The request body must be a JSON object with 'messages' and 'max_tokens'."
+        return Refusal(400, message)
+    names = call.names
+    canonical = from_messages(body)
+    prefill = continuation_prefix(canonical)
+    if prefill is not None and prefill != prefill.rstrip():
+        # Anthropic's own rule (and a trap for clients that resume by prefill).
+        return Refusal(400, "messages: final assistant content cannot end with trailing whitespace")
+    script = build_script(canonical, names, token_cap=True)
+    extra = continuation_headers(prefill, script)
+    if not call.streamed():
+        return Payload.json(message_object(script, names), extra)
+    return EventStream(script, messages_events(script, names), names, extra, keepalive=ping(names))

@@ -12,18 +12,36 @@ Profiles that apply: ``error-midstream`` (after half the text an ``error`` event
 ends; ``error-midstream-done`` adds ``response.failed``), ``reasoning``, ``sse-ids`` (each event
 also gets ``id: <sequence_number>``, so ``Last-Event-ID`` can resume it), and the framing
 profiles of :func:`~.render.frame` (``crlf``, ``nospace``, ``multiline``). Pure: the server
-adds timing and faults; a ``background`` response's events are stored so that
-``GET /v1/responses/{id}?stream=true&starting_after=N`` replays exactly the events after ``N``.
+adds timing and faults; a ``background`` response's events are kept in the server's
+:class:`~.answers.Memory` so that ``GET /v1/responses/{id}?stream=true&starting_after=N``
+replays exactly the events after ``N``.
+
+The dialect's routes (see :mod:`.dialect_table`) are :func:`answer_responses` and
+:func:`answer_stored_response`.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qs
 
+from .answers import Answer, Call, EventStream, Payload, Refusal
+from .dialects import from_responses
 from .render import WireEvent
-from .script import ERROR_PAYLOAD, ChoiceScript, Script, dumps, error_cut
+from .script import ERROR_PAYLOAD, ChoiceScript, Script, build_script, dumps, error_cut
 
-__all__ = ["response_id", "response_object", "responses_events"]
+__all__ = [
+    "StoredResponse",
+    "answer_responses",
+    "answer_stored_response",
+    "response_id",
+    "response_object",
+    "responses_events",
+    "responses_script",
+]
 
 
 def response_id(script: Script) -> str:
@@ -228,3 +246,56 @@ def _events(payloads: list[dict[str, Any]], names: frozenset[str]) -> list[WireE
         out.append(WireEvent(number if ids else None, dumps(payload), payload["type"]))
     return out
 
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    """A background response, kept for ``GET /v1/responses/{id}``."""
+
+    events: list[WireEvent]
+    final: dict[str, Any]
+    names: frozenset[str]
+
+
+def responses_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
+    """The script of a Responses request: that of the chat request it amounts to."""
+    return build_script(from_responses(body), names, token_cap=True)
+
+
+def answer_responses(call: Call) -> Answer:
+    """``POST /v1/responses``: the chat script of the translated request, rendered as
+    Responses events; a ``background`` response is kept for ``GET`` resumes."""
+    body = call.body
+    if not isinstance(body, dict) or not isinstance(body.get("input"), (str, list)):
+        message = "The request body must be a JSON object with an 'input' string or array."
+        return Refusal(400, message)
+    names = call.names
+    script = responses_script(body, names)
+    background = body.get("background") is True
+    events = responses_events(script, names, background=background)
+    final = response_object(script, names, background=background)
+    if background:
+        call.memory.put(response_id(script), StoredResponse(events, final, names))
+    if not call.streamed():
+        return Payload.json(final)
+    return EventStream(script, events, names)
+
+
+def answer_stored_response(call: Call) -> Answer:
+    """``GET /v1/responses/{id}`` of a background response: the object, or with
+    ``stream=true`` its events after ``starting_after`` (OpenAI's resume)."""
+    rid = call.match.group(1) if call.match is not None else ""
+    stored = call.memory.get(rid)
+    if not isinstance(stored, StoredResponse):
+        return Refusal(404, f"No response found with id '{rid}'.", code="not_found")
+    params = parse_qs(call.query)
+    if params.get("stream", ["false"])[-1].lower() != "true":
+        return Payload.json(stored.final)
+    after_text = params.get("starting_after", ["-1"])[-1]
+    try:
+        after = int(after_text)
+    except ValueError:
+        return Refusal(400, f"Invalid 'starting_after': {after_text!r} is not an integer.")
+    rest = [e for e in stored.events if json.loads(e.data)["sequence_number"] > after]
+    skeleton = build_script({"messages": []})  # only for an oversize fault's padding event
+    return EventStream(skeleton, rest, stored.names)

@@ -23,7 +23,7 @@ from .app import (
     Server,
     serve,
 )
-from .records import DisconnectRecord, Records
+from .records import DisconnectRecord, DisconnectWaits, Records
 
 __all__ = ["ServerThread", "run", "run_forever"]
 
@@ -75,7 +75,7 @@ def run(
         anyio.run(main, backend=backend)
 
 
-class ServerThread:
+class ServerThread(DisconnectWaits):
     """The server on its own event loop in a background thread, for sync code and other loops.
 
     ::
@@ -140,23 +140,11 @@ class ServerThread:
     def records(self) -> Records:
         return self.server.records
 
-    async def wait_disconnect(
-        self,
-        timeout: float = 1.0,  # noqa: ASYNC109 - a plain number is the convenient test API
-        *,
-        request: int | None = None,
-        completed: bool | None = None,
-    ) -> DisconnectRecord:
-        return await self.records.wait_disconnect(timeout, request=request, completed=completed)
-
-    def wait_disconnect_sync(
-        self,
-        timeout: float = 1.0,
-        *,
-        request: int | None = None,
-        completed: bool | None = None,
-    ) -> DisconnectRecord:
-        return self.records.wait_disconnect_sync(timeout, request=request, completed=completed)
+    def find_disconnect(
+        self, *, request: int | None = None, completed: bool | None = None
+    ) -> DisconnectRecord | None:
+        """The first disconnect recorded that matches (see :meth:`Records.find_disconnect`)."""
+        return self.records.find_disconnect(request=request, completed=completed)
 
     def start(self, timeout: float = 10.0) -> ServerThread:
         """Start the thread and wait until the server listens (re-raises a startup error)."""
