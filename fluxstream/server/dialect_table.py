@@ -156,10 +156,10 @@ def find_route(path: str) -> tuple[Route, re.Match[str]] | None:
 def script_for(
     api: str, body: Mapping[str, Any], profile: Iterable[str] | str | None = None
 ) -> Script:
-    """The script the server streams for ``body`` sent to ``api`` (a :data:`DIALECTS` name:
+    """The script the server streams for ``body`` sent to ``api`` (the API's one name,
     ``"chat_completions"``, ``"responses"`` or ``"anthropic_messages"``; ``"chat"`` and
     ``"messages"`` are taken too) under ``profile`` (and the model's ``@`` suffix): what a
-    test expects a correct client to assemble."""
+    test expects a correct client to assemble. An unknown name is a ``ValueError``."""
     name = _ALIASES.get(api, api)
     if name not in DIALECTS:
         raise ValueError(f"unknown API {api!r} (known: {', '.join(DIALECTS)})")

@@ -120,24 +120,29 @@ class ServerThread(DisconnectWaits):
 
     @property
     def server(self) -> Server:
+        """The running :class:`~.app.Server` (``RuntimeError`` before :meth:`start`)."""
         if self._server is None:
             raise RuntimeError("the server thread is not running")
         return self._server
 
     @property
     def port(self) -> int:
+        """The port the server listens on (the free one picked for ``port=0``)."""
         return self.server.port
 
     @property
     def url(self) -> str:
+        """``http://127.0.0.1:PORT`` (no path)."""
         return self.server.url
 
     @property
     def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``: what an OpenAI-style client takes as ``base_url``."""
         return self.server.base_url
 
     @property
     def records(self) -> Records:
+        """The server's records, shared with this thread (they only grow by appends)."""
         return self.server.records
 
     def find_disconnect(

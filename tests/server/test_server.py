@@ -433,3 +433,20 @@ async def test_run_forever_reports_ready(anyio_backend: str) -> None:
             assert (await client.get(urls[0] + "/models")).status_code == 200
         tg.cancel_scope.cancel()
     assert urls[0].startswith("http://127.0.0.1:") and urls[0].endswith("/v1")
+
+
+def test_the_server_and_its_thread_wait_for_disconnects_as_the_records_do() -> None:
+    """The waits are written once (``DisconnectWaits``): the records, the server and the
+    server thread find, wait and time out alike."""
+    import socket
+
+    with ServerThread() as thread:
+        holders = (thread, thread.server, thread.records)
+        assert all(h.find_disconnect() is None for h in holders)
+        for holder in holders:
+            with pytest.raises(TimeoutError):
+                holder.wait_disconnect_sync(0.01)
+        with socket.create_connection(("127.0.0.1", thread.port), timeout=5) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        records = [h.wait_disconnect_sync(5.0, completed=True) for h in holders]
+        assert records[0] is records[1] is records[2] is thread.find_disconnect()

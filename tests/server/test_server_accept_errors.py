@@ -1,4 +1,4 @@
-"""Audit of the embedded server (a2-relay): running out of file descriptors must not stop it.
+"""Running out of file descriptors must not stop the embedded server.
 
 ``anyio``'s ``Listener.serve`` lets an ``accept`` error out of its loop, so one ``EMFILE`` (a
 client that opens connections until the process has no descriptor left) ended the server's

@@ -1,12 +1,12 @@
-"""Audit of the embedded server against hostile request bodies (a2-relay).
+"""The embedded server against hostile request bodies (``fluxstream serve`` is public).
 
 A body the server cannot handle must get an HTTP error answer, never a dropped connection
 (the handler crashed: ``log.exception`` and no response) and never a hang of the whole server
 (it runs on one event loop, so one request that spins blocks every other connection).
-Each case failed before its fix: a deeply nested body raised ``RecursionError`` out of
-``json.loads``; a schema bound ``Infinity`` (Python's ``json`` accepts it) raised
-``OverflowError`` in the schema-shaped value; ``minLength: 1000000000`` built a gigabyte
-string (the server stopped answering everyone).
+Each case is one way a body once broke the server: a deeply nested body raised
+``RecursionError`` out of ``json.loads``; a schema bound ``Infinity`` (Python's ``json``
+accepts it) raised ``OverflowError`` in the schema-shaped value; ``minLength: 1000000000``
+built a gigabyte string (the server stopped answering everyone).
 """
 
 from __future__ import annotations
