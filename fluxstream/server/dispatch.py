@@ -46,8 +46,8 @@ async def dispatch(conn: Connection, call: Call, api_key: str | None) -> None:
     if call.method != route.method:
         allow = (("allow", route.method),)
         refusal = Refusal(405, "Method not allowed", code="method_not_allowed", headers=allow)
-        # In OpenAI's shape whatever the API (as the server always has: no test reads an
-        # Anthropic 405, and no client retries one).
+        # In OpenAI's shape whatever the API: a wrong method is the caller's bug, never a
+        # condition a client handles, so its wording is kept one for every path.
         await send_answer(conn, refusal, OPENAI_ERRORS)
         return
     answer = route.answer(replace(call, match=match))
