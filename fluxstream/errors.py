@@ -3,7 +3,9 @@
 All of them derive from :class:`FluxstreamError`, so a service can catch the library's failures
 with one ``except`` without also catching its own bugs. The lowest layers (the SSE decoder, the
 wire formats, the assembler) import from here, and so do the highest (client, server, CLI): this
-module imports nothing from the package and must stay that way. For the same reason it holds
+module imports only the root of the errors (:mod:`fluxstream._core.base_errors`, below the reply
+model, which raises some of them; the reply itself is named for type checking only) and must
+stay that way. For the same reason it holds
 the two helpers every layer uses to put outside text into a message or a log line
 (:func:`show_key`, :func:`one_line`).
 
@@ -15,6 +17,9 @@ the provider's message and a short excerpt of the body, never from request heade
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+# Defined at the bottom of the package (the reply model raises them); their home is here.
+from ._core.base_errors import ArgumentsError, FluxstreamError, ParseError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .reply import Reply
@@ -77,10 +82,6 @@ def one_line(text: str, limit: int = SHOWN_TEXT_CHARS) -> str:
     return shown if len(text) <= limit and len(shown) <= limit else shown[:limit] + "..."
 
 
-class FluxstreamError(Exception):
-    """Base class of every error raised by fluxstream."""
-
-
 # --------------------------------------------------------------------------- sans-IO layers
 
 
@@ -129,45 +130,6 @@ class FrameDecodeError(FluxstreamError):
         self.data = data
         excerpt = data if len(data) <= 200 else data[:200] + "..."
         super().__init__(f"{message}: {excerpt!r}")
-
-
-class ArgumentsError(FluxstreamError, ValueError):
-    """A tool call's assembled arguments are not valid JSON, or fail the given model.
-
-    Raised only when the caller asks for parsed arguments, never while streaming.
-    """
-
-    def __init__(self, message: str, *, name: str | None, arguments: str) -> None:
-        self.name = name
-        self.arguments = arguments
-        super().__init__(message)
-
-
-class ParseError(FluxstreamError, ValueError):
-    """Structured output (:mod:`fluxstream.structured`) is not JSON, not the expected shape, or
-    does not validate against the requested type.
-
-    ``text`` is the raw text received (markdown fences included), ``errors`` pydantic's error
-    list (``ValidationError.errors()``, locations from the document root), ``partial`` the last
-    valid partial object (``None`` if none was built), ``reason`` a short machine-readable
-    cause: ``"invalid_json"``, ``"not_an_object"``, ``"schema"`` or ``"incomplete"``.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        text: str,
-        errors: list[Any] | None = None,
-        partial: Any = None,
-        reason: str = "schema",
-    ) -> None:
-        self.text = text
-        self.errors = errors or []
-        self.partial = partial
-        self.reason = reason
-        excerpt = text if len(text) <= 200 else text[:200] + "..."
-        super().__init__(f"{message}; text starts {excerpt!r}" if text else message)
 
 
 # --------------------------------------------------------------------------- HTTP status

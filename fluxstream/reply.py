@@ -8,6 +8,12 @@ the assembler already produced), so taking a snapshot often stays cheap.
 cycle (events carry a :class:`ToolCall`, the reply carries an outcome); ``events.Outcome`` is
 the same object.
 
+Reading a reply as structured output (:meth:`Reply.parse`, and :func:`parse_reply` /
+:func:`parse_tool_call`, which :mod:`fluxstream.structured` exports) lives here too, on the
+sans-IO engine of :mod:`fluxstream._core.partial_objects`: the method needs nothing above the
+reply, so the reply never imports the structured package (which imports the reply and the
+events).
+
 Tool-call arguments stay the raw string the provider sent: parsing and schema validation happen
 only when asked (:meth:`ToolCall.parse_arguments`), never while streaming, so one malformed call
 cannot break a stream.
@@ -17,12 +23,14 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 
-from .errors import ArgumentsError
+from ._core.base_errors import ArgumentsError
+from ._core.partial_objects import ObjectBuilder, StructuredResult
+from ._core.type_names import schema_name
 from .wire import Usage
 
 __all__ = [
@@ -35,9 +43,6 @@ __all__ = [
     "Usage",
     "unified_stop",
 ]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .structured import StructuredResult
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -291,8 +296,6 @@ class Reply(BaseModel):
 
         :raises ParseError: not JSON, not an object, or it does not validate.
         """
-        from .structured import parse_reply, parse_tool_call, schema_name
-
         found = next((c for c in self.choices if c.index == choice), None)
         if found is not None and (tool is not None or not found.text.strip()):
             name = tool if tool is not None else schema_name(tp)
@@ -300,3 +303,61 @@ class Reply(BaseModel):
             if call is not None:
                 return parse_tool_call(call, tp, reply=self)
         return parse_reply(self, tp, choice=choice)
+
+
+#: Unified stop reasons (:data:`StopReason`) that cut the content short.
+TRUNCATING_STOPS = frozenset({"length", "content_filter", "error"})
+_CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
+
+
+def _cut(
+    reply: Reply | None, finish_reason: str | None, stop: str | None = None
+) -> tuple[bool, str | None]:
+    """Whether the content was cut short, and the reason to report (the raw finish reason,
+    or how the stream ended). ``stop``: the format's unified stop, when known (Responses
+    ``incomplete`` is ``length`` only through ``incomplete_details``)."""
+    if (stop or unified_stop(finish_reason)) in TRUNCATING_STOPS:
+        return True, finish_reason
+    if reply is not None and reply.outcome in _CUT_OUTCOMES:
+        assert reply.outcome is not None
+        return True, reply.outcome.value
+    if reply is not None and reply.outcome is None:  # still streaming: what arrived is partial
+        return True, "streaming"
+    return False, None
+
+
+def parse_reply(reply: Reply, tp: Any, *, choice: int = 0) -> StructuredResult[Any]:
+    """The structured result of a choice's text (``response_format`` output).
+
+    :raises ParseError: see :meth:`ObjectBuilder.finish`.
+    """
+    found = next((c for c in reply.choices if c.index == choice), None)
+    builder: ObjectBuilder[Any] = ObjectBuilder(tp)
+    if found is None:
+        return builder.finish(truncated=True, reason="no_choice")
+    builder.feed(found.text)
+    refusal = found.refusal
+    if not refusal and found.stop == "refusal":  # Anthropic: the text is the refusal
+        refusal = found.text or "refusal"
+    truncated, reason = _cut(reply, found.finish_reason, found.stop)
+    return builder.finish(truncated=truncated, reason=reason, refusal=refusal)
+
+
+def parse_tool_call(
+    call: ToolCall, tp: Any, *, reply: Reply | None = None, finish_reason: str | None = None
+) -> StructuredResult[Any]:
+    """The structured result of a tool call's arguments (Anthropic's "tool as schema", or any
+    function call whose parameters are ``tp``). Pass the ``reply`` (or the choice's
+    ``finish_reason``) so that a call cut short is reported as partial, not as an error.
+
+    :raises ParseError: see :meth:`ObjectBuilder.finish`.
+    """
+    builder: ObjectBuilder[Any] = ObjectBuilder(tp)
+    builder.feed(call.arguments)
+    stop = None
+    if finish_reason is None and reply is not None:
+        owner = next((c for c in reply.choices if any(t is call for t in c.tool_calls)), None)
+        if owner is not None:
+            finish_reason, stop = owner.finish_reason, owner.stop
+    truncated, reason = _cut(reply, finish_reason, stop)
+    return builder.finish(truncated=truncated, reason=reason)

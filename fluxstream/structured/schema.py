@@ -19,10 +19,11 @@ Everything here is a pure function; a ``dict`` given where a type is expected is
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
+
+from .._core.type_names import schema_name
 
 __all__ = [
     "anthropic_tool",
@@ -33,8 +34,6 @@ __all__ = [
     "text_format",
 ]
 
-_NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]+")
-_MODULE_PREFIX = re.compile(r"\b[A-Za-z_][\w]*\.(?=[A-Za-z_])")
 _DEPTH_MAX = 256
 
 
@@ -44,18 +43,6 @@ def json_schema(tp: Any) -> dict[str, Any]:
         return tp.model_json_schema()
     adapter = tp if isinstance(tp, TypeAdapter) else TypeAdapter(tp)
     return adapter.json_schema()
-
-
-def schema_name(tp: Any) -> str:
-    """A schema name the APIs accept (``^[A-Za-z0-9_-]{1,64}$``), from the type's name."""
-    if isinstance(tp, TypeAdapter):
-        tp = tp._type
-    if isinstance(tp, type):
-        name = tp.__name__
-    else:  # list[Item], Annotated[...]: the expression without module prefixes
-        name = _MODULE_PREFIX.sub("", repr(tp)).replace("typing.", "")
-    name = _NAME_CHARS.sub("_", name).strip("_")[:64]
-    return name or "response"
 
 
 def strict_json_schema(tp: Any) -> dict[str, Any]:
