@@ -305,7 +305,7 @@ class Reply(BaseModel):
         return parse_reply(self, tp, choice=choice)
 
 
-#: Unified stop reasons (:data:`StopReason`) that cut the content short.
+#: Unified stop reasons (:data:`fluxstream.reply.StopReason`) that cut the content short.
 TRUNCATING_STOPS = frozenset({"length", "content_filter", "error"})
 _CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
 
