@@ -15,10 +15,5 @@ from .._core.partial_objects import (
     strip_fences,
 )
 
-__all__ = [
-    "ObjectBuilder",
-    "StructuredResult",
-    "parse_structured",
-    "partial_object",
-    "strip_fences",
-]
+__all__ = ["ObjectBuilder", "StructuredResult", "parse_structured", "partial_object",
+           "strip_fences"]
