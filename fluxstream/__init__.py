@@ -63,6 +63,7 @@ from .parser import StreamParser, replay
 from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
+from .timeouts import Deadline, Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient, Secret
@@ -100,6 +101,7 @@ __all__ = [
     "AuthenticationError",
     "Choice",
     "ContentTypeError",
+    "Deadline",
     "End",
     "ErrorEvent",
     "ErrorInfo",
@@ -144,6 +146,7 @@ __all__ = [
     "StreamStats",
     "StreamTruncatedError",
     "TextDelta",
+    "Timeouts",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",

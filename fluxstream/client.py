@@ -34,13 +34,18 @@ from .parser import StreamParser, new_content_key
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
+from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
 
 logger = logging.getLogger("fluxstream")
 
-#: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+#: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes
+#: (the HTTP fields of :data:`~fluxstream.timeouts.DEFAULT_TIMEOUTS`: 10, 600, 60 and 60 s).
+DEFAULT_TIMEOUT = httpx.Timeout(
+    connect=DEFAULT_TIMEOUTS.connect, read=DEFAULT_TIMEOUTS.read,
+    write=DEFAULT_TIMEOUTS.write, pool=DEFAULT_TIMEOUTS.pool,
+)
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
 DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
@@ -131,6 +136,12 @@ class AsyncClient:
     :param finish_grace: once every choice has a finish reason, how long to wait for more
         (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
+    :param timeouts: every deadline above as one :class:`~fluxstream.timeouts.Timeouts`
+        (``connect``, ``read``, ``write``, ``pool``, ``idle``, ``stall``, ``first_token``,
+        ``finish_grace``); the keywords above are shorthands for its fields. A keyword left at
+        its default says nothing; one set together with a ``timeouts`` that gives the same
+        field is a ``TypeError`` (which one is meant is not guessed). Each request may
+        override fields with its own ``timeouts=``.
     :param headers: extra headers for every request. A credential among them (a name with
         ``auth``, ``key``, ``token``, ``secret``, ``cookie``, ``session``... as
         ``Authorization``, ``x-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``)
@@ -164,6 +175,7 @@ class AsyncClient:
         stall_timeout: float | None = None,
         first_token_timeout: float | None = None,
         finish_grace: float | None = 2.0,
+        timeouts: Timeouts | None = None,
         headers: Mapping[str, str] | None = None,
         default_query: Mapping[str, str | int | float | bool] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
@@ -179,20 +191,11 @@ class AsyncClient:
         self.base_url = self._url.shown
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._api_key = Secret(_header_safe(key, "api_key", "the key")) if key else None
-        if isinstance(timeout, _NotGiven):
-            # An injected client keeps its own timeouts unless told otherwise ("as it is").
-            own = getattr(http_client, "timeout", None) if http_client is not None else None
-            self._timeout_given = False
-            timeout = DEFAULT_TIMEOUT if own is None else own
-        else:
-            self._timeout_given = True
-        self.timeout = _as_timeout(timeout)
-        if idle_timeout is None and stall_timeout is not None and self.timeout.read is None:
-            idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
-        self.idle_timeout = idle_timeout
-        self.stall_timeout = stall_timeout
-        self.first_token_timeout = first_token_timeout
-        self.finish_grace = finish_grace
+        self._timeouts = _configured_timeouts(
+            timeouts, timeout, http_client, idle_timeout=idle_timeout,
+            stall_timeout=stall_timeout, first_token_timeout=first_token_timeout,
+            finish_grace=finish_grace,
+        )
         self.max_event_bytes = max_event_bytes
         self.require_finish_reason = require_finish_reason
         self.stream_limits = stream_limits
@@ -244,9 +247,43 @@ class AsyncClient:
         return self._messages
 
     @property
+    def timeouts(self) -> Timeouts:
+        """Every deadline of this client's streams, each field given
+        (:class:`~fluxstream.timeouts.Timeouts`); a request's ``timeouts=`` goes over it."""
+        return self._timeouts
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The HTTP library's timeouts (``timeouts``' connect, read, write and pool)."""
+        t = self._timeouts
+        return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
+
+    @property
+    def idle_timeout(self) -> float | None:
+        """``timeouts.idle``; without it nor a read timeout, the stall timeout (a silent
+        socket must not outlive a stalled stream)."""
+        t = self._timeouts
+        return t.idle if t.idle is not None or t.read is not None else t.stall
+
+    @property
+    def stall_timeout(self) -> float | None:
+        """``timeouts.stall``: seconds between two pieces of content."""
+        return self._timeouts.stall
+
+    @property
+    def first_token_timeout(self) -> float | None:
+        """``timeouts.first_token``: seconds from the request to the first content."""
+        return self._timeouts.first_token
+
+    @property
+    def finish_grace(self) -> float | None:
+        """``timeouts.finish_grace``: the wait for the sentinel once every choice finished."""
+        return self._timeouts.finish_grace
+
+    @property
     def read_timeout(self) -> float | None:
         """Seconds allowed between two reads (``idle_timeout``, else the read timeout)."""
-        return self.idle_timeout if self.idle_timeout is not None else self.timeout.read
+        return self._timeouts.read_gap
 
     @property
     def http_client(self) -> Any:
@@ -273,10 +310,12 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ request building
 
-    def _build_get(self, path: str, headers: Mapping[str, str]) -> Any:
+    def _build_get(
+        self, path: str, headers: Mapping[str, str], timeouts: Timeouts | None = None
+    ) -> Any:
         """A ``GET`` of ``path`` (query included), authenticated like the stream's requests:
         the Responses API's resume re-reads a stored response this way."""
-        return self._build_request(path, None, headers)
+        return self._build_request(path, None, headers, timeouts)
 
     def _merge_headers(
         self, post: bool, headers: Mapping[str, str], *, with_key: bool = True
@@ -308,9 +347,14 @@ class AsyncClient:
         return f"Bearer {self._api_key.reveal()}"
 
     def _build_request(
-        self, path: str, body: Mapping[str, Any] | None, headers: Mapping[str, str]
+        self,
+        path: str,
+        body: Mapping[str, Any] | None,
+        headers: Mapping[str, str],
+        timeouts: Timeouts | None = None,
     ) -> Any:
-        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``)."""
+        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), under the
+        HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
         if headers:
             all_headers = self._merge_headers(body is not None, headers)
         else:  # the usual case: only the client's own headers, merged once
@@ -318,10 +362,12 @@ class AsyncClient:
             if self._authenticates:
                 all_headers = {**all_headers, "authorization": self._authorization()}
         extra: dict[str, Any] = {}
-        if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
-            t = self.timeout
-            # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
-            extra["timeout"] = (t.connect, self.read_timeout, t.write, t.pool)
+        t = self._timeouts if timeouts is None else timeouts
+        # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too. Left
+        # out when it is what the client we created has anyway (the usual case).
+        limits = (t.connect, t.read_gap, t.write, t.pool)
+        if not self._owns_http or limits != _CREATED_WITH:
+            extra["timeout"] = limits
         content = None if body is None else encode_body(body)
         return self._http.build_request(
             "GET" if body is None else "POST",
@@ -353,6 +399,7 @@ class Chat:
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -360,7 +407,8 @@ class Chat:
         ``stream: true`` is always set, and ``stream_options.include_usage`` unless
         ``include_usage=False``. Other keyword arguments go into the request body as they are.
         ``content_key`` names the logical request for resumable rendering (generated if None);
-        ``retry`` and ``resume`` override the client's policies for this request.
+        ``retry`` and ``resume`` override the client's policies for this request, and the
+        fields given in ``timeouts`` (:class:`~fluxstream.timeouts.Timeouts`) the client's.
         ``response_format``: a pydantic model (or any type pydantic adapts) is sent as its
         strict JSON schema and read back by ``stream.objects()`` / ``stream.parsed``; a
         ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
@@ -382,6 +430,7 @@ class Chat:
             strict=strict,
             retry=retry,
             resume=resume,
+            timeouts=timeouts,
         )
         return prepare(stream, structured, log)
 
@@ -393,6 +442,7 @@ class Chat:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -411,11 +461,11 @@ class Chat:
             endpoint = client.responses if api == "responses" else client.messages
             return endpoint.resume(
                 token, extra_headers=extra_headers, resume=resume, retry=retry,
-                response_format=response_format,
+                response_format=response_format, timeouts=timeouts,
             )
         stream = resume_from_token(
             client, token, path=api, format="chat_completions",
-            extra_headers=extra_headers, retry=retry, resume=resume,
+            extra_headers=extra_headers, retry=retry, resume=resume, timeouts=timeouts,
         )
         return prepare(stream, structured_for("chat", response_format), None)
 
@@ -432,6 +482,7 @@ class Chat:
         path: str = "chat/completions",
         format: str = "chat_completions",
         build: Any = None,
+        timeouts: Timeouts | None = None,
     ) -> ReplyStream:
         """The one place a request becomes a stream; ``client.responses`` and
         ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
@@ -448,7 +499,7 @@ class Chat:
             http=client._http,
             errors=client._errors,
             headers=headers,
-            read_timeout=client.read_timeout,
+            timeouts=client.timeouts.merge(timeouts),
             build_get=client._build_get,
         )
         resuming = parser is not None
@@ -463,9 +514,6 @@ class Chat:
             parser,
             retry=retry or client.retry,
             resume=resume or client.resume,
-            stall_timeout=client.stall_timeout,
-            first_token_timeout=client.first_token_timeout,
-            finish_grace=client.finish_grace,
             resuming=resuming,
         )
 
@@ -541,6 +589,49 @@ def _carries_key(headers: Mapping[str, str]) -> bool:
     """The (lowercased) headers already authenticate: a caller's own ``Authorization`` (a
     proxy's token), or Anthropic's ``x-api-key``."""
     return "authorization" in headers or "x-api-key" in headers
+
+
+#: The HTTP timeouts of the client fluxstream creates (a request under them passes none).
+_CREATED_WITH = (
+    DEFAULT_TIMEOUT.connect, DEFAULT_TIMEOUT.read, DEFAULT_TIMEOUT.write, DEFAULT_TIMEOUT.pool
+)
+#: The keywords that are shorthands for one field of ``timeouts=``, with their defaults.
+_TIMEOUT_KEYWORDS: dict[str, tuple[str, float | None]] = {
+    "idle_timeout": ("idle", None),
+    "stall_timeout": ("stall", None),
+    "first_token_timeout": ("first_token", None),
+    "finish_grace": ("finish_grace", DEFAULT_TIMEOUTS.finish_grace),
+}
+
+
+def _configured_timeouts(
+    timeouts: Timeouts | None, timeout: Any, http_client: Any, **keywords: float | None
+) -> Timeouts:
+    """The client's :class:`Timeouts`, every field given: ``timeouts``, the shorthand
+    keywords (``timeout=`` for the four HTTP fields), and for the HTTP fields given by
+    neither the injected ``http_client``'s own timeouts ("used as it is"), else ours."""
+    if timeouts is not None and not isinstance(timeouts, Timeouts):
+        raise TypeError(f"timeouts must be a Timeouts, not {type(timeouts).__name__}")
+    requested = timeouts if timeouts is not None else Timeouts()
+    shorthand: dict[str, tuple[str, float | None]] = {}  # field: (keyword, value)
+    if not isinstance(timeout, _NotGiven):
+        http = _as_timeout(timeout)
+        shorthand.update((name, ("timeout", getattr(http, name))) for name in HTTP_FIELDS)
+    for keyword, value in keywords.items():
+        name, default = _TIMEOUT_KEYWORDS[keyword]
+        if value != default:  # left at its default, a keyword says nothing
+            shorthand[name] = (keyword, value)
+    for name, (keyword, _) in shorthand.items():
+        if name in requested.given:
+            raise TypeError(
+                f"{keyword}= and timeouts={requested!r} both set the {name} deadline: "
+                "pass one of them"
+            )
+    requested = requested.replace(**{name: value for name, (_, value) in shorthand.items()})
+    own = getattr(http_client, "timeout", None) if http_client is not None else None
+    http = _as_timeout(DEFAULT_TIMEOUT if own is None else own)
+    base = Timeouts(**{name: getattr(http, name) for name in HTTP_FIELDS})
+    return base.complete().merge(requested)
 
 
 def _as_timeout(value: Any) -> httpx.Timeout:

@@ -32,6 +32,7 @@ from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
 from .stream import RESUME_TOKEN_VERSION, ReplyStream
+from .timeouts import Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient
@@ -156,6 +157,7 @@ class _Endpoint:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
@@ -165,14 +167,15 @@ class _Endpoint:
         stream = resume_from_token(
             self._client, token, path=self.path, format=self.format,
             extra_headers=extra_headers, retry=self._retry(retry), resume=self._resume(resume),
-            build=self._build(),
+            build=self._build(), timeouts=timeouts,
         )
         return prepare(stream, structured_for(self.path, response_format), None)
 
     def _open(self, body: dict[str, Any], *, tools: Sequence[Mapping[str, Any]] | None,
               response_format: Any, log: Any, content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,
-              retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
+              retry: RetryPolicy | None, resume: ResumePolicy | None,
+              timeouts: Timeouts | None) -> ReplyStream:
         """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
         tools, structured output, ``stream: true``, then ``client.chat._open`` (which logs
         the request, with this endpoint's path)."""
@@ -184,7 +187,7 @@ class _Endpoint:
             body, content_key=content_key or new_content_key(),
             headers=dict(extra_headers or {}), strict=strict, retry=self._retry(retry),
             resume=self._resume(resume), path=self.path, format=self.format,
-            build=self._build(),
+            build=self._build(), timeouts=timeouts,
         )
         return prepare(stream, structured, log)
 
@@ -199,6 +202,7 @@ def resume_from_token(
     retry: RetryPolicy | None,
     resume: ResumePolicy | None,
     build: Any = None,
+    timeouts: Timeouts | None = None,
 ) -> ReplyStream:
     """The one way a resume token becomes a stream, for ``client.chat.resume`` and each
     endpoint's ``resume``: the token's version is checked, its partial reply and offsets are
@@ -223,7 +227,7 @@ def resume_from_token(
     return client.chat._open(
         dict(token["body"]), content_key=parser.content_key,
         headers=dict(extra_headers or {}), strict=False, retry=retry, resume=resume,
-        parser=parser, path=path, format=format, build=build,
+        parser=parser, path=path, format=format, build=build, timeouts=timeouts,
     )
 
 
@@ -253,6 +257,7 @@ class Responses(_Endpoint):
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -263,7 +268,8 @@ class Responses(_Endpoint):
         ``response_format``: a pydantic model (or adaptable type) is sent as ``text.format``
         with its strict JSON schema and read back by ``stream.objects()`` /
         ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
-        :class:`fluxstream.relay.ReplyLog` that records the stream (same API).
+        :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
+        this request's own deadlines, over the client's (as ``client.chat.stream``).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -272,7 +278,7 @@ class Responses(_Endpoint):
             body["instructions"] = instructions
         return self._open(body, tools=tools, response_format=response_format, log=log,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
-                          retry=retry, resume=resume)
+                          retry=retry, resume=resume, timeouts=timeouts)
 
     complete = completing(stream)
 
@@ -291,7 +297,7 @@ class Messages(_Endpoint):
         build = client._build_request
 
         def build_with_key(path: str, body: Mapping[str, Any],
-                           headers: Mapping[str, str]) -> Any:
+                           headers: Mapping[str, str], timeouts: Timeouts) -> Any:
             # The key is read here, at send time, and never stored with the request.
             merged = {"anthropic-version": ANTHROPIC_VERSION,
                       **{name.lower(): value for name, value in headers.items()}}
@@ -299,7 +305,7 @@ class Messages(_Endpoint):
             key = client._api_key
             if key and not ({"authorization", "x-api-key"} & (own | set(merged))):
                 merged["x-api-key"] = key.reveal()
-            return build(path, body, merged)
+            return build(path, body, merged, timeouts)
 
         return build_with_key
 
@@ -325,6 +331,7 @@ class Messages(_Endpoint):
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -337,6 +344,7 @@ class Messages(_Endpoint):
         ``input_schema`` is the type, forced by ``tool_choice`` (unless one is given); its
         input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
+        ``timeouts``: this request's own deadlines, over the client's.
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -344,6 +352,6 @@ class Messages(_Endpoint):
             body["system"] = system if isinstance(system, str) else list(system)
         return self._open(body, tools=tools, response_format=response_format, log=log,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
-                          retry=retry, resume=resume)
+                          retry=retry, resume=resume, timeouts=timeouts)
 
     complete = completing(stream)

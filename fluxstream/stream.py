@@ -74,23 +74,12 @@ class ReplyStream(StructuredOutput):
         *,
         retry: RetryPolicy,
         resume: ResumePolicy,
-        stall_timeout: float | None,
-        finish_grace: float | None = None,
         resuming: bool = False,
-        first_token_timeout: float | None = None,
     ) -> None:
+        # Every deadline comes with the request (``spec.timeouts``), down to the clocks.
         self._spec = spec
         self._parser = parser
-        self._reader = StreamReader(
-            spec,
-            parser,
-            retry=retry,
-            resume=resume,
-            stall_timeout=stall_timeout,
-            finish_grace=finish_grace,
-            first_token_timeout=first_token_timeout,
-            resuming=resuming,
-        )
+        self._reader = StreamReader(spec, parser, retry=retry, resume=resume, resuming=resuming)
         self._batch: list[Event] = []
         self._pos = 0
         #: Fed every delivered event once structured output is tracked (see ``objects()``).

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fluxstream"
 #: import, at module level, only modules whose layer is the same or lower.
 LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
-    (0, ["limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
+    (0, ["timeouts", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
          "_core.type_names", "_core.partial_objects"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fluxstream._core.progress import Progress
 from fluxstream.events import Event, Finish, SkippedFrame, TextDelta, UsageUpdate
 from fluxstream.reply import Usage
+from fluxstream.timeouts import Timeouts
 
 KEY = "k"
 TEXT: list[Event] = [TextDelta(KEY, 0, 0, "x")]
@@ -21,11 +22,11 @@ def never_complete() -> bool:
 
 
 def started(**options: float | None) -> Progress:
-    progress = Progress(
-        stall_timeout=options.get("stall_timeout"),
+    progress = Progress(Timeouts(
+        stall=options.get("stall_timeout"),
         finish_grace=options.get("finish_grace", 2.0),
-        first_token_timeout=options.get("first_token_timeout"),
-    )
+        first_token=options.get("first_token_timeout"),
+    ))
     progress.start(0.0)
     progress.connected(0.0)
     return progress
@@ -82,7 +83,7 @@ def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
     write is not cut, a trickle that never makes an event still ends."""
     from fluxstream._core.progress import MID_EVENT_GRACES
 
-    progress = Progress(stall_timeout=None, finish_grace=1.0)
+    progress = Progress(Timeouts(stall=None, finish_grace=1.0))
     assert progress.linger_wait(0.0, in_event=True) is None  # not lingering: no say
     progress.linger_until = 10.0
     assert progress.linger_wait(9.5, in_event=False) == 0.5  # between events: the grace only
