@@ -222,12 +222,19 @@ class Progress:
             waits.append(Wait(first if left is None else min(first, left), Deadline.FIRST_TOKEN))
         return min(waits, key=lambda wait: wait.seconds) if waits else None
 
-    def first_token_due(self, now: float, saw_content: bool) -> bool:
-        """``first_token`` has run out and no content came: no request is worth sending."""
+    def due_before_content(self, now: float, saw_content: bool) -> Deadline | None:
+        """The deadline that has passed with no content yet (``first_token``): no request
+        is worth sending, and a failed one is not retried."""
         if saw_content:
-            return False
+            return None
         left = self.first_token_left(now)
-        return left is not None and left <= 0.0
+        return Deadline.FIRST_TOKEN if left is not None and left <= 0.0 else None
+
+    def backoff(self, now: float, delay: float, saw_content: bool) -> float:
+        """``delay`` before a retry, cut to when a deadline passes (``first_token`` before
+        any content): fail then, not after a backoff past it."""
+        left = None if saw_content else self.first_token_left(now)
+        return delay if left is None or left >= delay else left
 
     def first_token_left(self, now: float) -> float | None:
         """Seconds left for the first content (``None``: no such limit, or it came)."""

@@ -99,8 +99,9 @@ class Channel:
             if getattr(self.spec.http, "is_closed", False):  # never retried: nothing would be
                 raise APIConnectionError("the HTTP client is closed")  # sent (or a new pool)
             progress, saw_content, now = self.progress, self.parser.saw_content, time.monotonic()
-            if progress.first_token_due(now, saw_content):
-                raise DeadlinePassed(Deadline.FIRST_TOKEN)
+            passed = progress.due_before_content(now, saw_content)
+            if passed is not None:
+                raise DeadlinePassed(passed)
             head = progress.head_wait(now, saw_content)
             recovery.attempts += 1
             tries += 1
@@ -113,8 +114,8 @@ class Channel:
                 )
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
-                if progress.first_token_due(time.monotonic(), self.parser.saw_content):
-                    raise  # the head did not come within first_token: no retry
+                if progress.due_before_content(time.monotonic(), self.parser.saw_content):
+                    raise  # e.g. the head did not come within first_token: no retry
                 status = getattr(exc, "status_code", None)
                 decision = recovery.after_failed_request(
                     tries=used,
@@ -184,11 +185,7 @@ class Channel:
         return None
 
     async def wait_to_retry(self, attempt: int, delay: float, reason: str) -> None:
-        left = None if self.parser.saw_content else self.progress.first_token_left(
-            time.monotonic()
-        )
-        if left is not None and left < delay:
-            delay = left  # the first token is due before the retry: fail then, not later
+        delay = self.progress.backoff(time.monotonic(), delay, self.parser.saw_content)
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
             show_key(self.parser.content_key), one_line(reason), attempt + 1,
