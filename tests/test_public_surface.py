@@ -20,7 +20,8 @@ import pytest
 EXPECTED: dict[str, list[str]] = {
     "fluxstream": [
         "APIConnectionError", "APIStatusError", "APITimeoutError", "ArgumentsError",
-        "AsyncClient", "AuthenticationError", "Choice", "ContentTypeError", "End", "ErrorEvent",
+        "AsyncClient", "AuthenticationError", "Choice", "ContentTypeError", "Deadline", "End",
+        "ErrorEvent",
         "ErrorInfo", "Event", "EventTooLargeError", "Finish", "FirstTokenTimeoutError",
         "FluxstreamError", "FrameDecodeError", "IdleTimeoutError", "LimitExceededError",
         "NotFoundError", "Outcome", "ParseError", "RateLimitError", "ReasoningBlock",
@@ -29,7 +30,7 @@ EXPECTED: dict[str, list[str]] = {
         "RequestHeaderError", "Reset", "ResumeMismatchError", "ResumePolicy", "ResumeTokenError",
         "RetryPolicy", "SSEDecoder", "Secret", "ServerSentEvent", "SkippedFrame",
         "StallTimeoutError", "StopReason", "StreamError", "StreamFailedError", "StreamLimits",
-        "StreamParser", "StreamStats", "StreamTruncatedError", "TextDelta", "ToolCall",
+        "StreamParser", "StreamStats", "StreamTruncatedError", "TextDelta", "Timeouts", "ToolCall",
         "ToolCallDelta", "ToolCallDone", "Usage", "UsageUpdate", "__version__", "aiter_events",
         "iter_events", "replay",
     ],
