@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._io.structured_output import prepare, structured_for, structured_request
 from .errors import ResumeTokenError, show_key
+from .observe import StreamObserver
 from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -156,21 +157,25 @@ class _Endpoint:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
         that go on, the partial reply already in ``stream.reply``. ``response_format``: the
         type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object."""
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
         stream = resume_from_token(
             self._client, token, path=self.path, format=self.format,
             extra_headers=extra_headers, retry=self._retry(retry), resume=self._resume(resume),
             build=self._build(),
         )
-        return prepare(stream, structured_for(self.path, response_format), None)
+        return prepare(stream, structured_for(self.path, response_format), None, observers)
 
     def _open(self, body: dict[str, Any], *, tools: Sequence[Mapping[str, Any]] | None,
-              response_format: Any, log: Any, content_key: str | None,
+              response_format: Any, log: Any, observers: Sequence[StreamObserver],
+              content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,
               retry: RetryPolicy | None, resume: ResumePolicy | None) -> ReplyStream:
         """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
@@ -186,7 +191,7 @@ class _Endpoint:
             resume=self._resume(resume), path=self.path, format=self.format,
             build=self._build(),
         )
-        return prepare(stream, structured, log)
+        return prepare(stream, structured, log, observers)
 
 
 def resume_from_token(
@@ -253,6 +258,7 @@ class Responses(_Endpoint):
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -264,6 +270,8 @@ class Responses(_Endpoint):
         with its strict JSON schema and read back by ``stream.objects()`` /
         ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
         :class:`fluxstream.relay.ReplyLog` that records the stream (same API).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -271,6 +279,7 @@ class Responses(_Endpoint):
         if instructions is not None:
             body["instructions"] = instructions
         return self._open(body, tools=tools, response_format=response_format, log=log,
+                          observers=observers,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume)
 
@@ -325,6 +334,7 @@ class Messages(_Endpoint):
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -337,12 +347,15 @@ class Messages(_Endpoint):
         ``input_schema`` is the type, forced by ``tool_choice`` (unless one is given); its
         input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
         if system is not None:
             body["system"] = system if isinstance(system, str) else list(system)
         return self._open(body, tools=tools, response_format=response_format, log=log,
+                          observers=observers,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume)
 
