@@ -150,6 +150,9 @@ class AsyncClient:
         ``RetryPolicy.off()`` to disable).
     :param resume: what to do when a stream drops after content arrived
         (:class:`~fluxstream.retry.ResumePolicy`; ``Last-Event-ID`` by default).
+    :param observers: :class:`~fluxstream.observe.StreamObserver` s told when each stream
+        of this client opens, of every event it delivers, and once when it ends (tracing,
+        metrics); a call's own ``observers=`` come after these.
     """
 
     def __init__(
