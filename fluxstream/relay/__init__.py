@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from .codec import START, Entry, Position, RelayEvent, coalesce, parse_position
 from .log import CANCELLED_BY_RELAY, PRODUCER_LOST, LogState, ReplyLog
 from .memory import MemoryReplyLog
-from .producer import RecordedStream, Recorder, produce
+from .producer import RecordedStream, produce
 from .sse import to_sse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,7 +40,6 @@ __all__ = [
     "MemoryReplyLog",
     "Position",
     "RecordedStream",
-    "Recorder",
     "RedisReplyLog",
     "RelayEvent",
     "ReplyLog",

@@ -23,6 +23,9 @@ from fluxstream.server import ServerThread
 pytestmark = pytest.mark.anyio
 
 MSG = [{"role": "user", "content": "hi there"}]
+#: Events a little apart, so that a stream left early has not read its end already (a fast
+#: server's whole reply can come in one read, and such a stream has ended ``done``).
+SLOW = {"X-Fluxstream-Fault": "drip=0.02"}
 NO_RESUME = ResumePolicy(last_event_id=False, starting_after=False)
 
 
@@ -160,7 +163,8 @@ async def test_a_cancelled_task_is_observed_cancelled(server: ServerThread) -> N
 async def test_cancel_from_the_loop_is_observed_cancelled(server: ServerThread) -> None:
     seen = Seen()
     async with fluxstream.AsyncClient(server.base_url) as client:
-        stream = client.chat.stream(model="m", messages=MSG, max_tokens=50, observers=[seen])
+        stream = client.chat.stream(model="m", messages=MSG, max_tokens=50, extra_headers=SLOW,
+                                    observers=[seen])
         async for event in stream:
             if isinstance(event, fluxstream.TextDelta):
                 stream.cancel()
@@ -172,7 +176,8 @@ async def test_cancel_from_the_loop_is_observed_cancelled(server: ServerThread) 
 async def test_break_inside_async_with_is_observed_at_the_exit(server: ServerThread) -> None:
     seen = Seen()
     async with fluxstream.AsyncClient(server.base_url) as client:
-        async with client.chat.stream(model="m", messages=MSG, observers=[seen]) as stream:
+        async with client.chat.stream(model="m", messages=MSG, extra_headers=SLOW,
+                                      observers=[seen]) as stream:
             async for _ in stream:
                 break
             assert "end" not in seen.calls
@@ -185,7 +190,8 @@ async def test_break_without_async_with_is_observed_when_collected(
 ) -> None:
     seen = Seen()
     async with fluxstream.AsyncClient(server.base_url) as client:
-        stream = client.chat.stream(model="m", messages=MSG, max_tokens=50, observers=[seen])
+        stream = client.chat.stream(model="m", messages=MSG, max_tokens=50, extra_headers=SLOW,
+                                    observers=[seen])
         async for _ in stream:
             break
         with warnings.catch_warnings(record=True) as caught:
@@ -318,7 +324,8 @@ async def test_cancellation_raised_by_an_observer_is_not_swallowed(
 async def test_a_resumed_token_is_observed_as_resuming(server: ServerThread) -> None:
     seen = Seen()
     async with fluxstream.AsyncClient(server.base_url) as client:
-        async with client.chat.stream(model="m", messages=MSG, max_tokens=20) as first:
+        async with client.chat.stream(model="m", messages=MSG, max_tokens=20,
+                                      extra_headers=SLOW) as first:
             async for event in first:
                 if isinstance(event, fluxstream.TextDelta):
                     break

@@ -97,7 +97,7 @@ class HeldStream:
 async def test_what_is_due_together_is_written_in_one_batch(make_log: MakeLog) -> None:
     """Events that arrive for many streams before the writer looks go out in one call (one
     round trip on Redis), however many streams."""
-    from fluxstream.relay import Recorder
+    from fluxstream.relay.producer import Recorder
 
     log = make_log()
     sizes = count_batches(log)
