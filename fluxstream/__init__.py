@@ -59,6 +59,7 @@ from .events import (
     UsageUpdate,
 )
 from .limits import StreamLimits
+from .observe import StreamInfo, StreamObserver
 from .parser import StreamParser, replay
 from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
@@ -141,7 +142,9 @@ __all__ = [
     "StopReason",
     "StreamError",
     "StreamFailedError",
+    "StreamInfo",
     "StreamLimits",
+    "StreamObserver",
     "StreamParser",
     "StreamStats",
     "StreamTruncatedError",

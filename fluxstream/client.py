@@ -30,6 +30,7 @@ from ._io.structured_output import prepare, structured_for, structured_request
 from .endpoints import Messages, Responses, completing, resume_from_token, token_api
 from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits
+from .observe import StreamObserver
 from .parser import StreamParser, new_content_key
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
@@ -160,6 +161,9 @@ class AsyncClient:
         ``RetryPolicy.off()`` to disable).
     :param resume: what to do when a stream drops after content arrived
         (:class:`~fluxstream.retry.ResumePolicy`; ``Last-Event-ID`` by default).
+    :param observers: :class:`~fluxstream.observe.StreamObserver` s told when each stream
+        of this client opens, of every event it delivers, and once when it ends (tracing,
+        metrics); a call's own ``observers=`` come after these.
     """
 
     def __init__(
@@ -183,6 +187,7 @@ class AsyncClient:
         stream_limits: StreamLimits | None = None,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -201,6 +206,8 @@ class AsyncClient:
         self.stream_limits = stream_limits
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
+        #: Told of every stream of this client (:mod:`fluxstream.observe`), first.
+        self.observers: tuple[StreamObserver, ...] = tuple(observers)
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -400,6 +407,7 @@ class Chat:
         response_format: Any = None,
         log: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -413,6 +421,8 @@ class Chat:
         strict JSON schema and read back by ``stream.objects()`` / ``stream.parsed``; a
         ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
         the stream as it is delivered (``log.record(stream)``, same API).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if tools is not None:
@@ -432,7 +442,7 @@ class Chat:
             resume=resume,
             timeouts=timeouts,
         )
-        return prepare(stream, structured, log)
+        return prepare(stream, structured, log, observers)
 
     def resume(
         self,
@@ -443,6 +453,7 @@ class Chat:
         retry: RetryPolicy | None = None,
         response_format: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -452,7 +463,8 @@ class Chat:
         path is always the client's own).
         ``response_format``: the type the original stream was asked for (the token carries
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
-        partial object."""
+        partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
+        this stream only (after the client's own)."""
         client = self._client
         if not isinstance(token, Mapping):
             raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
@@ -462,12 +474,13 @@ class Chat:
             return endpoint.resume(
                 token, extra_headers=extra_headers, resume=resume, retry=retry,
                 response_format=response_format, timeouts=timeouts,
+                observers=observers,
             )
         stream = resume_from_token(
             client, token, path=api, format="chat_completions",
             extra_headers=extra_headers, retry=retry, resume=resume, timeouts=timeouts,
         )
-        return prepare(stream, structured_for("chat", response_format), None)
+        return prepare(stream, structured_for("chat", response_format), None, observers)
 
     def _open(
         self,
@@ -515,6 +528,7 @@ class Chat:
             retry=retry or client.retry,
             resume=resume or client.resume,
             resuming=resuming,
+            observers=client.observers,
         )
 
     complete = completing(stream)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from ._io.structured_output import prepare, structured_for, structured_request
 from .errors import ResumeTokenError, show_key
+from .observe import StreamObserver
 from .parser import StreamParser, new_content_key
 from .reply import Reply
 from .retry import ResumePolicy, RetryPolicy
@@ -158,21 +159,25 @@ class _Endpoint:
         retry: RetryPolicy | None = None,
         response_format: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
         that go on, the partial reply already in ``stream.reply``. ``response_format``: the
         type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object."""
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
         stream = resume_from_token(
             self._client, token, path=self.path, format=self.format,
             extra_headers=extra_headers, retry=self._retry(retry), resume=self._resume(resume),
             build=self._build(), timeouts=timeouts,
         )
-        return prepare(stream, structured_for(self.path, response_format), None)
+        return prepare(stream, structured_for(self.path, response_format), None, observers)
 
     def _open(self, body: dict[str, Any], *, tools: Sequence[Mapping[str, Any]] | None,
-              response_format: Any, log: Any, content_key: str | None,
+              response_format: Any, log: Any, observers: Sequence[StreamObserver],
+              content_key: str | None,
               extra_headers: Mapping[str, str] | None, strict: bool,
               retry: RetryPolicy | None, resume: ResumePolicy | None,
               timeouts: Timeouts | None) -> ReplyStream:
@@ -189,7 +194,7 @@ class _Endpoint:
             resume=self._resume(resume), path=self.path, format=self.format,
             build=self._build(), timeouts=timeouts,
         )
-        return prepare(stream, structured, log)
+        return prepare(stream, structured, log, observers)
 
 
 def resume_from_token(
@@ -258,6 +263,7 @@ class Responses(_Endpoint):
         response_format: Any = None,
         log: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -270,6 +276,8 @@ class Responses(_Endpoint):
         ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
         :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
         this request's own deadlines, over the client's (as ``client.chat.stream``).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -277,6 +285,7 @@ class Responses(_Endpoint):
         if instructions is not None:
             body["instructions"] = instructions
         return self._open(body, tools=tools, response_format=response_format, log=log,
+                          observers=observers,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume, timeouts=timeouts)
 
@@ -332,6 +341,7 @@ class Messages(_Endpoint):
         response_format: Any = None,
         log: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -345,12 +355,15 @@ class Messages(_Endpoint):
         input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
         ``timeouts``: this request's own deadlines, over the client's.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
         if system is not None:
             body["system"] = system if isinstance(system, str) else list(system)
         return self._open(body, tools=tools, response_format=response_format, log=log,
+                          observers=observers,
                           content_key=content_key, extra_headers=extra_headers, strict=strict,
                           retry=retry, resume=resume, timeouts=timeouts)
 

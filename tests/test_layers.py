@@ -32,9 +32,10 @@ _ORDER: list[tuple[int, list[str]]] = [
          "formats.anthropic_messages", "structured.objects"]),
     # _core.resume_check imports formats._base, which runs the formats package's __init__
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check"]),
-    (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress"]),
-    (6, ["_io.http_library", "_io.aiohttp_client", "_io.default_client", "_io.attempt",
-         "_io.readahead"]),
+    (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
+         "observe"]),
+    (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",
+         "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
     (8, ["_io.reconnect"]),
     (9, ["_io.reader", "_io.structured_output"]),

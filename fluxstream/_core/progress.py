@@ -51,7 +51,11 @@ class StreamStats:
     """Counters of one stream; times in seconds (``None`` until they happen).
 
     ``attempts`` counts HTTP requests sent (retries and resumes included); ``resumes`` counts
-    drops after content that were continued.
+    drops after content that were continued. ``content_events`` counts the content (text,
+    reasoning, refusal, tool-call arguments) events read and ``time_to_last_token`` is when
+    the last of them came, so :attr:`time_per_chunk` is the mean gap between content events
+    after the first. ``observer_errors`` counts the exceptions the stream's observers raised
+    (:mod:`fluxstream.observe`).
     """
 
     bytes: int
@@ -65,6 +69,17 @@ class StreamStats:
     #: The deadline that ended the stream (``None``: none did): the kind the timeout error
     #: carries, or ``FINISH_GRACE`` / ``STALL`` for a stream they ended ``finished``.
     deadline: Deadline | None = None
+    content_events: int = 0
+    time_to_last_token: float | None = None
+    observer_errors: int = 0
+
+    @property
+    def time_per_chunk(self) -> float | None:
+        """Mean seconds between content events after the first (``None``: fewer than two)."""
+        first, last = self.time_to_first_token, self.time_to_last_token
+        if first is None or last is None or self.content_events < 2:
+            return None
+        return (last - first) / (self.content_events - 1)
 
 
 #: How many more graces an event still arriving when ``finish_grace`` ends may take, in all.
@@ -92,9 +107,9 @@ class Progress:
     """
 
     __slots__ = (
-        "finish_grace", "finished_at", "fired", "first_token", "first_token_timeout",
-        "last_progress", "linger_cap", "linger_until", "stall_timeout", "stall_waited",
-        "started", "timeouts", "wait_started",
+        "content_events", "finish_grace", "finished_at", "fired", "first_token",
+        "first_token_timeout", "last_progress", "last_token", "linger_cap", "linger_until",
+        "stall_timeout", "stall_waited", "started", "timeouts", "wait_started",
     )
 
     def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
@@ -107,6 +122,9 @@ class Progress:
         self.fired: Deadline | None = None
         self.started: float | None = None
         self.first_token: float | None = None
+        #: Content events read, and when the last one came (for ``time_per_chunk``).
+        self.content_events = 0
+        self.last_token: float | None = None
         self.finished_at: float | None = None
         self.last_progress = 0.0
         #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
@@ -151,14 +169,17 @@ class Progress:
         if started is not None:
             self.stall_waited += now - started
             self.wait_started = None
-        content = finish = False
+        content = 0
+        finish = False
         for event in events:
             kind = type(event)
             if kind in CONTENT_EVENTS:
-                content = True
+                content += 1
             elif kind is Finish:
                 finish = True
         if content:
+            self.content_events += content
+            self.last_token = now
             self.last_progress = now
             self.stall_waited = 0.0
             if self.first_token is None:
@@ -286,7 +307,7 @@ class Progress:
     def stats(self, reply: Reply, attempts: int, resumes: int, now: float) -> StreamStats:
         start = self.started
         end = self.finished_at if self.finished_at is not None else now
-        first = self.first_token
+        first, last = self.first_token, self.last_token
         return StreamStats(
             bytes=reply.bytes,
             events=reply.events,
@@ -297,4 +318,6 @@ class Progress:
             attempts=attempts,
             resumes=resumes,
             deadline=self.fired,
+            content_events=self.content_events,
+            time_to_last_token=None if start is None or last is None else last - start,
         )

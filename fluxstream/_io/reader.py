@@ -80,8 +80,9 @@ class StreamReader:
         self.channel = Channel(spec, parser, self.recovery, self.progress)
         self.ended = False
         self.cancel_requested = False
-        # A stream restored from a resume token starts with a resume, not a fresh request.
-        self._resuming = resuming
+        #: A stream restored from a resume token starts with a resume, not a fresh request
+        #: (``False`` once it has).
+        self.resuming = resuming
         #: The exception that ended the stream badly (transport error, timeout), if any.
         self.cause: BaseException | None = None
 
@@ -98,8 +99,11 @@ class StreamReader:
         self.channel.cancel()
 
     def abandon(self) -> bool:
-        """The stream was collected: close whatever it left open (see
-        :meth:`Channel.abandon`); whether anything was."""
+        """The stream was collected: it ends ``cancelled`` (unless it had ended), and whatever
+        it left open is closed (see :meth:`Channel.abandon`); whether anything was."""
+        if not self.ended:
+            self.cancel_requested = True
+            self.end(self._parser.cancel("abandoned: collected without being closed"))
         if self.channel.closed:
             return False
         self.cancel_requested = True
@@ -282,8 +286,8 @@ class StreamReader:
         self.progress.start(time.monotonic())
         self.recovery.start(time.monotonic())
         try:
-            if self._resuming:
-                self._resuming = False
+            if self.resuming:
+                self.resuming = False
                 decision = self.recovery.resume_decision(self.channel.drop_state(None))
                 if decision.action != "resume":
                     raise StreamError("nothing to resume this stream by", self._parser.reply)
@@ -315,15 +319,17 @@ class StreamReader:
     def _opened(self, attempt: Attempt) -> list[Event]:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply
         (its events are returned, and the stream has ended)."""
-        self.progress.connected(time.monotonic())
+        now = time.monotonic()
+        self.progress.connected(now)
         if not attempt.is_json:
             return []
         parser = self._parser
         events = parser.feed_completion(attempt.payload)
         events += parser.close()
+        # Its content came with the body, now: counted like any read's before the end, so
+        # the stats at the end (an observer's) have the first token.
+        self.progress.read(events, now, self._complete)
         self.end([])
-        if parser.saw_content:
-            self.progress.first_token = self.progress.finished_at
         return events
 
     async def close_response(self, *, drain: bool = True) -> None:

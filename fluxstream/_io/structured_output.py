@@ -21,7 +21,7 @@ exact whichever way the stream is read.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,6 +41,7 @@ from ..structured import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..observe import StreamObserver
     from ..stream import ReplyStream
 
 __all__ = ["Structured", "StructuredView", "prepare", "snapshot", "structured_request"]
@@ -236,14 +237,20 @@ def _delivered(reply: Reply, undelivered: list[Event]) -> list[Event]:
     return out
 
 
-def prepare(stream: ReplyStream, structured: Structured | None, log: Any) -> ReplyStream:
-    """The stream an endpoint returns: tracking ``structured`` output, and recorded into
+def prepare(
+    stream: ReplyStream, structured: Structured | None, log: Any,
+    observers: Iterable[StreamObserver] = (),
+) -> ReplyStream:
+    """The stream an endpoint returns: tracking ``structured`` output, told to the call's
+    ``observers`` (after the client's), and recorded into
     ``log`` (a :class:`fluxstream.relay.ReplyLog`; duck-typed, so the stream layer never
     imports the relay). A recorded stream has the stream's whole API (events, ``text()``,
     ``objects()``, ``partial_tool_call()``, ``parsed``, ``complete()``...), so it is typed
     as one."""
     if structured is not None:
         stream._track(structured)
+    for observer in observers:
+        stream.add_observer(observer)
     if log is None:
         return stream
     return cast("ReplyStream", log.record(stream))
