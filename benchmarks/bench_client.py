@@ -19,7 +19,8 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
   bytes written 16 KiB at a time). Its CPU and wall time are reported next to every figure, to
   show that it is not the bottleneck.
 * Contenders, each with its own client made once per concurrency level and warmed up (every
-  connection opened) before timing: ``raw-aiohttp`` (``ClientSession.post`` +
+  connection opened, on each regime's URL just before its first timed round there) before
+  timing: ``raw-aiohttp`` (``ClientSession.post`` +
   ``content.iter_any()``, bytes dropped: the floor), ``floor-parse`` and ``floor-bulk`` (not
   clients: the least a hand loop on aiohttp does to get the text out, the ``data:`` payloads
   decoded with msgspec one by one, or all of a read's in one call into structs; no SSE rules,
@@ -27,7 +28,8 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
   ``aiter_bytes``), ``httpx-sse+json.loads``, ``openai`` (``AsyncOpenAI`` on its own default
   HTTP client, httpx2, pool raised to the same 1,000 kept-alive connections) and
   ``fluxstream`` (``fluxstream.AsyncClient(base_url, api_key)``: the default, nothing
-  injected). ``--options`` adds the alternatives measured for issue 14.
+  injected; one client per regime URL, as a client's ``base_url`` is fixed when it is made).
+  ``--options`` adds the alternatives measured for issue 14.
 * **Paired rounds**: each round runs every regime, and within a regime every contender one
   after another (the order rotates between rounds), on the same server, so the ratios of one
   round compare runs seconds apart; the tables show medians over rounds of the CPU per delta
@@ -326,9 +328,35 @@ async def openai_loop(client: Any, base_url: str, deltas: int, first: Any) -> An
     return "".join(parts)
 
 
-async def fluxstream_loop(client: Any, base_url: str, deltas: int, first: Any) -> Any:
+class ClientPerURL:
+    """The fluxstream contenders' state: one ``AsyncClient`` per base URL.
+
+    The server's first path segment names the regime, so each regime is a different base URL,
+    and an ``AsyncClient`` keeps the ``base_url`` it was made with (it builds every request's
+    URL from the one it parsed then: assigning ``client.base_url`` moves nothing). The clients
+    are made on a URL's first use, which is a warm-up round (``bench`` warms every contender
+    on a regime's URL before timing it there), so no timed round makes a client or opens its
+    connections.
+    """
+
+    def __init__(self, make: Callable[[str], Any]) -> None:
+        self.make = make
+        self.clients: dict[str, Any] = {}
+
+    def at(self, base_url: str) -> Any:
+        client = self.clients.get(base_url)
+        if client is None:
+            client = self.clients[base_url] = self.make(base_url)
+        return client
+
+    async def aclose(self) -> None:
+        for client in self.clients.values():
+            await client.aclose()
+
+
+async def fluxstream_loop(state: ClientPerURL, base_url: str, deltas: int, first: Any) -> Any:
     parts: list[str] = []
-    client.base_url = base_url  # one client for every regime (the path names the regime)
+    client = state.at(base_url)
     async with client.chat.stream(model=MODEL, messages=MESSAGES, max_tokens=deltas) as s:
         async for event in s:
             if type(event) is TextDelta:
@@ -376,23 +404,28 @@ def _make_openai() -> tuple[Any, Any]:
 
 
 def _make_fluxstream(**kwargs: Any) -> Callable[[], tuple[Any, Any]]:
+    """Clients that fluxstream makes its HTTP client for: one pool per regime URL."""
+
     def make() -> tuple[Any, Any]:
-        client = fluxstream.AsyncClient("http://127.0.0.1/v1", API_KEY, limits=LIMITS, **kwargs)
-        return client, client.aclose
+        clients = ClientPerURL(
+            lambda url: fluxstream.AsyncClient(url, API_KEY, limits=LIMITS, **kwargs))
+        return clients, clients.aclose
 
     return make
 
 
 def _make_fluxstream_on(factory: Callable[[], Any]) -> Callable[[], tuple[Any, Any]]:
+    """Clients on one injected HTTP client: every regime URL shares its pool."""
+
     def make() -> tuple[Any, Any]:
         http = factory()
-        client = fluxstream.AsyncClient("http://127.0.0.1/v1", API_KEY, http_client=http)
+        clients = ClientPerURL(lambda url: fluxstream.AsyncClient(url, API_KEY, http_client=http))
 
         async def close() -> None:
-            await client.aclose()
+            await clients.aclose()
             await http.aclose()
 
-        return client, close
+        return clients, close
 
     return make
 
@@ -492,6 +525,7 @@ async def bench(args: argparse.Namespace, server: ServerProcess, contenders: lis
     for concurrency, (streams, deltas, pace) in plan.items():
         expected = expected_text(deltas)
         states = {}
+        warmed: set[tuple[str, str]] = set()
         try:
             for contender in contenders:
                 states[contender.name] = contender.make()
@@ -499,6 +533,7 @@ async def bench(args: argparse.Namespace, server: ServerProcess, contenders: lis
                 warm = await run_round(contender, state, server.url("packed"), concurrency,
                                        streams, 2, server)
                 check(contender.name, warm.results, streams, expected_text(2), {}, None)
+                warmed.add((contender.name, server.url("packed")))
             for r in range(args.repeats):
                 for regime in regimes:
                     url = server.url(mode_path(regime, pace))
@@ -507,6 +542,14 @@ async def bench(args: argparse.Namespace, server: ServerProcess, contenders: lis
                     if r % 2:
                         order.reverse()
                     for contender in order:
+                        if (contender.name, url) not in warmed:
+                            # a client per URL (ClientPerURL) is made and its connections opened
+                            # here, untimed, like everyone's just before their first timed round
+                            warm = await run_round(contender, states[contender.name][0], url,
+                                                   concurrency, streams, 2, server)
+                            check(contender.name, warm.results, streams, expected_text(2), {},
+                                  None)
+                            warmed.add((contender.name, url))
                         rnd = await run_round(contender, states[contender.name][0], url,
                                               concurrency, streams, deltas, server)
                         check(contender.name, rnd.results, streams, expected, raw,
