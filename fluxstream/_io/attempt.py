@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 import sniffio
 
+from ..apis import Api
 from ..errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 from .http_library import (
     HttpErrors,
@@ -59,7 +60,8 @@ DRAIN_SECONDS = 0.25
 class RequestSpec:
     """Everything needed to send (and send again) the request behind a stream."""
 
-    path: str
+    #: The provider API: its path, and what a resume sends (asked, never guessed from a URL).
+    api: Api
     body: dict[str, Any]
     build: Callable[[str, Mapping[str, Any], Mapping[str, str]], Any]
     http: Any
@@ -72,6 +74,11 @@ class RequestSpec:
     #: resumes that re-read a stored response (``GET /responses/{id}?stream=true&...``);
     #: ``None``: this client cannot, and such resumes are not offered.
     build_get: Callable[[str, Mapping[str, str]], Any] | None = None
+
+    @property
+    def path(self) -> str:
+        """The path under the base URL the request is posted to (the API's)."""
+        return self.api.path
 
 
 class AttemptCancelled(Exception):
