@@ -3,7 +3,8 @@
 :class:`Attempt` is everything that touches one request/response pair and nothing else; the
 loop over attempts (retry, resume, backoff) lives in :class:`~fluxstream.stream.ReplyStream`
 and the decision in :class:`~fluxstream._core.recovery.Recovery`. Keeping one attempt apart means a
-new endpoint or transport changes this file only, and the rules of ``cancel()`` (a synchronous
+new transport changes this file only (a new API changes none of it: the request is built by
+what :class:`RequestSpec` carries), and the rules of ``cancel()`` (a synchronous
 abort of the connection, or a cancel scope where that is impossible) are stated once.
 
 Every failure leaves as a typed :mod:`fluxstream.errors` exception: a raw exception of the HTTP

@@ -11,7 +11,9 @@ reconnects; this module carries a decision out on a :class:`~fluxstream._io.chan
 
 It sits above the channel (it only calls the channel's ``connect``/``close``/``pause``) so
 that the channel stays the loop over attempts and the reads, and each strategy's request is
-written down in one place.
+written down in one place. What that request looks like for the stream's API (the
+continuation's body, the re-read's path) is asked of the request's
+:class:`~fluxstream.apis.Api`, never guessed from its URL.
 """
 
 from __future__ import annotations
