@@ -59,10 +59,12 @@ from .events import (
     UsageUpdate,
 )
 from .limits import StreamLimits
+from .observe import StreamInfo, StreamObserver
 from .parser import StreamParser, replay
 from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
+from .timeouts import Deadline, Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient, Secret
@@ -100,6 +102,7 @@ __all__ = [
     "AuthenticationError",
     "Choice",
     "ContentTypeError",
+    "Deadline",
     "End",
     "ErrorEvent",
     "ErrorInfo",
@@ -139,11 +142,14 @@ __all__ = [
     "StopReason",
     "StreamError",
     "StreamFailedError",
+    "StreamInfo",
     "StreamLimits",
+    "StreamObserver",
     "StreamParser",
     "StreamStats",
     "StreamTruncatedError",
     "TextDelta",
+    "Timeouts",
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",

@@ -34,17 +34,23 @@ from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
 from .apis.responses import RESPONSES
 from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits
+from .observe import StreamObserver
 from .parser import StreamParser
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
+from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
 
 logger = logging.getLogger("fluxstream")
 
-#: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes.
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+#: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes
+#: (the HTTP fields of :data:`~fluxstream.timeouts.DEFAULT_TIMEOUTS`: 10, 600, 60 and 60 s).
+DEFAULT_TIMEOUT = httpx.Timeout(
+    connect=DEFAULT_TIMEOUTS.connect, read=DEFAULT_TIMEOUTS.read,
+    write=DEFAULT_TIMEOUTS.write, pool=DEFAULT_TIMEOUTS.pool,
+)
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
 DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
@@ -135,6 +141,12 @@ class AsyncClient:
     :param finish_grace: once every choice has a finish reason, how long to wait for more
         (the usage chunk, the sentinel) before ending the stream ``finished``: some servers
         never send ``[DONE]`` and keep the connection open. ``None`` waits for the server.
+    :param timeouts: every deadline above as one :class:`~fluxstream.timeouts.Timeouts`
+        (``connect``, ``read``, ``write``, ``pool``, ``idle``, ``stall``, ``first_token``,
+        ``finish_grace``); the keywords above are shorthands for its fields. A keyword left at
+        its default says nothing; one set together with a ``timeouts`` that gives the same
+        field is a ``TypeError`` (which one is meant is not guessed). Each request may
+        override fields with its own ``timeouts=``.
     :param headers: extra headers for every request. A credential among them (a name with
         ``auth``, ``key``, ``token``, ``secret``, ``cookie``, ``session``... as
         ``Authorization``, ``x-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``)
@@ -153,6 +165,9 @@ class AsyncClient:
         ``RetryPolicy.off()`` to disable).
     :param resume: what to do when a stream drops after content arrived
         (:class:`~fluxstream.retry.ResumePolicy`; ``Last-Event-ID`` by default).
+    :param observers: :class:`~fluxstream.observe.StreamObserver` s told when each stream
+        of this client opens, of every event it delivers, and once when it ends (tracing,
+        metrics); a call's own ``observers=`` come after these.
     """
 
     def __init__(
@@ -168,6 +183,7 @@ class AsyncClient:
         stall_timeout: float | None = None,
         first_token_timeout: float | None = None,
         finish_grace: float | None = 2.0,
+        timeouts: Timeouts | None = None,
         headers: Mapping[str, str] | None = None,
         default_query: Mapping[str, str | int | float | bool] | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
@@ -175,6 +191,7 @@ class AsyncClient:
         stream_limits: StreamLimits | None = None,
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -183,25 +200,18 @@ class AsyncClient:
         self.base_url = self._url.shown
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._api_key = Secret(_header_safe(key, "api_key", "the key")) if key else None
-        if isinstance(timeout, _NotGiven):
-            # An injected client keeps its own timeouts unless told otherwise ("as it is").
-            own = getattr(http_client, "timeout", None) if http_client is not None else None
-            self._timeout_given = False
-            timeout = DEFAULT_TIMEOUT if own is None else own
-        else:
-            self._timeout_given = True
-        self.timeout = _as_timeout(timeout)
-        if idle_timeout is None and stall_timeout is not None and self.timeout.read is None:
-            idle_timeout = stall_timeout  # a silent socket must not outlive a stalled one
-        self.idle_timeout = idle_timeout
-        self.stall_timeout = stall_timeout
-        self.first_token_timeout = first_token_timeout
-        self.finish_grace = finish_grace
+        self._timeouts = _configured_timeouts(
+            timeouts, timeout, http_client, idle_timeout=idle_timeout,
+            stall_timeout=stall_timeout, first_token_timeout=first_token_timeout,
+            finish_grace=finish_grace,
+        )
         self.max_event_bytes = max_event_bytes
         self.require_finish_reason = require_finish_reason
         self.stream_limits = stream_limits
         self.retry = retry if retry is not None else RetryPolicy()
         self.resume = resume if resume is not None else ResumePolicy()
+        #: Told of every stream of this client (:mod:`fluxstream.observe`), first.
+        self.observers: tuple[StreamObserver, ...] = tuple(observers)
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -251,9 +261,43 @@ class AsyncClient:
         return self._messages
 
     @property
+    def timeouts(self) -> Timeouts:
+        """Every deadline of this client's streams, each field given
+        (:class:`~fluxstream.timeouts.Timeouts`); a request's ``timeouts=`` goes over it."""
+        return self._timeouts
+
+    @property
+    def timeout(self) -> httpx.Timeout:
+        """The HTTP library's timeouts (``timeouts``' connect, read, write and pool)."""
+        t = self._timeouts
+        return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
+
+    @property
+    def idle_timeout(self) -> float | None:
+        """``timeouts.idle``; without it nor a read timeout, the stall timeout (a silent
+        socket must not outlive a stalled stream)."""
+        t = self._timeouts
+        return t.idle if t.idle is not None or t.read is not None else t.stall
+
+    @property
+    def stall_timeout(self) -> float | None:
+        """``timeouts.stall``: seconds between two pieces of content."""
+        return self._timeouts.stall
+
+    @property
+    def first_token_timeout(self) -> float | None:
+        """``timeouts.first_token``: seconds from the request to the first content."""
+        return self._timeouts.first_token
+
+    @property
+    def finish_grace(self) -> float | None:
+        """``timeouts.finish_grace``: the wait for the sentinel once every choice finished."""
+        return self._timeouts.finish_grace
+
+    @property
     def read_timeout(self) -> float | None:
         """Seconds allowed between two reads (``idle_timeout``, else the read timeout)."""
-        return self.idle_timeout if self.idle_timeout is not None else self.timeout.read
+        return self._timeouts.read_gap
 
     @property
     def http_client(self) -> Any:
@@ -280,10 +324,13 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ request building
 
-    def _build_get(self, path: str, headers: Mapping[str, str], api: Api | None = None) -> Any:
+    def _build_get(
+        self, path: str, headers: Mapping[str, str], timeouts: Timeouts | None = None, *,
+        api: Api | None = None,
+    ) -> Any:
         """A ``GET`` of ``path`` (query included), authenticated like the stream's requests:
         the Responses API's resume re-reads a stored response this way."""
-        return self._build_request(path, None, headers, api)
+        return self._build_request(path, None, headers, timeouts, api=api)
 
     def _merge_headers(
         self, post: bool, headers: Mapping[str, str], *, with_key: bool = True,
@@ -319,11 +366,17 @@ class AsyncClient:
             headers["authorization"] = self._url.auth.reveal()
 
     def _build_request(
-        self, path: str, body: Mapping[str, Any] | None, headers: Mapping[str, str],
+        self,
+        path: str,
+        body: Mapping[str, Any] | None,
+        headers: Mapping[str, str],
+        timeouts: Timeouts | None = None,
+        *,
         api: Api | None = None,
     ) -> Any:
         """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), to
-        ``api`` (``None``: an API that takes the key as a Bearer token and adds no header)."""
+        ``api`` (``None``: an API that takes the key as a Bearer token and adds no header),
+        under the HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
         if headers or (api is not None and api.headers):
             all_headers = self._merge_headers(body is not None, headers, api=api)
         else:  # the usual case: only the client's own headers, merged once
@@ -332,10 +385,12 @@ class AsyncClient:
                 all_headers = dict(all_headers)
                 self._authenticate(all_headers, api)
         extra: dict[str, Any] = {}
-        if self._timeout_given or self.idle_timeout is not None or not self._owns_http:
-            t = self.timeout
-            # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
-            extra["timeout"] = (t.connect, self.read_timeout, t.write, t.pool)
+        t = self._timeouts if timeouts is None else timeouts
+        # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too. Left
+        # out when it is what the client we created has anyway (the usual case).
+        limits = (t.connect, t.read_gap, t.write, t.pool)
+        if not self._owns_http or limits != _CREATED_WITH:
+            extra["timeout"] = limits
         content = None if body is None else encode_body(body)
         return self._http.build_request(
             "GET" if body is None else "POST",
@@ -352,7 +407,7 @@ def request_for(
     """The HTTP library's request of ``body`` to ``api``'s path, built and authenticated as a
     stream's (for a caller that sends it itself: ``fluxstream capture`` records the raw
     response)."""
-    return client._build_request(api.path, body, checked_headers(headers, "headers"), api)
+    return client._build_request(api.path, body, checked_headers(headers, "headers"), api=api)
 
 
 class _StreamFactory:
@@ -388,14 +443,19 @@ class _StreamFactory:
             require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
         )
 
-    def request(self, api: Api, body: dict[str, Any], headers: Mapping[str, Any]) -> RequestSpec:
+    def request(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, Any],
+        timeouts: Timeouts | None,
+    ) -> RequestSpec:
         client = self.client
 
-        def build(path: str, body: Mapping[str, Any], headers: Mapping[str, str]) -> Any:
-            return client._build_request(path, body, headers, api)
+        def build(
+            path: str, body: Mapping[str, Any], headers: Mapping[str, str], timeouts: Timeouts
+        ) -> Any:
+            return client._build_request(path, body, headers, timeouts, api=api)
 
-        def build_get(path: str, headers: Mapping[str, str]) -> Any:
-            return client._build_request(path, None, headers, api)
+        def build_get(path: str, headers: Mapping[str, str], timeouts: Timeouts) -> Any:
+            return client._build_request(path, None, headers, timeouts, api=api)
 
         return RequestSpec(
             api=api,
@@ -404,7 +464,7 @@ class _StreamFactory:
             http=client._http,
             errors=client._errors,
             headers=checked_headers(headers, "extra_headers"),
-            read_timeout=client.read_timeout,
+            timeouts=client.timeouts.merge(timeouts),
             build_get=build_get,
         )
 
@@ -422,10 +482,8 @@ class _StreamFactory:
             parser,
             retry=retry,
             resume=resume,
-            stall_timeout=client.stall_timeout,
-            first_token_timeout=client.first_token_timeout,
-            finish_grace=client.finish_grace,
             resuming=resuming,
+            observers=client.observers,
         )
 
 
@@ -451,6 +509,8 @@ class Chat:
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -458,11 +518,14 @@ class Chat:
         ``stream: true`` is always set, and ``stream_options.include_usage`` unless
         ``include_usage=False``. Other keyword arguments go into the request body as they are.
         ``content_key`` names the logical request for resumable rendering (generated if None);
-        ``retry`` and ``resume`` override the client's policies for this request.
+        ``retry`` and ``resume`` override the client's policies for this request, and the
+        fields given in ``timeouts`` (:class:`~fluxstream.timeouts.Timeouts`) the client's.
         ``response_format``: a pydantic model (or any type pydantic adapts) is sent as its
         strict JSON schema and read back by ``stream.objects()`` / ``stream.parsed``; a
         ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
         the stream as it is delivered (``log.record(stream)``, same API).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -470,7 +533,7 @@ class Chat:
         return self._endpoint.stream(
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
-            resume=resume,
+            resume=resume, timeouts=timeouts, observers=observers,
         )
 
     def resume(
@@ -481,6 +544,8 @@ class Chat:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -490,14 +555,15 @@ class Chat:
         path is always the client's own).
         ``response_format``: the type the original stream was asked for (the token carries
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
-        partial object."""
+        partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
+        this stream only (after the client's own)."""
         if not isinstance(token, Mapping):
             raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format,
+            response_format=response_format, timeouts=timeouts, observers=observers,
         )
 
     complete = completing(stream)
@@ -524,6 +590,8 @@ class Responses:
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -534,7 +602,10 @@ class Responses:
         ``response_format``: a pydantic model (or adaptable type) is sent as ``text.format``
         with its strict JSON schema and read back by ``stream.objects()`` /
         ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
-        :class:`fluxstream.relay.ReplyLog` that records the stream (same API).
+        :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
+        this request's own deadlines, over the client's (as ``client.chat.stream``).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -544,7 +615,7 @@ class Responses:
         return self._endpoint.stream(
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
-            resume=resume,
+            resume=resume, timeouts=timeouts, observers=observers,
         )
 
     def resume(
@@ -555,15 +626,19 @@ class Responses:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
         that go on, the partial reply already in ``stream.reply``. ``response_format``: the
         type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object."""
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format,
+            response_format=response_format, timeouts=timeouts, observers=observers,
         )
 
     complete = completing(stream)
@@ -591,6 +666,8 @@ class Messages:
         resume: ResumePolicy | None = None,
         response_format: Any = None,
         log: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -603,6 +680,9 @@ class Messages:
         ``input_schema`` is the type, forced by ``tool_choice`` (unless one is given); its
         input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
+        ``timeouts``: this request's own deadlines, over the client's.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -611,7 +691,7 @@ class Messages:
         return self._endpoint.stream(
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
-            resume=resume,
+            resume=resume, timeouts=timeouts, observers=observers,
         )
 
     def resume(
@@ -622,15 +702,19 @@ class Messages:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
         that go on, the partial reply already in ``stream.reply``. ``response_format``: the
         type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object."""
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format,
+            response_format=response_format, timeouts=timeouts, observers=observers,
         )
 
     complete = completing(stream)
@@ -705,6 +789,49 @@ def _carries_key(headers: Mapping[str, str]) -> bool:
     """The (lowercased) headers already authenticate: a caller's own ``Authorization`` (a
     proxy's token), or Anthropic's ``x-api-key``."""
     return "authorization" in headers or "x-api-key" in headers
+
+
+#: The HTTP timeouts of the client fluxstream creates (a request under them passes none).
+_CREATED_WITH = (
+    DEFAULT_TIMEOUT.connect, DEFAULT_TIMEOUT.read, DEFAULT_TIMEOUT.write, DEFAULT_TIMEOUT.pool
+)
+#: The keywords that are shorthands for one field of ``timeouts=``, with their defaults.
+_TIMEOUT_KEYWORDS: dict[str, tuple[str, float | None]] = {
+    "idle_timeout": ("idle", None),
+    "stall_timeout": ("stall", None),
+    "first_token_timeout": ("first_token", None),
+    "finish_grace": ("finish_grace", DEFAULT_TIMEOUTS.finish_grace),
+}
+
+
+def _configured_timeouts(
+    timeouts: Timeouts | None, timeout: Any, http_client: Any, **keywords: float | None
+) -> Timeouts:
+    """The client's :class:`Timeouts`, every field given: ``timeouts``, the shorthand
+    keywords (``timeout=`` for the four HTTP fields), and for the HTTP fields given by
+    neither the injected ``http_client``'s own timeouts ("used as it is"), else ours."""
+    if timeouts is not None and not isinstance(timeouts, Timeouts):
+        raise TypeError(f"timeouts must be a Timeouts, not {type(timeouts).__name__}")
+    requested = timeouts if timeouts is not None else Timeouts()
+    shorthand: dict[str, tuple[str, float | None]] = {}  # field: (keyword, value)
+    if not isinstance(timeout, _NotGiven):
+        http = _as_timeout(timeout)
+        shorthand.update((name, ("timeout", getattr(http, name))) for name in HTTP_FIELDS)
+    for keyword, value in keywords.items():
+        name, default = _TIMEOUT_KEYWORDS[keyword]
+        if value != default:  # left at its default, a keyword says nothing
+            shorthand[name] = (keyword, value)
+    for name, (keyword, _) in shorthand.items():
+        if name in requested.given:
+            raise TypeError(
+                f"{keyword}= and timeouts={requested!r} both set the {name} deadline: "
+                "pass one of them"
+            )
+    requested = requested.replace(**{name: value for name, (_, value) in shorthand.items()})
+    own = getattr(http_client, "timeout", None) if http_client is not None else None
+    http = _as_timeout(DEFAULT_TIMEOUT if own is None else own)
+    base = Timeouts(**{name: getattr(http, name) for name in HTTP_FIELDS})
+    return base.complete().merge(requested)
 
 
 def _as_timeout(value: Any) -> httpx.Timeout:

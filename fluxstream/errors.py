@@ -4,8 +4,10 @@ All of them derive from :class:`FluxstreamError`, so a service can catch the lib
 with one ``except`` without also catching its own bugs. The lowest layers (the SSE decoder, the
 wire formats, the assembler) import from here, and so do the highest (client, server, CLI): this
 module imports only the root of the errors (:mod:`fluxstream._core.base_errors`, below the reply
-model, which raises some of them; the reply itself is named for type checking only) and must
-stay that way. For the same reason it holds
+model, which raises some of them; the reply itself is named for type checking only) and
+:mod:`fluxstream.timeouts` (plain values that import nothing, for the
+:class:`~fluxstream.timeouts.Deadline` a timeout error carries), and must stay that way. For the
+same reason it holds
 the two helpers every layer uses to put outside text into a message or a log line
 (:func:`show_key`, :func:`one_line`).
 
@@ -16,7 +18,10 @@ the provider's message and a short excerpt of the body, never from request heade
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+# The module, not its names: this module's public names are the errors alone.
+from . import timeouts
 
 # Defined at the bottom of the package (the reply model raises them); their home is here.
 from ._core.base_errors import ArgumentsError, FluxstreamError, ParseError
@@ -140,7 +145,18 @@ class APIConnectionError(FluxstreamError):
 
 
 class APITimeoutError(APIConnectionError):
-    """Connecting, or waiting for the response head, took longer than the configured timeout."""
+    """Connecting, or waiting for the response head, took longer than the configured timeout.
+
+    ``deadline`` says which one passed: :attr:`~fluxstream.timeouts.Deadline.CONNECT`,
+    ``WRITE`` or ``POOL`` (the HTTP library's), ``HEAD`` (the read timeout), or
+    ``FIRST_TOKEN`` when ``first_token`` ran out while the head was awaited.
+    """
+
+    def __init__(
+        self, message: str, *, deadline: timeouts.Deadline = timeouts.Deadline.CONNECT
+    ) -> None:
+        self.deadline = deadline
+        super().__init__(message)
 
 
 class APIStatusError(FluxstreamError):
@@ -234,14 +250,23 @@ class StreamFailedError(StreamError):
 class IdleTimeoutError(StreamError):
     """No bytes at all arrived for ``idle_timeout`` seconds."""
 
+    #: The deadline that passed (as ``stream.stats.deadline`` says).
+    deadline: ClassVar[timeouts.Deadline] = timeouts.Deadline.IDLE
+
 
 class FirstTokenTimeoutError(StreamError):
     """No content arrived within ``first_token_timeout`` seconds of the request (heartbeats,
     skipped frames and usage chunks are not content; prompt processing may send them)."""
 
+    #: The deadline that passed (as ``stream.stats.deadline`` says).
+    deadline: ClassVar[timeouts.Deadline] = timeouts.Deadline.FIRST_TOKEN
+
 
 class StallTimeoutError(StreamError):
     """Bytes kept arriving (heartbeats, comments) but no content for ``stall_timeout`` seconds."""
+
+    #: The deadline that passed (as ``stream.stats.deadline`` says).
+    deadline: ClassVar[timeouts.Deadline] = timeouts.Deadline.STALL
 
 
 # --------------------------------------------------------------------------- relay

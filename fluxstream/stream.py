@@ -13,6 +13,9 @@ and ``cancel()``. Each concern behind it has a module of its own:
 * :mod:`fluxstream._core.coalesce` and :mod:`fluxstream._io.readahead` pace ``text(coalesce=...)``
 and
   ``objects(coalesce=...)``;
+* :class:`~fluxstream._core.observers.ObserverSet` tells the stream's observers
+  (:mod:`fluxstream.observe`) when it opens (:meth:`ReplyStream._open`), each event it delivers
+  (``__anext__``) and when it ends (:meth:`ReplyStream._observe_end`, on every way out);
 * :mod:`fluxstream._io.stream_objects` (a mixin) is ``objects()``, ``partial_tool_call()`` and
   ``parsed``; :mod:`fluxstream._io.structured_output` keeps their typed partial objects
   (:mod:`fluxstream.structured` does the work).
@@ -26,17 +29,20 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.coalesce import Coalesced, FuncSource, Picked
+from ._core.observers import ObserverSet
 from ._core.progress import StreamStats
 from ._io.attempt import RequestSpec
 from ._io.reader import StreamReader
 from ._io.stream_objects import StructuredOutput
 from .errors import StreamError, StreamFailedError, StreamTruncatedError, show_key
 from .events import Event, Outcome, TextDelta
+from .observe import StreamInfo, StreamObserver
 from .parser import StreamParser
 from .retry import ResumePolicy, RetryPolicy
 
@@ -74,27 +80,19 @@ class ReplyStream(StructuredOutput):
         *,
         retry: RetryPolicy,
         resume: ResumePolicy,
-        stall_timeout: float | None,
-        finish_grace: float | None = None,
         resuming: bool = False,
-        first_token_timeout: float | None = None,
+        observers: Iterable[StreamObserver] = (),
     ) -> None:
+        # Every deadline comes with the request (``spec.timeouts``), down to the clocks.
         self._spec = spec
         self._parser = parser
-        self._reader = StreamReader(
-            spec,
-            parser,
-            retry=retry,
-            resume=resume,
-            stall_timeout=stall_timeout,
-            finish_grace=finish_grace,
-            first_token_timeout=first_token_timeout,
-            resuming=resuming,
-        )
+        self._reader = StreamReader(spec, parser, retry=retry, resume=resume, resuming=resuming)
         self._batch: list[Event] = []
         self._pos = 0
         #: Fed every delivered event once structured output is tracked (see ``objects()``).
         self._view: StructuredView | None = None
+        #: ``None`` without observers: the per-event cost of observing is then one check.
+        self._observed: ObserverSet | None = ObserverSet(observers) if observers else None
 
     @property
     def cause(self) -> BaseException | None:
@@ -125,9 +123,22 @@ class ReplyStream(StructuredOutput):
     def stats(self) -> StreamStats:
         reader = self._reader
         recovery = reader.recovery
-        return reader.progress.stats(
+        stats = reader.progress.stats(
             self._parser.reply, recovery.attempts, recovery.resumes, time.monotonic()
         )
+        observed = self._observed
+        if observed is None or not observed.errors:
+            return stats
+        return replace(stats, observer_errors=observed.errors)
+
+    def add_observer(self, observer: StreamObserver) -> None:
+        """Tell ``observer`` of this stream too (see :mod:`fluxstream.observe`), after the
+        client's and the call's own observers. Added once the stream has opened, it misses
+        ``on_open`` (and, as every observer, is not told of an end that has passed)."""
+        observed = self._observed
+        if observed is None:
+            observed = self._observed = ObserverSet()
+        observed.add(observer)
 
     def resume_token(self) -> dict[str, Any]:
         """A small JSON-serialisable value from which ``client.chat.resume(token)`` continues
@@ -145,7 +156,21 @@ class ReplyStream(StructuredOutput):
         return self
 
     async def _open(self) -> None:
-        events = await self._reader.open()
+        """The one place a stream opens (``async with``, the first ``anext``, a read-ahead)."""
+        reader = self._reader
+        observed = self._observed
+        if observed is not None and not reader.ended and not reader.opened:
+            spec = self._spec
+            model = spec.body.get("model")
+            observed.open(StreamInfo(
+                content_key=self._parser.content_key, path=spec.path,
+                model=model if isinstance(model, str) else None, resuming=reader.resuming,
+            ))
+        try:
+            events = await reader.open()
+        except BaseException:
+            self._observe_end()  # the open failed or was cancelled: the stream has ended
+            raise
         if events:
             self._batch, self._pos = self._batch[self._pos :] + events, 0
 
@@ -160,18 +185,35 @@ class ReplyStream(StructuredOutput):
     async def aclose(self) -> None:
         """Stop reading and close the response. The outcome becomes ``cancelled`` unless the
         stream had already ended. Safe to call any number of times, from any task."""
-        await self._reader.close()
+        try:
+            await self._reader.close()
+        finally:
+            self._observe_end()
+
+    def _observe_end(self) -> None:
+        """The one place a stream's end is observed: when its consumer is done with it (the
+        last event delivered, an error or a cancellation raised, ``aclose``, collected), so
+        that ``on_end`` always comes after the last ``on_event``. Once, and only if the
+        stream has ended (a read that raised without ending it leaves it usable)."""
+        observed = self._observed
+        if observed is not None and not observed.ended and self._reader.ended:
+            observed.end(self._parser.reply, lambda: self.stats)
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         """Collected while its response is open (a loop left by ``break`` without ``async
         with`` or :meth:`aclose`): the connection is closed, or the server would generate the
         rest of the reply for nobody, and a ``ResourceWarning`` says so, as for a file."""
         reader = self.__dict__.get("_reader")
-        if reader is None or reader.channel.closed:  # the usual case: nothing left open
+        if reader is None:
+            return
+        observed = self.__dict__.get("_observed")
+        unobserved = observed is None or observed.ended or not observed.opened
+        if reader.channel.closed and unobserved:  # the usual case: nothing left open or untold
             return
         try:
             shown = repr(self)  # before the abandon, which ends the stream
             left_open = reader.abandon()
+            self._observe_end()
         except Exception:  # a finalizer never raises; the loop may be gone already
             return
         if left_open:
@@ -205,6 +247,9 @@ class ReplyStream(StructuredOutput):
         view = self._view
         if view is not None:
             view.feed(event)
+        observed = self._observed
+        if observed is not None:
+            observed.event(event)
         return event
 
     async def _next_batch(self) -> Event:
@@ -216,9 +261,14 @@ class ReplyStream(StructuredOutput):
                 self._pos += 1
                 return self._batch[self._pos - 1]
             if reader.ended:
+                self._observe_end()
                 await reader.close_response()
                 raise StopAsyncIteration
-            events = await reader.read()
+            try:
+                events = await reader.read()
+            except BaseException:
+                self._observe_end()  # a typed error or a cancellation that ended the stream
+                raise
             if events:
                 self._batch = events
                 self._pos = 1

@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fluxstream"
 #: import, at module level, only modules whose layer is the same or lower.
 LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
-    (0, ["limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
+    (0, ["timeouts", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
          "_core.type_names", "_core.partial_objects"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
@@ -33,9 +33,9 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.resume_check imports formats._base, which runs the formats package's __init__
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check"]),
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
-         "apis"]),  # and every apis.* module (one per provider API)
-    (6, ["_io.http_library", "_io.aiohttp_client", "_io.default_client", "_io.attempt",
-         "_io.readahead"]),
+         "observe", "apis"]),  # and every apis.* module (one per provider API)
+    (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",
+         "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
     (8, ["_io.reconnect"]),
     (9, ["_io.reader", "_io.structured_output"]),

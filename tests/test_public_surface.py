@@ -20,7 +20,8 @@ import pytest
 EXPECTED: dict[str, list[str]] = {
     "fluxstream": [
         "APIConnectionError", "APIStatusError", "APITimeoutError", "ArgumentsError",
-        "AsyncClient", "AuthenticationError", "Choice", "ContentTypeError", "End", "ErrorEvent",
+        "AsyncClient", "AuthenticationError", "Choice", "ContentTypeError", "Deadline", "End",
+        "ErrorEvent",
         "ErrorInfo", "Event", "EventTooLargeError", "Finish", "FirstTokenTimeoutError",
         "FluxstreamError", "FrameDecodeError", "IdleTimeoutError", "LimitExceededError",
         "NotFoundError", "Outcome", "ParseError", "RateLimitError", "ReasoningBlock",
@@ -28,8 +29,9 @@ EXPECTED: dict[str, list[str]] = {
         "RelayPositionError", "RelayUnavailableError", "Reply", "ReplyStream",
         "RequestHeaderError", "Reset", "ResumeMismatchError", "ResumePolicy", "ResumeTokenError",
         "RetryPolicy", "SSEDecoder", "Secret", "ServerSentEvent", "SkippedFrame",
-        "StallTimeoutError", "StopReason", "StreamError", "StreamFailedError", "StreamLimits",
-        "StreamParser", "StreamStats", "StreamTruncatedError", "TextDelta", "ToolCall",
+        "StallTimeoutError", "StopReason", "StreamError", "StreamFailedError", "StreamInfo",
+        "StreamLimits", "StreamObserver", "StreamParser", "StreamStats", "StreamTruncatedError",
+        "TextDelta", "Timeouts", "ToolCall",
         "ToolCallDelta", "ToolCallDone", "Usage", "UsageUpdate", "__version__", "aiter_events",
         "iter_events", "replay",
     ],

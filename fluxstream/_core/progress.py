@@ -1,8 +1,10 @@
-"""The clocks of one stream, sans-IO: when it started, when content came, when it is overdue.
+"""The clocks of one stream, sans-IO: when it started, when content came, which deadline passed.
 
-:class:`~fluxstream.stream.ReplyStream` reports each read's events and the time; this object
-says whether a timeout has passed and how long the stream may still wait for the sentinel once
-every choice has finished (``finish_grace``). No event loop here: ``now`` is passed in
+:class:`~fluxstream._io.reader.StreamReader` reports each read's events and the time; this
+object says which :class:`~fluxstream.timeouts.Deadline` has passed, how long the next read
+or the next response head may wait and for which deadline, and how long the stream may still
+wait for the sentinel once every choice has finished (``finish_grace``). Every limit comes
+from one :class:`~fluxstream.timeouts.Timeouts`. No event loop here: ``now`` is passed in
 (``time.monotonic()`` seconds), so each rule is tested without sleeping.
 """
 
@@ -10,14 +12,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..events import Event, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..reply import Reply
 
-__all__ = ["CONTENT_EVENTS", "Overdue", "Progress", "StreamStats"]
+__all__ = ["CONTENT_EVENTS", "DeadlinePassed", "Progress", "StreamStats", "Wait"]
 
 #: Events that are progress: text, reasoning, refusal or tool-call arguments. Heartbeats,
 #: skipped frames, usage chunks and role-only deltas are not.
@@ -25,7 +28,22 @@ CONTENT_EVENTS: frozenset[type] = frozenset(
     {TextDelta, ReasoningDelta, RefusalDelta, ToolCallDelta}
 )
 
-Overdue = Literal["stall", "first_token"]
+
+class Wait(NamedTuple):
+    """How long a wait (a read, a response head) may last, and the deadline that passes
+    when it runs out: the I/O layer reports that deadline, it never works out which."""
+
+    seconds: float
+    deadline: Deadline
+
+
+class DeadlinePassed(Exception):
+    """A deadline passed while no read was pending (before a retry is sent, or during its
+    backoff): the reader ends the stream as if a read had run out of it."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+        super().__init__(deadline.value)
 
 
 @dataclass(frozen=True)
@@ -33,7 +51,11 @@ class StreamStats:
     """Counters of one stream; times in seconds (``None`` until they happen).
 
     ``attempts`` counts HTTP requests sent (retries and resumes included); ``resumes`` counts
-    drops after content that were continued.
+    drops after content that were continued. ``content_events`` counts the content (text,
+    reasoning, refusal, tool-call arguments) events read and ``time_to_last_token`` is when
+    the last of them came, so :attr:`time_per_chunk` is the mean gap between content events
+    after the first. ``observer_errors`` counts the exceptions the stream's observers raised
+    (:mod:`fluxstream.observe`).
     """
 
     bytes: int
@@ -44,6 +66,20 @@ class StreamStats:
     duration: float | None
     attempts: int
     resumes: int
+    #: The deadline that ended the stream (``None``: none did): the kind the timeout error
+    #: carries, or ``FINISH_GRACE`` / ``STALL`` for a stream they ended ``finished``.
+    deadline: Deadline | None = None
+    content_events: int = 0
+    time_to_last_token: float | None = None
+    observer_errors: int = 0
+
+    @property
+    def time_per_chunk(self) -> float | None:
+        """Mean seconds between content events after the first (``None``: fewer than two)."""
+        first, last = self.time_to_first_token, self.time_to_last_token
+        if first is None or last is None or self.content_events < 2:
+            return None
+        return (last - first) / (self.content_events - 1)
 
 
 #: How many more graces an event still arriving when ``finish_grace`` ends may take, in all.
@@ -55,9 +91,9 @@ class Progress:
 
     Only content is progress (:data:`CONTENT_EVENTS`): heartbeats, junk frames and a usage
     chunk repeated forever do not keep a stream alive. Before the first content the limit is
-    ``first_token_timeout`` (from the request); after it, ``stall_timeout`` between content.
+    ``first_token`` (from the request); after it, ``stall`` between content.
     They are apart because reading a long prompt is not a stall: llama.cpp sends pings for
-    many seconds before its first token, and a ``stall_timeout`` sized for the gaps between
+    many seconds before its first token, and a ``stall`` limit sized for the gaps between
     tokens would end every such stream (as the AI SDK's ``firstChunkMs``/``chunkMs``).
     Once every choice has finished, the stream waits at most
     ``finish_grace`` in total (not per read: heartbeats do not extend it) for the sentinel;
@@ -71,23 +107,24 @@ class Progress:
     """
 
     __slots__ = (
-        "finish_grace", "finished_at", "first_token", "first_token_timeout", "last_progress",
-        "linger_cap", "linger_until", "stall_timeout", "stall_waited", "started",
-        "wait_started",
+        "content_events", "finish_grace", "finished_at", "fired", "first_token",
+        "first_token_timeout", "last_progress", "last_token", "linger_cap", "linger_until",
+        "stall_timeout", "stall_waited", "started", "timeouts", "wait_started",
     )
 
-    def __init__(
-        self,
-        *,
-        stall_timeout: float | None,
-        finish_grace: float | None,
-        first_token_timeout: float | None = None,
-    ) -> None:
-        self.stall_timeout = stall_timeout
-        self.first_token_timeout = first_token_timeout
-        self.finish_grace = finish_grace
+    def __init__(self, timeouts: Timeouts = DEFAULT_TIMEOUTS) -> None:
+        self.timeouts = timeouts
+        # Copied out of ``timeouts``: read on every read of the stream.
+        self.stall_timeout = timeouts.stall
+        self.first_token_timeout = timeouts.first_token
+        self.finish_grace = timeouts.finish_grace
+        #: The deadline that ended the stream, once one did (see :meth:`passed`).
+        self.fired: Deadline | None = None
         self.started: float | None = None
         self.first_token: float | None = None
+        #: Content events read, and when the last one came (for ``time_per_chunk``).
+        self.content_events = 0
+        self.last_token: float | None = None
         self.finished_at: float | None = None
         self.last_progress = 0.0
         #: Every choice has finished but no sentinel yet: end ``finished`` at this time.
@@ -123,21 +160,26 @@ class Progress:
         self.stall_waited = 0.0
         self.wait_started = None
 
-    def read(self, events: list[Event], now: float, complete: Callable[[], bool]) -> Overdue | None:
+    def read(
+        self, events: list[Event], now: float, complete: Callable[[], bool]
+    ) -> Deadline | None:
         """One read's events (``complete``: every choice has finished); a timeout that has
         passed, if any."""
         started = self.wait_started
         if started is not None:
             self.stall_waited += now - started
             self.wait_started = None
-        content = finish = False
+        content = 0
+        finish = False
         for event in events:
             kind = type(event)
             if kind in CONTENT_EVENTS:
-                content = True
+                content += 1
             elif kind is Finish:
                 finish = True
         if content:
+            self.content_events += content
+            self.last_token = now
             self.last_progress = now
             self.stall_waited = 0.0
             if self.first_token is None:
@@ -148,21 +190,72 @@ class Progress:
             self.linger_until = now + self.finish_grace
         return self.overdue(now)
 
-    def overdue(self, now: float) -> Overdue | None:
-        """The timeout that has passed at ``now``, if any (none while lingering: the grace
+    def overdue(self, now: float) -> Deadline | None:
+        """The deadline that has passed at ``now``, if any (none while lingering: the grace
         ends the stream ``finished``)."""
         if self.linger_until is not None:
             return None
         if self.first_token is None and self.first_token_timeout is not None:
             start = self.started if self.started is not None else now
-            return "first_token" if now - start > self.first_token_timeout else None
+            return Deadline.FIRST_TOKEN if now - start > self.first_token_timeout else None
         if (
             self.stall_timeout is not None
             and self.first_token is not None
             and now - self.last_progress > self.stall_timeout
         ):
-            return "stall"
+            return Deadline.STALL
         return None
+
+    def passed(self, deadline: Deadline) -> Deadline:
+        """``deadline`` ended the stream: recorded for :meth:`stats` (the first one only)."""
+        if self.fired is None:
+            self.fired = deadline
+        return deadline
+
+    def read_wait(self, now: float, in_event: bool) -> Wait | None:
+        """How long the next read may wait and for which deadline (``None``: no deadline
+        applies, read without one): ``finish_grace`` while lingering (see
+        :meth:`linger_wait`), else ``first_token`` until the first content, else ``stall``
+        between content."""
+        left = self.linger_wait(now, in_event)
+        if left is not None:
+            return Wait(left, Deadline.FINISH_GRACE)
+        left = self.first_token_left(now)
+        if left is not None:
+            return Wait(left, Deadline.FIRST_TOKEN)
+        left = self.stall_wait(now)
+        if left is not None:
+            return Wait(left, Deadline.STALL)
+        return None
+
+    def head_wait(self, now: float, saw_content: bool) -> Wait | None:
+        """How long the next response head may wait and for which deadline (``None``: no
+        limit): the read timeout (a head trickled a byte at a time resets the HTTP library's
+        own with every byte), and ``first_token``, which bounds every head and, until the
+        first content, counts from the request across the retries."""
+        waits = []
+        gap = self.timeouts.read_gap
+        if gap is not None:
+            waits.append(Wait(gap, Deadline.HEAD))
+        first = self.first_token_timeout
+        if first is not None:
+            left = None if saw_content else self.first_token_left(now)
+            waits.append(Wait(first if left is None else min(first, left), Deadline.FIRST_TOKEN))
+        return min(waits, key=lambda wait: wait.seconds) if waits else None
+
+    def due_before_content(self, now: float, saw_content: bool) -> Deadline | None:
+        """The deadline that has passed with no content yet (``first_token``): no request
+        is worth sending, and a failed one is not retried."""
+        if saw_content:
+            return None
+        left = self.first_token_left(now)
+        return Deadline.FIRST_TOKEN if left is not None and left <= 0.0 else None
+
+    def backoff(self, now: float, delay: float, saw_content: bool) -> float:
+        """``delay`` before a retry, cut to when a deadline passes (``first_token`` before
+        any content): fail then, not after a backoff past it."""
+        left = None if saw_content else self.first_token_left(now)
+        return delay if left is None or left >= delay else left
 
     def first_token_left(self, now: float) -> float | None:
         """Seconds left for the first content (``None``: no such limit, or it came)."""
@@ -173,7 +266,7 @@ class Progress:
 
     def stall_wait(self, now: float) -> float | None:
         """A read starts waiting at ``now``: how long it may wait for bytes under
-        ``stall_timeout`` (``None``: no such limit, or no content yet: it counts from the
+        ``stall`` (``None``: no such limit, or no content yet: it counts from the
         first content on). Only time spent waiting on the network since the last content
         counts, never the caller's own time between reads (a slow consumer is no stall)."""
         if self.stall_timeout is None or self.first_token is None:
@@ -214,7 +307,7 @@ class Progress:
     def stats(self, reply: Reply, attempts: int, resumes: int, now: float) -> StreamStats:
         start = self.started
         end = self.finished_at if self.finished_at is not None else now
-        first = self.first_token
+        first, last = self.first_token, self.last_token
         return StreamStats(
             bytes=reply.bytes,
             events=reply.events,
@@ -224,4 +317,7 @@ class Progress:
             duration=None if start is None else end - start,
             attempts=attempts,
             resumes=resumes,
+            deadline=self.fired,
+            content_events=self.content_events,
+            time_to_last_token=None if start is None or last is None else last - start,
         )

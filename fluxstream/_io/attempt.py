@@ -25,8 +25,10 @@ from typing import Any
 import anyio
 import sniffio
 
+from .._core.progress import Wait
 from ..apis import Api
 from ..errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
+from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from .http_library import (
     HttpErrors,
     RequestHeaderError,
@@ -64,17 +66,25 @@ class RequestSpec:
     #: The provider API: its path, and what a resume sends (asked, never guessed from a URL).
     api: Api
     body: dict[str, Any]
-    build: Callable[[str, Mapping[str, Any], Mapping[str, str]], Any]
+    #: Builds the request from ``(path, body, headers, timeouts)``: the HTTP library's
+    #: timeouts are the request's own (a request may override the client's).
+    build: Callable[[str, Mapping[str, Any], Mapping[str, str], Timeouts], Any]
     http: Any
     errors: HttpErrors
     #: Never in the repr: a caller's own ``Authorization`` (a gateway's token) may be here.
     headers: dict[str, str] = field(default_factory=dict, repr=False)
-    #: The read timeout in force, for error messages.
-    read_timeout: float | None = None
-    #: Builds a ``GET`` of ``(path with query, headers)`` with the same authentication, for
-    #: resumes that re-read a stored response (``GET /responses/{id}?stream=true&...``);
-    #: ``None``: this client cannot, and such resumes are not offered.
-    build_get: Callable[[str, Mapping[str, str]], Any] | None = None
+    #: Every deadline of the stream: the client's, with the request's own over them.
+    timeouts: Timeouts = DEFAULT_TIMEOUTS
+    #: Builds a ``GET`` of ``(path with query, headers, timeouts)`` with the same
+    #: authentication, for resumes that re-read a stored response
+    #: (``GET /responses/{id}?stream=true&...``); ``None``: this client cannot, and such
+    #: resumes are not offered.
+    build_get: Callable[[str, Mapping[str, str], Timeouts], Any] | None = None
+
+    @property
+    def read_timeout(self) -> float | None:
+        """The read timeout in force (``idle``, else ``read``, else ``stall``)."""
+        return self.timeouts.read_gap
 
     @property
     def path(self) -> str:
@@ -95,11 +105,12 @@ class Attempt:
     is idempotent.
     """
 
-    def __init__(self, spec: RequestSpec, *, head_timeout: float | None = None) -> None:
+    def __init__(self, spec: RequestSpec, *, head: Wait | None = None) -> None:
         self.spec = spec
-        #: Bound on the whole wait for the response head: a server that trickles it a byte
-        #: at a time resets the HTTP library's read timeout with every byte.
-        self.head_timeout = head_timeout
+        #: Bound on the whole wait for the response head, and the deadline it is: a server
+        #: that trickles it a byte at a time resets the HTTP library's read timeout with
+        #: every byte.
+        self.head = head
         self.response: Any = None
         #: The event stream's bytes (``None`` for a JSON body or before :meth:`open`).
         self.body: AsyncIterator[bytes] | None = None
@@ -143,9 +154,9 @@ class Attempt:
             if get is not None:
                 if spec.build_get is None:
                     raise APIConnectionError("this client cannot send GET requests to resume")
-                request = spec.build_get(get, merged)
+                request = spec.build_get(get, merged, spec.timeouts)
             else:
-                request = spec.build(spec.path, body or spec.body, merged)
+                request = spec.build(spec.path, body or spec.body, merged, spec.timeouts)
         except UnicodeEncodeError as exc:
             if exc.encoding != "ascii":  # not a header's (a body's lone surrogate)
                 raise
@@ -154,7 +165,8 @@ class Attempt:
             response = await self._send(request)
         except errors.timeout as exc:
             raise APITimeoutError(
-                f"timed out before the response: {type(exc).__name__}"
+                f"timed out before the response: {type(exc).__name__}",
+                deadline=errors.deadline_of(exc),
             ) from exc
         except errors.decoding as exc:  # the head announced a coding no decoder here reads
             raise StreamFailedError(f"the response body cannot be decoded: {exc}") from exc
@@ -178,13 +190,17 @@ class Attempt:
     async def _send(self, request: Any) -> Any:
         if self.cancelled:
             raise AttemptCancelled
-        head = self.head_timeout
+        wait = self.head
+        head = None if wait is None else wait.seconds
         if sniffio.current_async_library() == "asyncio":
             response = await self._send_asyncio(request, head)
         else:
             response = await self._send_scoped(request, head)
         if response is None and not self.cancelled:
-            raise APITimeoutError(f"no response head within {seconds(head)}")
+            raise APITimeoutError(
+                f"no response head within {seconds(head)}",
+                deadline=Deadline.HEAD if wait is None else wait.deadline,
+            )
         if response is None or self.cancelled:
             if response is not None:
                 with anyio.CancelScope(shield=True):

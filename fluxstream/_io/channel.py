@@ -25,21 +25,18 @@ from typing import Any
 import anyio
 import sniffio
 
-from .._core.progress import Progress
+from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, DropState, Recovery, is_transient_error
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
 from ..events import ErrorEvent, Event
 from ..parser import StreamParser
+from ..timeouts import Deadline
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .readahead import ReadAhead
 
-__all__ = ["Channel", "FirstTokenOverdue"]
+__all__ = ["Channel"]
 
 logger = logging.getLogger("fluxstream")
-
-
-class FirstTokenOverdue(Exception):
-    """``first_token_timeout`` ran out before any content while (re)sending the request."""
 
 
 class Channel:
@@ -50,14 +47,11 @@ class Channel:
         spec: RequestSpec,
         parser: StreamParser,
         recovery: Recovery,
-        *,
-        head_timeout: float | None = None,
-        progress: Progress | None = None,
+        progress: Progress,
     ) -> None:
         self.spec = spec
-        self.head_timeout = head_timeout
-        #: The stream's clocks: ``first_token_timeout`` counts from the request, so it also
-        #: bounds every head wait and backoff before the first content.
+        #: The stream's clocks: they bound every head wait, and ``first_token`` counts from
+        #: the request, so it also bounds every backoff before the first content.
         self.progress = progress
         self.parser = parser
         self.recovery = recovery
@@ -99,16 +93,15 @@ class Channel:
                 raise AttemptCancelled
             if getattr(self.spec.http, "is_closed", False):  # never retried: nothing would be
                 raise APIConnectionError("the HTTP client is closed")  # sent (or a new pool)
-            head = self.head_timeout
-            left = self._first_token_left()
-            if left is not None:
-                if left <= 0.0:
-                    raise FirstTokenOverdue
-                head = left if head is None else min(head, left)
+            progress, saw_content, now = self.progress, self.parser.saw_content, time.monotonic()
+            passed = progress.due_before_content(now, saw_content)
+            if passed is not None:
+                raise DeadlinePassed(passed)
+            head = progress.head_wait(now, saw_content)
             recovery.attempts += 1
             tries += 1
             used = tries if fresh_budget else recovery.attempts
-            attempt = self.attempt = Attempt(self.spec, head_timeout=head)
+            attempt = self.attempt = Attempt(self.spec, head=head)
             try:
                 await attempt.open(
                     headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes,
@@ -116,9 +109,8 @@ class Channel:
                 )
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
-                left = self._first_token_left()
-                if left is not None and left <= 0.0:
-                    raise  # the head did not come within first_token_timeout: no retry
+                if progress.due_before_content(time.monotonic(), self.parser.saw_content):
+                    raise  # e.g. the head did not come within first_token: no retry
                 status = getattr(exc, "status_code", None)
                 decision = recovery.after_failed_request(
                     tries=used,
@@ -186,17 +178,8 @@ class Channel:
                 )
         return None
 
-    def _first_token_left(self) -> float | None:
-        """Seconds left for the first content, if ``first_token_timeout`` applies now."""
-        progress = self.progress
-        if progress is None or self.parser.saw_content:
-            return None
-        return progress.first_token_left(time.monotonic())
-
     async def wait_to_retry(self, attempt: int, delay: float, reason: str) -> None:
-        left = self._first_token_left()
-        if left is not None and left < delay:
-            delay = left  # the first token is due before the retry: fail then, not later
+        delay = self.progress.backoff(time.monotonic(), delay, self.parser.saw_content)
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
             show_key(self.parser.content_key), one_line(reason), attempt + 1,
@@ -216,30 +199,17 @@ class Channel:
 
     # ------------------------------------------------------------------ reading
 
-    async def receive_on_time(self, progress: Progress) -> bytes | None:
-        """The next read within the deadline that applies now (``None``: the first token, or
-        with ``stall_timeout`` the next content, is overdue). No cancel scope on the hot path:
-        only before the first content (with ``first_token_timeout``), between content with
-        ``stall_timeout`` (a silent server is a stall too), and after every choice finished
-        (``finish_grace``: some servers never send the sentinel nor close; the bytes then
-        "end" and the stream ends ``finished``)."""
-        now = time.monotonic()
-        left = progress.linger_wait(now, self.parser.in_event)
-        if left is not None:
-            data = await self._receive_within(left)
-            if data is None:
-                logger.info(
-                    "no sentinel %.1fs after every choice finished; ending",
-                    progress.finish_grace,
-                )
-                raise StopAsyncIteration
-            return data
-        left = progress.first_token_left(now)
-        if left is None:
-            left = progress.stall_wait(now)
-            if left is None:
-                return await self.receive()
-        return await self._receive_within(left)
+    async def receive_on_time(self) -> bytes | Deadline:
+        """The next read within the deadline that applies now (:meth:`Progress.read_wait`),
+        or that deadline if it passed first. No cancel scope on the hot path: only before
+        the first content (with ``first_token``), between content with ``stall`` (a silent
+        server is a stall too), and after every choice finished (``finish_grace``: some
+        servers never send the sentinel nor close)."""
+        wait = self.progress.read_wait(time.monotonic(), self.parser.in_event)
+        if wait is None:
+            return await self.receive()
+        data = await self._receive_within(wait.seconds)
+        return wait.deadline if data is None else data
 
     async def _receive_within(self, seconds: float) -> bytes | None:
         """The next read, or ``None`` if none came within ``seconds``. On asyncio, under

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from .. import apis
 from ..apis import Api, Structured
 from ..errors import ResumeTokenError
+from ..observe import StreamObserver
 from ..parser import StreamParser, new_content_key
 from ..reply import Reply
 from ..retry import ResumePolicy, RetryPolicy
 from ..stream import RESUME_TOKEN_VERSION, ReplyStream
+from ..timeouts import Timeouts
 from .attempt import RequestSpec
 from .stream_objects import track
 
@@ -51,26 +53,36 @@ class StreamFactory(Protocol):
         """A parser that goes on from a resume token (checked by the caller)."""
         ...
 
-    def request(self, api: Api, body: dict[str, Any], headers: Mapping[str, Any]) -> RequestSpec:
-        """The request of ``body`` to ``api`` (``headers`` as the caller gave them)."""
+    def request(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, Any],
+        timeouts: Timeouts | None,
+    ) -> RequestSpec:
+        """The request of ``body`` to ``api`` (``headers`` as the caller gave them), under
+        the client's deadlines with the fields given in ``timeouts`` over them."""
         ...
 
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
         resume: ResumePolicy, resuming: bool,
     ) -> ReplyStream:
-        """The stream of ``request`` read by ``parser``."""
+        """The stream of ``request`` read by ``parser``, told to the client's observers."""
         ...
 
 
-def prepare(stream: ReplyStream, structured: Structured | None, log: Any) -> ReplyStream:
-    """The stream an endpoint returns: tracking ``structured`` output, and recorded into
+def prepare(
+    stream: ReplyStream, structured: Structured | None, log: Any,
+    observers: Iterable[StreamObserver] = (),
+) -> ReplyStream:
+    """The stream an endpoint returns: tracking ``structured`` output, told to the call's
+    ``observers`` (after the client's), and recorded into
     ``log`` (a :class:`fluxstream.relay.ReplyLog`; duck-typed, so the stream layer never
     imports the relay). A recorded stream has the stream's whole API (events, ``text()``,
     ``objects()``, ``partial_tool_call()``, ``parsed``, ``complete()``...), so it is typed
     as one."""
     if structured is not None:
         track(stream, structured)
+    for observer in observers:
+        stream.add_observer(observer)
     if log is None:
         return stream
     return cast("ReplyStream", log.record(stream))
@@ -118,9 +130,12 @@ class Endpoint:
         strict: bool,
         retry: RetryPolicy | None,
         resume: ResumePolicy | None,
+        timeouts: Timeouts | None,
+        observers: Sequence[StreamObserver],
     ) -> ReplyStream:
         """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
-        tools, structured output, ``stream: true``, then the stream (opened lazily)."""
+        tools, structured output, ``stream: true``, then the stream (opened lazily) under
+        ``timeouts`` over the client's, told to the client's ``observers`` then the call's."""
         api = self.api
         if tools is not None:
             api.add_tools(body, tools)
@@ -129,10 +144,10 @@ class Endpoint:
         factory = self.factory
         parser = factory.parser(api, content_key or new_content_key(), strict=strict)
         stream = factory.open(
-            factory.request(api, body, extra_headers or {}), parser,
+            factory.request(api, body, extra_headers or {}, timeouts), parser,
             retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=False,
         )
-        return prepare(stream, structured, log)
+        return prepare(stream, structured, log, observers)
 
     def resume(
         self,
@@ -142,6 +157,8 @@ class Endpoint:
         resume: ResumePolicy | None = None,
         retry: RetryPolicy | None = None,
         response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
     ) -> ReplyStream:
         """The one way a resume token becomes a stream: the token must be of this API
         (:func:`fluxstream.apis.for_token`) and of this version; its partial reply and
@@ -163,10 +180,10 @@ class Endpoint:
         factory = self.factory
         parser = factory.token_parser(api, token)
         stream = factory.open(
-            factory.request(api, dict(token["body"]), extra_headers or {}), parser,
+            factory.request(api, dict(token["body"]), extra_headers or {}, timeouts), parser,
             retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=True,
         )
-        return prepare(stream, api.structured(response_format), None)
+        return prepare(stream, api.structured(response_format), None, observers)
 
 
 def completing(

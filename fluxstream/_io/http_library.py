@@ -31,6 +31,7 @@ from ..errors import (
     RateLimitError,
     RequestHeaderError,
 )
+from ..timeouts import Deadline
 
 __all__ = [
     "HttpErrors", "RequestHeaderError", "abort_connection", "body_complete",
@@ -74,6 +75,8 @@ class HttpErrors:
 
     timeout: type[BaseException]
     read_timeout: type[BaseException]
+    #: The library's timeout classes before a response, with the deadline each one is.
+    timeouts: tuple[tuple[type[BaseException], Deadline], ...]
     transport: type[BaseException]
     #: Any failure of a request (transport, decoding, redirects): the library's RequestError.
     request: type[BaseException]
@@ -86,10 +89,27 @@ class HttpErrors:
         return cls(
             timeout=module.TimeoutException,
             read_timeout=module.ReadTimeout,
+            timeouts=tuple(
+                (getattr(module, name, _NeverRaised), deadline)
+                for name, deadline in (
+                    ("ConnectTimeout", Deadline.CONNECT),
+                    ("WriteTimeout", Deadline.WRITE),
+                    ("PoolTimeout", Deadline.POOL),
+                    ("ReadTimeout", Deadline.HEAD),  # before a response: the head's wait
+                )
+            ),
             transport=module.TransportError,
             request=module.RequestError,
             decoding=getattr(module, "DecodingError", _NeverRaised),
         )
+
+
+    def deadline_of(self, exc: BaseException) -> Deadline:
+        """Which deadline a timeout of the library (raised before a response) is."""
+        for kind, deadline in self.timeouts:
+            if isinstance(exc, kind):
+                return deadline
+        return Deadline.CONNECT
 
 
 def _library_of(client_type: type) -> ModuleType:

@@ -23,9 +23,10 @@ from typing import Any
 
 import anyio
 
-from .._core.progress import Overdue, Progress
+from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, Recovery
 from ..errors import (
+    APITimeoutError,
     FirstTokenTimeoutError,
     FluxstreamError,
     IdleTimeoutError,
@@ -37,14 +38,24 @@ from ..errors import (
 from ..events import Event
 from ..parser import StreamParser
 from ..retry import ResumePolicy, RetryPolicy
+from ..timeouts import Deadline
 from .attempt import Attempt, AttemptCancelled, RequestSpec
-from .channel import Channel, FirstTokenOverdue
+from .channel import Channel
 from .http_library import seconds
 from .reconnect import TOKEN_REASON, reconnect
 
 __all__ = ["StreamReader"]
 
 logger = logging.getLogger("fluxstream")
+
+#: The error a stream deadline ends the stream with, and its message (``{}``: the limit).
+#: ``FINISH_GRACE`` is not here: it ends the stream ``finished``, as does ``STALL`` once every
+#: choice has finished.
+_TIMEOUT_ERRORS: dict[Deadline, tuple[type[StreamError], str]] = {
+    Deadline.FIRST_TOKEN: (FirstTokenTimeoutError, "no content within {} of the request"),
+    Deadline.STALL: (StallTimeoutError, "no content for {}"),
+    Deadline.IDLE: (IdleTimeoutError, "no bytes for {}"),
+}
 
 
 class StreamReader:
@@ -57,9 +68,6 @@ class StreamReader:
         *,
         retry: RetryPolicy,
         resume: ResumePolicy,
-        stall_timeout: float | None,
-        finish_grace: float | None,
-        first_token_timeout: float | None,
         resuming: bool,
     ) -> None:
         self._spec = spec
@@ -68,21 +76,13 @@ class StreamReader:
         #: "Every choice finished", as Progress asks it (one callable, not one per read).
         self._complete: Callable[[], bool] = lambda: parser.complete
         self.recovery = Recovery(retry, resume)
-        # The response head must come within the read timeout (and the first token's).
-        limits = [t for t in (spec.read_timeout, first_token_timeout) if t is not None]
-        self.progress = Progress(
-            stall_timeout=stall_timeout,
-            finish_grace=finish_grace,
-            first_token_timeout=first_token_timeout,
-        )
-        self.channel = Channel(
-            spec, parser, self.recovery, head_timeout=min(limits) if limits else None,
-            progress=self.progress,
-        )
+        self.progress = Progress(spec.timeouts)
+        self.channel = Channel(spec, parser, self.recovery, self.progress)
         self.ended = False
         self.cancel_requested = False
-        # A stream restored from a resume token starts with a resume, not a fresh request.
-        self._resuming = resuming
+        #: A stream restored from a resume token starts with a resume, not a fresh request
+        #: (``False`` once it has).
+        self.resuming = resuming
         #: The exception that ended the stream badly (transport error, timeout), if any.
         self.cause: BaseException | None = None
 
@@ -99,8 +99,11 @@ class StreamReader:
         self.channel.cancel()
 
     def abandon(self) -> bool:
-        """The stream was collected: close whatever it left open (see
-        :meth:`Channel.abandon`); whether anything was."""
+        """The stream was collected: it ends ``cancelled`` (unless it had ended), and whatever
+        it left open is closed (see :meth:`Channel.abandon`); whether anything was."""
+        if not self.ended:
+            self.cancel_requested = True
+            self.end(self._parser.cancel("abandoned: collected without being closed"))
         if self.channel.closed:
             return False
         self.cancel_requested = True
@@ -127,11 +130,16 @@ class StreamReader:
         pending = parser.pending_error
         if pending is not None:  # found by the last read, after the events it delivered
             return await self._fail_with(StreamFailedError, pending, str(pending))
+        passed: Deadline | None = None
         try:
             if self.progress.deadline_free:  # the hot path: no deadline, no scope
-                data: bytes | None = await self.channel.receive()
+                data = await self.channel.receive()
             else:
-                data = await self.channel.receive_on_time(self.progress)
+                got = await self.channel.receive_on_time()
+                if isinstance(got, Deadline):  # no read in time: the deadline it was for
+                    passed, data = got, b""
+                else:
+                    data = got
         except StopAsyncIteration:
             return await self._bytes_ended(None)
         except anyio.get_cancelled_exc_class() as exc:
@@ -142,10 +150,8 @@ class StreamReader:
         except BaseException as exc:  # KeyboardInterrupt, SystemExit: the caller stops all
             await self._interrupted(exc)
             raise
-        if data is None:  # no read in time: the first content, or the next one, is overdue
-            return await self._timed_out(
-                "first_token" if self.progress.first_token is None else "stall"
-            )
+        if passed is not None:
+            return await self._deadline_passed(passed)
         try:
             events = parser.feed(data)
         except ResumeMismatchError as exc:
@@ -163,21 +169,27 @@ class StreamReader:
         if events and parser.finished:
             self.end([])
         elif overdue is not None:
-            return await self._timed_out(overdue)
+            return await self._deadline_passed(overdue)
         return events
 
-    async def _timed_out(self, overdue: Overdue) -> list[Event]:
-        """No content in time: the typed error, or ``finished`` when nothing more was due."""
+    async def _deadline_passed(
+        self, deadline: Deadline, exc: BaseException | None = None
+    ) -> list[Event]:
+        """``deadline`` passed: recorded for ``stats``, then the stream ends with its typed
+        error, or ``finished`` when nothing more was due (the sentinel's grace ran out, or
+        every choice finished and only heartbeats are left)."""
         progress = self.progress
-        if overdue == "first_token":
-            message = f"no content within {seconds(progress.first_token_timeout)} of the request"
-            return await self._fail_with(FirstTokenTimeoutError, None, message)
-        if self._parser.complete:  # every choice finished: heartbeats are all that is left
-            logger.info("no content for %.1fs after every choice finished; ending",
-                        progress.stall_timeout)
+        progress.passed(deadline)
+        limit = progress.timeouts.limit(deadline)
+        if deadline is Deadline.FINISH_GRACE:
+            logger.info("no sentinel %.1fs after every choice finished; ending", limit)
             return await self._bytes_ended(None)
-        message = f"no content for {seconds(progress.stall_timeout)}"
-        return await self._fail_with(StallTimeoutError, None, message)
+        if deadline is Deadline.STALL and self._parser.complete:
+            # every choice finished: heartbeats are all that is left
+            logger.info("no content for %.1fs after every choice finished; ending", limit)
+            return await self._bytes_ended(None)
+        kind, message = _TIMEOUT_ERRORS[deadline]
+        return await self._fail_with(kind, exc, message.format(seconds(limit)))
 
     async def _read_failed(self, exc: Exception) -> list[Event]:
         """A read raised: an idle timeout, a drop (maybe resumable), or a failure."""
@@ -186,8 +198,7 @@ class StreamReader:
             # read's error is the caller's own doing, not the server's.
             return self.end(self._parser.cancel("cancelled by stream.cancel()"))
         if isinstance(exc, self._errors.read_timeout):
-            message = f"no bytes for {seconds(self._spec.read_timeout)}"
-            return await self._fail_with(IdleTimeoutError, exc, message)
+            return await self._deadline_passed(Deadline.IDLE, exc)
         if isinstance(exc, self._errors.transport):
             return await self._bytes_ended(exc)
         # e.g. a decoding error: the stream failed, the reply is kept
@@ -226,10 +237,12 @@ class StreamReader:
             return result
         except AttemptCancelled:
             return self.end(self._parser.cancel("cancelled by stream.cancel()"))
-        except FirstTokenOverdue:  # a retry before content ran out of time
-            return await self._timed_out("first_token")
+        except DeadlinePassed as passed:  # a retry before content ran out of time
+            return await self._deadline_passed(passed.deadline)
         except FluxstreamError as exc:
             self.cause = exc
+            if isinstance(exc, APITimeoutError):  # the reconnect's head never came
+                self.progress.passed(exc.deadline)
             with anyio.CancelScope(shield=True):
                 await self.close_response(drain=False)
             return self.end(self._parser.close(cause=exc))
@@ -273,8 +286,8 @@ class StreamReader:
         self.progress.start(time.monotonic())
         self.recovery.start(time.monotonic())
         try:
-            if self._resuming:
-                self._resuming = False
+            if self.resuming:
+                self.resuming = False
                 decision = self.recovery.resume_decision(self.channel.drop_state(None))
                 if decision.action != "resume":
                     raise StreamError("nothing to resume this stream by", self._parser.reply)
@@ -283,12 +296,14 @@ class StreamReader:
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.end(self._parser.cancel("cancelled by stream.cancel()"))
             return []
-        except FirstTokenOverdue:  # no response in time, across the retries
-            return await self._timed_out("first_token")
+        except DeadlinePassed as passed:  # no response in time, across the retries
+            return await self._deadline_passed(passed.deadline)
         except anyio.get_cancelled_exc_class() as exc:
             await self._interrupted(exc)
             raise
         except BaseException as exc:
+            if isinstance(exc, APITimeoutError):
+                self.progress.passed(exc.deadline)
             if not self.ended:
                 cause = exc
                 if isinstance(exc, StreamFailedError) and isinstance(
@@ -304,15 +319,17 @@ class StreamReader:
     def _opened(self, attempt: Attempt) -> list[Event]:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply
         (its events are returned, and the stream has ended)."""
-        self.progress.connected(time.monotonic())
+        now = time.monotonic()
+        self.progress.connected(now)
         if not attempt.is_json:
             return []
         parser = self._parser
         events = parser.feed_completion(attempt.payload)
         events += parser.close()
+        # Its content came with the body, now: counted like any read's before the end, so
+        # the stats at the end (an observer's) have the first token.
+        self.progress.read(events, now, self._complete)
         self.end([])
-        if parser.saw_content:
-            self.progress.first_token = self.progress.finished_at
         return events
 
     async def close_response(self, *, drain: bool = True) -> None:

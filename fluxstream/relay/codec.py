@@ -28,6 +28,7 @@ from pydantic_core import to_json
 from ..errors import RelayPositionError
 from ..events import (
     Event,
+    Outcome,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -42,6 +43,7 @@ __all__ = [
     "coalesce",
     "decode_entry",
     "encode_entry",
+    "end_record",
     "parse_position",
 ]
 
@@ -168,3 +170,8 @@ def coalesce(events: list[Event]) -> list[Event]:
     return out
 
 
+def end_record(
+    outcome: Outcome, reason: str | None, reply: dict[str, Any] | None, token: Any
+) -> dict[str, Any]:
+    """What a terminal entry carries besides the ``End`` event."""
+    return {"outcome": outcome.value, "reason": reason, "reply": reply, "token": token}

@@ -27,11 +27,13 @@ import anyio
 
 from ..errors import RelayKeyError, RelayPositionError, show_key
 from ..events import End, Outcome
-from .codec import Entry, Position, RelayEvent, parse_position
+from .access import LogAccess
+from .codec import Entry, Position, RelayEvent, end_record, parse_position
+from .producer import RecordedStream, Recorder
+from .writer import Write, Writer, current_loop
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..stream import ReplyStream
-    from .producer import RecordedStream
 
 __all__ = ["LogState", "ReplyLog", "Write"]
 
@@ -57,20 +59,6 @@ class LogState:
     cancelled: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Write:
-    """One write of a producer, for :meth:`ReplyLog._write_many`: append ``entry`` (with
-    ``token``; ``final`` ends the reply), or with no entry refresh the lease, or with
-    ``release`` drop it."""
-
-    key: str
-    owner: str
-    entry: Entry | None = None
-    token: dict[str, Any] | None = None
-    final: bool = False
-    release: bool = False
-
-
 class ReplyLog(ABC):
     """A store of relayed replies, one per content key (see :mod:`fluxstream.relay`).
 
@@ -92,7 +80,7 @@ class ReplyLog(ABC):
         self.frame = frame
         self.token_interval = token_interval
         #: The writer of the streams this log records (see :mod:`fluxstream.relay.writer`).
-        self._writer: Any = None
+        self._writer: Writer | None = None
 
     # ------------------------------------------------------------------ backend primitives
 
@@ -175,8 +163,9 @@ class ReplyLog(ABC):
     # ------------------------------------------------------------------ producing
 
     def record(self, stream: ReplyStream, *, key: str | None = None) -> RecordedStream:
-        """Wrap ``stream`` so that every event it delivers is recorded under ``key`` (default:
-        the stream's content key). Use the result exactly like the stream::
+        """Record every event ``stream`` delivers under ``key`` (default: the stream's content
+        key). The result is the same stream (a :class:`~fluxstream.stream.ReplyStream`, now a
+        :class:`~fluxstream.relay.RecordedStream`): use it exactly as before::
 
             async with log.record(client.chat.stream(...)) as stream:
                 async for event in stream: ...
@@ -186,9 +175,25 @@ class ReplyLog(ABC):
         ``stream.cancel()``, and the outcome is recorded when the stream ends. A failing log
         is reported (``recorded.log_error``, a warning) and never breaks the stream.
         """
-        from .producer import RecordedStream
+        return RecordedStream.adopt(stream, Recorder(stream, self._access(), key=key))
 
-        return RecordedStream(stream, self, key=key)
+    def _access(self) -> LogAccess:
+        """What the recorder and a takeover may do to this log (see
+        :mod:`fluxstream.relay.access`)."""
+        return LogAccess(
+            frame=self.frame, lease=self.lease, token_interval=self.token_interval,
+            new_owner=self._new_owner, create=self._create, watch_cancel=self._watch_cancel,
+            writer=self._current_writer, acquire=self._acquire, release=self._release,
+            meta=self._meta, read=self._read,
+        )
+
+    def _current_writer(self) -> Writer:
+        """This log's writer for the running event loop (a new one if the loop changed)."""
+        loop = current_loop()
+        writer = self._writer
+        if writer is None or writer.loop is not loop:
+            writer = self._writer = Writer(self._write_many, self.lease, loop)
+        return writer
 
     # ------------------------------------------------------------------ following
 
@@ -248,17 +253,17 @@ class ReplyLog(ABC):
                 if state.cancelled:  # stopped while no producer runs (a taker released it)
                     await self._end_unowned(
                         key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
-                        _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
+                        end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
                     )
                     continue
                 if takeover is not None and took_over is None:
                     from .takeover import take_over
 
-                    took_over = await take_over(self, key, takeover)
+                    took_over = await take_over(self._access(), key, takeover)
                     if took_over is not None:
                         continue
                 await self._end_unowned(
-                    key, [End(Outcome.TRUNCATED, PRODUCER_LOST)], _end_record(
+                    key, [End(Outcome.TRUNCATED, PRODUCER_LOST)], end_record(
                         Outcome.TRUNCATED, PRODUCER_LOST, None, None
                     )
                 )
@@ -291,7 +296,7 @@ class ReplyLog(ABC):
                 raise RelayKeyError(f"the reply under key {show_key(key)} expired while cancelled")
             if not state.lease_alive and await self._end_unowned(
                 key, [End(Outcome.CANCELLED, CANCELLED_BY_RELAY)],
-                _end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
+                end_record(Outcome.CANCELLED, CANCELLED_BY_RELAY, None, None),
             ):
                 continue  # ended here: read the outcome back
             # Every other round checks the deadline and sleeps (a round that neither ended
@@ -313,9 +318,3 @@ class ReplyLog(ABC):
     def _new_owner() -> str:
         return uuid.uuid4().hex
 
-
-def _end_record(
-    outcome: Outcome, reason: str | None, reply: dict[str, Any] | None, token: Any
-) -> dict[str, Any]:
-    """What a terminal entry carries besides the ``End`` event."""
-    return {"outcome": outcome.value, "reason": reason, "reply": reply, "token": token}

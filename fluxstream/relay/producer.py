@@ -1,13 +1,18 @@
 """The producer side: a stream whose delivered events are recorded into a reply log.
 
-:class:`RecordedStream` wraps a :class:`~fluxstream.stream.ReplyStream` and is used exactly
-like it. The consumer's path only appends to a list: the log's writer (one background task
-per log, :mod:`fluxstream.relay.writer`, for every stream the process records) coalesces
-what arrived into one entry per frame and writes it, refreshes the lease when there is nothing
-to write, and -- through the log's cancel watch or the flag every write returns -- the stream
-calls ``stream.cancel()`` when any worker asks the reply to stop. So a slow or dead log
-never slows or breaks the stream that feeds it: a failed write is reported once
-(``log_error`` and a warning) and recording stops.
+:class:`Recorder` is a stream observer (:mod:`fluxstream.observe`): told of each event the
+stream delivers, it only appends it to a list. The log's writer (one background task per log,
+:mod:`fluxstream.relay.writer`, for every stream the process records) coalesces what arrived
+into one entry per frame and writes it, refreshes the lease when there is nothing to write,
+and -- through the log's cancel watch or the flag every write returns -- the recorder calls
+``stream.cancel()`` when any worker asks the reply to stop. So a slow or dead log never slows
+or breaks the stream that feeds it: a failed write is reported once (``log_error`` and a
+warning) and recording stops.
+
+:class:`RecordedStream` is the stream itself, recorded: :meth:`ReplyLog.record` gives the
+very :class:`~fluxstream.stream.ReplyStream` it was handed a recorder and the few members
+the relay adds (creating the reply before the request, waiting for the terminal entry when
+the stream ends, the recorder's counters). Everything else is the stream's own.
 """
 
 from __future__ import annotations
@@ -15,25 +20,25 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
-from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
 from .._io.tasks import spawn
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
-from ..events import End, Event, Outcome, ToolCallDelta
-from .codec import Entry, coalesce
-from .log import Write, _end_record
-from .writer import Writer, writer_of
+from ..events import End, Event, Outcome
+from ..stream import ReplyStream
+from .codec import Entry, coalesce, end_record
+from .writer import Write, Writer
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._core.progress import StreamStats
+    from ..observe import StreamInfo
     from ..reply import Reply
-    from ..stream import ReplyStream
-    from .log import ReplyLog
+    from .access import LogAccess
 
-__all__ = ["RecordedStream", "produce"]
+__all__ = ["RecordedStream", "Recorder", "produce"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -53,14 +58,32 @@ def background(factory: Callable[[], Any]) -> Callable[[], None]:
     return cancel if callable(cancel) else handle  # type: ignore[no-any-return]
 
 
-class RecordedStream:
-    """A :class:`~fluxstream.stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
-    consumed (see :meth:`ReplyLog.record`)."""
+class Source(Protocol):
+    """What a recorder uses of the stream it records (a :class:`ReplyStream`)."""
+
+    @property
+    def content_key(self) -> str: ...
+
+    @property
+    def outcome(self) -> Outcome | None: ...
+
+    @property
+    def reply(self) -> Reply: ...
+
+    def resume_token(self) -> dict[str, Any]: ...
+
+    def cancel(self) -> None: ...
+
+
+class Recorder:
+    """Records the events a stream delivers into a log, one entry per frame (see the module
+    docstring): a :class:`~fluxstream.observe.StreamObserver` of the stream, and a
+    :class:`~fluxstream.relay.writer.Recording` of the log's writer."""
 
     def __init__(
         self,
-        stream: ReplyStream,
-        log: ReplyLog,
+        stream: Source,
+        log: LogAccess,
         *,
         key: str | None = None,
         owner: str | None = None,
@@ -73,14 +96,14 @@ class RecordedStream:
         self._log = log
         self.key = key if key is not None else stream.content_key
         # owner given: the lease is already held (a takeover), so nothing is created.
-        self._owner = owner if owner is not None else log._new_owner()
+        self._owner = owner if owner is not None else log.new_owner()
         self._created = owner is not None
         self._number = first_entry
         self._transform = transform
         self._pending: list[Event] = list(prefill or [])
         self._release_on_cancel = release_on_cancel
         self._end: End | None = None
-        self._started = False
+        self.started = False
         self._closing = False
         self._done = anyio.Event()
         self._writer: Writer | None = None
@@ -89,8 +112,9 @@ class RecordedStream:
         self._last_io = 0.0
         self._last_write = -math.inf
         self._final_taken = False
-        #: Consumer activity: inside ``anext`` now, and when it last got an event.
-        self._in_next = False
+        #: Consumer activity: inside ``anext`` now (set by the recorded stream), and when it
+        #: last got an event.
+        self.in_next = False
         self._consumed_at = 0.0
         #: The first error of the log (recording stopped then); the stream goes on regardless.
         self.log_error: BaseException | None = None
@@ -99,153 +123,15 @@ class RecordedStream:
         self.refreshes = 0
 
     def __repr__(self) -> str:
-        return f"<RecordedStream key={show_key(self.key)} writes={self.writes}>"
+        return f"<Recorder key={show_key(self.key)} writes={self.writes}>"
 
-    # ------------------------------------------------------------------ the stream's API
+    # ------------------------------------------------------------------ the stream's observer
 
-    @property
-    def stream(self) -> ReplyStream:
-        return self._stream
+    def on_open(self, info: StreamInfo) -> None:
+        """Nothing to do: the reply is created before the request (:meth:`start`)."""
 
-    @property
-    def reply(self) -> Reply:
-        return self._stream.reply
-
-    @property
-    def content_key(self) -> str:
-        return self._stream.content_key
-
-    @property
-    def outcome(self) -> Outcome | None:
-        return self._stream.outcome
-
-    @property
-    def stats(self) -> Any:
-        return self._stream.stats
-
-    def resume_token(self) -> dict[str, Any]:
-        return self._stream.resume_token()
-
-    def cancel(self) -> None:
-        self._stream.cancel()
-
-    async def __aenter__(self) -> RecordedStream:
-        await self.start()
-        try:
-            await self._stream.__aenter__()
-        except BaseException:
-            await self._finish()
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self._stream.__aexit__(exc_type, exc, tb)
-        finally:
-            await self._finish()
-
-    async def aclose(self) -> None:
-        try:
-            await self._stream.aclose()
-        finally:
-            await self._finish()
-
-    def __aiter__(self) -> RecordedStream:
-        return self
-
-    async def __anext__(self) -> Event:
-        if not self._started:
-            await self.start()
-        self._in_next = True
-        try:
-            event = await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._in_next = False
-            await self._finish()
-            raise
-        except BaseException:
-            self._in_next = False
-            with anyio.CancelScope(shield=True):
-                await self._finish()
-            raise
-        self._in_next = False
+    def on_event(self, event: Event) -> None:
         self._consumed_at = time.monotonic()
-        self._add(event)
-        return event
-
-    @property
-    def cause(self) -> BaseException | None:
-        return self._stream.cause
-
-    async def until_done(self) -> Reply:
-        """Read (and record) to the end; the final reply."""
-        async for _ in self:
-            pass
-        return self._stream.reply
-
-    async def complete(self) -> Reply:
-        """Like :meth:`ReplyStream.complete`: the reply, or its typed error, once every event
-        went through the recorder."""
-        await self.until_done()
-        return await self._stream.complete()
-
-    def text(self, coalesce: float | None = None) -> AsyncIterator[str]:
-        """The reply's text (choice 0), recorded on the way: ``ReplyStream.text``."""
-        return self._stream._text(coalesce, self)
-
-    def objects(
-        self, tp: Any = None, *, coalesce: float | None = None, live: bool = False
-    ) -> AsyncIterator[Any]:
-        """Typed partial objects, recorded on the way: ``ReplyStream.objects``."""
-        return self._stream._objects(tp, coalesce, live, self)
-
-    def partial_tool_call(self, event: ToolCallDelta, tp: Any, *, live: bool = False) -> Any:
-        """``ReplyStream.partial_tool_call``."""
-        return self._stream.partial_tool_call(event, tp, live=live)
-
-    @property
-    def parsed(self) -> Any:
-        """``ReplyStream.parsed``."""
-        return self._stream.parsed
-
-    # ------------------------------------------------------------------ recording
-
-    async def start(self) -> None:
-        """Create the reply in the log (done by ``async with`` or the first ``anext``; call it
-        first when followers must find the key before the stream is consumed). Idempotent."""
-        if self._started:
-            return
-        self._started = True
-        if not self._created:
-            try:
-                base = self._stream.resume_token()
-                base.pop("reply", None)
-                await self._log._create(self.key, self._owner, base)
-            except Exception as exc:
-                self._broken(exc)
-                return
-            self._created = True
-        try:
-            self._stop_watch = await self._log._watch_cancel(self.key, self._cancel_requested)
-        except Exception as exc:
-            self._broken(exc)
-            return
-        self._writer = writer_of(self._log)
-        self._last_io = self._consumed_at = time.monotonic()
-        self._writer.add(self)
-        if self._pending:  # a takeover's gap fill: written at once, not with the next event
-            self._writer.wake(self)
-
-    def _cancel_requested(self) -> None:
-        logger.info("relay: cancel requested for %s", show_key(self.key))
-        self._stream.cancel()
-
-    def _add(self, event: Event) -> None:
         if self.log_error is not None or self._end is not None:
             return
         first = not self._pending
@@ -261,27 +147,70 @@ class RecordedStream:
         if self._writer is not None and ((first and self._pending) or self._end is not None):
             self._writer.wake(self)
 
-    async def _finish(self) -> None:
-        """The stream ended (or was closed): write what is left and the terminal entry."""
+    def on_end(self, reply: Reply, stats: StreamStats) -> None:
+        """The stream ended without delivering its ``End`` (cancelled, failed, closed): the
+        terminal entry says how; written at once, even if nobody awaits :meth:`finish`."""
+        if self._end is None and self.log_error is None:
+            self._end = End(reply.outcome or Outcome.CANCELLED, reply.end_reason)
+            if self._writer is not None:
+                self._writer.wake(self)
+
+    # ------------------------------------------------------------------ recording
+
+    async def start(self) -> None:
+        """Create the reply in the log and start writing (idempotent)."""
+        if self.started:
+            return
+        self.started = True
+        log = self._log
+        if not self._created:
+            try:
+                base = self._stream.resume_token()
+                base.pop("reply", None)
+                await log.create(self.key, self._owner, base)
+            except Exception as exc:
+                self.broken(exc)
+                return
+            self._created = True
+        try:
+            self._stop_watch = await log.watch_cancel(self.key, self._cancel_requested)
+        except Exception as exc:
+            self.broken(exc)
+            return
+        self._writer = log.writer()
+        self._last_io = self._consumed_at = time.monotonic()
+        self._writer.add(self)
+        if self._pending or self._end is not None:  # a takeover's gap fill: written at once
+            self._writer.wake(self)
+
+    def _cancel_requested(self) -> None:
+        logger.info("relay: cancel requested for %s", show_key(self.key))
+        self._stream.cancel()
+
+    async def finish(self) -> None:
+        """The stream ended (or was closed): write what is left and the terminal entry,
+        waiting for it at most :data:`_CLOSE_WAIT` seconds."""
         if self._closing:
             return
         self._closing = True
         if self._end is None and self.log_error is None:
-            outcome = self._stream.outcome or Outcome.CANCELLED
-            self._end = End(outcome, self._stream.reply.end_reason)
+            stream = self._stream
+            self._end = End(stream.outcome or Outcome.CANCELLED, stream.reply.end_reason)
         if self._writer is not None:
             self._writer.wake(self)
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_WAIT):
                 await self._done.wait()
             self._writer.remove(self)
             if not self._done.is_set():  # the log never answered: say the end is not stored
-                self._broken(RelayUnavailableError(
+                self.broken(RelayUnavailableError(
                     f"the end of {show_key(self.key)} was not recorded within {_CLOSE_WAIT} s"
                 ))
         if self._stop_watch is not None:
             self._stop_watch()
 
-    def _broken(self, exc: BaseException) -> None:
+    # ------------------------------------------------------------------ the log's writer
+
+    def broken(self, exc: BaseException) -> None:
         if self.log_error is None:
             self.log_error = exc
             logger.warning(
@@ -291,10 +220,7 @@ class RecordedStream:
             )
         self._done.set()
 
-    # ------------------------------------------------------------------ the log's writer
-    # (fluxstream.relay.writer: one task writes every recorded stream of a log, per frame)
-
-    def _ready_at(self) -> float:
+    def ready_at(self) -> float:
         """When the writer may write what this stream has (``inf``: nothing to write)."""
         if self.log_error is not None or self._final_taken:
             return math.inf
@@ -304,14 +230,14 @@ class RecordedStream:
             return self._last_write + self._log.frame
         return math.inf
 
-    def _idle_due(self, now: float) -> bool:
+    def idle_due(self, now: float) -> bool:
         """Whether the lease needs a refresh (nothing was written for a third of it)."""
         return (
             self.log_error is None and not self._final_taken
             and now >= self._last_io + self._log.lease / 3
         )
 
-    def _take(self, now: float) -> list[Write]:
+    def take(self, now: float) -> list[Write]:
         """The writes due now (no await: events added meanwhile wait for the next frame).
 
         :raises RelayError: nobody consumed the stream for too long (see
@@ -351,16 +277,16 @@ class RecordedStream:
     def _unconsumed(self, now: float) -> bool:
         """Started, not ending, and nobody has waited in ``anext`` for too long."""
         return (
-            self._end is None and not self._closing and not self._in_next
+            self._end is None and not self._closing and not self.in_next
             and now - self._consumed_at > self._abandon_after()
         )
 
-    def _written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
+    def written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
         """What this stream's writes of a frame met; ``True`` when its recording is over."""
         cancel = False
         for write, result in outcomes:
             if isinstance(result, Exception):
-                self._broken(result)
+                self.broken(result)
                 if isinstance(result, RelayLeaseLostError) and self._release_on_cancel:
                     self._stream.cancel()  # a takeover that lost the reply to another worker
                 return True
@@ -378,7 +304,7 @@ class RecordedStream:
             self._stream.cancel()
         return False
 
-    def _abandoned(self) -> None:
+    def abandoned(self) -> None:
         """The writer stopped (its event loop is ending): nothing will be written."""
         self._done.set()
 
@@ -396,7 +322,7 @@ class RecordedStream:
                 for name in ("id", "model", "usage", "outcome", "stream_end", "end_reason")
             }
             metadata["finish_reasons"] = [c.get("finish_reason") for c in reply.get("choices", [])]
-            end = _end_record(end_event.outcome, end_event.reason, metadata, token)
+            end = end_record(end_event.outcome, end_event.reason, metadata, token)
             token = None
         elif self._last_token == 0.0 or now - self._last_token >= self._log.token_interval:
             token = self._stream.resume_token()
@@ -405,10 +331,104 @@ class RecordedStream:
         return Write(self.key, self._owner, entry, token, final)
 
 
-async def produce(stream: ReplyStream, log: ReplyLog, *, key: str | None = None) -> Reply:
-    """Drive ``stream`` to its end, recording it into ``log``; returns the reply. For a worker
-    that relays a reply it does not show itself (followers read it from the log)."""
-    async with log.record(stream, key=key) as recorded:
+class RecordedStream(ReplyStream):
+    """A :class:`~fluxstream.stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
+    consumed (see :meth:`ReplyLog.record`): the stream's whole API, and the recorder's
+    state (:attr:`log_error`, :attr:`writes`, :attr:`refreshes`, :meth:`start`)."""
+
+    #: Writes the delivered events into the log (the stream's last observer).
+    recorder: Recorder
+
+    @classmethod
+    def adopt(cls, stream: ReplyStream, recorder: Recorder) -> RecordedStream:
+        """Make ``stream`` itself a recorded stream, recorded by ``recorder``.
+
+        The caller's own object becomes recorded -- same state, same identity, still a
+        ``ReplyStream`` -- rather than being wrapped: a wrapper had to re-implement the
+        stream's whole API (and was no ``ReplyStream``), and two objects for one stream
+        would each think they own its response."""
+        if type(stream) is not ReplyStream:
+            raise TypeError(f"only a plain ReplyStream can be recorded, not {stream!r}")
+        stream.__class__ = cls
+        recorded = cast("RecordedStream", stream)
+        recorded.recorder = recorder
+        recorded.add_observer(recorder)
+        return recorded
+
+    @property
+    def key(self) -> str:
+        """The key the stream is recorded under."""
+        return self.recorder.key
+
+    @property
+    def stream(self) -> ReplyStream:
+        """The stream recorded: this very object."""
+        return self
+
+    @property
+    def log_error(self) -> BaseException | None:
+        """The first error of the log (recording stopped then; the stream went on)."""
+        return self.recorder.log_error
+
+    @property
+    def writes(self) -> int:
+        """Entries written (terminal included)."""
+        return self.recorder.writes
+
+    @property
+    def refreshes(self) -> int:
+        """Lease refreshes (each one log command)."""
+        return self.recorder.refreshes
+
+    async def start(self) -> None:
+        """Create the reply in the log (done by ``async with`` or the first ``anext``; call it
+        first when followers must find the key before the stream is consumed). Idempotent."""
+        await self.recorder.start()
+
+    async def __aenter__(self) -> RecordedStream:
+        await self.recorder.start()
+        try:
+            await super().__aenter__()
+        except BaseException:
+            await self.recorder.finish()
+            raise
+        return self
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            await self.recorder.finish()
+
+    async def __anext__(self) -> Event:
+        recorder = self.recorder
+        if not recorder.started:
+            await recorder.start()
+        recorder.in_next = True
+        try:
+            return await super().__anext__()
+        except StopAsyncIteration:
+            await recorder.finish()
+            raise
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await recorder.finish()
+            raise
+        finally:
+            recorder.in_next = False
+
+
+class Records(Protocol):
+    """A log that records streams (:class:`~fluxstream.relay.log.ReplyLog`)."""
+
+    def record(self, stream: ReplyStream, *, key: str | None = None) -> RecordedStream: ...
+
+
+async def produce(stream: ReplyStream, log: Records, *, key: str | None = None) -> Reply:
+    """Drive ``stream`` to its end, recording it into ``log``; returns the reply. For a
+    worker that relays a reply it does not show itself (followers read it from the log)."""
+    recorded = log.record(stream, key=key)
+    async with recorded:
         async for _ in recorded:
             pass
     return recorded.reply

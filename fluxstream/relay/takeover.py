@@ -28,10 +28,10 @@ from ..events import (
     ToolCallDelta,
 )
 from .codec import Entry
-from .producer import RecordedStream, background
+from .producer import RecordedStream, Recorder, background
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .log import ReplyLog
+    from .access import LogAccess
 
 __all__ = ["StoredReply", "take_over"]
 
@@ -145,17 +145,17 @@ def _send_again(client: Any, key: str, base: dict[str, Any]) -> Any:
     return getattr(client, api.endpoint).stream(content_key=key, **api.stored_body_arguments(body))
 
 
-async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] | None:
+async def take_over(log: LogAccess, key: str, client: Any) -> Callable[[], None] | None:
     """Take the lease of ``key`` (its producer's lapsed) and resume the upstream with
     ``client`` in a background task that records into ``log``; returns the function that
     stops it, or ``None`` if another worker holds the lease (or the reply ended)."""
-    owner = log._new_owner()
-    last = await log._acquire(key, owner)
+    owner = log.new_owner()
+    last = await log.acquire(key, owner)
     if last is None:
         return None
     try:
-        meta = await log._meta(key)
-        entries = await log._read(key, 0, 0)
+        meta = await log.meta(key)
+        entries = await log.read(key, 0, 0)
         stored = StoredReply.from_entries(key, entries)
         token = meta.get("token")
         if token:
@@ -172,17 +172,17 @@ async def take_over(log: ReplyLog, key: str, client: Any) -> Callable[[], None] 
             one_line(str(exc)),
         )
         with anyio.CancelScope(shield=True):
-            await log._release(key, owner)
+            await log.release(key, owner)
         return None
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await log._release(key, owner)
+            await log.release(key, owner)
         raise
     logger.warning("relay: producer of %s lost; taking over after entry %d", show_key(key), last)
-    recorded = RecordedStream(
+    recorded = RecordedStream.adopt(stream, Recorder(
         stream, log, key=key, owner=owner, first_entry=last,
         transform=stored.filter, prefill=prefill, release_on_cancel=True,
-    )
+    ))
 
     async def run() -> None:
         try:

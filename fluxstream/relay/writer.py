@@ -4,7 +4,7 @@ A task per recorded stream, each with its own frame timer, wake-ups and round tr
 about as much CPU per write as parsing the upstream delta (cProfile at 500 streams,
 ``benchmarks/bench_relay.py``), and its round trips went out one by one as the tasks woke.
 Instead one background task writes what every stream has due, together, in one call
-(:meth:`ReplyLog._write_many`: one pipelined round trip on Redis); what becomes due while a
+(the log's batch write: one pipelined round trip on Redis); what becomes due while a
 round trip is out goes in the next one. The rules per stream stay those of a writer of its
 own: an event is written at once when the stream's last write is a frame old, else at that
 frame's end (at most one write per stream per frame, never held longer than a frame); the
@@ -12,7 +12,10 @@ lease is refreshed when there is nothing to write; the terminal entry is written
 the stream ends. (A shared frame clock instead made every delta wait half a frame on
 average.) What each write means
 (cancel requested, lease lost, log failed) goes back to its stream
-(:meth:`RecordedStream._written`), so one stream's failure never stops another's recording.
+(:meth:`Recording.written`), so one stream's failure never stops another's recording.
+
+The writer knows a log only as the batch write it is given, and a stream only as a
+:class:`Recording`: it stands below the log and the recorder, which both use it.
 """
 
 from __future__ import annotations
@@ -20,29 +23,60 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import anyio
 
 from .._io.tasks import spawn
+from .codec import Entry
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .log import ReplyLog, Write
-    from .producer import RecordedStream
-
-__all__ = ["Writer", "writer_of"]
+__all__ = ["Recording", "WriteMany", "Write", "Writer", "current_loop"]
 
 
-def writer_of(log: ReplyLog) -> Writer:
-    """The log's writer for the running event loop (a new one if the loop changed)."""
-    loop = _loop()
-    writer: Writer | None = log._writer
-    if writer is None or writer.loop is not loop:
-        writer = log._writer = Writer(log, loop)
-    return writer
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One write of a producer, for a log's batch write: append ``entry`` (with ``token``;
+    ``final`` ends the reply), or with no entry refresh the lease, or with ``release`` drop
+    it."""
+
+    key: str
+    owner: str
+    entry: Entry | None = None
+    token: dict[str, Any] | None = None
+    final: bool = False
+    release: bool = False
 
 
-def _loop() -> object:
+#: A log's batch write: for each write, whether a cancel was requested, or the error it met.
+WriteMany = Callable[[list[Write]], Awaitable[list[bool | Exception]]]
+
+
+class Recording(Protocol):
+    """A stream the writer writes for (:class:`fluxstream.relay.producer.Recorder`)."""
+
+    def ready_at(self) -> float:
+        """When the writer may write what it has (``inf``: nothing to write)."""
+
+    def idle_due(self, now: float) -> bool:
+        """Whether its lease needs a refresh."""
+
+    def take(self, now: float) -> list[Write]:
+        """The writes due now (may raise: the stream then stops recording alone)."""
+
+    def written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
+        """What its writes met; ``True`` when its recording is over."""
+
+    def broken(self, exc: BaseException) -> None:
+        """Its recording stopped on ``exc``."""
+
+    def abandoned(self) -> None:
+        """The writer stopped (its event loop is ending): nothing more will be written."""
+
+
+def current_loop() -> object:
+    """The running event loop (asyncio's, or trio's root task): a writer serves one."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -54,27 +88,28 @@ def _loop() -> object:
 class Writer:
     """Writes the entries, lease refreshes and ends of the streams recorded into one log."""
 
-    def __init__(self, log: ReplyLog, loop: object) -> None:
-        self.log = log
+    def __init__(self, write_many: WriteMany, lease: float, loop: object) -> None:
+        self._write_many = write_many
+        self._lease = lease
         self.loop = loop
-        self._streams: dict[RecordedStream, None] = {}
+        self._streams: dict[Recording, None] = {}
         #: Streams with something to write (events or the end), in the order they got it.
-        self._active: dict[RecordedStream, None] = {}
+        self._active: dict[Recording, None] = {}
         self._wake = anyio.Event()
         self._running = False
         self._refresh_scan = 0.0
 
-    def add(self, stream: RecordedStream) -> None:
+    def add(self, stream: Recording) -> None:
         self._streams[stream] = None
         if not self._running:
             self._running = True
             spawn(self._run)
 
-    def remove(self, stream: RecordedStream) -> None:
+    def remove(self, stream: Recording) -> None:
         self._streams.pop(stream, None)
         self._active.pop(stream, None)
 
-    def wake(self, stream: RecordedStream) -> None:
+    def wake(self, stream: Recording) -> None:
         """``stream`` has something to write (its first pending event, or its end)."""
         if stream in self._streams:
             self._active[stream] = None
@@ -86,11 +121,11 @@ class Writer:
                 # A new wake-up first: an event added after the scan below sets it.
                 self._wake = anyio.Event()
                 now = time.monotonic()
-                due: list[RecordedStream] = []
+                due: list[Recording] = []
                 soonest = math.inf
-                idle: list[RecordedStream] = []
+                idle: list[Recording] = []
                 for stream in self._active:
-                    ready = stream._ready_at()
+                    ready = stream.ready_at()
                     if ready <= now:
                         due.append(stream)
                     elif ready == math.inf:  # nothing to write after all: lease refreshes only
@@ -102,8 +137,8 @@ class Writer:
                 if now >= self._refresh_scan:
                     # Lease refreshes: a scan of every stream a few times per lease.
                     active = self._active
-                    due.extend(s for s in self._streams if s not in active and s._idle_due(now))
-                    self._refresh_scan = now + self.log.lease / 6
+                    due.extend(s for s in self._streams if s not in active and s.idle_due(now))
+                    self._refresh_scan = now + self._lease / 6
                 if due:
                     await self._write(due)
                     continue
@@ -113,20 +148,20 @@ class Writer:
             self._running = False
             if self._streams:  # cancelled (the loop ends): nothing is left waiting for it
                 for stream in list(self._streams):
-                    stream._abandoned()
+                    stream.abandoned()
                 self._streams.clear()
                 self._active.clear()
 
-    async def _write(self, due: list[RecordedStream]) -> None:
+    async def _write(self, due: list[Recording]) -> None:
         now = time.monotonic()
         writes: list[Write] = []
-        owners: list[RecordedStream] = []
+        owners: list[Recording] = []
         for stream in due:
             self._active.pop(stream, None)
             try:
-                taken = stream._take(now)
+                taken = stream.take(now)
             except Exception as exc:  # this stream's entry cannot be built: it stops alone
-                stream._broken(exc)
+                stream.broken(exc)
                 self.remove(stream)
                 continue
             for write in taken:
@@ -135,18 +170,18 @@ class Writer:
         if not writes:
             return
         try:
-            results = await self.log._write_many(writes)
+            results = await self._write_many(writes)
         except Exception as exc:  # a backend bug: every stream of this frame stops recording
             results = [exc for _ in writes]
         done = time.monotonic()
-        by_stream: dict[RecordedStream, list[tuple[Write, Any]]] = {}
+        by_stream: dict[Recording, list[tuple[Write, Any]]] = {}
         for stream, write, result in zip(owners, writes, results, strict=True):
             by_stream.setdefault(stream, []).append((write, result))
         for stream, outcomes in by_stream.items():
             try:
-                finished = stream._written(outcomes, done)
+                finished = stream.written(outcomes, done)
             except Exception as exc:  # e.g. its stream's cancel failed: it stops alone
-                stream._broken(exc)
+                stream.broken(exc)
                 finished = True
             if finished:
                 self.remove(stream)

@@ -23,6 +23,7 @@ import pytest
 from fluxstream._core.progress import Progress
 from fluxstream.events import Event, Finish, TextDelta
 from fluxstream.parser import _EchoFilter
+from fluxstream.timeouts import Timeouts
 
 KEY = "k"
 
@@ -95,7 +96,7 @@ def test_the_finish_grace_check_is_not_per_read() -> None:
             calls += 1
             return False
 
-        progress = Progress(stall_timeout=None, finish_grace=2.0)
+        progress = Progress(Timeouts(stall=None, finish_grace=2.0))
         progress.start(0.0)
         delta: list[Event] = [TextDelta(KEY, 1, 0, "x")]
         for i in range(reads):  # content and heartbeat-only reads, no Finish

@@ -97,24 +97,24 @@ class HeldStream:
 async def test_what_is_due_together_is_written_in_one_batch(make_log: MakeLog) -> None:
     """Events that arrive for many streams before the writer looks go out in one call (one
     round trip on Redis), however many streams."""
-    from fluxstream.relay import RecordedStream
+    from fluxstream.relay.producer import Recorder
 
     log = make_log()
     sizes = count_batches(log)
-    recorders = [RecordedStream(HeldStream(f"held-{i}"), log) for i in range(40)]  # type: ignore[arg-type]
+    recorders = [Recorder(HeldStream(f"held-{i}"), log._access()) for i in range(40)]  # type: ignore[arg-type]
     for recorder in recorders:
         await recorder.start()
     await anyio.sleep(0.05)  # the writer is idle: nothing is due
     sizes.clear()
     for recorder in recorders:  # no await in between: all due at the writer's next look
-        recorder._add(fluxstream.TextDelta("k", 0, 0, "hello"))
+        recorder.on_event(fluxstream.TextDelta("k", 0, 0, "hello"))
     for _ in range(500):  # the writer's round trip (bounded: 5 s)
         if sum(r.writes for r in recorders) == len(recorders):
             break
         await anyio.sleep(0.01)
     assert sizes == [len(recorders)]
     for recorder in recorders:
-        await recorder._finish()
+        await recorder.finish()
         assert recorder.log_error is None and recorder.writes == 2
 
 
@@ -230,7 +230,7 @@ async def test_a_stream_whose_write_cannot_be_built_stops_recording_alone(
         def fail(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("no token")
 
-        broken._entry = fail  # type: ignore[method-assign]
+        broken.recorder._entry = fail  # type: ignore[method-assign]
         texts = {"unbuildable": "", "buildable": ""}
 
         async def consume(name: str, stream: Any) -> None:
@@ -260,7 +260,7 @@ async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps
     its lease lapsed, a second taker took the reply over, the first lost its writes, and every
     follower ended "producer lost" with the text cut (the multi-process SIGKILL test failed
     about one run in three)."""
-    from fluxstream.relay.producer import RecordedStream
+    from fluxstream.relay.producer import RecordedStream, Recorder
 
     log = make_log(lease=0.3)
     req = request(tokens=100)
@@ -275,7 +275,9 @@ async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps
         stream = client.chat.stream(
             content_key="trimmed", extra_headers={"X-Fluxstream-Fault": "drip=0.01"}, **req
         )
-        recorded = RecordedStream(stream, log, key="trimmed", transform=trim)
+        recorded = RecordedStream.adopt(
+            stream, Recorder(stream, log._access(), key="trimmed", transform=trim)
+        )
         with anyio.fail_after(20):
             async with recorded:
                 async for _event in recorded:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fluxstream._core.progress import Progress
 from fluxstream.events import Event, Finish, SkippedFrame, TextDelta, UsageUpdate
 from fluxstream.reply import Usage
+from fluxstream.timeouts import Timeouts
 
 KEY = "k"
 TEXT: list[Event] = [TextDelta(KEY, 0, 0, "x")]
@@ -21,11 +22,11 @@ def never_complete() -> bool:
 
 
 def started(**options: float | None) -> Progress:
-    progress = Progress(
-        stall_timeout=options.get("stall_timeout"),
+    progress = Progress(Timeouts(
+        stall=options.get("stall_timeout"),
         finish_grace=options.get("finish_grace", 2.0),
-        first_token_timeout=options.get("first_token_timeout"),
-    )
+        first_token=options.get("first_token_timeout"),
+    ))
     progress.start(0.0)
     progress.connected(0.0)
     return progress
@@ -82,7 +83,7 @@ def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
     write is not cut, a trickle that never makes an event still ends."""
     from fluxstream._core.progress import MID_EVENT_GRACES
 
-    progress = Progress(stall_timeout=None, finish_grace=1.0)
+    progress = Progress(Timeouts(stall=None, finish_grace=1.0))
     assert progress.linger_wait(0.0, in_event=True) is None  # not lingering: no say
     progress.linger_until = 10.0
     assert progress.linger_wait(9.5, in_event=False) == 0.5  # between events: the grace only
@@ -92,3 +93,54 @@ def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
     assert progress.linger_wait(cap - 0.25, in_event=True) == 0.25  # never past the cap
     assert progress.linger_wait(cap + 1, in_event=True) == 0.0
     assert progress.linger_wait(cap + 1, in_event=False) == 0.0
+
+
+# ------------------------------------------------------------------ which deadline each wait is for
+
+
+def test_each_read_wait_names_its_deadline() -> None:
+    """The I/O layer is told which deadline a wait is for; it never works it out."""
+    from fluxstream._core.progress import Wait
+    from fluxstream.timeouts import Deadline
+
+    progress = started(stall_timeout=0.5, first_token_timeout=3.0, finish_grace=1.0)
+    assert progress.read_wait(1.0, in_event=False) == Wait(2.0, Deadline.FIRST_TOKEN)
+    progress.read(TEXT, 1.0, never_complete)
+    assert progress.read_wait(1.0, in_event=False) == Wait(0.5, Deadline.STALL)
+    progress.read([Finish(KEY, 0, "stop")], 1.5, lambda: True)
+    assert progress.read_wait(2.0, in_event=False) == Wait(0.5, Deadline.FINISH_GRACE)
+    assert started().read_wait(0.0, in_event=False) is None  # no deadline: read without one
+
+
+def test_the_head_wait_is_the_nearer_of_the_read_timeout_and_the_first_token() -> None:
+    from fluxstream._core.progress import Wait
+    from fluxstream.timeouts import Deadline
+
+    progress = Progress(Timeouts(read=10.0, first_token=3.0))
+    progress.start(0.0)
+    assert progress.head_wait(1.0, saw_content=False) == Wait(2.0, Deadline.FIRST_TOKEN)
+    assert progress.head_wait(1.0, saw_content=True) == Wait(3.0, Deadline.FIRST_TOKEN)
+    assert progress.due_before_content(2.9, saw_content=False) is None
+    assert progress.due_before_content(3.0, saw_content=False) is Deadline.FIRST_TOKEN
+    assert progress.due_before_content(9.0, saw_content=True) is None
+    assert progress.backoff(2.5, 5.0, saw_content=False) == 0.5  # cut to the deadline
+    assert progress.backoff(2.5, 0.2, saw_content=False) == 0.2
+    assert progress.backoff(2.5, 5.0, saw_content=True) == 5.0
+    progress = Progress(Timeouts(read=1.0, first_token=3.0))
+    progress.start(0.0)
+    assert progress.head_wait(0.0, saw_content=False) == Wait(1.0, Deadline.HEAD)
+    assert Progress(Timeouts(read=None)).head_wait(0.0, saw_content=False) is None
+
+
+def test_the_first_deadline_that_ended_the_stream_is_in_the_stats() -> None:
+    from fluxstream.reply import Reply
+    from fluxstream.timeouts import Deadline
+
+    progress = started(stall_timeout=0.5)
+    assert progress.stats(Reply(), 1, 0, 1.0).deadline is None
+    assert progress.read(TEXT, 1.0, never_complete) is None
+    overdue = progress.read([], 1.6, never_complete)
+    assert overdue is Deadline.STALL
+    progress.passed(overdue)
+    progress.passed(Deadline.IDLE)  # a later one does not replace it
+    assert progress.stats(Reply(), 1, 0, 2.0).deadline is Deadline.STALL
