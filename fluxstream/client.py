@@ -24,14 +24,18 @@ from typing import Any
 import httpx
 import msgspec
 
+from . import apis
 from ._io.default_client import make_http_client
+from ._io.endpoint import Endpoint, completing
 from ._io.http_library import HttpErrors
-from ._io.structured_output import prepare, structured_for, structured_request
-from .endpoints import Messages, Responses, completing, resume_from_token, token_api
+from .apis import Api, bearer
+from .apis.anthropic_messages import ANTHROPIC_MESSAGES
+from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
+from .apis.responses import RESPONSES
 from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits
 from .observe import StreamObserver
-from .parser import StreamParser, new_content_key
+from .parser import StreamParser
 from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
@@ -225,6 +229,9 @@ class AsyncClient:
             )
         self._http = http_client
         self._errors = HttpErrors.for_client(http_client)
+        factory = _StreamFactory(self)
+        #: One generic endpoint per registered API; the typed signatures below use theirs.
+        self._endpoints = {api.name: Endpoint(factory, api) for api in apis.registered()}
         self._chat = Chat(self)
         self._responses = Responses(self)
         self._messages = Messages(self)
@@ -318,17 +325,20 @@ class AsyncClient:
     # ------------------------------------------------------------------ request building
 
     def _build_get(
-        self, path: str, headers: Mapping[str, str], timeouts: Timeouts | None = None
+        self, path: str, headers: Mapping[str, str], timeouts: Timeouts | None = None, *,
+        api: Api | None = None,
     ) -> Any:
         """A ``GET`` of ``path`` (query included), authenticated like the stream's requests:
         the Responses API's resume re-reads a stored response this way."""
-        return self._build_request(path, None, headers, timeouts)
+        return self._build_request(path, None, headers, timeouts, api=api)
 
     def _merge_headers(
-        self, post: bool, headers: Mapping[str, str], *, with_key: bool = True
+        self, post: bool, headers: Mapping[str, str], *, with_key: bool = True,
+        api: Api | None = None,
     ) -> dict[str, str]:
-        """The headers of a request: ours, the client's, then the request's own, and the
-        key as ``authorization`` unless one of them already carries a key."""
+        """The headers of a request: ours, the client's, then the request's own (over the
+        API's own, such as a version pin), and the key as the API sends it unless one of them
+        already carries a key."""
         # Header names are case-insensitive: merge them lowercased, so a caller's own
         # Authorization (a proxy's token) replaces ours instead of being sent beside it.
         all_headers = {
@@ -336,22 +346,24 @@ class AsyncClient:
             **({"content-type": "application/json"} if post else {}),
             "user-agent": _USER_AGENT,
             **self._headers,
+            **(api.headers if api is not None else {}),
             **{name.lower(): value for name, value in headers.items()},
         }
-        if with_key and (self._url.auth is not None or (
-            self._api_key and not _carries_key(all_headers)
-        )):
-            all_headers["authorization"] = self._authorization()
+        if with_key:
+            self._authenticate(all_headers, api)
         return all_headers
 
-    def _authorization(self) -> str:
-        """The ``Authorization`` value, revealed only now: the base URL's credentials as Basic
-        authentication, in place of any other (httpx's rule for a URL with credentials), else
-        the key as a Bearer token (the callers check that no header carries a key)."""
+    def _authenticate(self, headers: dict[str, str], api: Api | None) -> None:
+        """Add the credentials to ``headers`` (lowercased), revealed only now: the key as the
+        API sends it (a Bearer token unless ``api`` says otherwise) unless a header already
+        carries a key, and the base URL's credentials as Basic authentication in place of
+        any other ``Authorization`` (httpx's rule for a URL with credentials)."""
+        key = self._api_key
+        if key and not _carries_key(headers):
+            name, value = (api.credential if api is not None else bearer)(key.reveal())
+            headers[name] = value
         if self._url.auth is not None:
-            return self._url.auth.reveal()
-        assert self._api_key is not None
-        return f"Bearer {self._api_key.reveal()}"
+            headers["authorization"] = self._url.auth.reveal()
 
     def _build_request(
         self,
@@ -359,15 +371,19 @@ class AsyncClient:
         body: Mapping[str, Any] | None,
         headers: Mapping[str, str],
         timeouts: Timeouts | None = None,
+        *,
+        api: Api | None = None,
     ) -> Any:
-        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), under the
-        HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
-        if headers:
-            all_headers = self._merge_headers(body is not None, headers)
+        """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), to
+        ``api`` (``None``: an API that takes the key as a Bearer token and adds no header),
+        under the HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
+        if headers or (api is not None and api.headers):
+            all_headers = self._merge_headers(body is not None, headers, api=api)
         else:  # the usual case: only the client's own headers, merged once
             all_headers = self._post_headers if body is not None else self._get_headers
             if self._authenticates:
-                all_headers = {**all_headers, "authorization": self._authorization()}
+                all_headers = dict(all_headers)
+                self._authenticate(all_headers, api)
         extra: dict[str, Any] = {}
         t = self._timeouts if timeouts is None else timeouts
         # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too. Left
@@ -385,11 +401,98 @@ class AsyncClient:
         )
 
 
+def request_for(
+    client: AsyncClient, api: Api, body: Mapping[str, Any], headers: Mapping[str, str]
+) -> Any:
+    """The HTTP library's request of ``body`` to ``api``'s path, built and authenticated as a
+    stream's (for a caller that sends it itself: ``fluxstream capture`` records the raw
+    response)."""
+    return client._build_request(api.path, body, checked_headers(headers, "headers"), api=api)
+
+
+class _StreamFactory:
+    """What the generic endpoints (:class:`~fluxstream._io.endpoint.Endpoint`) take from the
+    client: its policies and configuration, read when a stream is made (so a client whose
+    settings change makes the next stream with the new ones)."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.client.retry
+
+    @property
+    def resume(self) -> ResumePolicy:
+        return self.client.resume
+
+    def parser(self, api: Api, content_key: str, *, strict: bool) -> StreamParser:
+        client = self.client
+        return StreamParser(
+            content_key=content_key, format=api.name,
+            max_event_bytes=client.max_event_bytes, strict=strict,
+            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
+        )
+
+    def token_parser(self, api: Api, token: Mapping[str, Any]) -> StreamParser:
+        client = self.client
+        return StreamParser.from_token(
+            token, format=api.name, max_event_bytes=client.max_event_bytes,
+            require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
+        )
+
+    def request(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, Any],
+        timeouts: Timeouts | None,
+    ) -> RequestSpec:
+        client = self.client
+
+        def build(
+            path: str, body: Mapping[str, Any], headers: Mapping[str, str], timeouts: Timeouts
+        ) -> Any:
+            return client._build_request(path, body, headers, timeouts, api=api)
+
+        def build_get(path: str, headers: Mapping[str, str], timeouts: Timeouts) -> Any:
+            return client._build_request(path, None, headers, timeouts, api=api)
+
+        return RequestSpec(
+            api=api,
+            body=body,
+            build=build,
+            http=client._http,
+            errors=client._errors,
+            headers=checked_headers(headers, "extra_headers"),
+            timeouts=client.timeouts.merge(timeouts),
+            build_get=build_get,
+        )
+
+    def open(
+        self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
+        resume: ResumePolicy, resuming: bool,
+    ) -> ReplyStream:
+        """The one place a request becomes a stream."""
+        client = self.client
+        if logger.isEnabledFor(logging.DEBUG):  # key and model may come from a token: escaped
+            logger.debug("%s stream model=%s key=%s", request.path,
+                         show_key(request.body.get("model")), show_key(parser.content_key))
+        return ReplyStream(
+            request,
+            parser,
+            retry=retry,
+            resume=resume,
+            resuming=resuming,
+            observers=client.observers,
+        )
+
+
 class Chat:
     """``client.chat``: Chat Completions streaming."""
 
     def __init__(self, client: AsyncClient) -> None:
-        self._client = client
+        self._endpoint = client._endpoints[CHAT_COMPLETIONS.name]
+        self._endpoints = client._endpoints
 
     def stream(
         self,
@@ -425,24 +528,13 @@ class Chat:
         (after the client's own).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
-        if tools is not None:
-            body["tools"] = list(tools)
-        structured = structured_request("chat", body, response_format)
-        body["stream"] = True
         if include_usage:
-            options = dict(body.get("stream_options") or {})
-            options.setdefault("include_usage", True)
-            body["stream_options"] = options
-        stream = self._open(
-            body,
-            content_key=content_key or new_content_key(),
-            headers=dict(extra_headers or {}),
-            strict=strict,
-            retry=retry,
-            resume=resume,
-            timeouts=timeouts,
+            with_usage(body)
+        return self._endpoint.stream(
+            body, tools=tools, response_format=response_format, log=log,
+            content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
+            resume=resume, timeouts=timeouts, observers=observers,
         )
-        return prepare(stream, structured, log, observers)
 
     def resume(
         self,
@@ -465,70 +557,164 @@ class Chat:
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
         partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
         this stream only (after the client's own)."""
-        client = self._client
         if not isinstance(token, Mapping):
             raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
-        api = token_api(token)  # one of the client's own paths, never the token's text
-        if api != "chat/completions":  # Responses / Messages: their own format and headers
-            endpoint = client.responses if api == "responses" else client.messages
-            return endpoint.resume(
-                token, extra_headers=extra_headers, resume=resume, retry=retry,
-                response_format=response_format, timeouts=timeouts,
-                observers=observers,
-            )
-        stream = resume_from_token(
-            client, token, path=api, format="chat_completions",
-            extra_headers=extra_headers, retry=retry, resume=resume, timeouts=timeouts,
+        # The token only chooses among the registered APIs (their own paths, never its text).
+        endpoint = self._endpoints[apis.for_token(token).name]
+        return endpoint.resume(
+            token, extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
         )
-        return prepare(stream, structured_for("chat", response_format), None, observers)
 
-    def _open(
+    complete = completing(stream)
+
+
+class Responses:
+    """``client.responses``: OpenAI Responses API streaming (``POST {base_url}/responses``)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._endpoint = client._endpoints[RESPONSES.name]
+
+    def stream(
         self,
-        body: dict[str, Any],
+        /,
         *,
-        content_key: str,
-        headers: dict[str, str],
-        strict: bool,
-        retry: RetryPolicy | None,
-        resume: ResumePolicy | None,
-        parser: StreamParser | None = None,
-        path: str = "chat/completions",
-        format: str = "chat_completions",
-        build: Any = None,
+        model: str,
+        input: str | Sequence[Mapping[str, Any]],
+        instructions: str | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
         timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+        **params: Any,
     ) -> ReplyStream:
-        """The one place a request becomes a stream; ``client.responses`` and
-        ``client.messages`` (:mod:`fluxstream.endpoints`) come through here with their own
-        ``path``, wire ``format`` and, for Anthropic's key header, request ``build``er."""
-        client = self._client
-        headers = checked_headers(headers, "extra_headers")
-        if logger.isEnabledFor(logging.DEBUG):  # key and model may come from a token: escaped
-            logger.debug("%s stream model=%s key=%s", path, show_key(body.get("model")),
-                         show_key(content_key))
-        spec = RequestSpec(
-            path=path,
-            body=body,
-            build=build or client._build_request,
-            http=client._http,
-            errors=client._errors,
-            headers=headers,
-            timeouts=client.timeouts.merge(timeouts),
-            build_get=client._build_get,
+        """Open a streaming Responses request (lazily, like ``client.chat.stream``).
+
+        ``stream: true`` is always set; other keyword arguments (``reasoning``,
+        ``max_output_tokens``, ``previous_response_id``, ``background``...) go into the body
+        as they are. The reply is choice 0; its tool calls are the ``function_call`` items.
+        ``response_format``: a pydantic model (or adaptable type) is sent as ``text.format``
+        with its strict JSON schema and read back by ``stream.objects()`` /
+        ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
+        :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
+        this request's own deadlines, over the client's (as ``client.chat.stream``).
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
+        """
+        body: dict[str, Any] = {"model": model, "input": input, **params}
+        if isinstance(input, Sequence) and not isinstance(input, str):
+            body["input"] = list(input)
+        if instructions is not None:
+            body["instructions"] = instructions
+        return self._endpoint.stream(
+            body, tools=tools, response_format=response_format, log=log,
+            content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
+            resume=resume, timeouts=timeouts, observers=observers,
         )
-        resuming = parser is not None
-        if parser is None:
-            parser = StreamParser(
-                content_key=content_key, format=format,
-                max_event_bytes=client.max_event_bytes, strict=strict,
-                require_finish_reason=client.require_finish_reason, limits=client.stream_limits,
-            )
-        return ReplyStream(
-            spec,
-            parser,
-            retry=retry or client.retry,
-            resume=resume or client.resume,
-            resuming=resuming,
-            observers=client.observers,
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+    ) -> ReplyStream:
+        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
+        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
+        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
+        type the original stream was asked for (a token carries its schema, not the type),
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
+        return self._endpoint.resume(
+            token, extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
+        )
+
+    complete = completing(stream)
+
+
+class Messages:
+    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/messages``)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._endpoint = client._endpoints[ANTHROPIC_MESSAGES.name]
+
+    def stream(
+        self,
+        /,
+        *,
+        model: str,
+        messages: Sequence[Mapping[str, Any]],
+        max_tokens: int,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+        **params: Any,
+    ) -> ReplyStream:
+        """Open a streaming Messages request (lazily, like ``client.chat.stream``).
+
+        ``stream: true`` is always set; other keyword arguments (``thinking``,
+        ``temperature``, ``stop_sequences``, ``tool_choice``...) go into the body as they
+        are. The reply is choice 0; thinking blocks with their signatures are kept in
+        ``choice.reasoning_blocks`` to send back with the next request.
+        ``response_format``: a pydantic model (or adaptable type) becomes a tool whose
+        ``input_schema`` is the type, forced by ``tool_choice`` (unless one is given); its
+        input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
+        that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
+        ``timeouts``: this request's own deadlines, over the client's.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own).
+        """
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
+                                "messages": list(messages), **params}
+        if system is not None:
+            body["system"] = system if isinstance(system, str) else list(system)
+        return self._endpoint.stream(
+            body, tools=tools, response_format=response_format, log=log,
+            content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
+            resume=resume, timeouts=timeouts, observers=observers,
+        )
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+    ) -> ReplyStream:
+        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
+        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
+        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
+        type the original stream was asked for (a token carries its schema, not the type),
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
+        return self._endpoint.resume(
+            token, extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
         )
 
     complete = completing(stream)

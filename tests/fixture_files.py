@@ -63,3 +63,14 @@ def sse_cases() -> list[dict[str, Any]]:
         return []
     cases: list[dict[str, Any]] = json.loads(SSE_CASES.read_text(encoding="utf-8"))
     return cases
+
+
+def api_streams(api_name: str) -> list[Path]:
+    """Every recorded stream whose expectation says it is in the wire format of ``api_name``
+    (the ``format`` field of its ``.json``, the API's one name), sorted; a placeholder that
+    fails when there is none (an API without a recorded stream is untested)."""
+    found = sorted(
+        path.with_suffix(".sse") for path in CHAT.glob("*.json")
+        if json.loads(path.read_text(encoding="utf-8")).get("format") == api_name
+    )
+    return found or [CHAT / f"{api_name}-MISSING.sse"]

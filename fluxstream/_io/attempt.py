@@ -3,7 +3,8 @@
 :class:`Attempt` is everything that touches one request/response pair and nothing else; the
 loop over attempts (retry, resume, backoff) lives in :class:`~fluxstream.stream.ReplyStream`
 and the decision in :class:`~fluxstream._core.recovery.Recovery`. Keeping one attempt apart means a
-new endpoint or transport changes this file only, and the rules of ``cancel()`` (a synchronous
+new transport changes this file only (a new API changes none of it: the request is built by
+what :class:`RequestSpec` carries), and the rules of ``cancel()`` (a synchronous
 abort of the connection, or a cancel scope where that is impossible) are stated once.
 
 Every failure leaves as a typed :mod:`fluxstream.errors` exception: a raw exception of the HTTP
@@ -25,6 +26,7 @@ import anyio
 import sniffio
 
 from .._core.progress import Wait
+from ..apis import Api
 from ..errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
 from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from .http_library import (
@@ -61,7 +63,8 @@ DRAIN_SECONDS = 0.25
 class RequestSpec:
     """Everything needed to send (and send again) the request behind a stream."""
 
-    path: str
+    #: The provider API: its path, and what a resume sends (asked, never guessed from a URL).
+    api: Api
     body: dict[str, Any]
     #: Builds the request from ``(path, body, headers, timeouts)``: the HTTP library's
     #: timeouts are the request's own (a request may override the client's).
@@ -82,6 +85,11 @@ class RequestSpec:
     def read_timeout(self) -> float | None:
         """The read timeout in force (``idle``, else ``read``, else ``stall``)."""
         return self.timeouts.read_gap
+
+    @property
+    def path(self) -> str:
+        """The path under the base URL the request is posted to (the API's)."""
+        return self.api.path
 
 
 class AttemptCancelled(Exception):

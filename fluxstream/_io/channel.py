@@ -34,14 +34,9 @@ from ..timeouts import Deadline
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .readahead import ReadAhead
 
-__all__ = ["Channel", "is_responses_path"]
+__all__ = ["Channel"]
 
 logger = logging.getLogger("fluxstream")
-
-
-def is_responses_path(path: str) -> bool:
-    """The request goes to the Responses API (``.../responses``)."""
-    return path.rstrip("/").rpartition("/")[2] == "responses"
 
 
 class Channel:
@@ -167,8 +162,7 @@ class Channel:
             reconnection_time=parser.reconnection_time,
             continuable=parser.continuable(),
             stored_response=(
-                is_responses_path(self.spec.path) and self.spec.body.get("background") is True
-                and self.spec.build_get is not None
+                self.spec.api.replayable(self.spec.body) and self.spec.build_get is not None
             ),
             response_id=parser.response_id,
             sequence=parser.sequence,
@@ -277,6 +271,8 @@ class Channel:
         return {
             "version": version,
             "key": parser.content_key,
+            "api": self.spec.api.name,
+            # Read by releases that name the API by its path only.
             "path": self.spec.path,
             "body": self.spec.body,
             "last_event_id": parser.last_event_id or None,

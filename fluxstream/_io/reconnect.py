@@ -11,23 +11,22 @@ reconnects; this module carries a decision out on a :class:`~fluxstream._io.chan
 
 It sits above the channel (it only calls the channel's ``connect``/``close``/``pause``) so
 that the channel stays the loop over attempts and the reads, and each strategy's request is
-written down in one place.
+written down in one place. What that request looks like for the stream's API (the
+continuation's body, the re-read's path) is asked of the request's
+:class:`~fluxstream.apis.Api`, never guessed from its URL.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
-from urllib.parse import quote
 
 from .._core.recovery import Decision
 from ..errors import APIStatusError, ContentTypeError, one_line, show_key
 from ..events import Event
 from .attempt import Attempt
-from .channel import Channel, is_responses_path
+from .channel import Channel
 
-__all__ = ["TOKEN_REASON", "continuation_body", "reconnect", "starting_after_path"]
+__all__ = ["TOKEN_REASON", "reconnect"]
 
 logger = logging.getLogger("fluxstream")
 
@@ -36,41 +35,6 @@ TOKEN_REASON = "resumed from a token"
 #: Statuses of a ``starting_after`` re-read that say it cannot work here (the response was
 #: not stored, or the server has no such endpoint): the next strategy takes over.
 _NOT_REPLAYABLE = frozenset({400, 404, 405, 410, 501})
-
-
-def starting_after_path(path: str, response_id: str, sequence: int) -> str:
-    """``responses/{id}?stream=true&starting_after=N``: OpenAI's resume of a stored response.
-    The id comes from the server, so it is quoted whole (it cannot add a path or query)."""
-    return (
-        f"{path.rstrip('/')}/{quote(response_id, safe='')}"
-        f"?stream=true&starting_after={int(sequence)}"
-    )
-
-
-def continuation_body(
-    path: str, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
-) -> dict[str, Any]:
-    """The request that continues ``text`` (the partial answer) as a trailing assistant turn.
-
-    Chat Completions and Anthropic Messages append it to ``messages``. A Responses body has
-    no ``messages``: the turn is appended to ``input`` (a string input becomes the user
-    message it stands for), marked ``"status": "in_progress"`` by ``client.responses`` — the
-    Responses API's way to say the message is unfinished, which servers that continue a
-    partial message (vLLM) honour. OpenAI's own API has no assistant prefill: it answers a
-    trailing assistant item as a finished turn, so continuation is not safe there (the
-    ``starting_after`` strategy is OpenAI's resume).
-    """
-    turn = {"role": "assistant", "content": text, **flag}
-    if is_responses_path(path) and "messages" not in body:
-        given = body.get("input")
-        if isinstance(given, str):
-            items: list[Any] = [{"role": "user", "content": given}]
-        elif isinstance(given, list):
-            items = list(given)
-        else:
-            items = []
-        return {**body, "input": [*items, turn]}
-    return {**body, "messages": [*list(body.get("messages") or []), turn]}
 
 
 async def reconnect(
@@ -129,7 +93,8 @@ async def _resume(
             return await _resume(channel, decision, reason)
     elif decision.strategy == "continuation":
         text = parser.begin_continuation(min_overlap=policy.min_overlap)
-        body = continuation_body(channel.spec.path, channel.spec.body, text, policy.prefix_flag)
+        spec = channel.spec
+        body = spec.api.continuation_body(spec.body, text, policy.prefix_flag)
         attempt = await channel.connect(body=body, fresh_budget=True)
     else:
         channel.recovery.restarts += 1
@@ -148,7 +113,7 @@ async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
     parser.new_connection()
     try:
         attempt = await channel.connect(
-            get=starting_after_path(channel.spec.path, response_id, sequence),
+            get=channel.spec.api.replay_path(response_id, sequence),
             fresh_budget=True,
         )
         if attempt.is_json:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..structured import ObjectBuilder, StructuredResult
     from .reader import StreamReader
 
-__all__ = ["StructuredOutput"]
+__all__ = ["StructuredOutput", "track"]
 
 P = TypeVar("P")
 U = TypeVar("U")
@@ -157,3 +157,9 @@ class StructuredOutput:
             raise LookupError("no structured type: open the stream with response_format=Model")
         structured = view.structured
         return self.reply.parse(structured.type, tool=structured.tool)
+
+
+def track(stream: StructuredOutput, structured: Structured) -> None:
+    """Make ``stream`` track ``structured`` from its first event: what an endpoint does for
+    ``response_format=Model`` (and a resume for the type its token was asked for)."""
+    stream._track(structured)

@@ -1,16 +1,14 @@
 """The structured side of a :class:`~fluxstream.stream.ReplyStream`: typed partial objects.
 
-Two halves, both small because the work is done by :mod:`fluxstream.structured` (sans-IO):
+Small because the work is done by :mod:`fluxstream.structured` (sans-IO); how each API asks
+for structured output (Chat ``response_format``, Responses ``text.format``, Anthropic a forced
+tool) is the API's own (:meth:`fluxstream.apis.Api.structured_request`).
 
-* :func:`structured_request` turns a ``response_format=`` argument into the request each API
-  expects (Chat ``response_format``, Responses ``text.format``, Anthropic a tool whose input
-  schema is the type, forced by ``tool_choice``); a ``dict`` passes through untouched and
-  yields no type to track.
-* :class:`StructuredView` is what the stream feeds every event it delivers, once it has a type
-  to track (``response_format=Model``, ``stream.objects(Model)``) or a tool call someone asked
-  about (``stream.partial_tool_call(event, Model)``). It holds a
-  :class:`~fluxstream.structured.StructuredTracker` (one pass over the JSON, live partial
-  objects) and hands out copies of them: see :meth:`StructuredView.hand_out`.
+:class:`StructuredView` is what the stream feeds every event it delivers, once it has a type to
+track (``response_format=Model``, ``stream.objects(Model)``) or a tool call someone asked about
+(``stream.partial_tool_call(event, Model)``). It holds a
+:class:`~fluxstream.structured.StructuredTracker` (one pass over the JSON, live partial
+objects) and hands out copies of them: see :func:`hand_out`.
 
 Why feed from the stream's ``__anext__`` rather than from the ``objects()`` iterator: a
 consumer may iterate events and ask for a tool call's partial object, or interleave
@@ -21,73 +19,19 @@ exact whichever way the stream is read.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel
 
+from ..apis import Structured
 from ..events import Event, TextDelta, ToolCallDelta
 from ..reply import Reply
-from ..structured import (
-    ObjectBuilder,
-    StructuredTracker,
-    anthropic_tool,
-    schema_name,
-    text_format,
-)
-from ..structured import (
-    response_format as chat_response_format,
-)
+from ..structured import ObjectBuilder, StructuredTracker
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..observe import StreamObserver
-    from ..stream import ReplyStream
-
-__all__ = ["Structured", "StructuredView", "prepare", "snapshot", "structured_request"]
+__all__ = ["Structured", "StructuredView", "hand_out", "snapshot"]
 
 _setattr = object.__setattr__
-
-
-@dataclass(frozen=True)
-class Structured:
-    """The type a stream's object is validated as, and where the object is: the content of
-    choice 0, or (Anthropic) the arguments of the forced tool named ``tool``."""
-
-    type: Any
-    tool: str | None = None
-
-
-def structured_for(api: str, fmt: Any) -> Structured | None:
-    """What to track for ``fmt`` on ``api`` when the request already carries it (a resumed
-    stream's body): the type, and for Anthropic the forced tool's name; nothing for a
-    ``dict`` (a provider format passed through, no type to build)."""
-    if fmt is None or isinstance(fmt, dict):
-        return None
-    if api == "messages":  # the forced tool is named as anthropic_tool names it
-        return Structured(fmt, tool=schema_name(fmt))
-    return Structured(fmt)
-
-
-def structured_request(api: str, body: dict[str, Any], fmt: Any) -> Structured | None:
-    """Put ``fmt`` (a type, or a provider ``dict`` passed through untouched) into ``body`` for
-    ``api`` (``"chat"``, ``"responses"``, ``"messages"``); the type to track, if any."""
-    if fmt is None:
-        return None
-    if api == "chat":
-        body["response_format"] = chat_response_format(fmt)
-    elif api == "responses":
-        body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}
-    else:
-        tool = anthropic_tool(fmt)
-        name = tool.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(
-                "a dict response_format for Anthropic is the tool itself: it needs a name"
-            )
-        body["tools"] = [*(body.get("tools") or []), tool]
-        body.setdefault("tool_choice", {"type": "tool", "name": name})
-    return structured_for(api, fmt)
 
 
 def hand_out(builder: ObjectBuilder[Any], live: bool) -> Any:
@@ -235,22 +179,3 @@ def _delivered(reply: Reply, undelivered: list[Event]) -> list[Event]:
             args = call.arguments[: cut_args.get((choice.index, call.index), len(call.arguments))]
             out.append(ToolCallDelta(key, choice.index, call.index, call.id, call.name, args, 0))
     return out
-
-
-def prepare(
-    stream: ReplyStream, structured: Structured | None, log: Any,
-    observers: Iterable[StreamObserver] = (),
-) -> ReplyStream:
-    """The stream an endpoint returns: tracking ``structured`` output, told to the call's
-    ``observers`` (after the client's), and recorded into
-    ``log`` (a :class:`fluxstream.relay.ReplyLog`; duck-typed, so the stream layer never
-    imports the relay). A recorded stream has the stream's whole API (events, ``text()``,
-    ``objects()``, ``partial_tool_call()``, ``parsed``, ``complete()``...), so it is typed
-    as one."""
-    if structured is not None:
-        stream._track(structured)
-    for observer in observers:
-        stream.add_observer(observer)
-    if log is None:
-        return stream
-    return cast("ReplyStream", log.record(stream))

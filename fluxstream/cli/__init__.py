@@ -31,8 +31,10 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 import httpx
 
-from ..client import AsyncClient, checked_headers
-from ..endpoints import anthropic_client
+from .. import apis
+from ..apis import Api
+from ..client import AsyncClient, checked_headers, request_for
+from ..endpoints import api_client
 from ..errors import FluxstreamError
 from ..reply import Outcome
 from ..retry import ResumePolicy
@@ -51,11 +53,8 @@ from .render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TRUNCATED, EXIT_CANCELLED = 0, 1, 2, 3, 4
-#: Each format's path under the base URL.
-_PATHS = {"chat_completions": "chat/completions", "responses": "responses",
-          "anthropic_messages": "messages"}
-#: ``max_tokens`` is required by Anthropic Messages; what the CLI sends when not given.
-DEFAULT_MAX_TOKENS = 1024
+#: The environment variable the client itself reads its root URL from (see :func:`_client`).
+_CLIENT_BASE_URL_VARIABLE = "OPENAI_BASE_URL"
 
 
 def _exit_code(outcome: Outcome | None) -> int:
@@ -83,51 +82,38 @@ class _Session:
 # ---------------------------------------------------------------------------- commands
 
 
-def _tools_for(fmt: str, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-    """Chat-shaped function tools in the shape of ``fmt``'s API."""
-    if tools is None or fmt == "chat_completions":
-        return tools
-    functions = [t["function"] for t in tools]
-    if fmt == "responses":
-        return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
-                for f in functions]
-    return [{"name": f["name"], "input_schema": f["parameters"]} for f in functions]
+def _tools_for(api: Api, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Chat-shaped function tools in the shape of ``api``."""
+    if tools is None:
+        return None
+    return api.function_tools([t["function"] for t in tools])
 
 
 def _open_stream(
-    client: AsyncClient, fmt: str, model: str, messages: list[Any], headers: dict[str, str],
+    client: AsyncClient, api: Api, model: str, messages: list[Any], headers: dict[str, str],
     tools: list[dict[str, Any]] | None, include_usage: bool, fields: dict[str, Any],
     resume: ResumePolicy | None = None,
 ) -> ReplyStream:
-    """The stream of one request in wire format ``fmt`` (``messages`` is the Responses
-    ``input`` there; Anthropic gets ``max_tokens`` when not given)."""
-    if fmt == "responses":
-        return client.responses.stream(
-            model=model, input=messages, tools=tools, extra_headers=headers, resume=resume,
-            **fields,
-        )
-    if fmt == "anthropic_messages":
-        fields = {"max_tokens": DEFAULT_MAX_TOKENS, **fields}
-        return client.messages.stream(
-            model=model, messages=messages, tools=tools, extra_headers=headers, resume=resume,
-            **fields,
-        )
-    return client.chat.stream(
-        model=model, messages=messages, tools=tools, extra_headers=headers,
-        include_usage=include_usage, resume=resume, **fields,
+    """The stream of one request to ``api`` (``messages`` is the Responses ``input`` there;
+    an API that requires ``max_tokens`` gets it when not given)."""
+    arguments = api.prompt_arguments(model, messages, fields, include_usage=include_usage)
+    endpoint = getattr(client, api.endpoint)
+    stream: ReplyStream = endpoint.stream(
+        tools=tools, extra_headers=headers, resume=resume, **arguments
     )
+    return stream
 
 
 async def _stream_to_terminal(
     client: AsyncClient, session: _Session, model: str, messages: list[Any],
     headers: dict[str, str], tools: list[dict[str, Any]] | None,
     survived: Callable[[ReplyStream], str] | None = None, *, include_usage: bool = True,
-    fields: dict[str, Any] | None = None, fmt: str = "chat_completions",
+    fields: dict[str, Any] | None = None, api: Api,
     resume: ResumePolicy | None = None,
 ) -> int:
     fields = dict(fields or {})
     n = fields.get("n")
-    stream = _open_stream(client, fmt, model, messages, headers, tools, include_usage, fields,
+    stream = _open_stream(client, api, model, messages, headers, tools, include_usage, fields,
                           resume)
     printer = LivePrinter(session.out, choices=n if type(n) is int else 1)
     session.stream, session.printer = stream, printer
@@ -155,13 +141,9 @@ _DEMO_TOOLS = [
 #: the client resumes with ``Last-Event-ID``. The reply must still arrive exact.
 DEMO_PROFILE = "heartbeats"
 DEMO_FAULTS = ("write-size=24", "write-pause=0.001", "drop-after-events=12", "fail-first=1")
-#: Per format: the demo's default profile and how the client resumes the dropped stream.
-#: Responses events carry no ``id:`` on OpenAI's wire, and the client has no ``starting_after``
-#: strategy yet, so the demo's server numbers them (``sse-ids``) and the client resumes by
-#: ``Last-Event-ID``; Anthropic resumes the Anthropic way, by prefill continuation (``ping``
-#: events are its heartbeats).
-DEMO_PROFILES = {"chat_completions": DEMO_PROFILE, "responses": "heartbeats,sse-ids",
-                 "anthropic_messages": DEMO_PROFILE}
+#: How the demo's server numbers events for an API whose own stream has no ids, so that the
+#: client can resume by ``Last-Event-ID`` (OpenAI's Responses events carry none).
+DEMO_IDS = "sse-ids"
 
 
 async def _demo(args: argparse.Namespace, session: _Session) -> int:
@@ -169,15 +151,16 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     from .demo import LogTally, ReadCountingTransport, survived
 
     headers = _headers(args.header)
-    fmt = args.format
-    profile = DEMO_PROFILES[fmt]
-    if fmt == "anthropic_messages" and args.tools:
-        profile += ",sse-ids"  # tool use cannot be continued by a prefill: resume by id
+    api = apis.get(args.format)
+    profile = DEMO_PROFILE
+    # An API resumed by a prefill needs no ids, but a tool call cannot be continued so.
+    if not api.event_ids and (not api.prefill_resume or args.tools):
+        profile += f",{DEMO_IDS}"
     profile = args.profile or ("" if args.no_faults else profile)
     if profile:
         headers["X-Fluxstream-Profile"] = profile
     defaults: tuple[str, ...] = DEMO_FAULTS
-    if fmt == "anthropic_messages":
+    if api.prefill_resume:
         # Not right after the newline: a prefill that ends in whitespace is refused by
         # Anthropic (and so by the embedded server), and the client does not yet trim it.
         defaults = tuple(
@@ -190,7 +173,7 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     if faults:
         headers["X-Fluxstream-Fault"] = ",".join(faults)
     resume = None
-    if fmt == "anthropic_messages":
+    if api.prefill_resume:
         resume = ResumePolicy(continuation=True)
         # ``fail-first`` counts a continuation (its body differs) only by an attempt key.
         headers.setdefault("X-Fluxstream-Attempt-Key", f"demo-{uuid.uuid4().hex}")
@@ -203,9 +186,9 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
                 return await _stream_to_terminal(
                     client, session, args.model, [{"role": "user", "content": args.prompt}],
                     headers,
-                    _tools_for(fmt, _DEMO_TOOLS if args.tools else None),
+                    _tools_for(api, _DEMO_TOOLS if args.tools else None),
                     lambda stream: survived(stream.stats, transport, log),
-                    fmt=fmt, resume=resume,
+                    api=api, resume=resume,
                 )
 
 
@@ -237,25 +220,27 @@ def _shown(url: str) -> str:
 def _client(args: argparse.Namespace, err: Output) -> AsyncClient:
     """The client for ``chat``/``capture``.
 
-    ``--base-url`` is the API root, used as given in every format. Without it Chat Completions
-    and Responses take ``OPENAI_BASE_URL`` (the client's default) and Anthropic Messages takes
-    Anthropic's own setting, as its SDK does: ``ANTHROPIC_BASE_URL`` (+ ``/v1``), else the
-    public API. That can be another server than the ``OPENAI_BASE_URL`` a user set for a local
-    server, so one line on stderr says where the request goes, before it is sent.
+    ``--base-url`` is the API root, used as given in every format. Without it an API whose
+    SDK reads the client's own ``OPENAI_BASE_URL`` (Chat Completions, Responses) takes it
+    (the client's default), and one with its own setting takes that, as its SDK does
+    (Anthropic: ``ANTHROPIC_BASE_URL`` + ``/v1``, else the public API). That can be another
+    server than the ``OPENAI_BASE_URL`` a user set for a local server, so one line on stderr
+    says where the request goes, before it is sent.
     """
-    if args.format != "anthropic_messages":
+    api = apis.get(args.format)
+    if api.base_url_variable == _CLIENT_BASE_URL_VARIABLE:
         return AsyncClient(base_url=args.base_url, api_key=args.api_key)
-    key = args.api_key if args.api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
+    key = args.api_key if args.api_key is not None else os.environ.get(api.api_key_variable, "")
     if args.base_url:
         return AsyncClient(base_url=args.base_url, api_key=key)
-    client = anthropic_client(None, key)
-    openai_url = os.environ.get("OPENAI_BASE_URL")
+    client = api_client(api, None, key)
+    openai_url = os.environ.get(_CLIENT_BASE_URL_VARIABLE)
     if openai_url and openai_url.rstrip("/") != client.base_url:
-        why = ("ANTHROPIC_BASE_URL, for --format anthropic_messages"
-               if os.environ.get("ANTHROPIC_BASE_URL")
-               else "Anthropic's API: ANTHROPIC_BASE_URL is not set")
+        why = (f"{api.base_url_variable}, for --format {api.name}"
+               if os.environ.get(api.base_url_variable)
+               else f"{api.vendor}'s API: {api.base_url_variable} is not set")
         err.write(f"fluxstream: sending to {_shown(client.base_url)} ({why}), not"
-                  " OPENAI_BASE_URL; --base-url chooses\n")
+                  f" {_CLIENT_BASE_URL_VARIABLE}; --base-url chooses\n")
     return client
 
 
@@ -270,7 +255,7 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
         with LogTally():  # warnings (retries) on stderr as one safe line each
             return await _stream_to_terminal(
                 client, session, model, messages, _headers(args.header), tools,
-                include_usage=not args.no_usage, fields=fields, fmt=args.format,
+                include_usage=not args.no_usage, fields=fields, api=apis.get(args.format),
             )
 
 
@@ -293,8 +278,9 @@ def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:
     """Model, messages and the other request fields of ``chat``/``capture`` (``--body``, ``-p``,
     ``--max-tokens``); ``model``/``messages`` given as fields replace the flag and the prompt."""
     fields = request_fields(args.body, args.param, args.max_tokens)
-    if args.max_tokens is not None and getattr(args, "format", None) == "responses":
-        fields["max_output_tokens"] = fields.pop("max_tokens")  # the Responses API's name
+    api = apis.get(args.format)
+    if args.max_tokens is not None and api.max_tokens_field != "max_tokens":
+        fields[api.max_tokens_field] = fields.pop("max_tokens")  # the API's own name for it
     model = fields.pop("model", args.model)
     messages = fields.pop("messages", [{"role": "user", "content": args.prompt}])
     if not isinstance(model, str) or not isinstance(messages, list):
@@ -306,23 +292,12 @@ async def _record(args: argparse.Namespace, session: _Session) -> Recording:
     """Send the request of ``capture`` and record the response into ``session.recording``
     (there as it arrives, so that a Ctrl-C keeps it; see :func:`_save_capture`)."""
     model, messages, fields = _request(args)
-    fmt = args.format
-    key = "input" if fmt == "responses" else "messages"
-    body: dict[str, Any] = {"model": model, key: messages, **fields}
-    if fmt == "anthropic_messages":
-        body.setdefault("max_tokens", DEFAULT_MAX_TOKENS)
-    body.setdefault("stream", True)
-    if fmt == "chat_completions" and body["stream"] is True and not args.no_usage:
-        options = dict(body.get("stream_options") or {})
-        options.setdefault("include_usage", True)
-        body["stream_options"] = options
-    path = _PATHS[fmt]
-    recording = Recording(body, path=path, wire_format=fmt)
+    api = apis.get(args.format)
+    body = api.streaming_body(model, messages, fields, include_usage=not args.no_usage)
+    recording = Recording(body, path=api.path, wire_format=api.name)
     client = _client(args, session.err)
     try:
-        build = client.messages._build() if fmt == "anthropic_messages" else None
-        build = build or client._build_request
-        request = build(path, body, _headers(args.header))
+        request = request_for(client, api, body, _headers(args.header))
         response = await client.http_client.send(request, stream=True)
         session.recording = recording
         await record_response(response, body, recording=recording)
@@ -390,7 +365,7 @@ def _replay(args: argparse.Namespace, session: _Session) -> int:
             out.write(f"recorded break: {error.get('type')}: {error.get('message')}\n")
     fits = census.fitting(read_as) if read_as else None
     if fits is not None:
-        name = FORMAT_NAMES.get(fits, fits)
+        name = FORMAT_NAMES.get(fits, fits)  # "auto" and unknown names as they are
         session.err.write(
             f"fluxstream: most frames were skipped: {census.counts[fits]} of {census.events}"
             f" events are {name} events; try --format {fits}\n"

@@ -16,20 +16,31 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from .. import apis
+
 __all__ = ["DEFAULT_PROMPT", "FORMATS", "build_parser"]
 
 DEFAULT_PROMPT = "Tell me how fluxstream streams a reply, token by token."
-#: Wire formats of ``--format``: the API each one talks to (``client.chat``,
-#: ``client.responses``, ``client.messages``).
-FORMATS = ("chat_completions", "responses", "anthropic_messages")
+#: Wire formats of ``--format``: the registered APIs, each served by an attribute of the
+#: client (``client.chat``, ``client.responses``, ``client.messages``).
+FORMATS = apis.names()
+#: The first registered API: the default ``--format``.
+DEFAULT_FORMAT = FORMATS[0]
+#: The APIs whose SDK reads other environment variables than the client's own.
+_OWN_SETTINGS = [api for api in apis.registered() if api.base_url_variable != "OPENAI_BASE_URL"]
 
 _BASE_URL_HELP = (
     "the API root (e.g. http://127.0.0.1:8787/v1), used as given in every format; default:"
-    " OPENAI_BASE_URL, or with --format anthropic_messages ANTHROPIC_BASE_URL + /v1, else"
-    " https://api.anthropic.com/v1"
+    " OPENAI_BASE_URL"
+    + "".join(
+        f", or with --format {api.name} {api.base_url_variable} + /v1, else"
+        f" {api.root_url(api.default_base_url)}"
+        for api in _OWN_SETTINGS
+    )
 )
 _API_KEY_HELP = (
-    "default: OPENAI_API_KEY (ANTHROPIC_API_KEY with --format anthropic_messages)"
+    "default: OPENAI_API_KEY"
+    + "".join(f" ({api.api_key_variable} with --format {api.name})" for api in _OWN_SETTINGS)
 )
 _RAW_HELP = (
     "print control characters from the server or capture as they are (by default escape"
@@ -50,6 +61,11 @@ class _Parser(argparse.ArgumentParser):
         if self._epilog_factory is not None:
             self.epilog = self._epilog_factory()
         return super().format_help()
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``a, b or c``."""
+    return " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else list(names))
 
 
 def _version() -> str:
@@ -145,8 +161,8 @@ def _endpoint_flags(p: argparse.ArgumentParser, what: str) -> None:
 
 def _format_flag(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument(
-        "--format", choices=FORMATS, default="chat_completions",
-        help=f"{what}: chat_completions (default), responses or anthropic_messages",
+        "--format", choices=FORMATS, default=DEFAULT_FORMAT,
+        help=f"{what}: {DEFAULT_FORMAT} (default), {_either(FORMATS[1:])}",
     )
 
 

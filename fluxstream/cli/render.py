@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import TextIO
 
+from .. import apis
 from ..events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
 from ..reply import Choice, Outcome, Reply
 from ..stream import ReplyStream
@@ -28,9 +29,8 @@ __all__ = [
     "visible",
 ]
 
-#: How the summary and the hints name each wire format.
-FORMAT_NAMES = {"chat_completions": "Chat Completions", "responses": "Responses",
-                "anthropic_messages": "Anthropic Messages"}
+#: How the summary and the hints name each wire format (its API's title).
+FORMAT_NAMES = {api.name: api.title for api in apis.registered()}
 
 #: C0 controls but newline and tab, DEL, and the C1 controls (U+0080-U+009F: terminals that
 #: read UTF-8 take U+009B as CSI, the same as ESC [).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..endpoints import token_api
+from .. import apis
 from ..errors import one_line, show_key
 from ..events import (
     Event,
@@ -138,15 +138,11 @@ class StoredReply:
 
 def _send_again(client: Any, key: str, base: dict[str, Any]) -> Any:
     """The stored request (``base``: a resume token without its reply) as a new stream, on
-    the endpoint it was made for (its ``path``: Chat Completions, Responses or Messages; any
-    other is refused by :func:`~fluxstream.endpoints.token_api`)."""
-    api = token_api(base)  # stored input: it chooses among the client's APIs, no more
-    body = {k: v for k, v in dict(base.get("body") or {}).items() if k != "stream"}
-    if api == "responses":
-        return client.responses.stream(content_key=key, **body)
-    if api == "messages":
-        return client.messages.stream(content_key=key, **body)
-    return client.chat.stream(content_key=key, include_usage=False, **body)
+    the endpoint of the API it was made for (any API the registry does not know is refused
+    by :func:`fluxstream.apis.for_token`)."""
+    api = apis.for_token(base)  # stored input: it chooses among the registered APIs, no more
+    body = dict(base.get("body") or {})
+    return getattr(client, api.endpoint).stream(content_key=key, **api.stored_body_arguments(body))
 
 
 async def take_over(log: LogAccess, key: str, client: Any) -> Callable[[], None] | None:

@@ -1,0 +1,214 @@
+"""The one generic endpoint: a request to any registered API becomes a :class:`ReplyStream` here.
+
+``client.chat``, ``client.responses`` and ``client.messages`` are thin typed signatures (their
+parameters, their docstrings) over an :class:`Endpoint` each: what differs between them is
+asked of their :class:`~fluxstream.apis.Api` (tools, structured output, retryable statuses,
+the continuation flag, resume tokens), what they share is written once here. What the client
+contributes (its configuration, how it builds requests and streams) comes through the small
+:class:`StreamFactory` protocol, so this module never imports the client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
+
+from .. import apis
+from ..apis import Api, Structured
+from ..errors import ResumeTokenError
+from ..observe import StreamObserver
+from ..parser import StreamParser, new_content_key
+from ..reply import Reply
+from ..retry import ResumePolicy, RetryPolicy
+from ..stream import RESUME_TOKEN_VERSION, ReplyStream
+from ..timeouts import Timeouts
+from .attempt import RequestSpec
+from .stream_objects import track
+
+__all__ = ["Endpoint", "StreamFactory", "completing", "prepare"]
+
+_DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
+
+_P = ParamSpec("_P")
+_E = TypeVar("_E")
+
+
+class StreamFactory(Protocol):
+    """What an endpoint needs from the client that owns it: its default policies, and the
+    parser, request and stream of each request, made with the client's configuration."""
+
+    @property
+    def retry(self) -> RetryPolicy: ...
+
+    @property
+    def resume(self) -> ResumePolicy: ...
+
+    def parser(self, api: Api, content_key: str, *, strict: bool) -> StreamParser:
+        """A parser of ``api``'s wire format for a new stream."""
+        ...
+
+    def token_parser(self, api: Api, token: Mapping[str, Any]) -> StreamParser:
+        """A parser that goes on from a resume token (checked by the caller)."""
+        ...
+
+    def request(
+        self, api: Api, body: dict[str, Any], headers: Mapping[str, Any],
+        timeouts: Timeouts | None,
+    ) -> RequestSpec:
+        """The request of ``body`` to ``api`` (``headers`` as the caller gave them), under
+        the client's deadlines with the fields given in ``timeouts`` over them."""
+        ...
+
+    def open(
+        self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
+        resume: ResumePolicy, resuming: bool,
+    ) -> ReplyStream:
+        """The stream of ``request`` read by ``parser``, told to the client's observers."""
+        ...
+
+
+def prepare(
+    stream: ReplyStream, structured: Structured | None, log: Any,
+    observers: Iterable[StreamObserver] = (),
+) -> ReplyStream:
+    """The stream an endpoint returns: tracking ``structured`` output, told to the call's
+    ``observers`` (after the client's), and recorded into
+    ``log`` (a :class:`fluxstream.relay.ReplyLog`; duck-typed, so the stream layer never
+    imports the relay). A recorded stream has the stream's whole API (events, ``text()``,
+    ``objects()``, ``partial_tool_call()``, ``parsed``, ``complete()``...), so it is typed
+    as one."""
+    if structured is not None:
+        track(stream, structured)
+    for observer in observers:
+        stream.add_observer(observer)
+    if log is None:
+        return stream
+    return cast("ReplyStream", log.record(stream))
+
+
+class Endpoint:
+    """Streams of one API for one client: ``stream`` from a request body, ``resume`` from a
+    token."""
+
+    def __init__(self, factory: StreamFactory, api: Api) -> None:
+        self.factory = factory
+        self.api = api
+
+    def __repr__(self) -> str:
+        return f"<fluxstream endpoint {self.api.name!r}>"
+
+    def retry_policy(self, retry: RetryPolicy | None) -> RetryPolicy:
+        """``retry`` (or the client's), retrying the API's own statuses too (Anthropic's 529
+        "overloaded", like a 503) unless retries are off."""
+        policy = retry if retry is not None else self.factory.retry
+        extra = self.api.retry_statuses
+        if not extra or extra <= policy.retry_status or policy.max_attempts <= 1:
+            return policy
+        return dataclasses.replace(policy, retry_status=policy.retry_status | extra)
+
+    def resume_policy(self, resume: ResumePolicy | None) -> ResumePolicy:
+        """``resume`` (or the client's), whose continuation marks the appended assistant
+        message the API's way (:attr:`Api.continuation_flag`), unless the caller chose a
+        flag."""
+        policy = resume if resume is not None else self.factory.resume
+        flag = self.api.continuation_flag
+        if flag is not None and policy.continuation and policy.prefix_flag == _DEFAULT_PREFIX_FLAG:
+            return dataclasses.replace(policy, prefix_flag=dict(flag))
+        return policy
+
+    def stream(
+        self,
+        body: dict[str, Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        response_format: Any,
+        log: Any,
+        content_key: str | None,
+        extra_headers: Mapping[str, str] | None,
+        strict: bool,
+        retry: RetryPolicy | None,
+        resume: ResumePolicy | None,
+        timeouts: Timeouts | None,
+        observers: Sequence[StreamObserver],
+    ) -> ReplyStream:
+        """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
+        tools, structured output, ``stream: true``, then the stream (opened lazily) under
+        ``timeouts`` over the client's, told to the client's ``observers`` then the call's."""
+        api = self.api
+        if tools is not None:
+            api.add_tools(body, tools)
+        structured = api.structured_request(body, response_format)
+        body["stream"] = True
+        factory = self.factory
+        parser = factory.parser(api, content_key or new_content_key(), strict=strict)
+        stream = factory.open(
+            factory.request(api, body, extra_headers or {}, timeouts), parser,
+            retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=False,
+        )
+        return prepare(stream, structured, log, observers)
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+    ) -> ReplyStream:
+        """The one way a resume token becomes a stream: the token must be of this API
+        (:func:`fluxstream.apis.for_token`) and of this version; its partial reply and
+        offsets are taken over by a parser of the API's wire format, and its body is sent
+        again to the API's own path."""
+        if not isinstance(token, Mapping):
+            raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
+        api = self.api
+        named = apis.for_token(token)
+        if named is not api:  # read as this API's wire format, it would go to the wrong API
+            raise ResumeTokenError(
+                f"the resume token is of another API ({named.name!r}, not {api.name!r}): "
+                f"resume it with client.{named.endpoint}.resume"
+            )
+        if token.get("version") != RESUME_TOKEN_VERSION:
+            raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
+        if not isinstance(token.get("body"), Mapping):
+            raise ResumeTokenError("the resume token has no request 'body' to send again")
+        factory = self.factory
+        parser = factory.token_parser(api, token)
+        stream = factory.open(
+            factory.request(api, dict(token["body"]), extra_headers or {}, timeouts), parser,
+            retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=True,
+        )
+        return prepare(stream, api.structured(response_format), None, observers)
+
+
+def completing(
+    stream: Callable[Concatenate[_E, _P], ReplyStream],
+) -> Callable[Concatenate[_E, _P], Coroutine[Any, Any, Reply]]:
+    """``complete`` for an endpoint, typed with exactly its ``stream``'s parameters.
+
+    Written once so the endpoints' ``complete`` cannot drift from their ``stream``, and
+    typed through ``ParamSpec`` so a caller's mistake is still a type error.
+    """
+
+    async def complete(self: _E, /, *args: _P.args, **kwargs: _P.kwargs) -> Reply:
+        async with stream(self, *args, **kwargs) as opened:
+            return await opened.complete()
+
+    complete.__doc__ = (
+        "Stream underneath and return the whole reply (the same arguments as ``stream``).\n\n"
+        "Raises :class:`~fluxstream.errors.StreamTruncatedError` or "
+        ":class:`~fluxstream.errors.StreamFailedError` (each carrying the partial reply as "
+        "``error.reply``) unless the stream ended ``done`` or ``finished``."
+    )
+    complete.__name__ = "complete"
+    complete.__qualname__ = stream.__qualname__.rsplit(".", 1)[0] + ".complete"
+    # help() and IDEs that read the runtime signature see stream's parameters, not *args.
+    complete.__signature__ = inspect.signature(stream).replace(  # type: ignore[attr-defined]
+        return_annotation="Reply"
+    )
+    return complete

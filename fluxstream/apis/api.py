@@ -1,0 +1,215 @@
+"""``Api``: everything fluxstream knows about one provider API, as data and pure functions.
+
+A provider API is more than its wire format: the path a request is posted to, how the key is
+sent, which statuses are worth a retry, how structured output and tools are asked for, how a
+dropped reply is continued or re-read. Each of those used to be a switch on a string (a
+format name, a path, a URL's last segment) in whichever module needed it, with a silent
+fallback to one API when the string was another. Here each API is one object, subclassing
+:class:`Api` in a module of its own, and every caller asks it; nothing is "chat by default".
+
+Sans-IO: an ``Api`` builds and reads plain dicts and strings. It never sends anything; the
+I/O layer carries an ``Api`` in each request (:class:`~fluxstream._io.attempt.RequestSpec`)
+and asks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from ..errors import FluxstreamError
+from ..formats import FORMATS
+
+__all__ = ["Api", "ApiFeatureError", "Structured", "UnknownApiError", "bearer"]
+
+
+class UnknownApiError(FluxstreamError, LookupError):
+    """A name that no registered :class:`Api` has; the message lists the names that are."""
+
+
+class ApiFeatureError(FluxstreamError, NotImplementedError):
+    """A request asked an :class:`Api` for something it does not offer (structured output, a
+    continuation, a re-read of a stored response): refused rather than shaped the way
+    another API would want it."""
+
+
+@dataclass(frozen=True)
+class Structured:
+    """The type a stream's object is validated as, and where the object is: the content of
+    choice 0, or (Anthropic) the arguments of the forced tool named ``tool``."""
+
+    type: Any
+    tool: str | None = None
+
+
+def bearer(key: str) -> tuple[str, str]:
+    """The key as an HTTP Bearer token (RFC 6750): the ``Authorization`` header."""
+    return "authorization", f"Bearer {key}"
+
+
+class Api:
+    """One provider API. Subclasses set the class attributes and override what differs.
+
+    The base class implements only what every API here shares (tools go in ``tools``, the key
+    is a Bearer token, no re-read of stored responses); anything an API must say for itself
+    (structured output, continuation) raises :class:`ApiFeatureError` until it does.
+    """
+
+    #: The API's one name: its wire format's (:data:`fluxstream.formats.FORMATS`), the CLI's
+    #: ``--format``, the resume token's ``api``, the embedded server's dialect, and the
+    #: prefix of its recorded fixtures.
+    name: ClassVar[str]
+    #: How people name it ("Chat Completions"), for help and summaries.
+    title: ClassVar[str]
+    #: Whose API it is, for messages that say where a request goes ("Anthropic's API").
+    vendor: ClassVar[str]
+    #: The path under the client's ``base_url`` that a streaming request is posted to.
+    path: ClassVar[str]
+    #: The attribute of :class:`~fluxstream.client.AsyncClient` that serves it (``client.chat``).
+    endpoint: ClassVar[str]
+    #: Headers every request of this API carries (a version pin), under the request's own.
+    headers: ClassVar[Mapping[str, str]] = {}
+    #: Statuses worth a retry before any content, on top of the policy's own (an API's
+    #: "overloaded").
+    retry_statuses: ClassVar[frozenset[int]] = frozenset()
+    #: The fields a continuation's appended assistant message carries instead of the policy's
+    #: default ``prefix`` flag (``None``: the default stays; a flag the caller chose is kept).
+    continuation_flag: ClassVar[Mapping[str, object] | None] = None
+    #: The request field holding the conversation (Responses calls it ``input``).
+    messages_field: ClassVar[str] = "messages"
+    #: The request field capping the reply's length.
+    max_tokens_field: ClassVar[str] = "max_tokens"
+    #: What to send as :attr:`max_tokens_field` when the API requires it and none was given
+    #: (``None``: the API does not require it).
+    default_max_tokens: ClassVar[int | None] = None
+    #: The environment variables an SDK of this API reads its root URL and key from.
+    base_url_variable: ClassVar[str] = "OPENAI_BASE_URL"
+    api_key_variable: ClassVar[str] = "OPENAI_API_KEY"
+    #: The vendor's public API root.
+    default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    #: Whether the API's stream numbers its events with SSE ids, so that a dropped stream can
+    #: go on with ``Last-Event-ID`` (otherwise the embedded server numbers them on request).
+    event_ids: ClassVar[bool] = False
+    #: Whether a dropped reply is best continued by sending it back as a prefill (the API
+    #: has neither event ids nor a stored response to re-read).
+    prefill_resume: ClassVar[bool] = False
+
+    def __repr__(self) -> str:
+        return f"<fluxstream.apis.Api {self.name!r}>"
+
+    # ------------------------------------------------------------------ the wire
+
+    @property
+    def format_class(self) -> Any:
+        """The wire format that reads this API's stream (``FORMATS[name]``)."""
+        return FORMATS[self.name]
+
+    # ------------------------------------------------------------------ authentication
+
+    def credential(self, key: str) -> tuple[str, str]:
+        """The header (lowercased name, value) that carries the API key."""
+        return bearer(key)
+
+    # ------------------------------------------------------------------ requests
+
+    def add_tools(self, body: dict[str, Any], tools: Sequence[Mapping[str, Any]]) -> None:
+        """Put ``tools`` (already in this API's shape) into ``body``."""
+        body["tools"] = list(tools)
+
+    def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Function declarations (``name``, ``parameters``, optional ``description``) as this
+        API's tools."""
+        raise ApiFeatureError(f"the {self.title} API has no function tools here")
+
+    def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
+        """Put ``fmt`` (a type, or a provider ``dict`` passed through untouched) into
+        ``body`` the way this API asks for structured output."""
+        raise ApiFeatureError(f"the {self.title} API has no structured output here")
+
+    def structured(self, fmt: Any) -> Structured | None:
+        """What to track for ``fmt`` when the request already carries it (a resumed
+        stream's body): the type; nothing for a ``dict`` (a provider format passed through,
+        no type to build)."""
+        if fmt is None or isinstance(fmt, dict):
+            return None
+        return Structured(fmt)
+
+    def structured_request(self, body: dict[str, Any], fmt: Any) -> Structured | None:
+        """Put ``fmt`` into ``body`` (:meth:`put_response_format`); the type to track, if
+        any."""
+        if fmt is None:
+            return None
+        self.put_response_format(body, fmt)
+        return self.structured(fmt)
+
+    def conversation(
+        self, model: str, messages: list[Any], fields: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A request for ``messages`` (in :attr:`messages_field`) and the other fields, with
+        the length cap the API requires when ``fields`` has none."""
+        request: dict[str, Any] = {"model": model, self.messages_field: messages}
+        if self.default_max_tokens is not None:
+            request[self.max_tokens_field] = self.default_max_tokens
+        return {**request, **fields}
+
+    def prompt_arguments(
+        self, model: str, messages: list[Any], fields: Mapping[str, Any], *, include_usage: bool
+    ) -> dict[str, Any]:
+        """Keyword arguments of this API's ``stream`` (``client.<endpoint>.stream``) for
+        :meth:`conversation` (``include_usage``: ask for the usage where the API needs
+        asking)."""
+        return self.conversation(model, messages, fields)
+
+    def streaming_body(
+        self, model: str, messages: list[Any], fields: Mapping[str, Any], *, include_usage: bool
+    ) -> dict[str, Any]:
+        """The streaming request body of :meth:`conversation`, to be sent as it is (what
+        ``fluxstream capture`` records)."""
+        body = self.conversation(model, messages, fields)
+        body.setdefault("stream", True)
+        return body
+
+    def stored_body_arguments(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Keyword arguments of this API's ``stream`` that send a stored request ``body``
+        again as it was (it already holds every option it was sent with)."""
+        return {k: v for k, v in body.items() if k != "stream"}
+
+    # ------------------------------------------------------------------ after a drop
+
+    def continuation_body(
+        self, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+    ) -> dict[str, Any]:
+        """The request that continues ``text`` (the partial answer) as a trailing assistant
+        turn marked with ``flag``."""
+        raise ApiFeatureError(f"the {self.title} API cannot continue a partial answer here")
+
+    def replayable(self, body: Mapping[str, Any]) -> bool:
+        """Whether the server keeps the response of ``body`` to be re-read after a drop."""
+        return False
+
+    def replay_path(self, response_id: str, sequence: int) -> str:
+        """The ``GET`` path (query included) that streams a stored response's events after
+        ``sequence``."""
+        raise ApiFeatureError(f"the {self.title} API has no stored responses to re-read")
+
+    # ------------------------------------------------------------------ where it lives
+
+    def root_url(self, base_url: str) -> str:
+        """``base_url`` as the API root this library joins :attr:`path` to (a vendor whose
+        SDK names the host gets its version segment)."""
+        return base_url
+
+
+def messages_continuation(
+    body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+) -> dict[str, Any]:
+    """A continuation appended to ``messages`` (Chat Completions, Anthropic Messages)."""
+    turn = {"role": "assistant", "content": text, **flag}
+    return {**body, "messages": [*list(body.get("messages") or []), turn]}
+
+
+def quoted(value: str) -> str:
+    """``value`` as one path segment: an id from a server cannot add a path or a query."""
+    return quote(value, safe="")

@@ -1,0 +1,64 @@
+"""Chat Completions (``POST {base_url}/chat/completions``): OpenAI's API and every server that
+speaks it (vLLM, llama.cpp, DeepSeek, Azure...)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ..structured.schema import response_format
+from .api import Api, messages_continuation
+
+__all__ = ["CHAT_COMPLETIONS", "ChatCompletions"]
+
+
+class ChatCompletions(Api):
+    """Chat Completions: structured output as ``response_format``; a continuation is a
+    trailing assistant message with the policy's ``prefix`` flag (DeepSeek-style prefill)."""
+
+    name = "chat_completions"
+    title = "Chat Completions"
+    vendor = "OpenAI"
+    path = "chat/completions"
+    endpoint = "chat"
+    #: The embedded server (and the servers it stands for) numbers chat events.
+    event_ids: ClassVar[bool] = True
+
+    def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{"type": "function", "function": dict(f)} for f in functions]
+
+    def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
+        body["response_format"] = response_format(fmt)
+
+    def prompt_arguments(
+        self, model: str, messages: list[Any], fields: Mapping[str, Any], *, include_usage: bool
+    ) -> dict[str, Any]:
+        return {**self.conversation(model, messages, fields), "include_usage": include_usage}
+
+    def streaming_body(
+        self, model: str, messages: list[Any], fields: Mapping[str, Any], *, include_usage: bool
+    ) -> dict[str, Any]:
+        body = super().streaming_body(model, messages, fields, include_usage=include_usage)
+        if body["stream"] is True and include_usage:
+            with_usage(body)
+        return body
+
+    def stored_body_arguments(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        # The stored body holds its own stream_options, if it had any: none are added.
+        return {**super().stored_body_arguments(body), "include_usage": False}
+
+    def continuation_body(
+        self, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+    ) -> dict[str, Any]:
+        return messages_continuation(body, text, flag)
+
+
+def with_usage(body: dict[str, Any]) -> None:
+    """Ask for the usage chunk (``stream_options.include_usage``), keeping other options."""
+    options = dict(body.get("stream_options") or {})
+    options.setdefault("include_usage", True)
+    body["stream_options"] = options
+
+
+#: The one instance the registry holds.
+CHAT_COMPLETIONS = ChatCompletions()

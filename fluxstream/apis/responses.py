@@ -1,0 +1,66 @@
+"""OpenAI's Responses API (``POST {base_url}/responses``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from ..structured.schema import text_format
+from .api import Api, quoted
+
+__all__ = ["RESPONSES", "Responses"]
+
+
+class Responses(Api):
+    """The Responses API: the conversation is ``input``, structured output is
+    ``text.format``, and a ``background`` response is stored, so a drop is re-read with
+    ``GET responses/{id}?stream=true&starting_after=N``."""
+
+    name = "responses"
+    title = "Responses"
+    vendor = "OpenAI"
+    path = "responses"
+    endpoint = "responses"
+    messages_field = "input"
+    max_tokens_field = "max_output_tokens"
+    #: A continuation appends the partial answer to ``input`` as an assistant message marked
+    #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
+    #: that continue a partial message honour).
+    continuation_flag: ClassVar[Mapping[str, object] | None] = {"status": "in_progress"}
+
+    def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
+                for f in functions]
+
+    def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
+        body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}
+
+    def continuation_body(
+        self, body: Mapping[str, Any], text: str, flag: Mapping[str, object]
+    ) -> dict[str, Any]:
+        """The turn is appended to ``input`` (a string input becomes the user message it
+        stands for). OpenAI's own API has no assistant prefill: it answers a trailing
+        assistant item as a finished turn, so continuation is not safe there (re-reading the
+        stored response is OpenAI's resume); vLLM continues it."""
+        turn = {"role": "assistant", "content": text, **flag}
+        given = body.get("input")
+        if isinstance(given, str):
+            items: list[Any] = [{"role": "user", "content": given}]
+        elif isinstance(given, list):
+            items = list(given)
+        else:
+            items = []
+        return {**body, "input": [*items, turn]}
+
+    def replayable(self, body: Mapping[str, Any]) -> bool:
+        """Only a ``background`` response is stored by the server to be re-read."""
+        return body.get("background") is True
+
+    def replay_path(self, response_id: str, sequence: int) -> str:
+        """``responses/{id}?stream=true&starting_after=N``. The id comes from the server, so
+        it is quoted whole (it cannot add a path or query)."""
+        return f"{self.path}/{quoted(response_id)}?stream=true&starting_after={int(sequence)}"
+
+
+#: The one instance the registry holds.
+RESPONSES = Responses()
