@@ -47,6 +47,7 @@ PRINTS = {
     "Structured output": ["steps=[Step("],
     "Relay: one reply, followed from anywhere": ["event: text", "event: end", "cancelled"],
     "Without the network": ["Hi", "Hello"],
+    "Observing a stream": ["open ", "end cancelled 1 True"],
 }
 
 
