@@ -1,7 +1,8 @@
 """``StreamParser``: the one sans-IO pipeline, bytes in, normalized events out, reply kept.
 
-It composes :class:`~fluxstream.sse.SSEDecoder`, the wire format
-(:class:`~fluxstream.formats.chat_completions.ChatCompletionsFormat`) and
+It composes :class:`~fluxstream.sse.SSEDecoder`, the wire format named by ``format=`` (a class
+of :data:`~fluxstream.formats.FORMATS`, driven through the one contract every format has,
+:class:`~fluxstream.formats._contract.WireFormat`) and
 :class:`~fluxstream.assembly.ReplyAssembler`. Everything that has bytes drives this one object
 (:func:`replay`, the HTTP stream, the CLI), and so does code that already has decoded chunks
 from another SDK (:meth:`StreamParser.feed_chunk`), so there is no second copy of the wiring.
@@ -19,14 +20,15 @@ No asyncio here: the parser runs the same under asyncio, trio, or a plain loop.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._core.resume_check import ResumeCheck, SequenceCheck
+from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import Event, Finish, TextDelta
-from .formats import FORMATS
+from .formats import FORMATS, FormatClass, WireFormat
 from .formats._base import MAX_SEQUENCE
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
@@ -91,17 +93,10 @@ class StreamParser:
         self.require_finish_reason = require_finish_reason
         self.limits = limits = limits or DEFAULT_STREAM_LIMITS
         self._decoder = self._new_decoder()
-        self._format = format_cls(self.content_key, strict=strict)
-        if hasattr(format_cls, "limits"):  # formats that cap their per-choice state
-            capped: Any = self._format
-            capped.limits = limits
+        self._format_class: FormatClass = format_cls
+        self._format: WireFormat = format_cls(self.content_key, strict=strict, limits=limits)
         self._assembler = ReplyAssembler(
             self.content_key, require_finish_reason=require_finish_reason, limits=limits
-        )
-        # Formats that map a read's events in one call (the events appended to a list, so
-        # that those before a raise are kept): fewer calls per event.
-        self._feed_many: Callable[[list[ServerSentEvent], list[Event]], None] | None = getattr(
-            self._format, "feed_many", None
         )
         self._events = 0
         # Counters and SSE state of the connections before the current one.
@@ -154,19 +149,11 @@ class StreamParser:
         if self._sequence_check is not None:
             self._check_sequence(sses)
         self._events += len(sses)
-        feed_many = self._feed_many
-        if len(sses) == 1 and feed_many is None:
-            return self._apply(self._format.feed(sses[0]))
         batch: list[Event] = []
         try:
-            if feed_many is not None:
-                feed_many(sses, batch)
-            else:
-                fmt_feed = self._format.feed
-                for sse in sses:
-                    events = fmt_feed(sse)
-                    if events:
-                        batch += events
+            # The whole read in one call (the events appended to ``batch``, so that those
+            # before a raise are kept): fewer calls per event.
+            self._format.feed_many(sses, batch)
         except FluxstreamError as exc:
             # A strict-mode bad frame, or a frame past a StreamLimits limit: what came
             # before it in the same read is kept, delivered now, and the error raised by the
@@ -332,11 +319,9 @@ class StreamParser:
             # digits raises): see fluxstream._core.resume_check.
             self._resume_check = self._new_resume_check(resume_after)
         self._decoder = self._new_decoder()
-        # Formats whose streams restate their framing on a new connection (Anthropic's
-        # ``message_start`` of a continuation) are told; the others need nothing.
-        reconnected = getattr(self._format, "new_connection", None)
-        if reconnected is not None:
-            reconnected()
+        # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
+        # it delivered already: each format knows what a new connection means for it.
+        self._format.new_connection()
         self._expect_sequence()
 
     def _expect_sequence(self) -> None:
@@ -361,17 +346,14 @@ class StreamParser:
 
     def _new_resume_check(self, last_id: str) -> ResumeCheck:
         reply = self.reply
-        try:  # a throwaway format decodes replayed events without touching the reply
-            format_cls: Any = type(self._format)
-            shadow_feed = format_cls(self.content_key, strict=False).feed
-        except Exception:  # a format that cannot be built alone: ids are still checked
-            shadow_feed = None
+        # A throwaway format decodes replayed events without touching the reply.
+        shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
         return ResumeCheck(
             last_id,
             first_id=self._first_event_id,
             reply_id=reply.id,
             delivered={c.index: c.text for c in reply.choices},
-            shadow=shadow_feed,
+            shadow=shadow.feed,
         )
 
     def _new_decoder(self) -> SSEDecoder:
@@ -432,9 +414,7 @@ class StreamParser:
         sent = prefix.rstrip() or prefix  # an all-whitespace prefix is sent as it is
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
-        continued = getattr(self._wire, "continued", None)
-        if continued is not None:
-            continued()
+        self._format.continued()
         self._sequence_check = None  # a new response: its numbers start over
         self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
@@ -452,49 +432,31 @@ class StreamParser:
 
         :raises ResumeTokenError: ``token`` is not one this library wrote, or is damaged (a
             part missing or of the wrong shape): tokens travel through databases, browsers
-            and other workers, so that is bad input, never a crash deep in a format.
+            and other workers, so that is bad input, never a crash deep in a format
+            (:mod:`fluxstream._core.resume_token`).
         """
-        if not isinstance(token, Mapping) or not isinstance(token.get("key"), str):
-            raise ResumeTokenError("a resume token is a mapping with a string 'key'")
+        parts = read_token(token)
         try:
-            return cls._restored(token, **parser_kwargs)
+            return cls._restored(parts, **parser_kwargs)
         except ResumeTokenError:
             raise
-        except (
-            KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError,
-            RecursionError,
-        ) as exc:  # pydantic's ValidationError is a ValueError
-            raise ResumeTokenError(
-                f"the resume token is damaged: {type(exc).__name__}: {str(exc)[:200]}"
-            ) from exc
+        except DAMAGE as exc:
+            raise damaged(exc) from exc
 
     @classmethod
-    def _restored(cls, token: Mapping[str, Any], **parser_kwargs: Any) -> StreamParser:
-        parser = cls(content_key=token["key"], **parser_kwargs)
-        reply = Reply.model_validate(token.get("reply") or {})
+    def _restored(cls, parts: TokenParts, **parser_kwargs: Any) -> StreamParser:
+        parser = cls(content_key=parts.key, **parser_kwargs)
         asm = parser._assembler
-        asm.restore(reply)
-        given = token.get("offsets")
-        offsets = _checked_offsets(given) if given else asm.offsets()
-        parser._format.restore(
-            offsets,
-            {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
-            {c.index: c.finish_reason for c in reply.choices},
-        )
-        parser._format.id = reply.id
-        parser._format.model = reply.model
-        wire = parser._wire
-        sequence = token.get("sequence")
-        if hasattr(wire, "sequence") and type(sequence) is int and 0 <= sequence < MAX_SEQUENCE:
-            wire.sequence = sequence  # events at or below it are never shown again
-        response_id = token.get("response_id")
-        if hasattr(wire, "response_id") and isinstance(response_id, str) and response_id:
-            wire.response_id = response_id
-        restore_state = getattr(wire, "restore_state", None)
-        if restore_state is not None:  # the wire format's own state (Anthropic: open blocks)
-            restore_state(token.get("wire"))
-        parser._old_last_event_id = str(token.get("last_event_id") or "")
-        parser._old_reconnection_time = token.get("reconnection_time")
+        asm.restore(parts.reply)
+        fmt = parser._format
+        fmt.restore(parts.offsets or asm.offsets(), parts.calls(), parts.finishes())
+        fmt.id = parts.reply.id
+        fmt.model = parts.reply.model
+        # Before the wire state: ``auto`` chooses Responses for a token with a sequence.
+        fmt.restore_position(parts.sequence, parts.response_id)
+        fmt.restore_state(parts.wire)  # the wire format's own state (Anthropic: open blocks)
+        parser._old_last_event_id = parts.last_event_id
+        parser._old_reconnection_time = parts.reconnection_time
         parser._expect_sequence()  # whatever reads on, it reads after the token's number
         return parser
 
@@ -551,32 +513,22 @@ class StreamParser:
     def wire_state(self) -> dict[str, Any] | None:
         """The wire format's state that a resume token carries beyond the reply (``None``:
         the format needs none): see :meth:`from_token`."""
-        state = getattr(self._wire, "resume_state", None)
-        return None if state is None else dict(state())
-
-    @property
-    def _wire(self) -> Any:
-        """The wire format in use (the one ``format="auto"`` chose, once it chose)."""
-        fmt = self._format
-        inner = getattr(fmt, "inner", None)
-        return fmt if inner is None else inner
+        state = self._format.resume_state()
+        return None if state is None else dict(state)
 
     @property
     def sequence(self) -> int | None:
         """Responses API: the highest ``sequence_number`` delivered (``None``: another
         format, none seen yet, or numbers that went backwards, which cannot order a re-read):
         the ``starting_after`` of OpenAI's resume."""
-        wire = self._wire
-        seq = getattr(wire, "sequence", None)
-        if getattr(wire, "ordered", True) is False:
-            return None
+        seq = self._format.resume_sequence()
         return seq if type(seq) is int and 0 <= seq < MAX_SEQUENCE else None
 
     @property
     def response_id(self) -> str | None:
         """Responses API: the id of the response being streamed now (what a
         ``starting_after`` resume re-reads; after a continuation, the new response's)."""
-        rid = getattr(self._wire, "response_id", None)
+        rid = self._format.response_id
         # Real ids are tens of characters; a server's megabyte "id" is not put into a URL.
         return rid if isinstance(rid, str) and 0 < len(rid) <= _MAX_ID_CHARS else None
 
@@ -733,53 +685,6 @@ class _EchoFilter:
         if final and self.deciding:
             self._release(key, self._decide(final=True) or 0, out, fmt_shift)
         return out
-
-
-#: Indices and counts of a token stay below this in size (a format keeps any integer index
-#: the wire gives, negative ones included; anything larger is not a token we wrote).
-_TOKEN_NUMBER_BOUND = 10**40
-
-
-def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
-    """An index (``signed``: any integer, as the wire may give it) or a count (>= 0) from a
-    token: an int, or its decimal string as JSON object keys are."""
-    if isinstance(value, str):
-        digits = value[1:] if signed and value[:1] == "-" else value
-        if digits.isascii() and digits.isdigit() and len(digits) <= 40:
-            value = int(value)
-    low = -_TOKEN_NUMBER_BOUND if signed else 0
-    if type(value) is not int or not low <= value < _TOKEN_NUMBER_BOUND:
-        raise ResumeTokenError(f"the resume token's {what} is not a number it can hold")
-    return value
-
-
-def _checked_offsets(offsets: Any) -> dict[str, Any]:
-    """A token's ``offsets`` in exactly the shape :meth:`ReplyAssembler.offsets` writes, or
-    :class:`ResumeTokenError`: every format's ``restore`` (and ``auto``'s, which runs only
-    when the format is known, at the first event) may then trust it."""
-    if not isinstance(offsets, Mapping):
-        raise ResumeTokenError("the resume token's 'offsets' is not a mapping")
-    checked: dict[str, Any] = {}
-    for key, counts in offsets.items():
-        index = _token_number(key, "choice index", signed=True)
-        if not isinstance(counts, Mapping):
-            raise ResumeTokenError("the resume token's offsets of a choice are not a mapping")
-        entry: dict[str, Any] = {
-            channel: _token_number(counts[channel], f"{channel} offset")
-            for channel in ("text", "reasoning", "refusal")
-            if channel in counts
-        }
-        calls = counts.get("tool_calls") or {}
-        if not isinstance(calls, Mapping):
-            raise ResumeTokenError("the resume token's tool call offsets are not a mapping")
-        entry["tool_calls"] = {
-            str(_token_number(call, "tool call index", signed=True)): _token_number(
-                length, "tool call offset"
-            )
-            for call, length in calls.items()
-        }
-        checked[str(index)] = entry
-    return checked
 
 
 def _as_mapping(obj: Mapping[str, Any] | Any) -> Mapping[str, Any]:

@@ -28,10 +28,13 @@ _ORDER: list[tuple[int, list[str]]] = [
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
     (2, ["events"]),
-    (3, ["formats._base", "formats.chat_completions", "formats.responses",
-         "formats.anthropic_messages", "structured.objects"]),
-    # _core.resume_check imports formats._base, which runs the formats package's __init__
-    (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check"]),
+    (3, ["formats._contract", "formats._base", "formats._responses_items",
+         "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
+         "structured.objects"]),
+    # _core.resume_check and _core.resume_token import formats._base, which runs the formats
+    # package's __init__
+    (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
+         "_core.resume_token", "_core.reread"]),
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          "observe", "apis"]),  # and every apis.* module (one per provider API)
     (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",

@@ -1,35 +1,31 @@
-"""What the event-typed formats (Responses, Anthropic Messages) share.
+"""The shared foundation of the wire formats.
 
-Both formats stream one JSON object per SSE event, each naming its own ``type`` (the ``event:``
-line repeats it, or is missing: some gateways and test harnesses send data-only frames), and
-both describe a single choice. :class:`JsonEventFormat` does the parts that do not depend on
-the vocabulary: decoding the frame, skipping and counting bad or unknown frames, the offsets of
-choice 0, tool-call bookkeeping and the resume hooks the parser calls
-(:meth:`~JsonEventFormat.reset`, :meth:`~JsonEventFormat.restore`,
-:meth:`~JsonEventFormat.shift_text`).
+:class:`FormatBase` is what every format is built on: the state the parser reads, the default
+of every hook of the format contract (:class:`~fluxstream.formats._contract.WireFormat`),
+skipping and counting bad frames, and the memory guard each frame passes before it is decoded.
+:class:`ChoiceState` is what a format keeps per choice whatever its vocabulary: offsets, tool
+calls (:class:`ToolCallState`, bounded by ``max_tool_calls``) and the surrogate halves held
+back. :class:`JsonEventFormat` adds what the event-typed formats (Responses, Anthropic
+Messages) share: one JSON object per SSE event naming its own ``type`` (the ``event:`` line
+repeats it, or is missing: some gateways and test harnesses send data-only frames), describing
+a single choice.
 
-The format interface the parser relies on (the same as
-:class:`~fluxstream.formats.chat_completions.ChatCompletionsFormat`'s): ``feed(sse, at_eof=)``,
-``feed_chunk(obj)``, ``feed_completion(obj)``, ``reset()``, ``restore(...)``,
-``shift_text(...)`` and the attributes ``id``, ``model``, ``done``, ``done_reason``, ``cut``,
-``skipped``, ``new_choices`` and ``heartbeats``. ``heartbeats`` is the one addition for these
-formats: Anthropic's keep-alive is an in-band ``ping`` *event*, not an SSE comment, and it must
-count as a heartbeat in the reply just like a ``: ping`` comment does for Chat Completions.
+The helpers below are shared too: the fast event makers, usage normalization, error payloads
+and the folding of kept fragments.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, TypeVar
 
 import pydantic_core
 from pydantic import ValidationError
 
-from ..errors import FrameDecodeError
+from ..errors import FrameDecodeError, LimitExceededError
 from ..events import (
     ErrorEvent,
     Event,
@@ -40,18 +36,21 @@ from ..events import (
     TextDelta,
     ToolCallDelta,
 )
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason, unified_stop
 from ..sse import ServerSentEvent
 from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
+from ._contract import Claim
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
 __all__ = [
     "BIG_FRAME",
+    "CHOICE_SLOTS",
     "KEEPALIVES",
     "MAX_KEPT_CHARS",
-    "MAX_PARTS",
-    "Marker",
-    "MarkerSet",
+    "MAX_SEQUENCE",
+    "ChoiceState",
+    "FormatBase",
     "JsonEventFormat",
     "ToolCallState",
     "approx_size",
@@ -59,14 +58,15 @@ __all__ = [
     "compact",
     "crowded",
     "error_event",
+    "excerpt",
     "finish_event",
     "fold",
-    "named_format",
     "normalized_usage",
-    "too_many_objects",
+    "opt_str",
     "reasoning_delta",
     "refusal_delta",
     "text_delta",
+    "too_many_objects",
     "tool_delta",
     "usage",
 ]
@@ -228,88 +228,6 @@ def approx_size(value: object) -> int:
 #: In-band keep-alives (an ``event:`` name or a payload's ``type``): Anthropic's ``ping``, the
 #: ``keepalive`` some Responses servers send. They name no format.
 KEEPALIVES = frozenset({"ping", "keepalive"})
-_ANTHROPIC_EVENTS = frozenset({
-    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
-    "message_delta", "message_stop",
-})
-
-
-def named_format(name: object) -> str | None:
-    """The event-typed format an event ``type`` (or ``event:`` name) belongs to: an
-    Anthropic Messages event name, or a ``response.*`` name; ``None`` for anything else
-    (keep-alives and ``error`` name no format: every format can send them)."""
-    if name.__class__ is not str:
-        return None
-    if name in _ANTHROPIC_EVENTS:
-        return "anthropic_messages"
-    if name.startswith("response."):
-        return "responses"
-    return None
-
-
-# --------------------------------------------------------------------------- part markers
-
-# The parts of a Responses output that text arrived for, as ``(kind, output, part)`` markers
-# (``kind``: ``text``, ``reasoning``, ``summary``, ``refusal``; ``output`` and ``part``: the
-# output position and the part's index, ``None`` when the server did not say). A part's text
-# can come twice: as deltas and again whole in its ``.done``; which one was shown must be
-# remembered so the other is not shown too. Some servers name an index in one and leave it
-# out in the other (LiteLLM streams summary deltas without ``summary_index``, then names
-# ``summary_index: 0`` in their ``.done``), so a marker with an index missing matches a
-# marker with any value there. Every lookup is O(1): each marker is also kept with each
-# index left open.
-
-#: Markers remembered per set. Real responses have a handful; past the cap nothing more is
-#: remembered (see :class:`MarkerSet`), so a stream naming a new part in every event cannot
-#: grow memory beyond it.
-MAX_PARTS = 4096
-
-Marker = tuple[str, int | None, int | None]
-
-
-class MarkerSet:
-    """A bounded set of markers, looked up with a missing index matching any."""
-
-    __slots__ = ("_exact", "_loose")
-
-    def __init__(self) -> None:
-        self._exact: set[Marker] = set()
-        self._loose: set[tuple[object, ...]] = set()
-
-    def __len__(self) -> int:
-        return len(self._exact)
-
-    def __iter__(self) -> Iterator[Marker]:
-        return iter(sorted(self._exact, key=repr))
-
-    def full(self) -> bool:
-        return len(self._exact) >= MAX_PARTS
-
-    def add(self, marker: Marker) -> None:
-        exact = self._exact
-        if len(exact) < MAX_PARTS and marker not in exact:
-            exact.add(marker)
-            kind, output, part = marker
-            self._loose.update((("part?", kind, output), ("output?", kind, part), (kind,)))
-
-    def has(self, marker: Marker) -> bool:
-        """Exactly ``marker`` is in the set (both indices as given)."""
-        return marker in self._exact
-
-    def matches(self, marker: Marker) -> bool:
-        """A marker naming the same part is in the set, an index missing on either side
-        matching any."""
-        kind, output, part = marker
-        if output is not None and part is not None:
-            exact = self._exact
-            return (marker in exact or (kind, None, part) in exact
-                    or (kind, output, None) in exact or (kind, None, None) in exact)
-        loose = self._loose
-        if output is None and part is None:
-            return (kind,) in loose
-        if part is None:
-            return ("part?", kind, output) in loose or ("part?", kind, None) in loose
-        return ("output?", kind, part) in loose or ("output?", kind, None) in loose
 
 
 # --------------------------------------------------------------------------- memory guard
@@ -502,12 +420,13 @@ class ToolCallState:
 
     __slots__ = ("fold_at", "fragments", "id", "length", "name", "start_input")
 
-    def __init__(self) -> None:
+    def __init__(self, kept: bool = True) -> None:
         self.id: str | None = None
         self.name: str | None = None
         self.length = 0
-        #: Streamed argument fragments; ``None`` after a resume (the text is not known here).
-        self.fragments: list[str] | None = []
+        #: Streamed argument fragments (``kept``); ``None`` when nothing compares them (Chat
+        #: Completions, Anthropic) or after a resume (the text is not known here).
+        self.fragments: list[str] | None = [] if kept else None
         #: ``fragments`` is folded when it grows past this (see :func:`fold`).
         self.fold_at = _FOLD
         #: Anthropic: the ``input`` of ``content_block_start`` (used when no fragment arrives).
@@ -533,39 +452,193 @@ class ToolCallState:
         self.fold_at = 1 + _FOLD
 
 
-class JsonEventFormat:
-    """Base of the formats whose frames are typed JSON events describing one choice."""
+# --------------------------------------------------------------------------- one choice
 
-    __slots__ = (
-        "_held",
-        "calls",
-        "cut",
-        "done",
-        "done_reason",
-        "heartbeats",
-        "id",
-        "kept",
-        "key",
-        "model",
-        "new_choices",
-        "reasoning",
-        "reconnected",
-        "refusal",
-        "scan",
-        "skipped",
-        "started",
-        "strict",
-        "text",
-    )
+#: Delta maker of each text channel.
+_CHANNEL_EVENTS: dict[str, Callable[[str, int, int, str], Event]] = {
+    "text": text_delta, "reasoning": reasoning_delta, "refusal": refusal_delta,
+}
 
-    #: Event types whose strings are streamed text fragments: a payload of one of these that
-    #: only ``json.loads`` can decode (lone UTF-16 surrogate halves) keeps its halves for
-    #: :meth:`join`; any other such payload is cleaned whole (halves -> U+FFFD).
-    delta_kinds: frozenset[str] = frozenset()
 
-    def __init__(self, key: str, *, strict: bool = False) -> None:
+class ChoiceState:
+    """What a format keeps for one choice, whatever its vocabulary: the code points delivered
+    per channel (``text``, ``reasoning``, ``refusal``), the tool calls by number, the call
+    touched last, and the high surrogate halves held back per channel (a channel name, or a
+    call's number).
+
+    A mixin: a Chat Completions choice is one object per choice, while the event-typed
+    formats describe a single choice and keep its state on the format itself (one attribute
+    less on their hot path). Both declare :data:`CHOICE_SLOTS`; the mixin declares no
+    ``__slots__`` (an empty one would make the type checker refuse its assignments), which
+    costs nothing as long as every attribute it sets is in those slots.
+
+    Why halves are held (see :mod:`._surrogates`): servers that cut text by UTF-16 unit send
+    an emoji's high half at the end of one fragment and its low half at the start of the
+    next; :meth:`join` holds a trailing high half back and puts it in front of the channel's
+    next fragment, so the pair is delivered once, as one code point.
+    """
+
+    text: int
+    reasoning: int
+    refusal: int
+    calls: dict[int, ToolCallState]
+    last_call: int | None
+    held: dict[str | int, str] | None
+
+    def clear_choice(self) -> None:
+        """Nothing delivered yet."""
+        self.text = self.reasoning = self.refusal = 0
+        self.calls = {}
+        self.last_call = None
+        self.held = None
+
+    def deliver(self, channel: str, key: str, choice: int, text: str, out: list[Event]) -> None:
+        """``text`` (ready: joined, non-empty) on a text channel, at the channel's offset."""
+        offset = getattr(self, channel)
+        out.append(_CHANNEL_EVENTS[channel](key, choice, offset, text))
+        setattr(self, channel, offset + len(text))
+
+    def open_call(self, number: int, limits: StreamLimits, *, kept: bool = True) -> ToolCallState:
+        """A new tool call, refused past ``max_tool_calls`` before anything is kept for it
+        (the assembler would refuse it too, but only after the format held it)."""
+        calls = self.calls
+        if len(calls) >= limits.max_tool_calls:
+            raise LimitExceededError("max_tool_calls", limits.max_tool_calls, len(calls) + 1)
+        call = calls[number] = ToolCallState(kept)
+        self.last_call = number
+        return call
+
+    def restore_offsets(self, counts: Mapping[str, Any],
+                        ids: Mapping[int, tuple[Any, Any]]) -> None:
+        """Offsets and tool-call identity from a resume token (``counts`` as
+        :meth:`fluxstream.assembly.ReplyAssembler.offsets` writes one choice's, ``ids`` the
+        reply's ``{call: (id, name)}``): only lengths are known, not the streamed text."""
+        self.text = int(counts.get("text", 0))
+        self.reasoning = int(counts.get("reasoning", 0))
+        self.refusal = int(counts.get("refusal", 0))
+        for call_key, length in (counts.get("tool_calls") or {}).items():
+            number = int(call_key)
+            call = self.calls[number] = ToolCallState(kept=False)
+            call.id, call.name = ids.get(number, (None, None))
+            call.length = int(length)
+            self.last_call = number
+
+    # ------------------------------------------------------------------ surrogate halves
+
+    def join(self, channel: str | int, text: str) -> str:
+        """``text`` ready to deliver on ``channel``: the half held from the channel's previous
+        fragment in front, a trailing high half held back, pairs joined into code points and
+        any other lone half replaced. May return ``""``."""
+        held = self.held
+        if held:
+            before = held.pop(channel, "")
+            if before:
+                text = before + text
+        last = text[-1:]
+        if is_high_half(last):
+            if held is None:
+                held = self.held = {}
+            held[channel] = last
+            text = text[:-1]
+        return fix_surrogates(text)
+
+    def flush_held(self, key: str, choice: int, out: list[Event]) -> None:
+        """The choice ends: every half still held is delivered as U+FFFD (no low half will
+        come; at a cut end this is not called: the rest of the payload is lost anyway)."""
+        held = self.held
+        if not held:
+            return
+        self.held = None
+        for channel in held:
+            if isinstance(channel, int):
+                call = self.calls.get(channel)
+                if call is not None:
+                    out.append(tool_delta(key, choice, channel, None, None, REPLACEMENT,
+                                          call.add(REPLACEMENT)))
+            else:
+                self.deliver(channel, key, choice, REPLACEMENT, out)
+
+    def held_state(self) -> list[list[Any]]:
+        """The held halves, for a resume token: a token taken between an emoji's two halves
+        must give the resumed format the first one, or the emoji becomes U+FFFD. ``[channel,
+        call number or None, UTF-16 unit]``: the half as a number, since a lone half is not
+        valid in every JSON encoder."""
+        return [
+            ["tool", channel, ord(half)] if isinstance(channel, int) else [channel, None, ord(half)]
+            for channel, half in (self.held or {}).items()
+        ]
+
+    def restore_held(self, state: object) -> bool:
+        """Take over :meth:`held_state` from a token (entries that are not what it writes, or
+        name a call the reply does not have, are left out); whether any half was taken."""
+        taken = False
+        for entry in state if isinstance(state, list) else ():
+            if not (isinstance(entry, list) and len(entry) == 3):
+                continue
+            channel, index, unit = entry
+            if type(unit) is not int or not 0xD800 <= unit <= 0xDBFF:
+                continue
+            key: str | int
+            if channel in _CHANNEL_EVENTS and index is None:
+                key = channel
+            elif channel == "tool" and type(index) is int and index in self.calls:
+                key = index
+            else:
+                continue
+            if self.held is None:
+                self.held = {}
+            self.held[key] = chr(unit)
+            taken = True
+        return taken
+
+
+#: The slots a class mixing in :class:`ChoiceState` declares.
+CHOICE_SLOTS = ("calls", "held", "last_call", "reasoning", "refusal", "text")
+
+
+# --------------------------------------------------------------------------- every format
+
+
+def excerpt(frame: object) -> str:
+    """A skipped frame as :class:`~fluxstream.events.SkippedFrame` shows it: its first
+    characters (compact JSON for a decoded frame), never holding a lone surrogate."""
+    if not isinstance(frame, str):
+        try:
+            frame = compact(frame)
+        except (TypeError, ValueError, RecursionError):
+            frame = object.__repr__(frame)
+    return fix_surrogates(frame[:_EXCERPT])
+
+
+class FormatBase:
+    """What every format shares: the state the parser reads, the defaults of the hooks a
+    format without the feature needs (:class:`~fluxstream.formats._contract.WireFormat`
+    lists them all), skipping and counting, and the memory guard every frame passes before
+    it is decoded.
+
+    :param key: the content key stamped on every keyed event.
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
+        not a JSON object, instead of skipping and counting it.
+    :param limits: caps on server-controlled input (:class:`~fluxstream.limits.StreamLimits`):
+        a tool call past ``max_tool_calls`` (or a choice past ``max_choices``) raises
+        :class:`~fluxstream.errors.LimitExceededError` before the format keeps anything of it.
+    """
+
+    __slots__ = ("cut", "done", "done_reason", "heartbeats", "id", "key", "limits", "model",
+                 "new_choices", "skipped", "strict")
+
+    #: The data line that ends the format's streams, if it has one (it names the format).
+    sentinel: ClassVar[str | None] = None
+    #: Only formats with a ``starting_after`` re-read have one (see ``WireFormat``).
+    response_id: str | None = None
+    #: Why a big frame was refused undecoded (see :meth:`refuses_undecoded`).
+    crowded_reason: ClassVar[str] = "more JSON objects than an event of its size holds"
+
+    def __init__(self, key: str, *, strict: bool = False,
+                 limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
         self.key = key
         self.strict = strict
+        self.limits = limits
         self.id: str | None = None
         self.model: str | None = None
         self.done = False
@@ -573,36 +646,154 @@ class JsonEventFormat:
         self.cut = False
         self.skipped = 0
         self.heartbeats = 0
+        self.new_choices: list[int] = []
+
+    # ------------------------------------------------------------------ detection
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """How sure the format is that an SSE event is its own (see :class:`Claim`)."""
+        return Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        """How sure the format is that a whole non-streaming body is its own."""
+        return Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        """How sure the format is that it wrote a resume token's wire state."""
+        return Claim.NO
+
+    # ------------------------------------------------------------------ feeding
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
+        raise NotImplementedError  # pragma: no cover - every format has its own
+
+    def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
+        """:meth:`feed` each of ``sses`` in order, appending to ``out`` (so that when one
+        raises, ``out`` holds the events of those before it)."""
+        feed = self.feed
+        for sse in sses:
+            events = feed(sse)
+            if events:
+                out += events
+
+    def refuses_undecoded(self, data: str) -> bool:
+        """A frame to refuse before it is decoded: decoding costs ~250 bytes per JSON
+        object or array, so a frame over :data:`BIG_FRAME` characters with more of them
+        than :meth:`most_objects` allows is refused (see :func:`too_many_objects`)."""
+        size = len(data)
+        return size > BIG_FRAME and too_many_objects(data, self.most_objects(size))
+
+    def most_objects(self, size: int) -> int:
+        """JSON objects and arrays a frame of ``size`` characters may hold: by density
+        (:data:`MIN_CHARS_PER_OBJECT`), for formats whose state does not grow with them."""
+        return size // MIN_CHARS_PER_OBJECT
+
+    def bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
+        """A frame that is not a usable JSON object: dropped silently when the end of the
+        bytes cut it (``cut``), raised in strict mode, else skipped and counted."""
+        if at_eof:
+            self.cut = True
+            return []
+        if self.strict:
+            raise FrameDecodeError(reason, data)
+        return self.skip(reason, data)
+
+    def skip(self, reason: str, frame: object) -> list[Event]:
+        """Skip and count a frame (or part of one) that cannot be used; never raised, even
+        in strict mode, which is about frames that are not JSON objects."""
+        self.skipped += 1
+        return [SkippedFrame(reason, excerpt(frame))]
+
+    def usage_of(self, raw: object, obj: object, out: list[Event]) -> dict[str, Any] | None:
+        """A frame's ``usage`` ready to keep: ``None`` when there is none, and what does not
+        fit dropped and counted (usage that is not an object, fields of the wrong type: a
+        reply holding them would not validate back, so relay followers and resume tokens
+        would refuse it)."""
+        if raw is None:
+            return None
+        if not isinstance(raw, Mapping):
+            out += self.skip("usage is not an object", obj)
+            return None
+        if not raw:
+            return None
+        clean, dropped = checked_usage(raw)
+        if dropped:
+            out += self.skip("usage fields of the wrong type dropped", obj)
+        return clean
+
+    # ------------------------------------------------------------------ connections
+
+    def reset(self) -> None:
+        """A restarted generation begins at offset 0 again."""
+        self.done = False
+        self.done_reason = None
+        self.cut = False
+        self.new_choices = []
+
+    def new_connection(self) -> None:
+        """Nothing to do for a format whose stream does not restate its framing."""
+
+    def continued(self) -> None:
+        """Nothing to do for a format whose continuation is not a new response."""
+
+    def errored_before(self) -> None:
+        """Nothing to do for a format that does not dedupe errors."""
+
+    # ------------------------------------------------------------------ resume tokens
+
+    def resume_sequence(self) -> int | None:
+        return None
+
+    def resume_state(self) -> dict[str, Any] | None:
+        return None
+
+    def restore_state(self, state: Any) -> None:
+        """Nothing to take over for a format that writes no state."""
+
+    def restore_position(self, sequence: int | None, response_id: str | None) -> None:
+        """Nothing to take over for a format without a ``starting_after`` re-read."""
+
+
+class JsonEventFormat(FormatBase, ChoiceState):
+    """Base of the formats whose frames are typed JSON events describing one choice
+    (Responses, Anthropic Messages): decoding a frame, the offsets of choice 0 and the
+    resume hooks; the vocabulary is the subclass's :meth:`dispatch`.
+
+    ``heartbeats`` matters here: Anthropic's keep-alive is an in-band ``ping`` *event*, not
+    an SSE comment, and it must count as a heartbeat like a ``: ping`` comment does.
+    """
+
+    __slots__ = (*CHOICE_SLOTS, "kept", "reconnected", "scan", "started")
+
+    #: Event types whose strings are streamed text fragments: a payload of one of these that
+    #: only ``json.loads`` can decode (lone UTF-16 surrogate halves) keeps its halves for
+    #: :meth:`join`; any other such payload is cleaned whole (halves -> U+FFFD).
+    delta_kinds: frozenset[str] = frozenset()
+
+    def __init__(self, key: str, *, strict: bool = False,
+                 limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
+        super().__init__(key, strict=strict, limits=limits)
         #: Characters of never-shown data kept so far (see :data:`MAX_KEPT_CHARS`).
         self.kept = 0
-        self.new_choices: list[int] = []
         self.started = False
         #: A new connection began (resume or continuation) and no event of it was seen yet.
         self.reconnected = False
-        self.text = 0
-        self.reasoning = 0
-        self.refusal = 0
-        self.calls: dict[int, ToolCallState] = {}
+        self.clear_choice()
         #: Fragments may hold lone surrogate halves (see :mod:`._surrogates`): set by the first
         #: payload only ``json.loads`` could decode, and by :meth:`feed_chunk`.
         self.scan = False
-        #: Per channel, a high surrogate half held for the channel's next fragment.
-        self._held: dict[object, str] = {}
 
     # ------------------------------------------------------------------ resume hooks
 
     def reset(self) -> None:
-        """Forget the generation (a restart begins at offset 0 again)."""
+        super().reset()
         self.reconnected = False
-        self.done = False
-        self.done_reason = None
-        self.cut = False
         self.started = False
         self.kept = 0
-        self.new_choices = []
-        self.text = self.reasoning = self.refusal = 0
-        self.calls = {}
-        self._held = {}
+        self.clear_choice()
 
     def restore(
         self,
@@ -615,15 +806,8 @@ class JsonEventFormat:
         if not counts:
             return
         self.started = True
-        self.text = int(counts.get("text", 0))
-        self.reasoning = int(counts.get("reasoning", 0))
-        self.refusal = int(counts.get("refusal", 0))
-        for call_key, length in (counts.get("tool_calls") or {}).items():
-            number = int(call_key)
-            call = self.calls[number] = ToolCallState()
-            call.id, call.name = calls.get(0, {}).get(number, (None, None))
-            call.length = int(length)
-            call.fragments = None
+        self.restore_offsets(counts, calls.get(0, {}))
+        self.last_call = None  # which call an unnamed fragment continues is wire state
 
     def shift_text(self, choice: int, by: int) -> None:
         """Un-count ``by`` code points of text (an echoed overlap that was cut)."""
@@ -631,9 +815,15 @@ class JsonEventFormat:
             self.text -= by
 
     def new_connection(self) -> None:
-        """A new connection continues this reply (the parser calls this): offsets and
-        content stay; the format may accept the stream's opening events once more."""
+        """A new connection continues this reply: offsets and content stay; the format may
+        accept the stream's opening events once more."""
         self.reconnected = True
+
+    def restore_held(self, state: object) -> bool:
+        taken = super().restore_held(state)
+        if taken:
+            self.scan = True  # the next fragment must go through join()
+        return taken
 
     # ------------------------------------------------------------------ frames
 
@@ -643,9 +833,8 @@ class JsonEventFormat:
         if self.done:
             return []
         data = sse.data
-        if crowded(data):
-            return self._bad_frame(data, "more JSON objects than an event of its size holds",
-                                   at_eof)
+        if self.refuses_undecoded(data):
+            return self.bad_frame(data, self.crowded_reason, at_eof)
         if data[:1] != "{":
             stripped = data.strip()
             if stripped == "[DONE]":
@@ -653,7 +842,7 @@ class JsonEventFormat:
                 self.done = True
                 self.done_reason = "sentinel"
                 out: list[Event] = []
-                self.flush_held(out)
+                self.flush(out)
                 return out
             if not stripped:
                 return []  # an empty data frame: a keep-alive
@@ -669,10 +858,10 @@ class JsonEventFormat:
                     # make the stream look merely cut.
                     self.start()
                     return [ErrorEvent(fix_surrogates(data), None, None, None, data)]
-                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+                return self.bad_frame(data, f"invalid JSON: {exc}", at_eof)
             raw = self.scan = True
         if obj.__class__ is not dict:
-            return self._bad_frame(data, "not a JSON object", False)
+            return self.bad_frame(data, "not a JSON object", False)
         event = sse.event
         if event == "error":
             return self.dispatch("error", self._cleaned(obj) if raw else obj)
@@ -708,40 +897,6 @@ class JsonEventFormat:
         """A whole non-streaming body (the format's own shape)."""
         raise NotImplementedError
 
-    def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
-        if at_eof:
-            self.cut = True
-            return []
-        if self.strict:
-            raise FrameDecodeError(reason, data)
-        return self.skip(reason, data)
-
-    def skip(self, reason: str, data: object) -> list[Event]:
-        """Skip and count a frame that cannot be used (never raised: the stream goes on)."""
-        self.skipped += 1
-        if not isinstance(data, str):
-            frame, data = data, "<unserialisable>"
-            with contextlib.suppress(TypeError, ValueError):
-                data = compact(frame)
-        return [SkippedFrame(reason, fix_surrogates(data[:_EXCERPT]))]
-
-    def usage_of(self, raw: object, obj: object, out: list[Event]) -> dict[str, Any] | None:
-        """An event's ``usage`` ready to keep: ``None`` when there is none, and what does not
-        fit dropped and counted (usage that is not an object, fields of the wrong type: a
-        reply holding them would not validate back, so relay followers and resume tokens
-        would refuse it)."""
-        if raw is None:
-            return None
-        if not isinstance(raw, Mapping):
-            out += self.skip("usage is not an object", obj)
-            return None
-        if not raw:
-            return None
-        clean, dropped = checked_usage(raw)
-        if dropped:
-            out += self.skip("usage fields of the wrong type dropped", obj)
-        return clean
-
     def keep(self, size: int) -> bool:
         """Account for ``size`` characters of never-shown data; ``False`` (keep nothing) once
         :data:`MAX_KEPT_CHARS` would be passed."""
@@ -758,103 +913,31 @@ class JsonEventFormat:
             self.started = True
             self.new_choices.append(0)
 
-    def join(self, channel: object, text: str) -> str:
-        """(``scan`` mode) ``text`` with the channel's held high half in front and its own
-        trailing high half held back, pairs joined into code points, lone halves replaced:
-        an emoji cut by UTF-16 unit across two events is delivered once, whole."""
-        held = self._held.pop(channel, None)
-        if held is not None:
-            text = held + text
-        if text and is_high_half(text[-1]):
-            self._held[channel] = text[-1]
-            text = text[:-1]
-        return fix_surrogates(text)
-
-    def flush_held(self, out: list[Event]) -> None:
-        """The choice ends: a half still held is delivered as U+FFFD (at a cut end it is
-        simply never delivered, like the rest of the cut payload)."""
-        held = self._held
-        if not held:
-            return
-        self._held = {}
-        for channel in held:
-            if isinstance(channel, tuple):
-                self.add_tool_text(channel[1], REPLACEMENT, out)
-            elif isinstance(channel, str):
-                self.add_to(channel, REPLACEMENT, out)
-
-    def held_state(self) -> list[list[Any]]:
-        """The high halves held back (see :meth:`join`), for a resume token: a token taken
-        between an emoji's two halves must give the resumed format the first one, or the
-        emoji becomes U+FFFD. ``[channel, call index or None, UTF-16 unit]``: the half as a
-        number, since a lone half is not valid in every JSON encoder."""
-        return [
-            ["tool", channel[1], ord(half)] if isinstance(channel, tuple)
-            else [channel, None, ord(half)]
-            for channel, half in self._held.items()
-        ]
-
-    def restore_held(self, state: object) -> None:
-        """Take over :meth:`held_state` from a token (entries that are not what it writes,
-        or name a call the reply does not have, are left out)."""
-        for entry in state if isinstance(state, list) else ():
-            if not (isinstance(entry, list) and len(entry) == 3):
-                continue
-            channel, index, unit = entry
-            if type(unit) is not int or not 0xD800 <= unit <= 0xDBFF:
-                continue
-            key: object
-            if channel in ("text", "reasoning", "refusal") and index is None:
-                key = channel
-            elif channel == "tool" and type(index) is int and index in self.calls:
-                key = ("tool", index)
-            else:
-                continue
-            self._held[key] = chr(unit)
-            self.scan = True  # the next fragment must go through join()
+    def flush(self, out: list[Event]) -> None:
+        """The choice ends: a half still held is delivered as U+FFFD."""
+        if self.held:
+            self.start()
+            self.flush_held(self.key, 0, out)
 
     def add_to(self, channel: str, text: str, out: list[Event]) -> None:
-        """``text`` on the named channel: ``"text"``, ``"reasoning"`` or ``"refusal"``."""
-        if channel == "text":
-            self.add_text(text, out)
-        elif channel == "reasoning":
-            self.add_reasoning(text, out)
-        else:
-            self.add_refusal(text, out)
-
-    def add_text(self, text: str, out: list[Event]) -> None:
+        """``text`` on the named channel (``"text"``, ``"reasoning"``, ``"refusal"``),
+        joined with held halves first when scanning."""
         if self.scan:
-            text = self.join("text", text)
+            text = self.join(channel, text)
             if not text:
                 return
         if not self.started:
             self.start()
-        out.append(text_delta(self.key, 0, self.text, text))
-        self.text += len(text)
-
-    def add_reasoning(self, text: str, out: list[Event], *, joined: bool = False) -> None:
-        if self.scan and not joined:
-            text = self.join("reasoning", text)
-            if not text:
-                return
-        if not self.started:
-            self.start()
-        out.append(reasoning_delta(self.key, 0, self.reasoning, text))
-        self.reasoning += len(text)
-
-    def add_refusal(self, text: str, out: list[Event]) -> None:
-        if self.scan:
-            text = self.join("refusal", text)
-            if not text:
-                return
-        if not self.started:
-            self.start()
-        out.append(refusal_delta(self.key, 0, self.refusal, text))
-        self.refusal += len(text)
+        self.deliver(channel, self.key, 0, text, out)
 
     def add_tool_text(self, index: int, text: str, out: list[Event]) -> None:
-        """An argument fragment of an open call (after :meth:`join` when scanning)."""
+        """An argument fragment of an open call, joined with held halves first when
+        scanning."""
         call = self.calls.get(index)
         if call is None or not text:
             return
+        if self.scan:
+            text = self.join(index, text)
+            if not text:
+                return
         out.append(tool_delta(self.key, 0, index, None, None, text, call.add(text)))

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
 from . import _base
 from ._base import (
@@ -54,9 +55,15 @@ from ._base import (
     text_delta,
     tool_delta,
 )
+from ._contract import Claim
 
 __all__ = ["AnthropicMessagesFormat"]
 
+#: The event types of this API: what tells its streams from the others'.
+EVENTS = frozenset({
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop",
+    "message_delta", "message_stop",
+})
 #: Block types that carry nothing for the reply (server-side tools and their results).
 _IGNORED_BLOCKS = frozenset({"server_tool_use", "mcp_tool_use", "mcp_tool_result",
                              "container_upload"})
@@ -107,8 +114,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
 
     __slots__ = ("_blocks", "_message_started", "_open", "_stop", "_usage")
 
-    def __init__(self, key: str, *, strict: bool = False) -> None:
-        super().__init__(key, strict=strict)
+    def __init__(self, key: str, *, strict: bool = False,
+                 limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
+        super().__init__(key, strict=strict, limits=limits)
         self._blocks: dict[int, _Block] = {}
         #: A block may be open (one started since every block was last closed): without it,
         #: every new stop reason walked all the message's blocks (up to MAX_BLOCKS).
@@ -116,6 +124,27 @@ class AnthropicMessagesFormat(JsonEventFormat):
         self._message_started = False
         self._usage: dict[str, Any] | None = None
         self._stop: str | None = None
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """An event whose ``type`` (or, untyped, ``event:`` line) is one of :data:`EVENTS`
+        (``ping`` and ``error`` are not: any proxy sends them)."""
+        kind = payload.get("type") if payload is not None else None
+        if kind.__class__ is str and kind in EVENTS:
+            return Claim.SURE
+        return Claim.LIKELY if event in EVENTS else Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        """A ``message`` (or Anthropic's ``{"type": "error"}``) body, or one with a
+        ``stop_reason``."""
+        typed = body.get("type") in ("message", "error")
+        return Claim.LIKELY if typed or "stop_reason" in body else Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        """Its state maps the content ``blocks`` by index."""
+        return Claim.SURE if isinstance(state.get("blocks"), Mapping) else Claim.NO
 
     def reset(self) -> None:
         super().reset()
@@ -173,8 +202,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
                 # block the reply lacks still gets its arguments, never a crash.
                 call = self.calls.get(index)
                 if call is None:
-                    call = self.calls[index] = ToolCallState()
-                    call.fragments = None
+                    call = self.calls[index] = ToolCallState(kept=False)
                 start = entry.get("input")
                 if isinstance(start, str) and call.length == 0:
                     call.start_input = start
@@ -238,7 +266,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "message_stop":
             out = []
             self._close_all(out)
-            self.flush_held(out)
+            self.flush(out)
             self.start()
             self.done = True
             self.done_reason = "message_stop"
@@ -300,7 +328,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if reason and reason != self._stop:
             # The content is over: tool blocks that never got a fragment get their input now.
             self._close_all(out)
-            self.flush_held(out)
+            self.flush(out)
             self._stop = reason
             out.append(Finish(self.key, 0, reason, unified_stop(reason)))
         return out
@@ -328,13 +356,13 @@ class AnthropicMessagesFormat(JsonEventFormat):
             self._blocks[index] = _Block("text")
             text = block.get("text")
             if text and isinstance(text, str):
-                self.add_text(text, out)
+                self.add_to("text", text, out)
         elif kind == "thinking":
             state = self._blocks[index] = _Block("thinking")
             text = block.get("thinking")
             if text and isinstance(text, str):
                 state.parts.append(text)
-                self.add_reasoning(text, out)
+                self.add_to("reasoning", text, out)
             signature = block.get("signature")
             if signature and isinstance(signature, str) and self.keep(len(signature)):
                 state.signature.append(signature)
@@ -347,14 +375,14 @@ class AnthropicMessagesFormat(JsonEventFormat):
             self._blocks[index] = _Block("tool")
             call = self.calls.get(index)
             if call is None:
-                call = self.calls[index] = ToolCallState()
+                call = self.open_call(index, self.limits, kept=False)
             cid = block.get("id")
             name = block.get("name")
             new_id = cid if cid and isinstance(cid, str) and call.id is None else None
             new_name = name if name and isinstance(name, str) and call.name is None else None
             call.id = call.id or new_id
             call.name = call.name or new_name
-            call.fragments = None  # nothing compares them here: not kept
+            call.fragments = None  # nothing compares them here (a resumed call's either)
             call.start_input = block.get("input")
             out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
         elif kind in _IGNORED_BLOCKS or (isinstance(kind, str) and kind.endswith("_result")):
@@ -378,13 +406,11 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind == "text_delta" and bkind == "text":
             text = delta.get("text")
             if text and text.__class__ is str:
-                self.add_text(text, out)
+                self.add_to("text", text, out)
             return out
         if kind == "input_json_delta" and bkind == "tool":
             text = delta.get("partial_json")
             if text and text.__class__ is str:
-                if self.scan:
-                    text = self.join(("tool", index), text)
                 self.add_tool_text(index, text, out)
             return out
         if kind == "thinking_delta" and bkind == "thinking":
@@ -398,7 +424,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
                 parts.append(text)
                 if len(parts) > block.fold_at:
                     block.fold_at = fold(parts, block.fold_at - _FOLD)
-                self.add_reasoning(text, out, joined=True)
+                if not self.started:
+                    self.start()
+                self.deliver("reasoning", self.key, 0, text, out)
             return out
         if kind == "signature_delta" and bkind == "thinking":
             signature = delta.get("signature")

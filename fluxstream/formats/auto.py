@@ -1,103 +1,75 @@
 """``format="auto"``: recognise the wire format from the first event that names one, then
 step aside.
 
-The three formats are told apart by what each event announces plainly:
+Auto knows no format's shape: it asks every format registered in
+:data:`~fluxstream.formats.FORMATS` how sure it is that the event is its own
+(:meth:`~fluxstream.formats._base.FormatBase.claims`, a :class:`~._contract.Claim`) and takes
+the surest (the first registered on a tie). An event's own ``type`` outranks its ``event:``
+line, which outranks the untyped shape of Chat Completions (the only format whose events have
+no ``type``). A whole body is decided the same way (``claims_body``), and a stream's sentinel
+(``[DONE]``) by the format that declares it (``sentinel``). A new format is recognised as soon
+as it is registered.
 
-* Anthropic Messages: ``type`` (or the ``event:`` line) is one of ``message_start``,
-  ``content_block_*``, ``message_delta`` or ``message_stop``;
-* OpenAI Responses: ``type`` (or the ``event:`` line) starts with ``response.``;
-* Chat Completions: a ``choices`` list, ``object`` ``chat.completion[.chunk]``, or no ``type``
-  key at all (the only untyped format).
+What no format claims decides nothing: keep-alives (``ping`` and ``keepalive``, as ``event:``
+or ``type``; Anthropic sends ``ping``, but a proxy may send it before any stream) and an empty
+``{}`` count as heartbeats and the decision waits. Errors name no format either (every format
+can open with one: ``event: error``, ``{"type": "error"}``, ``{"error": ...}``, ``{"object":
+"error"}``): each is recorded as the reply's error, so the stream ends ``failed`` as under the
+named formats, and the decision waits. Any other payload no format claims (a ``type`` that is
+not a string, or names nothing known) is skipped and counted (the named formats skip it too);
+a body no format claims is too, and ends the reply. A first payload only ``json.loads``
+decodes (a lone UTF-16 surrogate half) decides like any other; a big frame full of tiny objects
+is refused before it is decoded (:func:`~fluxstream.formats._base.crowded`).
+:func:`identify` says which format one event belongs to, for tools that tell a user a stream is
+of another format.
 
-Keep-alives name no format: ``ping`` and ``keepalive`` (as ``event:`` or ``type``; Anthropic
-sends ``ping``, but a proxy may send it before any stream), an empty ``{}``; they count as
-heartbeats and the decision waits. Errors name none either (every format can open with one:
-``event: error``, ``{"type": "error"}``, ``{"error": ...}``, ``{"object": "error"}``): each is
-recorded as the reply's error, so the stream ends ``failed`` as under the named formats, and
-the decision waits. A payload whose ``type`` is not a string, or names nothing known, is
-skipped and counted (the named formats skip it too). ``[DONE]`` first means Chat
-Completions; a first payload only ``json.loads`` decodes (a lone UTF-16 surrogate half)
-decides like any other; a big frame full of tiny objects is refused before it is decoded
-(:func:`~fluxstream.formats._base.too_many_objects`). :func:`identify` says which format one
-event belongs to, for tools that tell a user a stream is of another format. Once decided,
-every call goes straight to the chosen format; the parser reads the chosen format's state
-through the properties below. Resumed from a token (:meth:`StreamParser.from_token`), the
-token's wire state names the format that wrote it, which is chosen at once, and its
-``sequence`` / ``response_id`` / state are handed over, so a resumed ``auto`` stream goes on
-exactly as a named one.
+Once decided, every call goes straight to the chosen format. Resumed from a token
+(:meth:`StreamParser.from_token`), the token's wire state names the format that wrote it
+(``claims_state``), which is chosen at once, and its position and state are handed over, so a
+resumed ``auto`` stream goes on exactly as a named one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import pydantic_core
 
-from ..errors import FrameDecodeError
-from ..events import ErrorEvent, Event, SkippedFrame
+from ..events import ErrorEvent, Event
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import KEEPALIVES, JsonEventFormat, crowded, error_event, named_format
+from ._base import KEEPALIVES, FormatBase, crowded, error_event
+from ._contract import FORMATS, Claim, WireFormat
 from ._surrogates import fallback_loads
-from .anthropic_messages import AnthropicMessagesFormat
-from .chat_completions import ChatCompletionsFormat
-from .responses import ResponsesFormat
 
-__all__ = ["AutoFormat", "WireFormat", "detect", "identify"]
-
-_CHAT_OBJECTS = ("chat.completion.chunk", "chat.completion")
+__all__ = ["AutoFormat", "WireFormat", "detect", "detect_body", "identify"]
 
 
-class WireFormat(Protocol):
-    """The interface :class:`~fluxstream.parser.StreamParser` drives (every format has it)."""
-
-    id: str | None
-    model: str | None
-
-    @property
-    def done(self) -> bool: ...
-    @property
-    def done_reason(self) -> str | None: ...
-    @property
-    def cut(self) -> bool: ...
-    @property
-    def skipped(self) -> int: ...
-    @property
-    def heartbeats(self) -> int: ...
-    @property
-    def new_choices(self) -> list[int]: ...
-
-
-    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]: ...
-    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]: ...
-    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]: ...
-    def reset(self) -> None: ...
-    def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
-                finishes: dict[int, str | None]) -> None: ...
-    def shift_text(self, choice: int, by: int) -> None: ...
+def _surest(claims: Iterable[tuple[str, Claim]]) -> str | None:
+    """The name with the strongest claim (the first on a tie); ``None`` if none claims."""
+    best, chosen = Claim.NO, None
+    for name, claim in claims:
+        if claim > best:
+            best, chosen = claim, name
+    return chosen
 
 
 def detect(event: str, obj: Mapping[str, Any] | None) -> str | None:
-    """The format name an event (its ``event:`` name and decoded payload) belongs to, or
-    ``None`` when it names none: keep-alives, errors, a ``type`` that is not a string or
-    names nothing known (see the module docstring)."""
-    kind = obj.get("type") if obj is not None else None
-    name = named_format(kind) or named_format(event)
-    if name is not None or obj is None:
-        return name
-    if "choices" in obj or obj.get("object") in _CHAT_OBJECTS:
-        return "chat_completions"
-    if (
-        "type" not in obj
-        and obj
-        and event not in KEEPALIVES
-        and event != "error"
-        and "error" not in obj
-        and obj.get("object") != "error"
-    ):
-        return "chat_completions"
-    return None
+    """The format name an event (its ``event:`` name and decoded payload; ``None``: not
+    decoded yet) belongs to, or ``None`` when no registered format claims it: keep-alives,
+    errors, a ``type`` that is not a string or names nothing known."""
+    return _surest((name, cls.claims(event, obj)) for name, cls in FORMATS.items())
+
+
+def detect_body(obj: Mapping[str, Any]) -> str | None:
+    """The format of a whole non-streaming body (``None``: no registered format claims it)."""
+    return _surest((name, cls.claims_body(obj)) for name, cls in FORMATS.items())
+
+
+def _by_sentinel(data: str) -> str | None:
+    """The format whose stream ends with this data line (``[DONE]``: Chat Completions)."""
+    return next((name for name, cls in FORMATS.items() if cls.sentinel == data), None)
 
 
 def identify(sse: ServerSentEvent) -> str | None:
@@ -105,7 +77,7 @@ def identify(sse: ServerSentEvent) -> str | None:
     ``"anthropic_messages"``), or ``None`` when it names none: keep-alives, errors, comments
     of the data kind (empty data), payloads that are not JSON objects or not of a known
     shape, and big frames full of tiny objects (refused undecoded, as the formats refuse
-    them). ``[DONE]`` is Chat Completions' sentinel.
+    them). A format's sentinel (``[DONE]``) names it.
 
     For tools that read a recorded stream in a named format and want to say when its frames
     are of another (those frames are counted in ``reply.skipped_frames``)."""
@@ -113,8 +85,9 @@ def identify(sse: ServerSentEvent) -> str | None:
     stripped = data.strip()
     if not stripped:
         return None
-    if stripped == "[DONE]":
-        return "chat_completions"
+    by_sentinel = _by_sentinel(stripped)
+    if by_sentinel is not None:
+        return by_sentinel
     if crowded(data):
         return None
     try:
@@ -124,74 +97,70 @@ def identify(sse: ServerSentEvent) -> str | None:
     return detect(sse.event, obj if isinstance(obj, dict) else None)
 
 
-def detect_body(obj: Mapping[str, Any]) -> str:
-    """The format of a whole non-streaming body."""
-    if "choices" in obj or obj.get("object") in ("chat.completion", "error"):
-        return "chat_completions"
-    if obj.get("object") == "response" or "output" in obj:
-        return "responses"
-    if obj.get("type") in ("message", "error") or "stop_reason" in obj:
-        return "anthropic_messages"
-    return "chat_completions"
+class _Undecided(FormatBase):
+    """Auto's own state before a format is chosen: keep-alives, skipped frames and a cut end
+    counted (with :class:`FormatBase`'s rules), the reply's id and model if a token gave
+    them, and whether an error came first."""
 
+    __slots__ = ("errored",)
 
-_CLASSES: dict[str, type[ChatCompletionsFormat] | type[JsonEventFormat]] = {
-    "chat_completions": ChatCompletionsFormat,
-    "responses": ResponsesFormat,
-    "anthropic_messages": AnthropicMessagesFormat,
-}
+    def __init__(self, key: str, *, strict: bool, limits: StreamLimits) -> None:
+        super().__init__(key, strict=strict, limits=limits)
+        #: An error arrived before the choice (handed on: Responses keeps the first one).
+        self.errored = False
+
 
 
 class AutoFormat:
-    """Sans-IO: a format that becomes Chat Completions, Responses or Anthropic Messages on the
-    first event that says which (see the module docstring). :attr:`name` is the decision."""
+    """Sans-IO: a format that becomes one of the registered formats on the first event that
+    says which (see the module docstring). :attr:`name` is the decision, :attr:`inner` the
+    chosen format."""
 
-    __slots__ = ("_cut", "_errored", "_heartbeats", "_id", "_model", "_new", "_restore",
-                 "_skipped", "_wire_state", "inner", "key", "limits", "name", "response_id",
-                 "sequence", "strict")
+    __slots__ = ("_before", "_position", "_restore", "_wire_state", "inner", "key", "limits",
+                 "name", "strict")
 
-    def __init__(self, key: str, *, strict: bool = False) -> None:
+    #: Auto claims nothing itself (it is registered so that ``format="auto"`` is a name).
+    sentinel = None
+
+    def __init__(self, key: str, *, strict: bool = False,
+                 limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
         self.key = key
         self.strict = strict
-        #: Set by the parser; handed to the chosen format when it caps its own state.
-        self.limits: StreamLimits = DEFAULT_STREAM_LIMITS
+        #: Handed to the chosen format, which caps its own state by them.
+        self.limits = limits
         self.name: str | None = None
         self.inner: WireFormat | None = None
-        self._skipped = 0
-        self._heartbeats = 0
-        #: An error arrived before the choice (handed on: Responses keeps the first one).
-        self._errored = False
-        self._cut = False
-        self._id: str | None = None
-        self._model: str | None = None
-        self._new: list[int] = []
+        self._before = _Undecided(key, strict=strict, limits=limits)
+        # What StreamParser.from_token gives the wire format, kept until the choice and then
+        # handed over, so a resumed ``auto`` stream goes on exactly as a named one.
         self._restore: tuple[Any, Any, Any] | None = None
-        # What StreamParser.from_token gives the wire format (it reads and writes these on the
-        # format ``auto`` chose, and on this object before a choice): kept until the choice,
-        # then handed over, so a resumed ``auto`` stream goes on exactly as a named one.
-        #: Responses ``starting_after`` (``-1``: none).
-        self.sequence = -1
-        self.response_id: str | None = None
+        self._position: tuple[int | None, str | None] = (None, None)
         self._wire_state: Any = None
 
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        return Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        return Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        return Claim.NO
+
     def _choose(self, name: str) -> WireFormat:
-        inner: WireFormat = _CLASSES[name](self.key, strict=self.strict)
-        if hasattr(inner, "limits"):
-            capped: Any = inner
-            capped.limits = self.limits
-        inner.id, inner.model = self._id, self._model
-        inner.new_choices.extend(self._new)
+        inner = FORMATS[name](self.key, strict=self.strict, limits=self.limits)
+        before = self._before
+        inner.id, inner.model = before.id, before.model
+        inner.new_choices.extend(before.new_choices)
         if self._restore is not None:
             inner.restore(*self._restore)
-        wire: Any = inner
-        if self.sequence >= 0 and hasattr(wire, "sequence"):
-            wire.sequence = self.sequence
-        if self.response_id is not None and hasattr(wire, "response_id"):
-            wire.response_id = self.response_id
-        if self._wire_state is not None and hasattr(wire, "restore_state"):
-            wire.restore_state(self._wire_state)
-        if self._errored and hasattr(wire, "errored_before"):
-            wire.errored_before()
+        inner.restore_position(*self._position)
+        if self._wire_state is not None:
+            inner.restore_state(self._wire_state)
+        if before.errored:
+            inner.errored_before()
         self.name, self.inner = name, inner
         return inner
 
@@ -206,13 +175,13 @@ class AutoFormat:
         name = detect(event, None)
         if name is None:
             stripped = data.strip()
-            if stripped == "[DONE]":
-                return self._choose("chat_completions").feed(sse, at_eof=at_eof)
             if not stripped:
                 return []
-            if crowded(data):
-                return self._bad(data, "more JSON objects than an event of its size holds",
-                                 at_eof)
+            name = _by_sentinel(stripped)
+        if name is None:
+            before = self._before
+            if before.refuses_undecoded(data):
+                return before.bad_frame(data, before.crowded_reason, at_eof)
             try:
                 obj = pydantic_core.from_json(data)
             except ValueError as exc:
@@ -222,13 +191,22 @@ class AutoFormat:
                 if not isinstance(obj, dict):
                     if event == "error" and not at_eof:  # every format: an error, as text
                         return self._error(ErrorEvent(data, None, None, None, data))
-                    return self._bad(data, f"invalid JSON: {exc}", at_eof)
+                    return before.bad_frame(data, f"invalid JSON: {exc}", at_eof)
             if not isinstance(obj, dict):
-                return self._bad(data, "not a JSON object", False)
+                return before.bad_frame(data, "not a JSON object", False)
             name = detect(event, obj)
             if name is None:
                 return self._undecided(event, obj)
         return self._choose(name).feed(sse, at_eof=at_eof)
+
+    def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
+        """One by one until a format is chosen, then the rest in one call to it."""
+        for position, sse in enumerate(sses):
+            inner = self.inner
+            if inner is not None:
+                inner.feed_many(sses[position:], out)
+                return
+            out += self.feed(sse)
 
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
         inner = self.inner
@@ -240,7 +218,14 @@ class AutoFormat:
         return self._choose(name).feed_chunk(obj)
 
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
-        inner = self.inner or self._choose(detect_body(obj))
+        inner = self.inner
+        if inner is None:
+            name = detect_body(obj)
+            if name is None:  # no format's body: nothing in it can be read
+                before = self._before
+                before.done, before.done_reason = True, "completion"
+                return before.skip("a body of no known format", obj)
+            inner = self._choose(name)
         return inner.feed_completion(obj)
 
     def _undecided(self, event: str, obj: Mapping[str, Any]) -> list[Event]:
@@ -249,36 +234,38 @@ class AutoFormat:
         if not obj and event in ("", "message"):
             return []  # ``data: {}``: a proxy's keep-alive (Chat Completions ignores it too)
         if event in KEEPALIVES or (kind.__class__ is str and kind in KEEPALIVES):
-            self._heartbeats += 1
+            self._before.heartbeats += 1
             return []
         if event == "error" or kind == "error" or "error" in obj or obj.get("object") == "error":
             return self._error(error_event(obj, obj))
-        self._skipped += 1
-        return [SkippedFrame(f"unknown event type {kind!r}", str(obj)[:200])]
+        return self._before.skip(f"unknown event type {kind!r}", obj)
 
     def _error(self, error: ErrorEvent) -> list[Event]:
         """An error before the format is known: the reply's error (the stream ends
         ``failed``), and the decision waits. No choice is started for it: the format chosen
         later starts its own, as it would have."""
-        self._errored = True
+        self._before.errored = True
         return [error]
 
-    def _bad(self, data: str, reason: str, at_eof: bool) -> list[Event]:
-        if at_eof:
-            self._cut = True
-            return []
-        if self.strict:
-            raise FrameDecodeError(reason, data)
-        self._skipped += 1
-        return [SkippedFrame(reason, data[:200])]
-
-    # ------------------------------------------------------------------ resume hooks
+    # ------------------------------------------------------------------ connections
 
     def reset(self) -> None:
         if self.inner is not None:
             self.inner.reset()
-        self._cut = False
-        self._new = []
+        self._before.reset()
+
+    def new_connection(self) -> None:
+        if self.inner is not None:
+            self.inner.new_connection()
+
+    def continued(self) -> None:
+        if self.inner is not None:
+            self.inner.continued()
+
+    def errored_before(self) -> None:
+        self._before.errored = True
+
+    # ------------------------------------------------------------------ resume tokens
 
     def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
                 finishes: dict[int, str | None]) -> None:
@@ -291,75 +278,83 @@ class AutoFormat:
         if self.inner is not None:
             self.inner.shift_text(choice, by)
 
-    def resume_state(self) -> Any:
+    def resume_sequence(self) -> int | None:
+        return self.inner.resume_sequence() if self.inner is not None else self._position[0]
+
+    def restore_position(self, sequence: int | None, response_id: str | None) -> None:
+        if self.inner is not None:
+            self.inner.restore_position(sequence, response_id)
+        else:
+            self._position = (sequence, response_id)
+
+    def resume_state(self) -> dict[str, Any] | None:
         """Before a choice: the wire state a token gave (handed on by a token of a token)."""
-        return self._wire_state if isinstance(self._wire_state, Mapping) else {}
+        if self.inner is not None:
+            return self.inner.resume_state()
+        return dict(self._wire_state) if isinstance(self._wire_state, Mapping) else {}
 
     def restore_state(self, state: Any) -> None:
-        """A token's wire state. It names the format that wrote it (Anthropic's has the open
-        ``blocks``, Responses' the streamed ``parts``), which is chosen at once: a resumed
+        """A token's wire state. The format that wrote it claims it (Anthropic's has the open
+        ``blocks``, Responses' the streamed ``parts``) and is chosen at once: a resumed
         stream's first event may be one that decides nothing or the wrong thing (a ``ping``,
         a ``{}``). Otherwise (Chat Completions writes none) the first event decides."""
         if self.inner is not None:
-            hook = getattr(self.inner, "restore_state", None)
-            if hook is not None:
-                hook(state)
+            self.inner.restore_state(state)
             return
         self._wire_state = state
         if isinstance(state, Mapping):
-            if isinstance(state.get("blocks"), Mapping):
-                self._choose("anthropic_messages")
-            elif isinstance(state.get("parts"), list) or self.sequence >= 0:
-                self._choose("responses")
-
-    def new_connection(self) -> None:
-        """Passed on to the chosen format (Anthropic restates ``message_start``)."""
-        hook = getattr(self.inner, "new_connection", None)
-        if hook is not None:
-            hook()
+            sequence = self._position[0]
+            name = _surest((name, cls.claims_state(state, sequence))
+                           for name, cls in FORMATS.items())
+            if name is not None:
+                self._choose(name)
 
     # ------------------------------------------------------------------ state the parser reads
 
     @property
+    def _current(self) -> WireFormat | FormatBase:
+        return self._before if self.inner is None else self.inner
+
+    @property
     def id(self) -> str | None:
-        return self.inner.id if self.inner is not None else self._id
+        return self._current.id
 
     @id.setter
     def id(self, value: str | None) -> None:
-        if self.inner is not None:
-            self.inner.id = value
-        self._id = value
+        self._before.id = self._current.id = value
 
     @property
     def model(self) -> str | None:
-        return self.inner.model if self.inner is not None else self._model
+        return self._current.model
 
     @model.setter
     def model(self, value: str | None) -> None:
-        if self.inner is not None:
-            self.inner.model = value
-        self._model = value
+        self._before.model = self._current.model = value
+
+    @property
+    def response_id(self) -> str | None:
+        return self.inner.response_id if self.inner is not None else self._position[1]
 
     @property
     def done(self) -> bool:
-        return self.inner is not None and self.inner.done
+        return self._current.done
 
     @property
     def done_reason(self) -> str | None:
-        return self.inner.done_reason if self.inner is not None else None
+        return self._current.done_reason
 
     @property
     def cut(self) -> bool:
-        return self._cut or (self.inner is not None and self.inner.cut)
+        return self._before.cut or (self.inner is not None and self.inner.cut)
 
     @property
     def skipped(self) -> int:
-        return self._skipped + (self.inner.skipped if self.inner is not None else 0)
+        return self._before.skipped + (self.inner.skipped if self.inner is not None else 0)
 
     @property
     def heartbeats(self) -> int:
-        return self._heartbeats + (self.inner.heartbeats if self.inner is not None else 0)
+        return self._before.heartbeats + (self.inner.heartbeats if self.inner is not None else 0)
 
     @property
     def new_choices(self) -> list[int]:
-        return self.inner.new_choices if self.inner is not None else self._new
+        return self._current.new_choices

@@ -47,11 +47,12 @@ Rules, in short:
   ``{"index": i}`` choices decodes to ~1.5 GiB), so a frame over ``BIG_FRAME`` characters
   with more objects and arrays than the limits could ever use (four per choice and per tool
   call) is skipped and counted (strict: an error) before it is decoded: the guard every
-  format shares (:func:`~fluxstream.formats._base.too_many_objects`; brackets inside strings
-  do not count);
-* frames of another format (a ``type`` that names a Responses or Anthropic Messages event)
-  are skipped and counted: nothing in them is this format's (an Anthropic ``message_delta``'s
-  ``usage`` is not Chat Completions usage). A typed ``error`` payload is still an error;
+  format shares (:meth:`~fluxstream.formats._base.FormatBase.refuses_undecoded`, with this
+  format's budget; brackets inside strings do not count);
+* frames of another format (a ``type`` that another registered format claims for sure, such
+  as a Responses or Anthropic Messages event) are skipped and counted: nothing in them is
+  this format's (an Anthropic ``message_delta``'s ``usage`` is not Chat Completions usage).
+  A typed ``error`` payload is still an error;
 * usage that is not an object, and usage fields whose values do not fit their declared types,
   are dropped and counted as a skipped frame (the rest of the usage is kept).
 """
@@ -59,40 +60,35 @@ Rules, in short:
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 import pydantic_core
 
-from ..errors import FrameDecodeError, LimitExceededError
-from ..events import (
-    ErrorEvent,
-    Event,
-    SkippedFrame,
-    UsageUpdate,
-)
+from ..errors import LimitExceededError
+from ..events import ErrorEvent, Event, UsageUpdate
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
 from ..sse import ServerSentEvent
 from ..wire import Usage
 from ._base import (
     BIG_FRAME,
-    checked_usage,
+    CHOICE_SLOTS,
+    KEEPALIVES,
+    ChoiceState,
+    FormatBase,
+    compact,
+    excerpt,
     finish_event,
-    named_format,
+    opt_str,
     reasoning_delta,
     refusal_delta,
     text_delta,
-    too_many_objects,
     tool_delta,
 )
-from ._surrogates import REPLACEMENT as _REPLACEMENT
-from ._surrogates import clean_tree as _clean_tree
-from ._surrogates import fallback_loads as _fallback_loads
-from ._surrogates import fix_surrogates as _fix_surrogates
-from ._surrogates import is_high_half
+from ._contract import FORMATS, Claim
+from ._surrogates import clean_tree, fallback_loads, fix_surrogates
 
 __all__ = ["ChatCompletionsFormat"]
 
@@ -107,108 +103,95 @@ _loads = pydantic_core.from_json
 _fast_loads = msgspec.json.Decoder().decode
 _MAX_DEPTH = 200
 _SHALLOW = 2 * _MAX_DEPTH + 1
-_EXCERPT = 200
+_CHAT_OBJECTS = ("chat.completion.chunk", "chat.completion")
 # Channels of held surrogate halves: these three, or a tool call's number (an int).
 _TEXT, _REASONING, _REFUSAL = "text", "reasoning", "refusal"
 
 
+class _Choice(ChoiceState):
+    """One choice: offsets, calls and held halves (:class:`ChoiceState`), and the finish
+    reason last delivered (a ``Finish`` is emitted again only when it changes)."""
 
-class _Call:
-    """What the format must remember about one tool call: identity and delivered length."""
-
-    __slots__ = ("id", "length", "name")
-
-    def __init__(self) -> None:
-        self.id: str | None = None
-        self.name: str | None = None
-        self.length = 0
-
-
-class _Choice:
-    """Per-choice offsets (code points delivered per channel), finish reason and calls."""
-
-    __slots__ = ("calls", "finish", "held", "last_call", "reasoning", "refusal", "text")
+    __slots__ = (*CHOICE_SLOTS, "finish")
 
     def __init__(self) -> None:
-        self.text = 0
-        self.reasoning = 0
-        self.refusal = 0
+        self.clear_choice()
         self.finish: str | None = None
-        self.calls: dict[int, _Call] = {}
-        self.last_call: int | None = None
-        # High surrogate halves held back per channel (see the module docstring).
-        self.held: dict[str | int, str] | None = None
 
 
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def _dicts(value: object) -> list[dict[str, Any]]:
+    """The objects of a list from the wire (anything else in it, or a value that is not a
+    list, names nothing)."""
+    if value.__class__ is not list:
+        return []
+    return [item for item in value if isinstance(item, dict)]
 
 
-def _opt_str(value: object) -> str | None:
-    if value is None:
-        return None
-    return value if isinstance(value, str) else str(value)
+class ChatCompletionsFormat(FormatBase):
+    """Sans-IO: SSE events / decoded chunks in, normalized events out (see the module
+    docstring; the parameters and the state the parser reads are :class:`FormatBase`'s).
+    ``new_choices`` holds choice indexes first seen since the list was last cleared, so that a
+    choice without any content still exists."""
 
+    __slots__ = ("_choices", "_holding")
 
-class ChatCompletionsFormat:
-    """Sans-IO: SSE events / decoded chunks in, normalized events out.
-
-    :param key: the content key stamped on every keyed event.
-    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
-        not a JSON object, instead of skipping and counting it.
-    :param limits: caps on choices and tool calls (:class:`~fluxstream.limits.StreamLimits`).
-
-    Attributes the parser reads: ``id`` and ``model`` (first non-empty values), ``done``
-    (sentinel seen), ``done_reason``, ``cut`` (a payload cut by the end of the bytes was
-    dropped), ``skipped`` (frames skipped), ``new_choices`` (choice indexes first seen since
-    the list was last cleared, so that a choice without any content still exists).
-    """
-
-    __slots__ = (
-        "_choices",
-        "_holding",
-        "cut",
-        "done",
-        "done_reason",
-        "id",
-        "key",
-        "limits",
-        "model",
-        "new_choices",
-        "skipped",
-        "strict",
-    )
-
-    #: In-band keep-alives (this format has none: its keep-alives are SSE comments, which the
-    #: decoder counts). Part of the format interface the parser reads.
-    heartbeats = 0
+    sentinel = "[DONE]"
+    crowded_reason = "more JSON objects than the limits allow"
 
     def __init__(
         self, key: str, *, strict: bool = False, limits: StreamLimits = DEFAULT_STREAM_LIMITS
     ) -> None:
-        self.key = key
-        self.strict = strict
-        self.limits = limits
+        super().__init__(key, strict=strict, limits=limits)
         # Surrogate halves held back over all choices and channels: while any is held, every
         # fragment is checked (else only fragments of payloads the fast decoder rejected).
         self._holding = 0
-        self.id: str | None = None
-        self.model: str | None = None
-        self.done = False
-        self.done_reason: str | None = None
-        self.cut = False
-        self.skipped = 0
-        self.new_choices: list[int] = []
         self._choices: dict[int, _Choice] = {}
+
+    # ------------------------------------------------------------------ detection
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """The only format whose events have no ``type``: a payload with ``choices`` or a
+        ``chat.completion[.chunk]`` object, or any other non-empty object without a
+        ``type`` that is not an error or a keep-alive (those name no format). A weak claim:
+        an ``event:`` line that names another format's event outranks it."""
+        if payload is None:
+            return Claim.NO
+        if "choices" in payload or payload.get("object") in _CHAT_OBJECTS:
+            return Claim.WEAK
+        if (
+            "type" not in payload
+            and payload
+            and event not in KEEPALIVES
+            and event != "error"
+            and "error" not in payload
+            and payload.get("object") != "error"
+        ):
+            return Claim.WEAK
+        return Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        """A ``chat.completion`` body (``choices``, or the ``object`` naming it or an error)
+        for sure; any other body without a ``type`` weakly (an OpenAI-style error, a
+        proxy's ``{"detail": ...}``: the untyped shape is this format's)."""
+        if "choices" in body or body.get("object") in ("chat.completion", "error"):
+            return Claim.SURE
+        return Claim.WEAK if not isinstance(body.get("type"), str) else Claim.NO
+
+    def most_objects(self, size: int) -> int:
+        """JSON objects and arrays a frame within the limits can hold (four per choice and
+        per tool call): more, and the frame is refused before it is decoded."""
+        limits = self.limits
+        return 4 * limits.max_choices * (limits.max_tool_calls + 4)
+
+    # ------------------------------------------------------------------ resume hooks
 
     def reset(self) -> None:
         """Forget per-choice state (a restarted generation starts at offset 0 again)."""
+        super().reset()
         self._choices = {}
         self._holding = 0
-        self.new_choices = []
-        self.done = False
-        self.done_reason = None
-        self.cut = False
 
     def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
                 finishes: dict[int, str | None]) -> None:
@@ -218,16 +201,8 @@ class ChatCompletionsFormat:
         for key, counts in offsets.items():
             index = int(key)
             st = self._choices.setdefault(index, _Choice())
-            st.text = int(counts.get("text", 0))
-            st.reasoning = int(counts.get("reasoning", 0))
-            st.refusal = int(counts.get("refusal", 0))
+            st.restore_offsets(counts, calls.get(index, {}))
             st.finish = finishes.get(index)
-            for call_key, length in (counts.get("tool_calls") or {}).items():
-                number = int(call_key)
-                call = st.calls[number] = _Call()
-                call.id, call.name = calls.get(index, {}).get(number, (None, None))
-                call.length = int(length)
-                st.last_call = number
 
     def shift_text(self, choice: int, by: int) -> None:
         """Un-count ``by`` code points of a choice's text (an echoed overlap that was cut)."""
@@ -245,15 +220,15 @@ class ChatCompletionsFormat:
         data = sse.data
         if sse.event == "error":
             return self._error_event(data)
-        if len(data) > BIG_FRAME and too_many_objects(data, self._most_objects()):
-            return self._bad_frame(data, "more JSON objects than the limits allow", at_eof)
+        if self.refuses_undecoded(data):
+            return self.bad_frame(data, self.crowded_reason, at_eof)
         if data[:1] == "{":
             try:
                 obj = _loads(data)
             except ValueError as exc:
-                obj = _fallback_loads(data)
+                obj = fallback_loads(data)
                 if obj.__class__ is not dict:
-                    return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+                    return self.bad_frame(data, f"invalid JSON: {exc}", at_eof)
                 return self._chunk(obj, True)
             return self._chunk(obj, self._holding > 0)
         stripped = data.strip()
@@ -267,12 +242,12 @@ class ChatCompletionsFormat:
         try:
             obj = _loads(data)
         except ValueError as exc:
-            obj = _fallback_loads(data)
+            obj = fallback_loads(data)
             if obj is None:
-                return self._bad_frame(data, f"invalid JSON: {exc}", at_eof)
+                return self.bad_frame(data, f"invalid JSON: {exc}", at_eof)
             scan = True
         if not isinstance(obj, dict):
-            return self._bad_frame(data, "not a JSON object", False)
+            return self.bad_frame(data, "not a JSON object", False)
         return self._chunk(obj, scan)
 
     def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
@@ -341,21 +316,6 @@ class ChatCompletionsFormat:
                             continue
             out += self._chunk(obj, False)
 
-    def _most_objects(self) -> int:
-        """JSON objects and arrays a frame within the limits can hold (four per choice and
-        per tool call): more, and the frame is refused before it is decoded."""
-        limits = self.limits
-        return 4 * limits.max_choices * (limits.max_tool_calls + 4)
-
-    def _bad_frame(self, data: str, reason: str, at_eof: bool) -> list[Event]:
-        if at_eof:
-            self.cut = True
-            return []
-        if self.strict:
-            raise FrameDecodeError(reason, data)
-        self.skipped += 1
-        return [SkippedFrame(reason, data[:_EXCERPT])]
-
     def _error_event(self, data: str) -> list[Event]:
         payload: object = data
         with contextlib.suppress(ValueError):
@@ -382,24 +342,25 @@ class ChatCompletionsFormat:
         if not choices:
             kind = obj.get("type")
             if kind.__class__ is str:
-                if named_format(kind) is not None:
-                    return self._skip(obj, f"a {named_format(kind)} event ({kind!r})")
+                for name, cls in FORMATS.items():
+                    if cls.claims("", obj) is Claim.SURE:
+                        return self.skip(f"a {name} event ({kind!r})", obj)
                 if kind == "error" and not obj.get("error"):
                     # A flat typed error (``{"type": "error", "message": ...}``, as bridges
                     # send it): the reply's error, like ``{"error": ...}``.
-                    return [self._error(_clean_tree(obj) if scan else obj, obj)]
+                    return [self._error(clean_tree(obj) if scan else obj, obj)]
         out: list[Event] = []
         if self.id is None:
             rid = obj.get("id")
             if rid and isinstance(rid, str):
-                self.id = _fix_surrogates(rid) if scan else rid
+                self.id = fix_surrogates(rid) if scan else rid
         if self.model is None:
             model = obj.get("model")
             if model and isinstance(model, str):
-                self.model = _fix_surrogates(model) if scan else model
+                self.model = fix_surrogates(model) if scan else model
         if choices:
             if choices.__class__ is not list:
-                return self._bad_chunk(obj, "choices is not a list")
+                return self.bad_frame(excerpt(obj), "choices is not a list", False)
             key = self.key
             states = self._choices
             position = 0
@@ -417,7 +378,7 @@ class ChatCompletionsFormat:
                         raise LimitExceededError(
                             "max_choices", self.limits.max_choices, len(states) + 1
                         )
-                    st = states[index] = _Choice()
+                    st = states[index] = _Choice()  # after the limit: nothing kept past it
                     self.new_choices.append(index)
                 delta = choice.get("delta")
                 if delta and delta.__class__ is dict:
@@ -434,9 +395,9 @@ class ChatCompletionsFormat:
                         self._other_channels(delta, index, st, out, scan)
                 reason = choice.get("finish_reason")
                 if reason is not None and reason != st.finish:
-                    reason = _opt_str(reason)
+                    reason = opt_str(reason)
                     if scan and reason:
-                        reason = _fix_surrogates(reason)
+                        reason = fix_surrogates(reason)
                     if reason:
                         if st.held:
                             self._flush(index, st, out)
@@ -449,28 +410,23 @@ class ChatCompletionsFormat:
         error = obj.get("error")
         if error:
             if scan:
-                error, obj = _clean_tree(error), _clean_tree(obj)
+                error, obj = clean_tree(error), clean_tree(obj)
             out.append(self._error(error, obj))
         elif obj.get("object") == "error":
             if scan:
-                obj = _clean_tree(obj)
+                obj = clean_tree(obj)
             out.append(self._error(obj, obj))
         return out
 
     def _usage(self, usage: object, obj: Mapping[str, Any], scan: bool, out: list[Event]) -> None:
         """A chunk's usage; what does not fit is dropped and counted (see the module
         docstring): a ``Usage`` holding it would not validate back (relay, resume tokens)."""
-        if usage.__class__ is not dict:
-            if usage:
-                out += self._skip(obj, "usage is not an object")
-            return
-        if not usage:
-            return
-        raw = _clean_tree(usage) if scan else usage
-        clean, dropped = checked_usage(raw)
-        if dropped:
-            out += self._skip(obj, "usage fields of the wrong type dropped")
-        out.append(UsageUpdate(Usage.model_validate(clean)))
+        if usage.__class__ is dict:
+            clean = self.usage_of(clean_tree(usage) if scan else usage, obj, out)
+            if clean is not None:
+                out.append(UsageUpdate(Usage.model_validate(clean)))
+        elif usage:
+            out += self.skip("usage is not an object", obj)
 
     def _other_channels(
         self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event], scan: bool
@@ -500,48 +456,20 @@ class ChatCompletionsFormat:
     # ------------------------------------------------------------------ surrogate halves
 
     def _unpaired(self, st: _Choice, channel: str | int, text: str) -> str:
-        """``text`` ready to deliver on ``channel``: a high half held from the previous
-        fragment goes in front, a high half at the end is held back for the next fragment,
-        pairs are joined and any other lone half becomes U+FFFD. May return ``""``."""
+        """``text`` joined with the channel's held halves (:meth:`ChoiceState.join`), the
+        count of halves held over all choices kept up to date. May return ``""``."""
         held = st.held
-        if held:
-            before = held.pop(channel, "")
-            if before:
-                self._holding -= 1
-                text = before + text
-        last = text[-1:]
-        if is_high_half(last):
-            if held is None:
-                held = st.held = {}
-            held[channel] = last
-            self._holding += 1
-            text = text[:-1]
-        return _fix_surrogates(text)
+        before = len(held) if held else 0
+        text = st.join(channel, text)
+        held = st.held
+        self._holding += (len(held) if held else 0) - before
+        return text
 
     def _flush(self, index: int, st: _Choice, out: list[Event]) -> None:
         """Deliver the choice's held high halves as U+FFFD (no low half will come)."""
         held = st.held
-        assert held is not None
-        key = self.key
-        for channel in list(held):
-            del held[channel]
-            self._holding -= 1
-            if channel == _TEXT:
-                out.append(text_delta(key, index, st.text, _REPLACEMENT))
-                st.text += 1
-            elif channel == _REASONING:
-                out.append(reasoning_delta(key, index, st.reasoning, _REPLACEMENT))
-                st.reasoning += 1
-            elif channel == _REFUSAL:
-                out.append(refusal_delta(key, index, st.refusal, _REPLACEMENT))
-                st.refusal += 1
-            else:
-                assert isinstance(channel, int)
-                call = st.calls[channel]
-                out.append(
-                    tool_delta(key, index, channel, None, None, _REPLACEMENT, call.length)
-                )
-                call.length += 1
+        self._holding -= len(held) if held else 0
+        st.flush_held(self.key, index, out)
 
     def _flush_all(self) -> list[Event]:
         out: list[Event] = []
@@ -550,70 +478,38 @@ class ChatCompletionsFormat:
                 self._flush(index, st, out)
         return out
 
-    def _bad_chunk(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
-        return self._bad_frame(self._excerpt(obj), reason, False)
-
-    def _skip(self, obj: Mapping[str, Any], reason: str) -> list[Event]:
-        """Count a frame (or part of one) that is not used; never raised, even in strict
-        mode, which is about frames that are not JSON objects (as the event-typed formats
-        skip unknown events)."""
-        self.skipped += 1
-        return [SkippedFrame(reason, self._excerpt(obj)[:_EXCERPT])]
-
-    @staticmethod
-    def _excerpt(obj: Mapping[str, Any]) -> str:
-        try:
-            excerpt = _compact(obj)
-        except (TypeError, ValueError, RecursionError):
-            excerpt = object.__repr__(obj)
-        return _fix_surrogates(excerpt[: _EXCERPT * 2])
+    def _say(self, st: _Choice, channel: str, index: int, text: str, out: list[Event],
+             scan: bool) -> None:
+        """A fragment off the hot path (Mistral list content) on a text channel."""
+        if scan:
+            text = self._unpaired(st, channel, text)
+        if text:
+            st.deliver(channel, self.key, index, text, out)
 
     def _parts(
         self, parts: object, index: int, st: _Choice, out: list[Event], scan: bool
     ) -> None:
         """Mistral list content: ``text`` parts are text, ``thinking`` parts reasoning."""
-        if not isinstance(parts, list):
-            return
-        key = self.key
-        for part in parts:
-            if not isinstance(part, dict):
-                continue
+        for part in _dicts(parts):
             kind = part.get("type")
             if kind == "text":
                 text = part.get("text")
                 if text and isinstance(text, str):
-                    if scan:
-                        text = self._unpaired(st, _TEXT, text)
-                    if not text:
-                        continue
-                    out.append(text_delta(key, index, st.text, text))
-                    st.text += len(text)
+                    self._say(st, _TEXT, index, text, out, scan)
             elif kind == "thinking":
                 thinking = part.get("thinking")
-                pieces = [thinking] if isinstance(thinking, str) else thinking
-                if not isinstance(pieces, list):
-                    continue
-                for piece in pieces:
+                for piece in [thinking] if isinstance(thinking, str) else _pieces(thinking):
                     text = piece if isinstance(piece, str) else None
                     if isinstance(piece, dict) and piece.get("type", "text") == "text":
                         text = piece.get("text")
                     if text and isinstance(text, str):
-                        if scan:
-                            text = self._unpaired(st, _REASONING, text)
-                        if not text:
-                            continue
-                        out.append(reasoning_delta(key, index, st.reasoning, text))
-                        st.reasoning += len(text)
+                        self._say(st, _REASONING, index, text, out, scan)
 
     def _tool_calls(
         self, fragments: object, index: int, st: _Choice, out: list[Event], scan: bool
     ) -> None:
-        if not isinstance(fragments, list):
-            return
         calls = st.calls
-        for frag in fragments:
-            if not isinstance(frag, dict):
-                continue
+        for frag in _dicts(fragments):
             fn = frag.get("function")
             if not isinstance(fn, dict):
                 fn = {}
@@ -625,7 +521,7 @@ class ChatCompletionsFormat:
             if args is None:
                 args = ""
             elif args.__class__ is not str:
-                args = _compact(args)
+                args = compact(args)
             number = frag.get("index")
             if number.__class__ is not int:
                 if cid is None and name is None and not args and not calls:
@@ -634,16 +530,12 @@ class ChatCompletionsFormat:
             call = calls.get(number)
             fresh = call is None
             if call is None:
-                if len(calls) >= self.limits.max_tool_calls:
-                    raise LimitExceededError(
-                        "max_tool_calls", self.limits.max_tool_calls, len(calls) + 1
-                    )
-                call = calls[number] = _Call()
+                call = st.open_call(number, self.limits, kept=False)
             st.last_call = number
             if scan:
                 args = self._unpaired(st, number, args) if args else args
-                cid = _fix_surrogates(cid) if cid else cid
-                name = _fix_surrogates(name) if name else name
+                cid = fix_surrogates(cid) if cid else cid
+                name = fix_surrogates(name) if name else name
             new_id = None
             if cid is not None and call.id is None:
                 call.id = new_id = cid
@@ -677,12 +569,12 @@ class ChatCompletionsFormat:
         if isinstance(error, dict):
             message = error.get("message")
             if not isinstance(message, str) or not message:
-                message = _compact(error) if message is None else str(message)
+                message = compact(error) if message is None else str(message)
             return ErrorEvent(
                 message,
-                _opt_str(error.get("code")),
-                _opt_str(error.get("type")),
-                _opt_str(error.get("param")),
+                opt_str(error.get("code")),
+                opt_str(error.get("type")),
+                opt_str(error.get("param")),
                 raw,
             )
         return ErrorEvent(str(error), None, None, None, raw)
@@ -722,3 +614,7 @@ class ChatCompletionsFormat:
         self.done_reason = "completion"
         return events + self._flush_all() if self._holding else events
 
+
+def _pieces(value: object) -> list[Any]:
+    """A list from the wire, or nothing."""
+    return value if isinstance(value, list) else []

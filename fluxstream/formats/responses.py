@@ -60,14 +60,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason, unified_stop
 from . import _base
 from ._base import (
-    MAX_PARTS,
     MAX_SEQUENCE,
     JsonEventFormat,
-    Marker,
-    MarkerSet,
     ToolCallState,
     approx_size,
     compact,
@@ -76,21 +74,17 @@ from ._base import (
     text_delta,
     tool_delta,
 )
+from ._contract import Claim
+from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count
 from ._surrogates import fix_surrogates
 
-__all__ = ["ResponsesFormat"]
+__all__ = ["MAX_PARTS", "ResponsesFormat"]
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _INCOMPLETE: dict[str, StopReason] = {
     "max_output_tokens": "length",
     "content_filter": "content_filter",
 }
-
-
-def _int(value: object) -> int | None:
-    """An index from the wire: a count (``0 <= value < 2**53``), else ``None``. A negative or
-    absurd index names nothing (and a resume token could not carry it: the parser refuses)."""
-    return value if value.__class__ is int and 0 <= value < MAX_SEQUENCE else None
 
 
 class ResponsesFormat(JsonEventFormat):
@@ -101,11 +95,12 @@ class ResponsesFormat(JsonEventFormat):
         JSON object, instead of skipping and counting it.
     """
 
-    __slots__ = ("_errored", "_items", "_last_call", "_parts", "_positions", "_shown",
-                 "_text_part", "live", "ordered", "replayed", "response_id", "sequence")
+    __slots__ = ("_errored", "_parts", "_shown", "_text_part", "items", "live", "ordered",
+                 "replayed", "response_id", "sequence")
 
-    def __init__(self, key: str, *, strict: bool = False) -> None:
-        super().__init__(key, strict=strict)
+    def __init__(self, key: str, *, strict: bool = False,
+                 limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
+        super().__init__(key, strict=strict, limits=limits)
         #: The highest ``sequence_number`` seen (``-1``: none): the ``starting_after`` to
         #: resume a background response from (``GET /responses/{id}?stream=true&...``).
         self.sequence = -1
@@ -120,24 +115,43 @@ class ResponsesFormat(JsonEventFormat):
         #: The numbers only ever grew: a ``starting_after`` re-read can be trusted.
         self.ordered = True
         self._errored = False
-        self._text_part: tuple[object, object, object] | None = None
-        self._reset_parts()
-        self._reset_items()
+        self._new_response()
 
-    def _reset_parts(self) -> None:
+    # ------------------------------------------------------------------ detection
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """Every event of this API names itself ``response.*`` (its ``type``, and its
+        ``event:`` line when there is one)."""
+        kind = payload.get("type") if payload is not None else None
+        if kind.__class__ is str and kind.startswith("response."):
+            return Claim.SURE
+        return Claim.LIKELY if event.startswith("response.") else Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        """A ``response`` object (``object: "response"``, an ``output`` list)."""
+        return Claim.LIKELY if body.get("object") == "response" or "output" in body else Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        """Its state lists the streamed ``parts``; a token with a ``sequence`` is a
+        Responses stream's too (only this API numbers its events)."""
+        if isinstance(state.get("parts"), list):
+            return Claim.SURE
+        return Claim.LIKELY if sequence is not None else Claim.NO
+
+    def _new_response(self) -> None:
+        """Parts and items are a response's own (a continuation is a new response)."""
         #: Parts that received deltas: their ``.done`` text is not shown.
         self._parts = MarkerSet()
         #: Parts whose ``.done`` text was shown: a delta of theirs arriving later is not.
         self._shown = MarkerSet()
-        self._text_part = None
-
-    def _reset_items(self) -> None:
-        #: Output position of each item by id (for servers that send no ``output_index``).
-        self._items: dict[str, int] = {}
-        #: The next free output position (one past the highest seen).
-        self._positions = 0
+        self._text_part: tuple[object, object, object] | None = None
+        #: Output positions by item id (servers that send no ``output_index``).
+        self.items = OutputItems()
         #: The call streamed last (an argument event naming no item continues it).
-        self._last_call: int | None = None
+        self.last_call = None
 
     def reset(self) -> None:
         super().reset()
@@ -146,8 +160,7 @@ class ResponsesFormat(JsonEventFormat):
         self.live = False
         self.ordered = True
         self._errored = False
-        self._reset_parts()
-        self._reset_items()
+        self._new_response()
 
     def continued(self) -> None:
         """A continuation request follows: a *new* response, whose sequence numbers count
@@ -155,8 +168,7 @@ class ResponsesFormat(JsonEventFormat):
         self.sequence = -1
         self.response_id = None
         self.ordered = True
-        self._reset_parts()
-        self._reset_items()
+        self._new_response()
 
     def errored_before(self) -> None:
         """An error event arrived before this format was chosen (``auto``): it is the first
@@ -169,6 +181,18 @@ class ResponsesFormat(JsonEventFormat):
         super().new_connection()
         self.live = False
 
+    def resume_sequence(self) -> int | None:
+        """:attr:`sequence` when the numbers can order a re-read."""
+        seq = self.sequence
+        return seq if self.ordered and 0 <= seq < MAX_SEQUENCE else None
+
+    def restore_position(self, sequence: int | None, response_id: str | None) -> None:
+        """A token's position: events at or below ``sequence`` are never shown again."""
+        if sequence is not None:
+            self.sequence = sequence
+        if response_id is not None:
+            self.response_id = response_id
+
     # ------------------------------------------------------------------ resume tokens
 
     def resume_state(self) -> dict[str, Any]:
@@ -178,8 +202,7 @@ class ResponsesFormat(JsonEventFormat):
         surrogate halves held back (:meth:`held_state`)."""
         return {"parts": [list(marker) for marker in self._parts],
                 "shown": [list(marker) for marker in self._shown],
-                "items": [[item, index] for item, index in self._items.items()],
-                "positions": self._positions, "last_call": self._last_call,
+                **self.items.state(), "last_call": self.last_call,
                 "errored": self._errored, "held": self.held_state()}
 
     def restore_state(self, state: Any) -> None:
@@ -196,18 +219,8 @@ class ResponsesFormat(JsonEventFormat):
                     and all(m is None or type(m) is int for m in marker[1:])
                 ):
                     markers.add((marker[0], marker[1], marker[2]))
-        items = state.get("items")
-        for entry in items if isinstance(items, list) else ():
-            if (
-                isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
-                and _int(entry[1]) is not None and len(self._items) < MAX_PARTS
-            ):
-                self._items[entry[0]] = entry[1]
-                self._positions = max(self._positions, entry[1] + 1)
-        positions = _int(state.get("positions"))
-        if positions is not None:
-            self._positions = max(self._positions, positions)
-        self._last_call = _int(state.get("last_call"))
+        self.items.restore(state)
+        self.last_call = count(state.get("last_call"))
         self._errored = state.get("errored") is True
         self.restore_held(state.get("held"))
 
@@ -243,7 +256,7 @@ class ResponsesFormat(JsonEventFormat):
             part = (obj.get("output_index"), obj.get("content_index"), obj.get("item_id"))
             if part != self._text_part:
                 # A new part (rarely): where it is, and whether its ``.done`` came first.
-                marker = ("text", self._output_of(obj), _int(part[1]))
+                marker = ("text", self.items.output_of(obj), count(part[1]))
                 if self._shown.has(marker):
                     return self.skip("delta after its part's .done", obj)
                 self._text_part = part
@@ -313,24 +326,12 @@ class ResponsesFormat(JsonEventFormat):
         text = obj.get("delta")
         if text.__class__ is not str or not text:
             return
-        marker = (kind or channel, self._output_of(obj), _int(obj.get(part)))
+        marker = (kind or channel, self.items.output_of(obj), count(obj.get(part)))
         if self._shown.has(marker):
             out += self.skip("delta after its part's .done", obj)
             return
         self._parts.add(marker)
         self.add_to(channel, text, out)
-
-    def _output_of(self, obj: Mapping[str, Any]) -> int | None:
-        """The output position a part event names: its ``output_index``, else the position
-        of its ``item_id`` if that item was announced (servers that send no
-        ``output_index`` tell two message items' parts apart only by it), else ``None``,
-        matching any. An id never announced names no position: a recorded stream names
-        another item's id in a ``.done`` than in its deltas."""
-        given = obj.get("output_index")
-        if given is not None:
-            return _int(given)
-        item_id = obj.get("item_id")
-        return self._items.get(item_id) if item_id.__class__ is str else None
 
     def _part_done(
         self,
@@ -344,7 +345,7 @@ class ResponsesFormat(JsonEventFormat):
         """A part's final text, used only when none of it was streamed as deltas (a delta
         that arrives after it is then dropped: exactly the same part only, as dropping a
         delta that belongs to another part would lose text)."""
-        marker: Marker = (kind or channel, self._output_of(obj), _int(obj.get(part)))
+        marker: Marker = (kind or channel, self.items.output_of(obj), count(obj.get(part)))
         if self._parts.full() or self._parts.matches(marker):
             return
         text = obj.get(field)
@@ -377,7 +378,7 @@ class ResponsesFormat(JsonEventFormat):
             out += self.skip("output item is not an object", obj)
             return
         kind = item.get("type")
-        index = self._position(obj, item.get("id"), new=not done)
+        index = self.items.position(obj, item.get("id"), new=not done)
         if kind == "function_call":
             if index is None:
                 out += self.skip("function_call item without an output_index or an id", obj)
@@ -409,51 +410,18 @@ class ResponsesFormat(JsonEventFormat):
     def _call(self, index: int) -> tuple[ToolCallState, bool]:
         call = self.calls.get(index)
         if call is None:
+            call = self.open_call(index, self.limits)
             self.start()
-            call = self.calls[index] = ToolCallState()
-            self._last_call = index
             return call, True
         return call, False
-
-    def _position(self, obj: Mapping[str, Any], item_id: object, *, new: bool) -> int | None:
-        """The output position an event's item has: its ``output_index``; without one, the
-        position its id (``item.id`` or ``item_id``) was given, or the next free one for a
-        new id. An item with neither takes the next free position when ``new`` (an
-        ``output_item.added``), else none. An ``output_index`` that is there but is not a
-        count names nothing."""
-        given = obj.get("output_index")
-        index = _int(given)
-        items = self._items
-        if given is not None:
-            if index is None:
-                return None
-            if item_id.__class__ is str and len(items) < MAX_PARTS:
-                items.setdefault(item_id, index)
-            if index >= self._positions:
-                self._positions = index + 1
-            return index
-        if item_id.__class__ is str and item_id:
-            known = items.get(item_id)
-            if known is not None:
-                return known
-            if len(items) >= MAX_PARTS:
-                return None
-            new = True
-        if not new or self._positions >= MAX_SEQUENCE:
-            return None
-        position = self._positions
-        self._positions = position + 1
-        if item_id.__class__ is str and item_id:
-            items[item_id] = position
-        return position
 
     def _call_of(self, obj: Mapping[str, Any]) -> int | None:
         """The call an argument event is for: by ``output_index`` or ``item_id``; naming
         neither, the call opened last."""
         item_id = obj.get("item_id")
         if obj.get("output_index") is None and not (item_id.__class__ is str and item_id):
-            return self._last_call
-        return self._position(obj, item_id, new=False)
+            return self.last_call
+        return self.items.position(obj, item_id, new=False)
 
     def _arguments_delta(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         text = obj.get("delta")
@@ -464,7 +432,7 @@ class ResponsesFormat(JsonEventFormat):
             return
         call, fresh = self._call(index)  # a delta before its item: still this call's text
         if self.scan:
-            text = self.join(("tool", index), text)
+            text = self.join(index, text)
         if not text and not fresh:
             return
         out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.add(text)))
@@ -495,7 +463,8 @@ class ResponsesFormat(JsonEventFormat):
         ``fresh``: the call is new (never announced): it is announced even when there is
         nothing else to say, so the assembler knows it (and counts it against its limit)."""
         if self.scan:
-            self._held.pop(("tool", index), None)  # the final value replaces a held half too
+            if self.held:
+                self.held.pop(index, None)  # the final value replaces a held half too
             final = fix_surrogates(final)
         fragments = call.fragments
         if fragments is None:
@@ -551,7 +520,7 @@ class ResponsesFormat(JsonEventFormat):
             if error and not self._errored:
                 self._errored = True
                 out.append(error_event(error, obj))
-        self.flush_held(out)
+        self.flush(out)
         out.append(Finish(self.key, 0, status, stop))
         self.done = True
         self.done_reason = kind
@@ -591,17 +560,17 @@ class ResponsesFormat(JsonEventFormat):
                 if part.get("type") == "output_text":
                     text = part.get("text")
                     if isinstance(text, str) and text:
-                        self.add_text(text, out)
+                        self.add_to("text", text, out)
                 elif part.get("type") == "refusal":
                     text = part.get("refusal")
                     if isinstance(text, str) and text:
-                        self.add_refusal(text, out)
+                        self.add_to("refusal", text, out)
         elif kind == "reasoning":
             for field in ("summary", "content"):
                 for part in _items(item.get(field)):
                     text = part.get("text") if isinstance(part, Mapping) else None
                     if isinstance(text, str) and text:
-                        self.add_reasoning(text, out)
+                        self.add_to("reasoning", text, out)
             if self.keep(approx_size(item)):
                 out.append(ReasoningBlock(self.key, 0, index, dict(item)))
         elif kind == "function_call":
