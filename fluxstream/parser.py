@@ -23,7 +23,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._core.resume_check import ResumeCheck, SequenceCheck
+from ._core.reread import RereadChecks
 from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
@@ -105,15 +105,9 @@ class StreamParser:
         self._old_last_event_id = ""
         self._old_reconnection_time: int | None = None
         self._ignored_bytes = 0
-        self._ignored_events = 0
         self._echo: _EchoFilter | None = None
-        # After a Last-Event-ID reconnect: its first events are checked before they are
-        # trusted (see fluxstream._core.resume_check); the first event id of the stream, for it.
-        self._resume_check: ResumeCheck | None = None
-        self._first_event_id: str | None = None
-        # A re-read of a Responses stream (starting_after, a token): its first new
-        # sequence_number is checked before anything of it is trusted.
-        self._sequence_check: SequenceCheck | None = None
+        # A reconnect's or a re-read's first events are checked before they are trusted.
+        self._checks = RereadChecks()
         #: An error found part way through a read whose earlier events were delivered:
         #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
         self._deferred: FluxstreamError | None = None
@@ -140,14 +134,13 @@ class StreamParser:
         sses = self._decoder.feed(data)
         if not sses:
             return []
-        if self._first_event_id is None:
-            self._first_event_id = sses[0].id
-        if self._resume_check is not None:
-            sses = self._check_resume(sses)
-            if not sses:
-                return []
-        if self._sequence_check is not None:
-            self._check_sequence(sses)
+        try:
+            sses = self._checks.filter(sses)
+        except ResumeMismatchError:
+            self._decoder = self._new_decoder()  # nothing of the rejected connection stays
+            raise
+        if not sses:
+            return []
         self._events += len(sses)
         batch: list[Event] = []
         try:
@@ -312,12 +305,12 @@ class StreamParser:
         self._old_comments += decoder.comments
         self._old_last_event_id = self.last_event_id
         self._old_reconnection_time = self.reconnection_time
-        self._resume_check = None
+        self._checks.resume = None
         if resume_after is not None:
             self._old_last_event_id = resume_after
-            # Ids of more than 18 digits are not used for ordering (int() of thousands of
-            # digits raises): see fluxstream._core.resume_check.
-            self._resume_check = self._new_resume_check(resume_after)
+            # A throwaway format decodes replayed events without touching the reply.
+            shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
+            self._checks.reconnected(resume_after, self.reply, shadow.feed)
         self._decoder = self._new_decoder()
         # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
         # it delivered already: each format knows what a new connection means for it.
@@ -327,34 +320,7 @@ class StreamParser:
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it
         goes on at ``N + 1`` (see :class:`~fluxstream._core.resume_check.SequenceCheck`)."""
-        after = self.sequence
-        self._sequence_check = None if after is None else SequenceCheck(after)
-
-    def _check_sequence(self, sses: list[ServerSentEvent]) -> None:
-        """Raise :class:`ResumeMismatchError` for a re-read that skips events (its bytes are
-        then forgotten, as a rejected ``Last-Event-ID`` reconnect's are)."""
-        check = self._sequence_check
-        assert check is not None
-        try:
-            over = check.filter(sses)
-        except ResumeMismatchError:
-            self._sequence_check = None
-            self._decoder = self._new_decoder()
-            raise
-        if over:
-            self._sequence_check = None
-
-    def _new_resume_check(self, last_id: str) -> ResumeCheck:
-        reply = self.reply
-        # A throwaway format decodes replayed events without touching the reply.
-        shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
-        return ResumeCheck(
-            last_id,
-            first_id=self._first_event_id,
-            reply_id=reply.id,
-            delivered={c.index: c.text for c in reply.choices},
-            shadow=shadow.feed,
-        )
+        self._checks.expect_sequence(self.sequence)
 
     def _new_decoder(self) -> SSEDecoder:
         return SSEDecoder(
@@ -362,30 +328,12 @@ class StreamParser:
             max_bytes_without_event=self.limits.max_bytes_without_event,
         )
 
-    def _check_resume(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
-        """Drop verified replays; raise :class:`ResumeMismatchError` for a reconnect that does
-        not continue the stream (its bytes are then forgotten, so nothing of it is shown)."""
-        check = self._resume_check
-        assert check is not None
-        try:
-            sses, over = check.filter(sses)
-        except ResumeMismatchError:
-            self._resume_check = None
-            self._decoder = self._new_decoder()  # nothing of the rejected connection stays
-            raise
-        finally:
-            self._ignored_events += check.dropped
-            check.dropped = 0
-        if over:
-            self._resume_check = None
-        return sses
-
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restart (a new generation replaces the old one): fresh decoder, format and
         assembly state, announced by a :class:`~fluxstream.events.Reset` event."""
         self.new_connection()
         self._format.reset()
-        self._sequence_check = None  # a new generation: its numbers start over
+        self._checks.expect_sequence(None)  # a new generation: its numbers start over
         return self._assembler.reset(attempt, reason)
 
     # ------------------------------------------------------------------ resume support
@@ -415,7 +363,7 @@ class StreamParser:
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
-        self._sequence_check = None  # a new response: its numbers start over
+        self._checks.expect_sequence(None)  # a new response: its numbers start over
         self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
 

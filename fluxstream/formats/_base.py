@@ -451,6 +451,34 @@ class ToolCallState:
         self.fragments = [final]
         self.fold_at = 1 + _FOLD
 
+    def settle(self, final: str) -> tuple[str, int, bool] | None:
+        """The provider's final arguments (Responses' ``.done``) take the place of what was
+        streamed: ``None`` when they are exactly that, else the delta that makes them so
+        (``rest`` at ``offset``; ``replace``: what was delivered past ``offset`` is wrong).
+        A final value that extends the fragments is one more fragment. After a resume only
+        the length of what was streamed is known, not the text, so the final value replaces
+        all of it (trusting it as a prefix spliced the two when they disagree)."""
+        fragments = self.fragments
+        if fragments is None:
+            agree = 0
+        else:
+            streamed = _join(fragments)
+            if streamed == final:
+                return None
+            agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
+        replace = agree < self.length
+        self.replace(final)
+        return final[agree:], agree, replace
+
+
+def _common(a: str, b: str) -> int:
+    """Length of the common prefix of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
 
 # --------------------------------------------------------------------------- one choice
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ._base import MAX_SEQUENCE
 
-__all__ = ["MAX_PARTS", "Marker", "MarkerSet", "OutputItems", "count"]
+__all__ = ["MAX_PARTS", "Marker", "MarkerSet", "OutputItems", "count", "item_texts"]
 
 
 def count(value: object) -> int | None:
@@ -65,6 +65,17 @@ class MarkerSet:
             exact.add(marker)
             kind, output, part = marker
             self._loose.update((("part?", kind, output), ("output?", kind, part), (kind,)))
+
+    def restore(self, entries: object) -> None:
+        """Add the markers a resume token lists (entries of another shape left out: a token
+        is data from outside)."""
+        for marker in entries if isinstance(entries, list) else ():
+            if (
+                isinstance(marker, list) and len(marker) == 3
+                and isinstance(marker[0], str)
+                and all(m is None or type(m) is int for m in marker[1:])
+            ):
+                self.add((marker[0], marker[1], marker[2]))
 
     def has(self, marker: Marker) -> bool:
         """Exactly ``marker`` is in the set (both indices as given)."""
@@ -129,6 +140,14 @@ class OutputItems:
             items[item_id] = position
         return position
 
+    def call_of(self, obj: Mapping[str, Any], last_call: int | None) -> int | None:
+        """The call an argument event is for: by ``output_index`` or ``item_id``; naming
+        neither, the call opened last."""
+        item_id = obj.get("item_id")
+        if obj.get("output_index") is None and not (item_id.__class__ is str and item_id):
+            return last_call
+        return self.position(obj, item_id, new=False)
+
     def output_of(self, obj: Mapping[str, Any]) -> int | None:
         """The output position a part event names: its ``output_index``, else the position
         of its ``item_id`` if that item was announced (servers that send no
@@ -159,3 +178,33 @@ class OutputItems:
         positions = count(state.get("positions"))
         if positions is not None:
             self.next = max(self.next, positions)
+
+
+#: The channel of each kind of message part that holds text (its field is named alike).
+_MESSAGE_PARTS: dict[object, str] = {"output_text": "text", "refusal": "refusal"}
+
+
+def item_texts(item: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """The texts of a whole output item, as ``(channel, text)``: a message's ``output_text``
+    and ``refusal`` parts, a reasoning item's ``summary`` and ``content`` parts."""
+    kind = item.get("type")
+    if kind == "message":
+        for part in _items(item.get("content")):
+            if not isinstance(part, Mapping):
+                continue
+            channel = _MESSAGE_PARTS.get(part.get("type"))
+            text = part.get("refusal" if channel == "refusal" else "text")
+            if channel is not None and isinstance(text, str) and text:
+                yield channel, text
+    elif kind == "reasoning":
+        for field in ("summary", "content"):
+            for part in _items(item.get(field)):
+                text = part.get("text") if isinstance(part, Mapping) else None
+                if isinstance(text, str) and text:
+                    yield "reasoning", text
+
+
+def _items(value: object) -> list[Any]:
+    """``value`` if it is a list (a body's ``content`` / ``summary``), else nothing: a body
+    is data from outside, and iterating a number or a string would crash or read letters."""
+    return value if isinstance(value, list) else []

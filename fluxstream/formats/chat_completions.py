@@ -323,7 +323,7 @@ class ChatCompletionsFormat(FormatBase):
         if isinstance(payload, dict):
             if "error" in payload or payload.get("object") == "error":
                 return self.feed_chunk(payload)
-            return [self._error(payload, payload)]
+            return [_error_of(payload, payload)]
         return [ErrorEvent(data or "error event", None, None, None, data)]
 
     # ------------------------------------------------------------------ chunks
@@ -348,7 +348,7 @@ class ChatCompletionsFormat(FormatBase):
                 if kind == "error" and not obj.get("error"):
                     # A flat typed error (``{"type": "error", "message": ...}``, as bridges
                     # send it): the reply's error, like ``{"error": ...}``.
-                    return [self._error(clean_tree(obj) if scan else obj, obj)]
+                    return [_error_of(clean_tree(obj) if scan else obj, obj)]
         out: list[Event] = []
         if self.id is None:
             rid = obj.get("id")
@@ -411,11 +411,11 @@ class ChatCompletionsFormat(FormatBase):
         if error:
             if scan:
                 error, obj = clean_tree(error), clean_tree(obj)
-            out.append(self._error(error, obj))
+            out.append(_error_of(error, obj))
         elif obj.get("object") == "error":
             if scan:
                 obj = clean_tree(obj)
-            out.append(self._error(obj, obj))
+            out.append(_error_of(obj, obj))
         return out
 
     def _usage(self, usage: object, obj: Mapping[str, Any], scan: bool, out: list[Event]) -> None:
@@ -526,7 +526,7 @@ class ChatCompletionsFormat(FormatBase):
             if number.__class__ is not int:
                 if cid is None and name is None and not args and not calls:
                     continue  # metadata only (e.g. a Gemini thought signature): no call yet
-                number = self._resolve(st, cid, name)
+                number = _resolve(st, cid, name)
             call = calls.get(number)
             fresh = call is None
             if call is None:
@@ -548,37 +548,6 @@ class ChatCompletionsFormat(FormatBase):
                 )
                 call.length += len(args)
 
-    @staticmethod
-    def _resolve(st: _Choice, cid: str | None, name: str | None) -> int:
-        """Index for a fragment that has none (Mistral, Gemini)."""
-        calls = st.calls
-        current = calls.get(st.last_call) if st.last_call is not None else None
-        if current is not None:
-            opens = (cid is not None and cid != current.id) or (
-                cid is None and name is not None and current.name is not None
-            )
-            if not opens:
-                assert st.last_call is not None
-                return st.last_call
-        return max(calls) + 1 if calls else 0
-
-    # ------------------------------------------------------------------ errors
-
-    @staticmethod
-    def _error(error: object, raw: object) -> ErrorEvent:
-        if isinstance(error, dict):
-            message = error.get("message")
-            if not isinstance(message, str) or not message:
-                message = compact(error) if message is None else str(message)
-            return ErrorEvent(
-                message,
-                opt_str(error.get("code")),
-                opt_str(error.get("type")),
-                opt_str(error.get("param")),
-                raw,
-            )
-        return ErrorEvent(str(error), None, None, None, raw)
-
     # ------------------------------------------------------------------ whole bodies
 
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
@@ -586,30 +555,7 @@ class ChatCompletionsFormat(FormatBase):
 
         Marks the format done (a complete body is as final as the sentinel).
         """
-        chunk: dict[str, Any] = {k: v for k, v in obj.items() if k != "choices"}
-        choices = obj.get("choices")
-        if isinstance(choices, list):
-            converted = []
-            for position, choice in enumerate(choices):
-                if not isinstance(choice, dict):
-                    continue
-                message = choice.get("message")
-                delta = dict(message) if isinstance(message, dict) else {}
-                calls = delta.get("tool_calls")
-                if isinstance(calls, list):
-                    delta["tool_calls"] = [
-                        {"index": i, **c} if isinstance(c, dict) and "index" not in c else c
-                        for i, c in enumerate(calls)
-                    ]
-                converted.append(
-                    {
-                        "index": choice.get("index", position),
-                        "delta": delta,
-                        "finish_reason": choice.get("finish_reason"),
-                    }
-                )
-            chunk["choices"] = converted
-        events = self.feed_chunk(chunk)
+        events = self.feed_chunk(_as_chunk(obj))
         self.done = True
         self.done_reason = "completion"
         return events + self._flush_all() if self._holding else events
@@ -618,3 +564,60 @@ class ChatCompletionsFormat(FormatBase):
 def _pieces(value: object) -> list[Any]:
     """A list from the wire, or nothing."""
     return value if isinstance(value, list) else []
+
+
+def _as_chunk(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` body as one chunk: each ``message`` a delta."""
+    chunk: dict[str, Any] = {k: v for k, v in body.items() if k != "choices"}
+    choices = body.get("choices")
+    if isinstance(choices, list):
+        converted = []
+        for position, choice in enumerate(choices):
+            if not isinstance(choice, dict):
+                continue
+            message = choice.get("message")
+            delta = dict(message) if isinstance(message, dict) else {}
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                delta["tool_calls"] = [
+                    {"index": i, **c} if isinstance(c, dict) and "index" not in c else c
+                    for i, c in enumerate(calls)
+                ]
+            converted.append({
+                "index": choice.get("index", position),
+                "delta": delta,
+                "finish_reason": choice.get("finish_reason"),
+            })
+        chunk["choices"] = converted
+    return chunk
+
+
+def _resolve(st: _Choice, cid: str | None, name: str | None) -> int:
+    """Index for a fragment that has none (Mistral, Gemini)."""
+    calls = st.calls
+    current = calls.get(st.last_call) if st.last_call is not None else None
+    if current is not None:
+        opens = (cid is not None and cid != current.id) or (
+            cid is None and name is not None and current.name is not None
+        )
+        if not opens:
+            assert st.last_call is not None
+            return st.last_call
+    return max(calls) + 1 if calls else 0
+
+
+def _error_of(error: object, raw: object) -> ErrorEvent:
+    """The reply's error from an error object as OpenAI nests it (its ``type`` kept as it
+    is, even ``"error"``: that is what the server said), or from anything else as text."""
+    if isinstance(error, dict):
+        message = error.get("message")
+        if not isinstance(message, str) or not message:
+            message = compact(error) if message is None else str(message)
+        return ErrorEvent(
+            message,
+            opt_str(error.get("code")),
+            opt_str(error.get("type")),
+            opt_str(error.get("param")),
+            raw,
+        )
+    return ErrorEvent(str(error), None, None, None, raw)

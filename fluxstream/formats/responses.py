@@ -62,7 +62,6 @@ from typing import Any
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason, unified_stop
-from . import _base
 from ._base import (
     MAX_SEQUENCE,
     JsonEventFormat,
@@ -75,7 +74,7 @@ from ._base import (
     tool_delta,
 )
 from ._contract import Claim
-from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count
+from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count, item_texts
 from ._surrogates import fix_surrogates
 
 __all__ = ["MAX_PARTS", "ResponsesFormat"]
@@ -210,15 +209,8 @@ class ResponsesFormat(JsonEventFormat):
         are left out (a token is data from outside: it cannot make the format crash)."""
         if not isinstance(state, Mapping):
             return
-        for field, markers in (("parts", self._parts), ("shown", self._shown)):
-            entries = state.get(field)
-            for marker in entries if isinstance(entries, list) else ():
-                if (
-                    isinstance(marker, list) and len(marker) == 3
-                    and isinstance(marker[0], str)
-                    and all(m is None or type(m) is int for m in marker[1:])
-                ):
-                    markers.add((marker[0], marker[1], marker[2]))
+        self._parts.restore(state.get("parts"))
+        self._shown.restore(state.get("shown"))
         self.items.restore(state)
         self.last_call = count(state.get("last_call"))
         self._errored = state.get("errored") is True
@@ -415,17 +407,9 @@ class ResponsesFormat(JsonEventFormat):
             return call, True
         return call, False
 
-    def _call_of(self, obj: Mapping[str, Any]) -> int | None:
-        """The call an argument event is for: by ``output_index`` or ``item_id``; naming
-        neither, the call opened last."""
-        item_id = obj.get("item_id")
-        if obj.get("output_index") is None and not (item_id.__class__ is str and item_id):
-            return self.last_call
-        return self.items.position(obj, item_id, new=False)
-
     def _arguments_delta(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         text = obj.get("delta")
-        index = self._call_of(obj) if isinstance(text, str) else None
+        index = self.items.call_of(obj, self.last_call) if isinstance(text, str) else None
         if index is None or not isinstance(text, str):
             out += self.skip("function_call_arguments.delta without a string delta and a "
                              "call (output_index, item_id)", obj)
@@ -439,7 +423,7 @@ class ResponsesFormat(JsonEventFormat):
 
     def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
         args = obj.get("arguments")
-        index = self._call_of(obj) if args is not None else None
+        index = self.items.call_of(obj, self.last_call) if args is not None else None
         if index is None:
             out += self.skip("function_call_arguments.done without arguments and a call "
                              "(output_index, item_id)", obj)
@@ -466,24 +450,13 @@ class ResponsesFormat(JsonEventFormat):
             if self.held:
                 self.held.pop(index, None)  # the final value replaces a held half too
             final = fix_surrogates(final)
-        fragments = call.fragments
-        if fragments is None:
-            # Resumed: only the length of what was streamed is known, not the text, so the
-            # final value replaces all of it (trusting it as a prefix spliced the two when
-            # they disagree).
-            streamed = None
-            agree = 0
-        else:
-            streamed = _base._join(fragments)
-            agree = len(streamed) if final.startswith(streamed) else _common(streamed, final)
-        if streamed == final:
+        settled = call.settle(final)
+        if settled is None:
             if new_id or new_name or fresh:
                 out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
             return
-        replace = agree < call.length
-        rest = final[agree:]
-        out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, rest, agree, replace))
-        call.replace(final)
+        rest, offset, replace = settled
+        out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, rest, offset, replace))
 
     # ------------------------------------------------------------------ the end
 
@@ -502,16 +475,7 @@ class ResponsesFormat(JsonEventFormat):
             for index, item in enumerate(output if isinstance(output, list) else []):
                 if isinstance(item, Mapping):
                     self._whole_item(index, item, out)
-        status = response.get("status") if response is not None else None
-        if not isinstance(status, str) or not status:
-            status = kind.removeprefix("response.")
-        stop: StopReason | None
-        if status == "incomplete":
-            details = response.get("incomplete_details") if response is not None else None
-            reason = details.get("reason") if isinstance(details, Mapping) else None
-            stop = _INCOMPLETE.get(reason, "other") if isinstance(reason, str) else "other"
-        else:
-            stop = unified_stop(status, tool_calls=bool(self.calls))
+        status, stop = _outcome(kind, response, bool(self.calls))
         if response is not None:
             raw_usage = self.usage_of(response.get("usage"), obj, out)
             if raw_usage:
@@ -552,42 +516,24 @@ class ResponsesFormat(JsonEventFormat):
         return out
 
     def _whole_item(self, index: int, item: Mapping[str, Any], out: list[Event]) -> None:
+        for channel, text in item_texts(item):
+            self.add_to(channel, text, out)
         kind = item.get("type")
-        if kind == "message":
-            for part in _items(item.get("content")):
-                if not isinstance(part, Mapping):
-                    continue
-                if part.get("type") == "output_text":
-                    text = part.get("text")
-                    if isinstance(text, str) and text:
-                        self.add_to("text", text, out)
-                elif part.get("type") == "refusal":
-                    text = part.get("refusal")
-                    if isinstance(text, str) and text:
-                        self.add_to("refusal", text, out)
-        elif kind == "reasoning":
-            for field in ("summary", "content"):
-                for part in _items(item.get(field)):
-                    text = part.get("text") if isinstance(part, Mapping) else None
-                    if isinstance(text, str) and text:
-                        self.add_to("reasoning", text, out)
-            if self.keep(approx_size(item)):
-                out.append(ReasoningBlock(self.key, 0, index, dict(item)))
+        if kind == "reasoning" and self.keep(approx_size(item)):
+            out.append(ReasoningBlock(self.key, 0, index, dict(item)))
         elif kind == "function_call":
             self._item({"output_index": index, "item": item}, out, done=True)
 
 
-def _items(value: object) -> list[Any]:
-    """``value`` if it is a list (a body's ``content`` / ``summary``), else nothing: a body
-    is data from outside, and iterating a number or a string would crash or read letters."""
-    return value if isinstance(value, list) else []
-
-
-def _common(a: str, b: str) -> int:
-    """Length of the common prefix of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
+def _outcome(kind: str, response: Mapping[str, Any] | None,
+             tool_calls: bool) -> tuple[str, StopReason | None]:
+    """A terminal event's raw finish reason (the response's ``status``, else the event's
+    own) and the unified one (see the module docstring)."""
+    status = response.get("status") if response is not None else None
+    if not isinstance(status, str) or not status:
+        status = kind.removeprefix("response.")
+    if status != "incomplete":
+        return status, unified_stop(status, tool_calls=tool_calls)
+    details = response.get("incomplete_details") if response is not None else None
+    reason = details.get("reason") if isinstance(details, Mapping) else None
+    return status, _INCOMPLETE.get(reason, "other") if isinstance(reason, str) else "other"

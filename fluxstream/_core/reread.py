@@ -1,0 +1,87 @@
+"""The checks a new connection's first events pass before the parser trusts them.
+
+Two kinds of connection read a stream again: a ``Last-Event-ID`` reconnect (its replayed
+events are verified and dropped: :class:`~fluxstream._core.resume_check.ResumeCheck`), and a
+Responses re-read after ``sequence_number`` ``N`` (``starting_after``, a resume token: it must
+go on at ``N + 1``, :class:`~fluxstream._core.resume_check.SequenceCheck`). Kept apart from
+:class:`~fluxstream.parser.StreamParser` because it is one state with one rule (checked until
+the first new event, then over), which the parser only consults per read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import ResumeMismatchError
+from ..events import Event
+from ..reply import Reply
+from ..sse import ServerSentEvent
+from .resume_check import ResumeCheck, SequenceCheck
+
+__all__ = ["RereadChecks"]
+
+
+class RereadChecks:
+    """The pending checks of the current connection (none once its first new event came)."""
+
+    __slots__ = ("dropped", "first_event_id", "resume", "sequence")
+
+    def __init__(self) -> None:
+        #: After a ``Last-Event-ID`` reconnect, until its first new event.
+        self.resume: ResumeCheck | None = None
+        #: After a Responses re-read, until its first numbered event.
+        self.sequence: SequenceCheck | None = None
+        #: The first event id of the stream (a reconnect's replay must start from it).
+        self.first_event_id: str | None = None
+        #: Replayed events verified and dropped.
+        self.dropped = 0
+
+    def reconnected(self, last_id: str, reply: Reply,
+                    shadow: Callable[[ServerSentEvent], list[Event]]) -> None:
+        """A new connection that sent ``last_id`` as ``Last-Event-ID``: ``reply`` is what was
+        delivered, ``shadow`` a throwaway format's ``feed`` to decode replayed events without
+        touching it."""
+        self.resume = ResumeCheck(
+            last_id,
+            first_id=self.first_event_id,
+            reply_id=reply.id,
+            delivered={c.index: c.text for c in reply.choices},
+            shadow=shadow,
+        )
+
+    def expect_sequence(self, after: int | None) -> None:
+        """The stream is read again after ``after`` (``None``: it is not a re-read)."""
+        self.sequence = None if after is None else SequenceCheck(after)
+
+    def filter(self, sses: list[ServerSentEvent]) -> list[ServerSentEvent]:
+        """A read's events without the verified replays.
+
+        :raises ResumeMismatchError: the connection does not continue the stream (the caller
+            forgets its bytes, so nothing of it is shown); the checks are over.
+        """
+        if self.first_event_id is None:
+            self.first_event_id = sses[0].id
+        check = self.resume
+        if check is not None:
+            try:
+                sses, over = check.filter(sses)
+            except ResumeMismatchError:
+                self.resume = None
+                raise
+            finally:
+                self.dropped += check.dropped
+                check.dropped = 0
+            if over:
+                self.resume = None
+            if not sses:
+                return sses
+        numbers = self.sequence
+        if numbers is not None:
+            try:
+                over = numbers.filter(sses)
+            except ResumeMismatchError:
+                self.sequence = None
+                raise
+            if over:
+                self.sequence = None
+        return sses
