@@ -50,6 +50,7 @@ __all__ = [
     "MAX_KEPT_CHARS",
     "MAX_SEQUENCE",
     "ChoiceState",
+    "Detection",
     "FormatBase",
     "JsonEventFormat",
     "ToolCallState",
@@ -482,12 +483,6 @@ def _common(a: str, b: str) -> int:
 
 # --------------------------------------------------------------------------- one choice
 
-#: Delta maker of each text channel.
-_CHANNEL_EVENTS: dict[str, Callable[[str, int, int, str], Event]] = {
-    "text": text_delta, "reasoning": reasoning_delta, "refusal": refusal_delta,
-}
-
-
 class ChoiceState:
     """What a format keeps for one choice, whatever its vocabulary: the code points delivered
     per channel (``text``, ``reasoning``, ``refusal``), the tool calls by number, the call
@@ -521,10 +516,28 @@ class ChoiceState:
         self.held = None
 
     def deliver(self, channel: str, key: str, choice: int, text: str, out: list[Event]) -> None:
-        """``text`` (ready: joined, non-empty) on a text channel, at the channel's offset."""
-        offset = getattr(self, channel)
-        out.append(_CHANNEL_EVENTS[channel](key, choice, offset, text))
-        setattr(self, channel, offset + len(text))
+        """``text`` (ready: joined, non-empty) on a text channel, at the channel's offset
+        (branches, not ``getattr``: reasoning deltas come as often as text)."""
+        size = len(text)
+        if channel == "text":
+            out.append(text_delta(key, choice, self.text, text))
+            self.text += size
+        elif channel == "reasoning":
+            out.append(reasoning_delta(key, choice, self.reasoning, text))
+            self.reasoning += size
+        else:
+            out.append(refusal_delta(key, choice, self.refusal, text))
+            self.refusal += size
+
+    def name_call(self, call: ToolCallState, cid: object, name: object) -> tuple[str | None,
+                                                                              str | None]:
+        """Take a call's ``id`` and ``name`` from their first non-empty string; returns
+        those that are new (what a ``ToolCallDelta`` announces)."""
+        new_id = cid if isinstance(cid, str) and cid and call.id is None else None
+        new_name = name if isinstance(name, str) and name and call.name is None else None
+        call.id = call.id or new_id
+        call.name = call.name or new_name
+        return new_id, new_name
 
     def open_call(self, number: int, limits: StreamLimits, *, kept: bool = True) -> ToolCallState:
         """A new tool call, refused past ``max_tool_calls`` before anything is kept for it
@@ -607,7 +620,7 @@ class ChoiceState:
             if type(unit) is not int or not 0xD800 <= unit <= 0xDBFF:
                 continue
             key: str | int
-            if channel in _CHANNEL_EVENTS and index is None:
+            if channel in ("text", "reasoning", "refusal") and index is None:
                 key = channel
             elif channel == "tool" and type(index) is int and index in self.calls:
                 key = index
@@ -638,7 +651,32 @@ def excerpt(frame: object) -> str:
     return fix_surrogates(frame[:_EXCERPT])
 
 
-class FormatBase:
+class Detection:
+    """A registered class's detection rules (see
+    :class:`~fluxstream.formats._contract.FormatClass`): by default it claims nothing."""
+
+    __slots__ = ()
+
+    #: The data line that ends the format's streams, if it has one (it names the format).
+    sentinel: ClassVar[str | None] = None
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """How sure the format is that an SSE event is its own (see :class:`Claim`)."""
+        return Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        """How sure the format is that a whole non-streaming body is its own."""
+        return Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        """How sure the format is that it wrote a resume token's wire state."""
+        return Claim.NO
+
+
+class FormatBase(Detection):
     """What every format shares: the state the parser reads, the defaults of the hooks a
     format without the feature needs (:class:`~fluxstream.formats._contract.WireFormat`
     lists them all), skipping and counting, and the memory guard every frame passes before
@@ -655,8 +693,6 @@ class FormatBase:
     __slots__ = ("cut", "done", "done_reason", "heartbeats", "id", "key", "limits", "model",
                  "new_choices", "skipped", "strict")
 
-    #: The data line that ends the format's streams, if it has one (it names the format).
-    sentinel: ClassVar[str | None] = None
     #: Only formats with a ``starting_after`` re-read have one (see ``WireFormat``).
     response_id: str | None = None
     #: Why a big frame was refused undecoded (see :meth:`refuses_undecoded`).
@@ -675,23 +711,6 @@ class FormatBase:
         self.skipped = 0
         self.heartbeats = 0
         self.new_choices: list[int] = []
-
-    # ------------------------------------------------------------------ detection
-
-    @classmethod
-    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
-        """How sure the format is that an SSE event is its own (see :class:`Claim`)."""
-        return Claim.NO
-
-    @classmethod
-    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
-        """How sure the format is that a whole non-streaming body is its own."""
-        return Claim.NO
-
-    @classmethod
-    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
-        """How sure the format is that it wrote a resume token's wire state."""
-        return Claim.NO
 
     # ------------------------------------------------------------------ feeding
 

@@ -376,12 +376,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             call = self.calls.get(index)
             if call is None:
                 call = self.open_call(index, self.limits, kept=False)
-            cid = block.get("id")
-            name = block.get("name")
-            new_id = cid if cid and isinstance(cid, str) and call.id is None else None
-            new_name = name if name and isinstance(name, str) and call.name is None else None
-            call.id = call.id or new_id
-            call.name = call.name or new_name
+            new_id, new_name = self.name_call(call, block.get("id"), block.get("name"))
             call.fragments = None  # nothing compares them here (a resumed call's either)
             call.start_input = block.get("input")
             out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))

@@ -39,7 +39,7 @@ import pydantic_core
 from ..events import ErrorEvent, Event
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import KEEPALIVES, FormatBase, crowded, error_event
+from ._base import KEEPALIVES, Detection, FormatBase, crowded, error_event
 from ._contract import FORMATS, Claim, WireFormat
 from ._surrogates import fallback_loads
 
@@ -111,23 +111,19 @@ class _Undecided(FormatBase):
 
 
 
-class AutoFormat:
+class AutoFormat(Detection):
     """Sans-IO: a format that becomes one of the registered formats on the first event that
     says which (see the module docstring). :attr:`name` is the decision, :attr:`inner` the
     chosen format."""
 
+    # Registered so that ``format="auto"`` is a name; it claims nothing itself (Detection).
     __slots__ = ("_before", "_position", "_restore", "_wire_state", "inner", "key", "limits",
                  "name", "strict")
 
-    #: Auto claims nothing itself (it is registered so that ``format="auto"`` is a name).
-    sentinel = None
-
     def __init__(self, key: str, *, strict: bool = False,
                  limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
-        self.key = key
-        self.strict = strict
-        #: Handed to the chosen format, which caps its own state by them.
-        self.limits = limits
+        # Handed to the chosen format (``limits``: it caps its own state by them).
+        self.key, self.strict, self.limits = key, strict, limits
         self.name: str | None = None
         self.inner: WireFormat | None = None
         self._before = _Undecided(key, strict=strict, limits=limits)
@@ -136,18 +132,6 @@ class AutoFormat:
         self._restore: tuple[Any, Any, Any] | None = None
         self._position: tuple[int | None, str | None] = (None, None)
         self._wire_state: Any = None
-
-    @classmethod
-    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
-        return Claim.NO
-
-    @classmethod
-    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
-        return Claim.NO
-
-    @classmethod
-    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
-        return Claim.NO
 
     def _choose(self, name: str) -> WireFormat:
         inner = FORMATS[name](self.key, strict=self.strict, limits=self.limits)

@@ -82,8 +82,6 @@ from ._base import (
     excerpt,
     finish_event,
     opt_str,
-    reasoning_delta,
-    refusal_delta,
     text_delta,
     tool_delta,
 )
@@ -432,23 +430,14 @@ class ChatCompletionsFormat(FormatBase):
         self, delta: dict[str, Any], index: int, st: _Choice, out: list[Event], scan: bool
     ) -> None:
         """Reasoning, refusal and tool calls (skipped for the common content-only delta)."""
-        key = self.key
         reasoning = delta.get("reasoning_content")
         if not reasoning or reasoning.__class__ is not str:
             reasoning = delta.get("reasoning")
         if reasoning and reasoning.__class__ is str:
-            if scan:
-                reasoning = self._unpaired(st, _REASONING, reasoning)
-            if reasoning:
-                out.append(reasoning_delta(key, index, st.reasoning, reasoning))
-                st.reasoning += len(reasoning)
+            self._say(st, _REASONING, index, reasoning, out, scan)
         refusal = delta.get("refusal")
         if refusal and refusal.__class__ is str:
-            if scan:
-                refusal = self._unpaired(st, _REFUSAL, refusal)
-            if refusal:
-                out.append(refusal_delta(key, index, st.refusal, refusal))
-                st.refusal += len(refusal)
+            self._say(st, _REFUSAL, index, refusal, out, scan)
         tool_calls = delta.get("tool_calls")
         if tool_calls:
             self._tool_calls(tool_calls, index, st, out, scan)

@@ -376,12 +376,7 @@ class ResponsesFormat(JsonEventFormat):
                 out += self.skip("function_call item without an output_index or an id", obj)
                 return
             call, fresh = self._call(index)
-            cid = item.get("call_id")
-            name = item.get("name")
-            new_id = cid if cid and isinstance(cid, str) and call.id is None else None
-            new_name = name if name and isinstance(name, str) and call.name is None else None
-            call.id = call.id or new_id
-            call.name = call.name or new_name
+            new_id, new_name = self.name_call(call, item.get("call_id"), item.get("name"))
             args = item.get("arguments")
             if args is not None and args.__class__ is not str:
                 args = compact(args)
