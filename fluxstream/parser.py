@@ -28,8 +28,9 @@ from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import Event, Finish, TextDelta
-from .formats import FORMATS, FormatClass, WireFormat
+from .formats import FORMATS, WireFormat
 from .formats._base import MAX_SEQUENCE
+from .formats._contract import FormatClass
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder

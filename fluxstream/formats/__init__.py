@@ -12,7 +12,7 @@ it here; ``auto`` then recognises it.
 
 from __future__ import annotations
 
-from ._contract import FORMATS, FormatClass, WireFormat
+from ._contract import FORMATS, WireFormat
 from .anthropic_messages import AnthropicMessagesFormat
 from .auto import AutoFormat, detect
 from .chat_completions import ChatCompletionsFormat
@@ -23,7 +23,6 @@ __all__ = [
     "AnthropicMessagesFormat",
     "AutoFormat",
     "ChatCompletionsFormat",
-    "FormatClass",
     "ResponsesFormat",
     "WireFormat",
     "detect",

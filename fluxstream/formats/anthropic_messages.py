@@ -110,8 +110,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
         JSON object, instead of skipping and counting it.
-    :param limits: :class:`~fluxstream.limits.StreamLimits`: a ``tool_use`` block past ``max_tool_calls`` raises
-        :class:`~fluxstream.errors.LimitExceededError` before the format keeps it.
+    :param limits: :class:`~fluxstream.limits.StreamLimits`: a ``tool_use`` block past
+        ``max_tool_calls`` raises :class:`~fluxstream.errors.LimitExceededError` before the
+        format keeps it.
     """
 
     __slots__ = ("_blocks", "_message_started", "_open", "_stop", "_usage")

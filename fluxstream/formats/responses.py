@@ -92,8 +92,9 @@ class ResponsesFormat(JsonEventFormat):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
         JSON object, instead of skipping and counting it.
-    :param limits: :class:`~fluxstream.limits.StreamLimits`: a function call past ``max_tool_calls`` raises
-        :class:`~fluxstream.errors.LimitExceededError` before the format keeps it.
+    :param limits: :class:`~fluxstream.limits.StreamLimits`: a function call past
+        ``max_tool_calls`` raises :class:`~fluxstream.errors.LimitExceededError` before the
+        format keeps it.
     """
 
     __slots__ = ("_errored", "_parts", "_shown", "_text_part", "items", "live", "ordered",
