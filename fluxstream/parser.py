@@ -135,13 +135,16 @@ class StreamParser:
         sses = self._decoder.feed(data)
         if not sses:
             return []
-        try:
-            sses = self._checks.filter(sses)
-        except ResumeMismatchError:
-            self._decoder = self._new_decoder()  # nothing of the rejected connection stays
-            raise
-        if not sses:
-            return []
+        checks = self._checks
+        if (checks.first_event_id is None or checks.resume is not None
+                or checks.sequence is not None):
+            try:
+                sses = checks.filter(sses)
+            except ResumeMismatchError:
+                self._decoder = self._new_decoder()  # nothing of the rejected connection stays
+                raise
+            if not sses:
+                return []
         self._events += len(sses)
         batch: list[Event] = []
         try:

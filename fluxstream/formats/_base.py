@@ -20,7 +20,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pydantic_core
 from pydantic import ValidationError
@@ -491,15 +491,19 @@ class ChoiceState:
 
     A mixin: a Chat Completions choice is one object per choice, while the event-typed
     formats describe a single choice and keep its state on the format itself (one attribute
-    less on their hot path). Both declare :data:`CHOICE_SLOTS`; the mixin declares no
-    ``__slots__`` (an empty one would make the type checker refuse its assignments), which
-    costs nothing as long as every attribute it sets is in those slots.
+    less on their hot path). Both declare :data:`CHOICE_SLOTS`; the mixin's own ``__slots__``
+    is empty, so no instance gets a ``__dict__`` (which would slow every attribute lookup on
+    the formats' hot paths), and hidden from the type checker, which would otherwise refuse
+    the mixin's assignments to slots its subclasses declare.
 
     Why halves are held (see :mod:`._surrogates`): servers that cut text by UTF-16 unit send
     an emoji's high half at the end of one fragment and its low half at the start of the
     next; :meth:`join` holds a trailing high half back and puts it in front of the channel's
     next fragment, so the pair is delivered once, as one code point.
     """
+
+    if not TYPE_CHECKING:
+        __slots__ = ()
 
     text: int
     reasoning: int
