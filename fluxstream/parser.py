@@ -133,8 +133,9 @@ class StreamParser:
             self._ignored_bytes += len(data)
             raise deferred
         sses = self._decoder.feed(data)
+        lines = self._decoder.foreign_lines
         if not sses:
-            return []
+            return self._apply_delivering(self._take_lines()) if lines else []
         checks = self._checks
         if (checks.first_event_id is None or checks.resume is not None
                 or checks.sequence is not None):
@@ -151,6 +152,9 @@ class StreamParser:
             # The whole read in one call (the events appended to ``batch``, so that those
             # before a raise are kept): fewer calls per event.
             self._format.feed_many(sses, batch)
+            if lines:
+                # After the read's events: the raw object Gemini sends ends the body.
+                batch += self._take_lines()
         except FluxstreamError as exc:
             # A strict-mode bad frame, or a frame past a StreamLimits limit: what came
             # before it in the same read is kept, delivered now, and the error raised by the
@@ -257,6 +261,10 @@ class StreamParser:
             self._events += len(sses)
             for sse in sses:
                 events += fmt.feed(sse, at_eof=True)
+            if decoder.foreign_lines:
+                events += self._take_lines()
+            # A format without an end marker (Gemini) decides here whether the reply is done.
+            events += self._format.body_ended(cause is None)
         events = self._apply(events, end=False, final=True)
         if not fmt.done and fmt.cut:
             # The event flushed at the end was cut short and dropped: its id must not count
@@ -327,10 +335,20 @@ class StreamParser:
         self._checks.expect_sequence(self.sequence)
 
     def _new_decoder(self) -> SSEDecoder:
-        return SSEDecoder(
+        decoder = SSEDecoder(
             max_event_bytes=self.max_event_bytes,
             max_bytes_without_event=self.limits.max_bytes_without_event,
         )
+        # Lines outside any SSE field go to the format (Gemini sends an error as a raw JSON
+        # object on lines of their own); the others ignore them, as the spec says.
+        decoder.foreign_lines = []
+        return decoder
+
+    def _take_lines(self) -> list[Event]:
+        """The lines outside any SSE field the decoder collected, read by the format."""
+        decoder = self._decoder
+        lines, decoder.foreign_lines = decoder.foreign_lines or [], []
+        return self._format.feed_lines([line.decode("utf-8", "replace") for line in lines])
 
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restart (a new generation replaces the old one): fresh decoder, format and

@@ -132,6 +132,7 @@ class SSEDecoder:
         "comments",
         "ended_mid_event",
         "ended_mid_line",
+        "foreign_lines",
         "last_event_id",
         "reconnection_time",
     )
@@ -184,6 +185,11 @@ class SSEDecoder:
         #: Set by :meth:`close`: fields (any line but comments and blank lines) had arrived
         #: after the last blank line, so an event was cut short.
         self.ended_mid_event = False
+        #: ``None``, or a list that collects every line that is no field this decoder knows
+        #: (no ``data``, ``event``, ``id``, ``retry``, not a comment or blank): the spec
+        #: ignores them, but Gemini sends an error after the stream began as a raw JSON object
+        #: on lines of their own, and a format that reads them sets this list and takes them.
+        self.foreign_lines: list[bytes] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -659,6 +665,8 @@ class SSEDecoder:
                         )
                 elif name == b"data":  # "data" without a colon: an empty data line
                     data.append(value)
+                elif self.foreign_lines is not None:
+                    self.foreign_lines.append(line)
                 # Any other field name is ignored, as the spec says.
         self._data = data
         self._event_type = event_type

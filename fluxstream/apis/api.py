@@ -185,6 +185,25 @@ class Api:
         turn marked with ``flag``."""
         raise ApiFeatureError(f"the {self.title} API cannot continue a partial answer here")
 
+    def partial_turn(self, text: str, flag: Mapping[str, object]) -> dict[str, Any]:
+        """The trailing turn :meth:`continuation_body` appends for ``text`` (the API's own
+        assistant turn; Gemini's is a ``model`` turn of ``parts``)."""
+        return {"role": "assistant", "content": text, **flag}
+
+    def turn_text(self, turn: Mapping[str, Any]) -> str | None:
+        """The partial answer a trailing turn of :meth:`partial_turn`'s shape holds
+        (``None``: the turn is not one)."""
+        text = turn.get("content")
+        return text if turn.get("role") == "assistant" and isinstance(text, str) else None
+
+    # ------------------------------------------------------------------ on the wire
+
+    def target(self, path: str, body: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+        """The path (under the base URL) a request ``body`` is posted to, and the body as
+        sent: :attr:`path` and ``body`` as they are, but for an API whose path names the
+        model (Gemini's ``models/{model}:streamGenerateContent``)."""
+        return path, body
+
     def replayable(self, body: Mapping[str, Any]) -> bool:
         """Whether the server keeps the response of ``body`` to be re-read after a drop."""
         return False

@@ -730,6 +730,14 @@ class FormatBase(Detection):
             if events:
                 out += events
 
+    def feed_lines(self, lines: list[str]) -> list[Event]:
+        """Lines outside any SSE field are ignored, as the spec says (but see Gemini's)."""
+        return []
+
+    def body_ended(self, clean: bool) -> list[Event]:
+        """Nothing to decide for a format whose streams end with a marker of their own."""
+        return []
+
     def refuses_undecoded(self, data: str) -> bool:
         """A frame to refuse before it is decoded: decoding costs ~250 bytes per JSON
         object or array, so a frame over :data:`BIG_FRAME` characters with more of them

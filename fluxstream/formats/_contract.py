@@ -80,6 +80,12 @@ class WireFormat(Protocol):
         """:meth:`feed` each event, appending to ``out`` (kept when one raises)."""
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]: ...
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]: ...
+    def feed_lines(self, lines: list[str]) -> list[Event]:
+        """Lines the SSE decoder read outside any field it knows (Gemini's raw error
+        object); formats whose servers send none ignore them, as the spec says."""
+    def body_ended(self, clean: bool) -> list[Event]:
+        """The bytes ended (``clean``: without a transport error): a format with no end
+        marker (Gemini) decides here whether the reply is done."""
 
     # ------------------------------------------------------------------ connections
     def reset(self) -> None:

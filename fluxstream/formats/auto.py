@@ -242,6 +242,12 @@ class AutoFormat(Detection):
         if self.inner is not None:
             self.inner.new_connection()
 
+    def feed_lines(self, lines: list[str]) -> list[Event]:
+        return self.inner.feed_lines(lines) if self.inner is not None else []
+
+    def body_ended(self, clean: bool) -> list[Event]:
+        return self.inner.body_ended(clean) if self.inner is not None else []
+
     def continued(self) -> None:
         if self.inner is not None:
             self.inner.continued()
