@@ -31,6 +31,7 @@ from ._io.http_library import HttpErrors
 from .apis import Api, bearer
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES
 from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
+from .apis.gemini import GEMINI
 from .apis.responses import RESPONSES
 from .errors import ResumeTokenError, show_key
 from .limits import StreamLimits
@@ -235,6 +236,7 @@ class AsyncClient:
         self._chat = Chat(self)
         self._responses = Responses(self)
         self._messages = Messages(self)
+        self._gemini = Gemini(self)
 
     def __repr__(self) -> str:
         key = "set" if self._api_key else "none"
@@ -259,6 +261,12 @@ class AsyncClient:
         """Anthropic Messages streaming (``POST {base_url}/messages``): ``stream``,
         ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
         return self._messages
+
+    @property
+    def gemini(self) -> Gemini:
+        """Google Gemini streaming (``POST {base_url}/models/{model}:streamGenerateContent
+        ?alt=sse``): ``stream``, ``complete`` and ``resume`` (:class:`Gemini`)."""
+        return self._gemini
 
     @property
     def timeouts(self) -> Timeouts:
@@ -391,6 +399,8 @@ class AsyncClient:
         limits = (t.connect, t.read_gap, t.write, t.pool)
         if not self._owns_http or limits != _CREATED_WITH:
             extra["timeout"] = limits
+        if body is not None and api is not None:
+            path, body = api.target(path, body)  # Gemini: the model goes in the path
         content = None if body is None else encode_body(body)
         return self._http.build_request(
             "GET" if body is None else "POST",
@@ -712,6 +722,85 @@ class Messages:
         so that ``objects()`` and ``parsed`` continue from the partial object.
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own)."""
+        return self._endpoint.resume(
+            token, extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
+        )
+
+    complete = completing(stream)
+
+
+class Gemini:
+    """``client.gemini``: Google Gemini streaming (``POST {base_url}/models/{model}:
+    streamGenerateContent?alt=sse``; ``base_url`` is the API root, such as
+    ``https://generativelanguage.googleapis.com/v1beta``)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._endpoint = client._endpoints[GEMINI.name]
+
+    def stream(
+        self,
+        /,
+        *,
+        model: str,
+        contents: Sequence[Mapping[str, Any]],
+        system_instruction: str | Mapping[str, Any] | None = None,
+        generation_config: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        content_key: str | None = None,
+        extra_headers: Mapping[str, str] | None = None,
+        strict: bool = False,
+        retry: RetryPolicy | None = None,
+        resume: ResumePolicy | None = None,
+        response_format: Any = None,
+        log: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+        **params: Any,
+    ) -> ReplyStream:
+        """Open a streaming ``streamGenerateContent`` request (lazily, like
+        ``client.chat.stream``).
+
+        ``contents`` are Gemini's turns (``{"role": "user", "parts": [{"text": ...}]}``);
+        the model goes in the path, the key in ``x-goog-api-key``. Other keyword arguments
+        (``safetySettings``, ``toolConfig``, ``maxOutputTokens``...) go into the body as they
+        are (``generationConfig`` fields given at the top level go into it). ``tools``:
+        Gemini's tools (``[{"functionDeclarations": [...]}]``). ``response_format``: a
+        pydantic model (or adaptable type) becomes ``generationConfig.responseMimeType``
+        JSON with ``responseJsonSchema``; a ``dict`` is taken as the schema. The stream is
+        ``done`` when the body ends after every candidate's ``finishReason``; a body that
+        ends before is ``truncated`` (and, with ``ResumePolicy(continuation=True)``,
+        continued by sending the delivered text back as a ``model`` turn).
+        ``timeouts``, ``observers``, ``log``: as for ``client.chat.stream``.
+        """
+        fields: dict[str, Any] = dict(params)
+        if system_instruction is not None:
+            fields["systemInstruction"] = (
+                {"parts": [{"text": system_instruction}]}
+                if isinstance(system_instruction, str) else dict(system_instruction)
+            )
+        if generation_config is not None:
+            fields["generationConfig"] = dict(generation_config)
+        body = GEMINI.conversation(model, list(contents), fields)
+        return self._endpoint.stream(
+            body, tools=tools, response_format=response_format, log=log,
+            content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
+            resume=resume, timeouts=timeouts, observers=observers,
+        )
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+    ) -> ReplyStream:
+        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
+        ``client.chat.resume`` does, which hands such tokens here)."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,

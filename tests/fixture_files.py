@@ -19,6 +19,8 @@ HERE = Path(__file__).resolve().parent
 #: The corpus the suite owns.
 FIXTURES = HERE / "fixtures"
 CHAT = FIXTURES / "chat"
+#: Gemini's recorded streams (their expectations in that corpus' own names: ``gemini/README.md``).
+GEMINI = FIXTURES / "gemini"
 SSE_CASES = FIXTURES / "sse" / "cases.json"
 #: The upstream copy, when a checkout sits beside it (an optional cross-check, never required).
 SHARED = HERE.parent.parent / "shared" / "fixtures"
@@ -70,7 +72,7 @@ def api_streams(api_name: str) -> list[Path]:
     (the ``format`` field of its ``.json``, the API's one name), sorted; a placeholder that
     fails when there is none (an API without a recorded stream is untested)."""
     found = sorted(
-        path.with_suffix(".sse") for path in CHAT.glob("*.json")
+        path.with_suffix(".sse") for corpus in (CHAT, GEMINI) for path in corpus.glob("*.json")
         if json.loads(path.read_text(encoding="utf-8")).get("format") == api_name
     )
     return found or [CHAT / f"{api_name}-MISSING.sse"]

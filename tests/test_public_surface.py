@@ -46,6 +46,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "fluxstream.formats": [
         "FORMATS", "AnthropicMessagesFormat", "AutoFormat", "ChatCompletionsFormat",
+        "GeminiFormat",
         "ResponsesFormat", "WireFormat", "detect",
     ],
     "fluxstream.relay": [

@@ -20,6 +20,7 @@ from ..errors import ResumeTokenError, show_key
 from .anthropic_messages import ANTHROPIC_MESSAGES
 from .api import Api, ApiFeatureError, Structured, UnknownApiError, bearer
 from .chat_completions import CHAT_COMPLETIONS
+from .gemini import GEMINI
 from .responses import RESPONSES
 
 __all__ = [
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 _REGISTRY: dict[str, Api] = {
-    api.name: api for api in (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES)
+    api.name: api for api in (CHAT_COMPLETIONS, RESPONSES, ANTHROPIC_MESSAGES, GEMINI)
 }
 _BY_PATH: dict[str, Api] = {api.path: api for api in _REGISTRY.values()}
 #: The API of a token that names none: tokens were made by ``client.chat`` alone before the

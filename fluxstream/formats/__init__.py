@@ -16,6 +16,7 @@ from ._contract import FORMATS, WireFormat
 from .anthropic_messages import AnthropicMessagesFormat
 from .auto import AutoFormat, detect
 from .chat_completions import ChatCompletionsFormat
+from .gemini import GeminiFormat
 from .responses import ResponsesFormat
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "AnthropicMessagesFormat",
     "AutoFormat",
     "ChatCompletionsFormat",
+    "GeminiFormat",
     "ResponsesFormat",
     "WireFormat",
     "detect",
@@ -34,5 +36,6 @@ FORMATS.update({
     "chat_completions": ChatCompletionsFormat,
     "responses": ResponsesFormat,
     "anthropic_messages": AnthropicMessagesFormat,
+    "gemini": GeminiFormat,
     "auto": AutoFormat,
 })

@@ -30,6 +30,7 @@ from .answers import Answer, Call, Refusal
 from .error_shapes import ANTHROPIC_ERRORS, OPENAI_ERRORS, ErrorShape
 from .profiles import parse_profiles, split_model
 from .render import answer_chat, answer_models, chat_script
+from .render_gemini import GEMINI_ERRORS, GEMINI_ROUTE, answer_gemini, gemini_script, google_key
 from .render_messages import answer_messages, messages_script
 from .render_responses import answer_responses, answer_stored_response, responses_script
 from .script import Script
@@ -78,7 +79,11 @@ class Dialect:
     script: Callable[[Mapping[str, Any], frozenset[str]], Script]
 
     def owns(self, path: str) -> bool:
-        return any(path == p or path.startswith(p + "/") for p in self.prefixes)
+        """``path`` is under one of :attr:`prefixes`, or one of :attr:`routes` matches it
+        (Gemini's ``/v1/models/{model}:...`` shares ``/v1/models`` with OpenAI's listing)."""
+        return any(path == p or path.startswith(p + "/") for p in self.prefixes) or any(
+            route.path.fullmatch(path) for route in self.routes
+        )
 
 
 def bearer_key(call: Call, key: str) -> Refusal | None:
@@ -129,6 +134,12 @@ DIALECTS: dict[str, Dialect] = {
             (Route("POST", _path("/messages"), answer_messages),),
             anthropic_key, ANTHROPIC_ERRORS, messages_script,
         ),
+        Dialect(
+            "gemini",
+            ("/v1beta", "/v1/projects"),
+            (Route("POST", GEMINI_ROUTE, answer_gemini),),
+            google_key, GEMINI_ERRORS, gemini_script,
+        ),
     )
 }
 #: The dialect of a path no API owns (the model listing, a typo): the server is
@@ -157,9 +168,10 @@ def script_for(
     api: str, body: Mapping[str, Any], profile: Iterable[str] | str | None = None
 ) -> Script:
     """The script the server streams for ``body`` sent to ``api`` (the API's one name,
-    ``"chat_completions"``, ``"responses"`` or ``"anthropic_messages"``; ``"chat"`` and
-    ``"messages"`` are taken too) under ``profile`` (and the model's ``@`` suffix): what a
-    test expects a correct client to assemble. An unknown name is a ``ValueError``."""
+    ``"chat_completions"``, ``"responses"``, ``"anthropic_messages"`` or ``"gemini"``;
+    ``"chat"`` and ``"messages"`` are taken too) under ``profile`` (and the model's ``@``
+    suffix): what a test expects a correct client to assemble. An unknown name is a
+    ``ValueError``."""
     name = _ALIASES.get(api, api)
     if name not in DIALECTS:
         raise ValueError(f"unknown API {api!r} (known: {', '.join(DIALECTS)})")

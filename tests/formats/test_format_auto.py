@@ -24,7 +24,8 @@ NAMES = {"cc": "chat_completions", "resp": "responses", "anth": "anthropic_messa
 
 
 def test_every_format_is_registered() -> None:
-    assert set(FORMATS) == {"chat_completions", "responses", "anthropic_messages", "auto"}
+    assert set(FORMATS) == {"chat_completions", "responses", "anthropic_messages", "gemini",
+                            "auto"}
 
 
 @pytest.mark.parametrize("mode", MODES)

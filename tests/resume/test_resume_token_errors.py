@@ -14,7 +14,7 @@ import fluxstream
 from fluxstream import StreamParser
 from fluxstream.errors import FluxstreamError, ResumeTokenError
 
-FORMATS = ["chat_completions", "responses", "anthropic_messages", "auto"]
+FORMATS = ["chat_completions", "responses", "anthropic_messages", "gemini", "auto"]
 
 
 def good_token(fmt: str) -> dict[str, Any]:

@@ -1,0 +1,1306 @@
+"""The Google Gemini stream format (``POST .../models/{model}:streamGenerateContent?alt=sse``).
+
+Served by the Gemini Developer API (``generativelanguage.googleapis.com``), Vertex AI and
+gateways that imitate them. Every SSE event is one whole ``GenerateContentResponse``: no
+``type``, no ``[DONE]``, no end event. What it holds, and what becomes of it:
+
+* ``candidates[]``: one choice each, keyed by ``candidates[].index`` (absent = 0: proto3 JSON
+  leaves the default out), never by the position in the array. ``content.parts[]`` in order:
+  ``text`` -> text, ``text`` with ``thought: true`` -> reasoning, ``functionCall`` -> a tool
+  call (see below), ``thoughtSignature`` (on any part) -> kept, not shown, as a
+  :class:`~fluxstream.events.ReasoningBlock` (the next request must send it back);
+  ``executableCode``, ``codeExecutionResult``, ``inlineData``, ``fileData`` and parts of a kind
+  not known here carry nothing for the reply: skipped and counted.
+* ``finishReason`` -> the choice's finish reason, raw, with :attr:`Finish.stop` from
+  :data:`STOPS` (``STOP`` after a function call is ``tool_calls``; an unknown reason is kept
+  raw, ``other``). Older Vertex streams put ``STOP`` on *every* event: text after it still
+  counts, and it ends nothing by itself.
+* ``promptFeedback.blockReason``: the prompt was refused before any candidate; an error
+  (``code`` = the block reason), so a blocked request never reads as an empty success.
+* ``usageMetadata``: a snapshot that grows across events (the last one wins), kept with its
+  own field names; ``prompt_tokens`` ... are filled in as for the other formats
+  (:func:`gemini_usage`). It is delivered when it first comes, when a candidate finishes and
+  when the body ends, not on every event. ``modelVersion`` -> ``model``, ``responseId`` -> ``id``.
+  ``safetyRatings``, ``citationMetadata``, ``groundingMetadata`` carry nothing for the reply.
+* errors: ``{"error": {"code", "message", "status"}}`` as an event, and the same object sent
+  *outside* any ``data:`` line after the stream began (a pretty-printed JSON object over
+  several lines, as Vertex does): the parser hands such lines to :meth:`feed_lines`, which
+  gathers them until the braces balance, as google-genai does.
+
+**Outcome.** There is no end marker: the parser calls :meth:`GeminiFormat.body_ended` when the
+bytes ended cleanly, and the stream is ``done`` when every candidate had a ``finishReason``
+(or the prompt was blocked) and nothing was cut; otherwise it ends ``truncated``.
+
+**Function calls.** A ``functionCall {name, args, id}`` is one whole call: its arguments are
+``args`` as compact JSON (``{}`` when absent), its id ``id`` (Gemini 3 sends one, 2.5 none).
+Vertex streams arguments (``streamFunctionCallArguments``): a ``functionCall`` with
+``willContinue: true`` opens a call; later ``functionCall`` parts without a name carry
+``partialArgs`` pieces, each setting the value at its ``jsonPath`` (``stringValue`` extends
+the string there while the previous piece for that path said ``willContinue``;
+``numberValue`` / ``boolValue`` / ``nullValue`` set); a part without ``willContinue`` closes
+the call. The pieces are streamed as argument fragments of JSON text that only grows
+(:class:`_PartialArgs`), so partial arguments show while they arrive.
+
+Bad input never raises (except invalid JSON in strict mode, and the stream limits): a payload
+that is not an object, a candidate index that is not a count, parts and pieces that do not
+fit are skipped and counted. Lone UTF-16 surrogate halves (a proxy cutting by UTF-16 unit)
+are joined per candidate and channel as in the other formats.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import itertools
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+import pydantic_core
+
+from ..errors import LimitExceededError
+from ..events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpdate
+from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from ..reply import StopReason
+from ..sse import ServerSentEvent
+from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
+from ._base import (
+    BIG_FRAME,
+    MAX_KEPT_CHARS,
+    FormatBase,
+    checked_usage,
+    compact,
+    crowded,
+    finish_event,
+    fold,
+    reasoning_delta,
+    text_delta,
+    tool_delta,
+)
+from ._contract import Claim
+from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
+
+__all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
+
+_loads = pydantic_core.from_json
+# The decoder of feed_many (as in the Chat Completions format, and for the same reasons):
+# msgspec's, faster than from_json and the same value whenever it succeeds; anything it
+# refuses, and any frame that might nest deeper than from_json allows, goes to feed.
+_fast_loads = msgspec.json.Decoder().decode
+_MAX_DEPTH = 200
+_SHALLOW = 2 * _MAX_DEPTH + 1
+#: Top-level keys of the events feed_many maps in line (nothing else in them counts).
+_QUICK_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId",
+                         "createTime"})
+#: Candidate indices are counts below this (as resume tokens carry them).
+_MAX_INDEX = 2**53
+#: Characters of raw JSON gathered outside ``data:`` lines before the object is given up
+#: (real error bodies are a few hundred bytes; the SSE decoder bounds each line already).
+MAX_RAW_CHARS = 1024 * 1024
+#: Usage fields kept (real ``usageMetadata`` has about ten).
+MAX_USAGE_FIELDS = 64
+
+#: ``finishReason`` -> the unified :data:`~fluxstream.reply.StopReason`. Unknown reasons are
+#: kept raw and read ``other``.
+STOPS: dict[str, StopReason] = {
+    "STOP": "stop",
+    "MAX_TOKENS": "length",
+    "SAFETY": "content_filter",
+    "RECITATION": "content_filter",
+    "BLOCKLIST": "content_filter",
+    "PROHIBITED_CONTENT": "content_filter",
+    "SPII": "content_filter",
+    "IMAGE_SAFETY": "content_filter",
+    "IMAGE_PROHIBITED_CONTENT": "content_filter",
+    "IMAGE_RECITATION": "content_filter",
+    "MALFORMED_FUNCTION_CALL": "error",
+    "UNEXPECTED_TOOL_CALL": "error",
+    "TOO_MANY_TOOL_CALLS": "error",
+    "MALFORMED_RESPONSE": "error",
+    "MISSING_THOUGHT_SIGNATURE": "error",
+    "OTHER": "other",
+    "FINISH_REASON_UNSPECIFIED": "other",
+    "LANGUAGE": "other",
+    "IMAGE_OTHER": "other",
+    "NO_IMAGE": "other",
+}
+#: Part kinds that carry nothing for the reply (Google ran the code itself; media are not text).
+_SKIPPED_PARTS = ("executableCode", "codeExecutionResult", "inlineData", "fileData",
+                  "functionResponse", "toolCall", "toolResponse")
+#: Keys a part may carry beside its content (never a reason to skip it).
+_PART_EXTRAS = frozenset({"thought", "thoughtSignature", "partMetadata", "videoMetadata",
+                          "mediaResolution"})
+#: Keys that mark a payload as Gemini's (see :func:`is_gemini`).
+_MARKS = ("candidates", "promptFeedback", "usageMetadata", "modelVersion")
+#: One step of a ``jsonPath``: ``.name``, ``[3]`` or ``['name']`` / ``["name"]``.
+_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d{1,9})\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+
+
+def is_gemini(obj: Mapping[str, Any]) -> bool:
+    """A payload is a ``GenerateContentResponse`` (the detection rule of ``auto``): it has
+    ``candidates``, ``promptFeedback``, ``usageMetadata`` or ``modelVersion``, and no
+    ``type`` or ``choices`` of the other formats."""
+    return "type" not in obj and "choices" not in obj and any(k in obj for k in _MARKS)
+
+
+def _count(value: object) -> int | None:
+    """A count: a plain non-negative ``int`` (not ``bool``, not a string), else ``None``."""
+    if type(value) is int and 0 <= value < _MAX_INDEX:
+        return value
+    return None
+
+
+def _fill(result: Usage, name: str, value: object) -> None:
+    """Fill ``name`` without marking it as sent (``model_dump(exclude_unset=True)`` stays what
+    the provider sent), as the other formats' usage does."""
+    if value is not None and getattr(result, name, None) is None:
+        result.__dict__[name] = value
+
+
+def gemini_usage(raw: Mapping[str, Any]) -> Usage:
+    """``usageMetadata`` as a :class:`~fluxstream.wire.Usage`: Gemini's own fields kept, and
+    the Chat Completions names filled in. ``completion_tokens`` counts the thoughts too
+    (``candidatesTokenCount + thoughtsTokenCount``), as OpenAI counts reasoning tokens in
+    them; ``total_tokens`` is ``totalTokenCount`` (it also counts tool-use prompt tokens)."""
+    clean, _ = checked_usage(raw)
+    result = Usage.model_validate(clean)
+    prompt = _count(raw.get("promptTokenCount"))
+    output = _count(raw.get("candidatesTokenCount"))
+    thoughts = _count(raw.get("thoughtsTokenCount"))
+    cached = _count(raw.get("cachedContentTokenCount"))
+    total = _count(raw.get("totalTokenCount"))
+    completion = None
+    if output is not None or thoughts is not None:
+        completion = (output or 0) + (thoughts or 0)
+    if total is None and prompt is not None and completion is not None:
+        total = prompt + completion
+    _fill(result, "prompt_tokens", prompt)
+    _fill(result, "completion_tokens", completion)
+    _fill(result, "total_tokens", total)
+    if cached is not None:
+        _fill(result, "prompt_tokens_details", PromptTokensDetails(cached_tokens=cached))
+    if thoughts is not None:
+        _fill(result, "completion_tokens_details",
+              CompletionTokensDetails(reasoning_tokens=thoughts))
+    return result
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word[:1].upper() + word[1:] for word in rest)
+
+
+def _wire_shape(value: Any, *, data: bool = False) -> Any:
+    """A payload another SDK decoded (google-genai's ``model_dump()``: snake_case keys, enum
+    members, bytes) in the wire's own shape: keys camelCase, enums their values, bytes in
+    base64 as the wire sends them. ``data``: inside
+    function arguments, whose keys are the caller's own and stay as they are."""
+    if isinstance(value, Mapping):
+        return {
+            (key if data or not isinstance(key, str) else _camel(key)):
+                _wire_shape(item, data=data or key == "args")
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [_wire_shape(item, data=data) for item in value]
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, bytes):  # google-genai decodes ``thoughtSignature`` from base64
+        return base64.b64encode(value).decode("ascii")
+    return value
+
+
+# --------------------------------------------------------------------------- streamed arguments
+
+
+def _escaped(text: str) -> str:
+    """``text`` as it reads inside a JSON string."""
+    if '"' not in text and "\\" not in text and text.isprintable():
+        return text
+    return compact(text)[1:-1]
+
+
+def parse_path(path: object) -> tuple[str | int, ...] | None:
+    """A ``jsonPath`` (``$.a.b[0]``, ``$['k']``) as its steps; ``None`` if it is not one."""
+    if not isinstance(path, str) or path[:1] != "$":
+        return None
+    steps: list[str | int] = []
+    position = 1
+    while position < len(path):
+        match = _STEP.match(path, position)
+        if match is None:
+            return None
+        name, number, single, double = match.groups()
+        steps.append(int(number) if number is not None else
+                     name if name is not None else single if single is not None else double)
+        position = match.end()
+    return tuple(steps) if steps else None
+
+
+class _Open:
+    """A container open in the streamed text: its path, kind and the members written."""
+
+    __slots__ = ("count", "keys", "obj", "path")
+
+    def __init__(self, path: tuple[str | int, ...], obj: bool) -> None:
+        self.path = path
+        self.obj = obj
+        self.count = 0
+        self.keys: set[str] = set()
+
+
+class _PartialArgs:
+    """The arguments of a call streamed as ``partialArgs`` pieces: the value they build, and
+    its JSON text written as it grows.
+
+    While pieces come in document order (each new key after the ones before it, a string
+    extended while it is the last value), the text only grows: each piece appends a fragment,
+    so the arguments stream like any other. A piece out of that order (an earlier key set
+    again) stops the text there; when the call closes, the whole value's JSON replaces what
+    was streamed from where they differ (a ``replace`` delta)."""
+
+    __slots__ = ("continuing", "fold_at", "ordered", "paths", "root", "run", "stack",
+                 "string", "written")
+
+    def __init__(self) -> None:
+        self.root: dict[str, Any] = {}
+        self.ordered = True
+        #: Open containers of the text, the root first (empty before the first piece).
+        self.stack: list[_Open] = []
+        #: The path of the string left open at the end of the text.
+        self.string: tuple[str | int, ...] | None = None
+        #: The path whose last piece said ``willContinue`` (the next one extends it), and the
+        #: pieces of that string not yet joined into ``root`` (joined once, when it ends:
+        #: extending a string in place on every piece copied it every time, quadratic).
+        self.continuing: tuple[str | int, ...] | None = None
+        self.run: list[str] = []
+        #: The text written so far (folded as it grows, see :func:`~._base.fold`).
+        self.written: list[str] = []
+        self.fold_at = 256
+        #: ``jsonPath`` strings already parsed (the same few paths come again and again).
+        self.paths: dict[str, tuple[str | int, ...] | None] = {}
+
+    def steps(self, path: object) -> tuple[str | int, ...] | None:
+        """:func:`parse_path`, remembering the last few paths."""
+        if path.__class__ is not str:
+            return None
+        known = self.paths.get(path)
+        if known is None:
+            known = parse_path(path)
+            if len(self.paths) < 64:
+                self.paths[path] = known
+        return known
+
+    def put(self, steps: tuple[str | int, ...], value: Any, extend: bool, more: bool) -> str | None:
+        """Apply one piece (``extend``: a ``stringValue``; ``more``: its ``willContinue``);
+        the text to append (``""`` when out of order), or ``None`` if the path does not fit
+        the value built so far (the piece is then not used)."""
+        if extend and steps == self.continuing:  # the string being streamed goes on
+            self.run.append(value)
+            if not more:
+                self.settle()
+                self.continuing = None
+                self.run = []
+            if not self.ordered or self.string != steps:
+                return ""
+            text = _escaped(value)
+            if not more:
+                self.string = None
+                text += '"'
+            self._write(text)
+            return text
+        if self.continuing is not None:
+            self.settle()
+            self.continuing = None
+            self.run = []
+        if not self._set(steps, value):
+            return None
+        if extend and more:
+            self.continuing = steps
+            self.run = [value]
+        if not self.ordered:
+            return ""
+        written = self._text(steps, value, extend, more)
+        if written is None:
+            self.ordered = False
+            return ""
+        self._write(written)
+        return written
+
+    def extend(self, path: str, value: str) -> str | None:
+        """The text of a piece that extends the string being streamed at ``path`` and says
+        ``willContinue``, the usual piece (``None``, nothing done, for any other)."""
+        steps = self.paths.get(path)
+        if steps is None or steps != self.continuing or steps != self.string or not self.ordered:
+            return None
+        self.run.append(value)
+        text = _escaped(value)
+        self._write(text)
+        return text
+
+    def settle(self) -> None:
+        """Join the pieces of the string being streamed into ``root``."""
+        if self.continuing is not None and len(self.run) > 1:
+            joined = "".join(self.run)
+            self.run = [joined]
+            self._set(self.continuing, joined)
+
+    def _write(self, text: str) -> None:
+        written = self.written
+        written.append(text)
+        if len(written) > self.fold_at:
+            self.fold_at = fold(written, self.fold_at - 256)
+
+    def _set(self, steps: tuple[str | int, ...], value: Any) -> bool:
+        """Set the value at ``steps``, making the containers on the way; ``False`` when a
+        step goes through a scalar, is of the wrong kind for its container or skips array
+        items."""
+        node: Any = self.root
+        step: Any
+        last = len(steps) - 1
+        for depth, step in enumerate(steps):
+            if not isinstance(node, (dict, list)) or isinstance(node, dict) != isinstance(
+                step, str
+            ):
+                return False  # a step through a scalar, or of the wrong kind
+            if isinstance(node, list) and step > len(node):
+                return False
+            if depth == last:
+                if isinstance(node, list) and step == len(node):
+                    node.append(None)
+                node[step] = value
+                return True
+            if isinstance(node, dict):
+                child = node.get(step)
+            else:
+                child = node[step] if step < len(node) else None
+            if child is None:
+                child = {} if isinstance(steps[depth + 1], str) else []
+                if isinstance(node, list) and step == len(node):
+                    node.append(child)
+                else:
+                    node[step] = child
+            node = child
+        return False  # pragma: no cover - steps is never empty
+
+    def _text(self, steps: tuple[str | int, ...], value: Any, extend: bool,
+              more: bool) -> str | None:
+        """The text a piece appends in document order, or ``None`` when it is out of it."""
+        out: list[str] = []
+        if self.string is not None:
+            out.append('"')
+            self.string = None
+        stack = self.stack
+        if not stack:
+            stack.append(_Open((), True))
+            out.append("{")
+        parent = steps[:-1]
+        while len(stack) > 1 and stack[-1].path != parent[: len(stack[-1].path)]:
+            out.append("}" if stack.pop().obj else "]")
+        for depth in range(len(stack[-1].path), len(steps)):
+            top = stack[-1]
+            step = steps[depth]
+            if isinstance(step, str):
+                if step in top.keys:
+                    return None
+                top.keys.add(step)
+                head = compact(step) + ":"
+            else:
+                if step != top.count:
+                    return None
+                head = ""
+            out.append(("," if top.count else "") + head)
+            top.count += 1
+            if depth + 1 < len(steps):
+                obj = isinstance(steps[depth + 1], str)
+                out.append("{" if obj else "[")
+                stack.append(_Open(steps[: depth + 1], obj))
+        text = compact(value)
+        if extend and more and isinstance(value, str):
+            text = text[:-1]
+            self.string = steps
+        out.append(text)
+        return "".join(out)
+
+    def close(self) -> str:
+        """The text that ends the arguments (``""`` once out of order)."""
+        if not self.ordered:
+            return ""
+        out = ['"'] if self.string is not None else []
+        self.string = None
+        if not self.stack:
+            out.append("{}")
+        while self.stack:
+            out.append("}" if self.stack.pop().obj else "]")
+        text = "".join(out)
+        self._write(text)
+        return text
+
+    def final(self) -> str:
+        """The whole value's JSON (what replaces the text when it went out of order)."""
+        self.settle()
+        return compact(self.root)
+
+
+# --------------------------------------------------------------------------- per-candidate state
+
+
+class _Call:
+    """One tool call: identity, delivered length and, while Vertex streams its arguments,
+    the pieces' value and text."""
+
+    __slots__ = ("id", "length", "name", "pieces")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.name: str | None = None
+        self.length = 0
+        self.pieces: _PartialArgs | None = None
+
+
+class _Candidate:
+    """Per-candidate offsets (code points delivered per channel), finish reason, calls."""
+
+    __slots__ = ("calls", "finish", "held", "open", "reasoning", "signatures", "text")
+
+    def __init__(self) -> None:
+        self.text = 0
+        self.reasoning = 0
+        self.finish: str | None = None
+        self.calls: dict[int, _Call] = {}
+        #: The call whose arguments are being streamed (``willContinue``), if any.
+        self.open: int | None = None
+        self.signatures = 0
+        #: High surrogate halves held back per channel ("text", "reasoning").
+        self.held: dict[str, str] | None = None
+
+
+class _RawObject:
+    """Lines outside any ``data:`` line, gathered until the JSON braces balance (outside
+    strings), as google-genai reads a raw error body sent after the stream began."""
+
+    __slots__ = ("depth", "escaped", "in_string", "lines", "size")
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.size = 0
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+
+    def add(self, line: str) -> str | None:
+        """Add one line; the object's text once its braces balance."""
+        depth, in_string, escaped = self.depth, self.in_string, self.escaped
+        for char in line:
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == "\\":
+                    escaped = True
+                elif char == '"':
+                    in_string = False
+            elif char == '"':
+                in_string = True
+            elif char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+        self.depth, self.in_string, self.escaped = depth, in_string, escaped
+        self.lines.append(line)
+        self.size += len(line)
+        return self.take() if depth <= 0 else None
+
+    def take(self) -> str:
+        text = "\n".join(self.lines)
+        self.__init__()  # type: ignore[misc]
+        return text
+
+
+# --------------------------------------------------------------------------- the format
+
+
+def _opt_str(value: object) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+class _CandidateReader(FormatBase):
+    """What a candidate's parts become: text, reasoning, kept signatures, whole and streamed
+    function calls, finish reasons, with the per-candidate offsets and surrogate halves.
+    :class:`GeminiFormat` adds the frames, the stream's errors, usage and end."""
+
+    __slots__ = ("_cands", "_holding", "_kept", "_settled")
+
+    def __init__(self, key: str, strict: bool, limits: StreamLimits) -> None:
+        super().__init__(key, strict=strict, limits=limits)
+        self._cands: dict[int, _Candidate] = {}
+        #: Surrogate halves held over all candidates: while any is, every fragment is checked.
+        self._holding = 0
+        #: Characters of never-shown data kept (thought signatures), see MAX_KEPT_CHARS.
+        self._kept = 0
+        #: A candidate finished in the event being read (its usage is the final one).
+        self._settled = False
+
+    # ------------------------------------------------------------------ candidates
+
+    def _candidate(self, cand: dict[str, Any], scan: bool, out: list[Event]) -> None:
+        index = cand.get("index", 0)
+        if index.__class__ is not int or not 0 <= index < _MAX_INDEX:
+            out += self._skip(cand, f"candidate index {index!r} is not a count")
+            return
+        st = self._cands.get(index)
+        if st is None:
+            if len(self._cands) >= self.limits.max_choices:
+                raise LimitExceededError("max_choices", self.limits.max_choices,
+                                         len(self._cands) + 1)
+            st = self._cands[index] = _Candidate()
+            self.new_choices.append(index)
+        content = cand.get("content")
+        if content.__class__ is dict:
+            parts = content.get("parts")
+            if parts.__class__ is list:
+                key = self.key
+                for part in parts:
+                    if part.__class__ is not dict:
+                        out += self._skip(part, "a part that is not an object")
+                        continue
+                    text = part.get("text")
+                    if text.__class__ is str:
+                        if not text:
+                            pass
+                        elif part.get("thought") is True:
+                            if scan or st.held:
+                                text = self._unpaired(st, "reasoning", text)
+                            if text:
+                                out.append(reasoning_delta(key, index, st.reasoning, text))
+                                st.reasoning += len(text)
+                        else:
+                            if scan or st.held:
+                                text = self._unpaired(st, "text", text)
+                            if text:
+                                out.append(text_delta(key, index, st.text, text))
+                                st.text += len(text)
+                    elif len(part) > 1 or "thoughtSignature" not in part:
+                        self._other_part(index, st, part, scan, out)
+                    signature = part.get("thoughtSignature")
+                    if signature:
+                        self._signature(index, st, part, signature, out)
+            elif parts is not None:
+                out += self._skip(cand, "parts is not a list")
+        reason = cand.get("finishReason")
+        if reason is not None and reason != st.finish:
+            reason = _opt_str(reason)
+            if reason:
+                self._finish(index, st, fix_surrogates(reason) if scan else reason, out)
+
+    def _other_part(self, index: int, st: _Candidate, part: dict[str, Any], scan: bool,
+                    out: list[Event]) -> None:
+        call = part.get("functionCall")
+        if call is not None:
+            if call.__class__ is dict:
+                self._function_call(index, st, call, scan, out)
+            else:
+                out += self._skip(part, "functionCall is not an object")
+            return
+        for kind in _SKIPPED_PARTS:
+            if kind in part:
+                out += self._skip(part, f"a {kind} part (nothing for the reply)")
+                return
+        if not all(key in _PART_EXTRAS for key in part):
+            out += self._skip(part, "a part of an unknown kind")
+
+    def _signature(self, index: int, st: _Candidate, part: dict[str, Any], signature: object,
+                   out: list[Event]) -> None:
+        """A ``thoughtSignature``: kept (a :class:`ReasoningBlock`), never shown; the next
+        request must send it back with its part for the model to go on reasoning."""
+        if not isinstance(signature, str):
+            out += self._skip(part, "thoughtSignature is not a string")
+            return
+        if self._kept + len(signature) > MAX_KEPT_CHARS:
+            out += self._skip(part, "kept reasoning data over the limit")
+            return
+        self._kept += len(signature)
+        block: dict[str, Any] = {"type": "thought_signature",
+                                 "thoughtSignature": fix_surrogates(signature)}
+        call = part.get("functionCall")
+        if isinstance(call, Mapping) and st.calls:
+            block["call"] = max(st.calls) if st.open is None else st.open
+        out.append(ReasoningBlock(self.key, index, st.signatures, block))
+        st.signatures += 1
+
+    def _finish(self, index: int, st: _Candidate, reason: str, out: list[Event]) -> None:
+        if st.open is not None:
+            self._close_call(index, st, out)
+        if st.held:
+            self._flush(index, st, out)
+        st.finish = reason
+        self._settled = True
+        stop = STOPS.get(reason, "other")
+        if stop == "stop" and st.calls:
+            stop = "tool_calls"  # Gemini says STOP when it stops to call functions
+        out.append(finish_event(self.key, index, reason, stop))
+
+    # ------------------------------------------------------------------ function calls
+
+    def _function_call(self, index: int, st: _Candidate, fc: dict[str, Any], scan: bool,
+                       out: list[Event]) -> None:
+        name = fc.get("name")
+        name = (fix_surrogates(name) if scan else name) if name and isinstance(name, str) else None
+        cid = fc.get("id")
+        cid = (fix_surrogates(cid) if scan else cid) if cid and isinstance(cid, str) else None
+        more = fc.get("willContinue") is True
+        pieces = fc.get("partialArgs")
+        args = fc.get("args")
+        if scan and args is not None:
+            args = clean_tree(args)
+        if st.open is not None:
+            if name is None:  # the next part of the call being streamed
+                number = st.open
+                self._streamed(index, number, st.calls[number], pieces, args, scan, out)
+                if not more:
+                    self._close_call(index, st, out)
+                return
+            self._close_call(index, st, out)  # a new call: the open one is over
+        if name is None and cid is None and pieces is None and args is None:
+            out += self._skip(fc, "a functionCall part of no call")
+            return
+        calls = st.calls
+        if len(calls) >= self.limits.max_tool_calls:
+            raise LimitExceededError("max_tool_calls", self.limits.max_tool_calls,
+                                     len(calls) + 1)
+        number = max(calls) + 1 if calls else 0
+        call = calls[number] = _Call()
+        call.id, call.name = cid, name
+        if more or pieces is not None:
+            call.pieces = _PartialArgs()
+            st.open = number
+            out.append(ToolCallDelta(self.key, index, number, cid, name, "", 0))
+            self._streamed(index, number, call, pieces, args, scan, out)
+            if not more:
+                self._close_call(index, st, out)
+            return
+        text = "{}" if args is None else compact(args)
+        out.append(tool_delta(self.key, index, number, cid, name, text, 0))
+        call.length = len(text)
+
+    def _streamed(self, index: int, number: int, call: _Call, pieces: object, args: object,
+                  scan: bool, out: list[Event]) -> None:
+        """``partialArgs`` pieces (and any whole ``args``) of a call being streamed."""
+        writer = call.pieces
+        if writer is None:  # pragma: no cover - an open call always has its pieces
+            writer = call.pieces = _PartialArgs()
+        if isinstance(args, Mapping) and args:
+            writer.root.update(args)  # whole values beside streamed ones: rendered at close
+            writer.ordered = False
+        if pieces is None:
+            return
+        if pieces.__class__ is not list:
+            out += self._skip({"partialArgs": pieces}, "partialArgs is not a list")
+            return
+        for piece in pieces:
+            value, extend = _piece_value(piece)
+            steps = writer.steps(piece.get("jsonPath")) if piece.__class__ is dict else None
+            if steps is None or value is _NO_VALUE:
+                out += self._skip(piece, "a partialArgs piece without a jsonPath and a value")
+                continue
+            if scan and isinstance(value, str):
+                value = fix_surrogates(value)
+            text = writer.put(steps, value, extend, piece.get("willContinue") is True)
+            if text is None:
+                out += self._skip(piece, "a partialArgs piece whose jsonPath does not fit")
+            elif text:
+                out.append(tool_delta(self.key, index, number, None, None, text, call.length))
+                call.length += len(text)
+
+    def _close_call(self, index: int, st: _Candidate, out: list[Event]) -> None:
+        number = st.open
+        st.open = None
+        if number is None:  # pragma: no cover - callers check
+            return
+        call = st.calls[number]
+        writer, call.pieces = call.pieces, None
+        if writer is None:
+            return
+        text = writer.close()
+        if text:
+            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
+            call.length += len(text)
+        if not writer.ordered:
+            final = writer.final()
+            written = "".join(writer.written)
+            same = 0
+            for a, b in zip(written, final, strict=False):
+                if a != b:
+                    break
+                same += 1
+            out.append(ToolCallDelta(self.key, index, number, None, None, final[same:], same,
+                                     replace=True))
+            call.length = len(final)
+
+    # ------------------------------------------------------------------ surrogate halves
+
+    def _unpaired(self, st: _Candidate, channel: str, text: str) -> str:
+        """``text`` ready to deliver: a held high half in front, a trailing one held back,
+        pairs joined, any other lone half U+FFFD. May return ``""``."""
+        held = st.held
+        if held:
+            before = held.pop(channel, "")
+            if before:
+                self._holding -= 1
+                text = before + text
+        last = text[-1:]
+        if is_high_half(last):
+            if held is None:
+                held = st.held = {}
+            held[channel] = last
+            self._holding += 1
+            text = text[:-1]
+        return fix_surrogates(text)
+
+    def _flush(self, index: int, st: _Candidate, out: list[Event]) -> None:
+        """Held high halves of a candidate that ends: U+FFFD (no low half will come)."""
+        held = st.held or {}
+        st.held = None
+        for channel in held:
+            self._holding -= 1
+            if channel == "text":
+                out.append(text_delta(self.key, index, st.text, REPLACEMENT))
+                st.text += 1
+            else:
+                out.append(reasoning_delta(self.key, index, st.reasoning, REPLACEMENT))
+                st.reasoning += 1
+
+    def _flush_all(self, out: list[Event]) -> None:
+        if self._holding:
+            for index, st in self._cands.items():
+                if st.held:
+                    self._flush(index, st, out)
+
+    # ------------------------------------------------------------------ skipped input
+
+    def _skip(self, obj: object, reason: str) -> list[Event]:
+        """Count something that cannot be used (never raised: the stream goes on)."""
+        return self.skip(reason, obj)
+
+    def _skip_text(self, text: str, reason: str) -> list[Event]:
+        return self.skip(reason, text)
+
+
+
+class GeminiFormat(_CandidateReader):
+    """Sans-IO: Gemini ``GenerateContentResponse`` events in, normalized events out (see the
+    module docstring).
+
+    :param key: the content key stamped on every keyed event.
+    :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
+        not a JSON object, instead of skipping and counting it.
+    :param limits: caps on candidates and tool calls (:class:`~fluxstream.limits.StreamLimits`).
+    """
+
+    __slots__ = ("_blocked", "_errored", "_raw", "_usage", "_usage_sent")
+
+    @classmethod
+    def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
+        """A ``GenerateContentResponse``'s own keys (:func:`is_gemini`): likely Gemini's,
+        surer than any untyped payload (Chat Completions' weak claim)."""
+        return Claim.LIKELY if payload is not None and is_gemini(payload) else Claim.NO
+
+    @classmethod
+    def claims_body(cls, body: Mapping[str, Any]) -> Claim:
+        return Claim.LIKELY if is_gemini(body) else Claim.NO
+
+    @classmethod
+    def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
+        """The wire state :meth:`resume_state` writes (its ``candidates`` and ``usage_sent``)."""
+        return (Claim.LIKELY if isinstance(state.get("candidates"), Mapping)
+                and "usage_sent" in state else Claim.NO)
+
+    def __init__(
+        self, key: str, *, strict: bool = False, limits: StreamLimits = DEFAULT_STREAM_LIMITS
+    ) -> None:
+        super().__init__(key, strict, limits)
+        self._errored = False
+        self.reset()
+
+    # ------------------------------------------------------------------ resume hooks
+
+    def reset(self) -> None:
+        """Forget the generation (a restart begins at offset 0 again)."""
+        super().reset()
+        self._cands = {}
+        self._holding = 0
+        self._kept = 0
+        self._blocked = False
+        #: The last usage snapshot, and whether it was delivered (``None``: none came yet).
+        self._usage: dict[str, Any] | None = None
+        self._usage_sent: bool | None = None
+        self._raw = _RawObject()
+
+    def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
+                finishes: dict[int, str | None]) -> None:
+        """Continue offsets, finish reasons and tool-call identity from a resumed reply."""
+        for key, counts in offsets.items():
+            index = int(key)
+            st = self._cands.setdefault(index, _Candidate())
+            st.text = int(counts.get("text", 0))
+            st.reasoning = int(counts.get("reasoning", 0))
+            st.finish = finishes.get(index)
+            for call_key, length in (counts.get("tool_calls") or {}).items():
+                number = int(call_key)
+                call = st.calls[number] = _Call()
+                call.id, call.name = calls.get(index, {}).get(number, (None, None))
+                call.length = int(length)
+
+    def shift_text(self, choice: int, by: int) -> None:
+        """Un-count ``by`` code points of a candidate's text (an echoed overlap that was cut)."""
+        st = self._cands.get(choice)
+        if st is not None:
+            st.text -= by
+
+    def new_connection(self) -> None:
+        """A continuation streams on a new connection: lines of a raw object begun on the old
+        one belong to nothing now."""
+        self._raw = _RawObject()
+
+    def resume_state(self) -> dict[str, Any]:
+        """What a resume token carries beyond the reply: per candidate the thought signatures
+        kept so far and the call whose arguments are streaming (its pieces' value and text),
+        the last usage, whether the prompt was blocked, and the surrogate halves held."""
+        candidates: dict[str, Any] = {}
+        held: list[list[Any]] = []
+        for index, st in self._cands.items():
+            entry: dict[str, Any] = {"signatures": st.signatures}
+            if st.open is not None:
+                call = st.calls[st.open]
+                entry["open"] = st.open
+                if call.pieces is not None:
+                    entry["pieces"] = _pieces_state(call.pieces)
+            candidates[str(index)] = entry
+            held += [[index, channel, ord(half)] for channel, half in (st.held or {}).items()]
+        return {"candidates": candidates, "usage": self._usage,
+                "usage_sent": self._usage_sent is not False, "blocked": self._blocked,
+                "held": held}
+
+    def restore_state(self, state: Any) -> None:
+        """Take over :meth:`resume_state` from a token; entries that are not what it writes
+        are left out (a token is data from outside: it cannot make the format crash)."""
+        if not isinstance(state, Mapping):
+            return
+        candidates = state.get("candidates")
+        for key, entry in (candidates.items() if isinstance(candidates, Mapping) else ()):
+            st = self._cands.get(int(key)) if isinstance(key, str) and key.isdecimal() else None
+            if st is None or not isinstance(entry, Mapping):
+                continue
+            signatures = _count(entry.get("signatures"))
+            st.signatures = signatures or 0
+            number = entry.get("open")
+            if type(number) is int and number in st.calls:
+                st.open = number
+                st.calls[number].pieces = _restored_pieces(entry.get("pieces"))
+        usage = state.get("usage")
+        self._usage = dict(usage) if isinstance(usage, Mapping) else None
+        self._usage_sent = None if self._usage is None else state.get("usage_sent") is not False
+        self._blocked = state.get("blocked") is True
+        for item in state.get("held") or ():
+            if not (isinstance(item, list) and len(item) == 3):
+                continue
+            index, channel, unit = item
+            st = self._cands.get(index) if type(index) is int else None
+            if st is None or channel not in ("text", "reasoning") or type(unit) is not int:
+                continue
+            if 0xD800 <= unit <= 0xDBFF:
+                if st.held is None:
+                    st.held = {}
+                if channel not in st.held:
+                    self._holding += 1
+                st.held[channel] = chr(unit)
+
+    # ------------------------------------------------------------------ frames
+
+    def feed(self, sse: ServerSentEvent, *, at_eof: bool = False) -> list[Event]:
+        """One SSE event. ``at_eof``: flushed by the end of the bytes, so a payload that does
+        not parse was cut by the connection and is dropped silently."""
+        if self.done:
+            return []
+        data = sse.data
+        if data[:1] != "{":
+            stripped = data.strip()
+            if not stripped:
+                return []  # an empty data frame: a keep-alive
+            if stripped == "[DONE]":
+                # Never sent by Gemini; proxies and test harnesses append it.
+                out: list[Event] = []
+                self._send_usage(out)
+                self._flush_all(out)
+                self.done = True
+                self.done_reason = "sentinel"
+                return out
+        if crowded(data):
+            return self.bad_frame(data, "more JSON objects than an event of its size holds",
+                                   at_eof)
+        scan = self._holding > 0
+        try:
+            obj = _loads(data)
+        except ValueError as exc:
+            obj = fallback_loads(data)  # lone surrogate halves: json.loads keeps them
+            if obj is None:
+                if sse.event == "error" and not at_eof:
+                    self._errored = True  # a proxy's plain-text error
+                    return [ErrorEvent(fix_surrogates(data), None, None, None, data)]
+                return self.bad_frame(data, f"invalid JSON: {exc}", at_eof)
+            scan = True
+        if obj.__class__ is not dict:
+            return self.bad_frame(data, "not a JSON object", False)
+        return self._response(obj, scan)
+
+    def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
+        """:meth:`feed` each of ``sses`` in order, appending to ``out`` (so that when one
+        raises, ``out`` holds the events of those before it).
+
+        Most events of a stream are alike: one known candidate, one part that is text (or a
+        piece extending the string argument being streamed), no finish reason, error or
+        block, a usage snapshot that only grew, no id or model still to take. Those are
+        mapped here in line, the same steps :meth:`_response` takes for them; every other
+        decoded object goes to :meth:`_response`, and everything else (not an object, refused
+        by the fast decoder, a surrogate half held, the end) through :meth:`feed` itself."""
+        loads = _fast_loads
+        for sse in sses:
+            data = sse.data
+            if (
+                self.done
+                or self._holding
+                or data[:1] != "{"
+                or len(data) > BIG_FRAME
+                or (len(data) > _SHALLOW and data.count("{") + data.count("[") > _MAX_DEPTH)
+            ):
+                out += self.feed(sse)
+                continue
+            try:
+                obj = loads(data)
+            except ValueError:
+                out += self.feed(sse)  # from_json and the fallback decide (skip, strict ...)
+                continue
+            if obj.__class__ is not dict:
+                out += self.feed(sse)
+            elif not self._quick(obj, out):
+                out += self._response(obj, False)
+
+    def _quick(self, obj: dict[str, Any], out: list[Event]) -> bool:
+        """Map the usual event (see :meth:`feed_many`); ``False``, nothing done, otherwise."""
+        cands = obj.get("candidates")
+        if (cands.__class__ is not list or len(cands) != 1 or not obj.keys() <= _QUICK_KEYS
+                or (self.id is None and "responseId" in obj)
+                or (self.model is None and "modelVersion" in obj)):
+            return False
+        cand = cands[0]
+        if cand.__class__ is not dict or "finishReason" in cand:
+            return False
+        index = cand.get("index", 0)
+        st = self._cands.get(index) if index.__class__ is int else None
+        content = cand.get("content")
+        parts = content.get("parts") if content.__class__ is dict else None
+        if st is None or parts.__class__ is not list or len(parts) != 1:
+            return False
+        part = parts[0]
+        usage = obj.get("usageMetadata")
+        if part.__class__ is not dict or len(part) != 1 or (usage is not None and (
+            usage.__class__ is not dict or self._usage_sent is None
+            or len(usage) > MAX_USAGE_FIELDS
+        )):
+            return False
+        text = part.get("text")
+        if text is not None:
+            if text.__class__ is not str or not text:
+                return False
+            out.append(text_delta(self.key, index, st.text, text))
+            st.text += len(text)
+        else:
+            if not self._quick_piece(index, st, part.get("functionCall"), out):
+                return False
+        if usage and usage != self._usage:
+            self._usage = usage
+            self._usage_sent = False
+        return True
+
+    def _quick_piece(self, index: int, st: _Candidate, fc: object, out: list[Event]) -> bool:
+        number = st.open
+        if number is None or fc.__class__ is not dict or len(fc) != 2:
+            return False
+        got: dict[str, Any] = fc
+        pieces = got.get("partialArgs")
+        if got.get("willContinue") is not True or pieces.__class__ is not list or len(
+            pieces
+        ) != 1:
+            return False
+        piece = pieces[0]
+        if piece.__class__ is not dict or len(piece) != 3 or piece.get("willContinue") is not True:
+            return False
+        value, path = piece.get("stringValue"), piece.get("jsonPath")
+        call = st.calls[number]
+        writer = call.pieces
+        if writer is None or value.__class__ is not str or path.__class__ is not str:
+            return False
+        text = writer.extend(path, value)
+        if text is None:
+            return False
+        if text:
+            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
+            call.length += len(text)
+        return True
+
+    def feed_lines(self, lines: list[str]) -> list[Event]:
+        """Lines the SSE decoder read outside any field it knows (no ``data:``): a JSON object
+        sent raw, usually an error body after the stream began, gathered until its braces
+        balance. Anything else is skipped and counted."""
+        out: list[Event] = []
+        raw = self._raw
+        for line in lines:
+            if not raw.lines and not line.strip():
+                continue
+            if raw.size + len(line) > MAX_RAW_CHARS:
+                raw.take()
+                out += self._skip_text(line, "raw JSON outside data: lines over the limit")
+                continue
+            text = raw.add(line)
+            if text is not None:
+                out += self._raw_object(text, at_eof=False)
+        return out
+
+    def _raw_object(self, text: str, *, at_eof: bool) -> list[Event]:
+        try:
+            obj = _loads(text)
+        except ValueError as exc:
+            obj = fallback_loads(text)
+            if obj is None:
+                if at_eof:
+                    self.cut = True
+                    return []
+                return self._skip_text(text, f"lines outside data: that are not JSON: {exc}")
+        if obj.__class__ is list and len(obj) == 1:
+            obj = obj[0]  # the JSON-array form of an error (``[{"error": ...}]``)
+        if obj.__class__ is not dict:
+            return self._skip_text(text, "lines outside data: that are not a JSON object")
+        return self._response(obj, True)
+
+    def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
+        """One response another SDK already decoded: the wire's camelCase keys or
+        google-genai's ``model_dump()`` (snake_case keys, enum members)."""
+        if self.done:
+            return []
+        shaped = _wire_shape(obj)
+        return self._response(shaped, True)
+
+    def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
+        """A whole non-streaming ``GenerateContentResponse`` (or error body). Marks the format
+        done: a complete body is as final as an end marker."""
+        out = self._response(_wire_shape(obj), True)
+        self._send_usage(out)
+        self._flush_all(out)
+        self.done = True
+        self.done_reason = "completion"
+        return out
+
+    def body_ended(self, clean: bool) -> list[Event]:
+        """The bytes ended (the parser calls this; ``clean``: without a transport error). With
+        no end marker in Gemini's streams, the reply is complete (``done``) when every
+        candidate had a ``finishReason`` or the prompt was blocked, and nothing was cut or
+        failed. The last usage snapshot is delivered however the body ended."""
+        out: list[Event] = []
+        if self._raw.lines:
+            out += self._raw_object(self._raw.take(), at_eof=True)
+        self._send_usage(out)
+        if self.done or self.cut or self._errored or not clean:
+            return out
+        cands = self._cands
+        if self._blocked:
+            reason = "eof after blockReason"
+        elif cands and all(st.finish is not None for st in cands.values()):
+            reason = "eof after finishReason"
+        else:
+            return out
+        self._flush_all(out)
+        self.done = True
+        self.done_reason = reason
+        return out
+
+    # ------------------------------------------------------------------ responses
+
+    def _response(self, obj: dict[str, Any], scan: bool) -> list[Event]:
+        out: list[Event] = []
+        error = obj.get("error")
+        if error is not None:
+            if scan:
+                error, obj = clean_tree(error), clean_tree(obj)
+            out.append(self._error(error, obj))
+            return out
+        if self.id is None:
+            rid = obj.get("responseId")
+            if rid and rid.__class__ is str:
+                self.id = fix_surrogates(rid) if scan else rid
+        if self.model is None:
+            model = obj.get("modelVersion")
+            if model and model.__class__ is str:
+                self.model = fix_surrogates(model) if scan else model
+        cands = obj.get("candidates")
+        if cands is not None:
+            if cands.__class__ is not list:
+                return self._skip(obj, "candidates is not a list")
+            for cand in cands:
+                if cand.__class__ is dict:
+                    self._candidate(cand, scan, out)
+                else:
+                    out += self._skip(cand, "a candidate that is not an object")
+        elif "choices" in obj or isinstance(obj.get("type"), str):
+            return self._skip(obj, "a frame of another format")
+        feedback = obj.get("promptFeedback")
+        if feedback.__class__ is dict and not self._blocked:
+            block = feedback.get("blockReason")
+            if block:
+                self._blocked = True
+                block = fix_surrogates(_opt_str(block) or "")
+                detail = feedback.get("blockReasonMessage")
+                message = f"prompt blocked: {block}"
+                if detail and isinstance(detail, str):
+                    message += f" ({fix_surrogates(detail)})"
+                raw = clean_tree(obj) if scan else obj
+                out.append(ErrorEvent(message, block, "prompt_blocked", None, raw))
+                self._settled = True
+        usage = obj.get("usageMetadata")
+        if usage is not None:
+            self._note_usage(usage, obj, scan, out)
+        if self._settled:  # a candidate finished or the prompt was blocked: final numbers
+            self._settled = False
+            self._send_usage(out)
+        return out
+
+    def _error(self, error: object, raw: object) -> ErrorEvent:
+        """``{"error": {"code", "message", "status"}}``: ``code`` the HTTP-like number (as a
+        string, as every format's codes are), ``error_type`` the ``status`` name."""
+        self._errored = True
+        if isinstance(error, Mapping):
+            message = error.get("message")
+            if not isinstance(message, str) or not message:
+                message = compact(dict(error)) if message is None else str(message)
+            return ErrorEvent(message, _opt_str(error.get("code")),
+                              _opt_str(error.get("status")), None, raw)
+        return ErrorEvent(str(error) or "error", None, None, None, raw)
+
+    def _note_usage(self, usage: object, obj: Mapping[str, Any], scan: bool,
+                    out: list[Event]) -> None:
+        """A snapshot of the usage so far. It rides on every event and grows; it is delivered
+        when it first comes, when a candidate finishes and when the body ends (validating a
+        snapshot on every event cost as much as the rest of the event; the last one wins)."""
+        if usage.__class__ is not dict:
+            out += self._skip(obj, "usageMetadata is not an object")
+            return
+        if not usage or usage == self._usage:
+            return
+        raw: dict[str, Any] = usage
+        if len(raw) > MAX_USAGE_FIELDS:
+            raw = dict(itertools.islice(raw.items(), MAX_USAGE_FIELDS))
+        self._usage = clean_tree(raw) if scan else raw
+        first = self._usage_sent is None
+        self._usage_sent = False
+        if first:
+            self._send_usage(out)
+
+    def _send_usage(self, out: list[Event]) -> None:
+        """Deliver the last snapshot if it was not yet."""
+        if self._usage_sent is not False or self._usage is None:
+            return
+        self._usage_sent = True
+        clean, dropped = checked_usage(self._usage)
+        if dropped:
+            out += self._skip(self._usage, "usage fields of the wrong type dropped")
+        out.append(UsageUpdate(gemini_usage(clean)))
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+_NO_VALUE: Any = object()
+
+
+def _piece_value(piece: object) -> tuple[Any, bool]:
+    """A ``partialArgs`` piece's value and whether it extends a string."""
+    if piece.__class__ is not dict:
+        return _NO_VALUE, False
+    got: dict[str, Any] = piece
+    if "stringValue" in got:
+        value = got["stringValue"]
+        return (value, True) if isinstance(value, str) else (_NO_VALUE, False)
+    if "numberValue" in got:
+        value = got["numberValue"]
+        ok = value.__class__ in (int, float)
+        return (value, False) if ok else (_NO_VALUE, False)
+    if "boolValue" in got:
+        value = got["boolValue"]
+        return (value, False) if value.__class__ is bool else (_NO_VALUE, False)
+    if "nullValue" in got:
+        return None, False
+    return _NO_VALUE, False
+
+
+def _pieces_state(writer: _PartialArgs) -> dict[str, Any]:
+    writer.settle()
+    return {
+        "root": writer.root,
+        "written": "".join(writer.written),
+        "ordered": writer.ordered,
+        "string": list(writer.string) if writer.string is not None else None,
+        "continuing": list(writer.continuing) if writer.continuing is not None else None,
+        "stack": [[list(o.path), o.obj, o.count, sorted(o.keys)] for o in writer.stack],
+    }
+
+
+def _steps(value: object) -> tuple[str | int, ...] | None:
+    if isinstance(value, list) and all(
+        isinstance(step, str) or type(step) is int for step in value
+    ):
+        return tuple(value)
+    return None
+
+
+def _restored_pieces(state: object) -> _PartialArgs:
+    """:func:`_pieces_state` read back; a damaged state gives a writer that streams nothing
+    more and replaces the arguments by the value of the pieces still to come at the close."""
+    writer = _PartialArgs()
+    if not isinstance(state, Mapping):
+        writer.ordered = False
+        return writer
+    root, written, stack = state.get("root"), state.get("written"), state.get("stack")
+    if not (isinstance(root, dict) and isinstance(written, str) and isinstance(stack, list)):
+        writer.ordered = False
+        return writer
+    writer.root = root
+    writer.written = [written] if written else []
+    writer.ordered = state.get("ordered") is not False
+    writer.string = _steps(state.get("string"))
+    writer.continuing = _steps(state.get("continuing"))
+    node: Any = root
+    for step in writer.continuing or ():
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            node = None
+            break
+    if isinstance(node, str):
+        writer.run = [node]  # the string the next piece extends
+    else:
+        writer.continuing = None
+    for entry in stack:
+        if not (isinstance(entry, list) and len(entry) == 4):
+            writer.ordered = False
+            break
+        path, obj, count, keys = entry
+        steps = _steps(path)
+        if steps is None or type(count) is not int or not isinstance(keys, list):
+            writer.ordered = False
+            break
+        opened = _Open(steps, obj is True)
+        opened.count = count
+        opened.keys = {k for k in keys if isinstance(k, str)}
+        writer.stack.append(opened)
+    return writer
