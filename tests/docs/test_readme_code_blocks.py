@@ -43,7 +43,7 @@ BLOCKS = python_blocks()
 #: text, a stop or outcome, the structured object.
 PRINTS = {
     "Use": ["Hello", "stop", "total_tokens"],
-    "Three wire formats": ["Hello", "stop"],
+    "Four wire formats": ["Hello", "stop"],
     "Structured output": ["steps=[Step("],
     "Relay: one reply, followed from anywhere": ["event: text", "event: end", "cancelled"],
     "Without the network": ["Hi", "Hello"],
