@@ -319,3 +319,14 @@ async def test_concurrent_streams_of_one_observer_get_their_own_spans(
     assert sorted(attrs(s)["gen_ai.request.max_tokens"] for s in spans) == [5, 6, 7, 8, 9]
     assert len({s.context.span_id for s in spans}) == 5
     assert all(s.parent is None for s in spans)
+
+
+async def test_every_chunk_records_the_time_per_output_chunk_of_each_chunk(
+    server: ServerThread, telemetry: Telemetry
+) -> None:
+    async with fluxstream.AsyncClient(server.base_url) as client:
+        async with client.chat.stream(model="m", messages=MSG, max_tokens=12,
+                                      observers=[telemetry.observer(every_chunk=True)]) as s:
+            await s.until_done()
+    (point,) = telemetry.metrics()["gen_ai.client.operation.time_per_output_chunk"]
+    assert point.count == s.stats.content_events - 1 >= 11
