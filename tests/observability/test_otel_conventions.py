@@ -16,6 +16,7 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics  # noqa: E4
 from opentelemetry.semconv.attributes import error_attributes, server_attributes  # noqa: E402
 
 import fluxstream.otel  # noqa: E402
+from fluxstream import apis  # noqa: E402
 
 
 def published(*modules: object) -> set[str]:
@@ -44,4 +45,4 @@ def test_every_conventions_name_written_is_published() -> None:
 def test_the_operation_and_providers_are_the_conventions_values() -> None:
     assert gen_ai_attributes.GenAiOperationNameValues.CHAT.value == fluxstream.otel.OPERATION
     providers = {v.value for v in gen_ai_attributes.GenAiProviderNameValues}
-    assert set(fluxstream.otel.PROVIDERS.values()) <= providers
+    assert {api.provider for api in apis.registered()} <= providers
