@@ -20,11 +20,11 @@ Retries and resumes are span events (``fluxstream.retry``, ``fluxstream.resume``
 Attributes follow the conventions' names (the ``opentelemetry-semantic-conventions``
 package's ``gen_ai_attributes``, ``server_attributes``, ``error_attributes``): operation,
 provider (per API, from the API registry: ``openai`` for Chat Completions and Responses,
-``anthropic`` for Messages), request model and parameters, response model, id and finish
-reasons, usage, ``server.address``/``port``, ``error.type`` when the stream failed or was
-cut; fluxstream's own under ``fluxstream.*``. Usage is the server's when it sent one;
-otherwise the reply's estimate (``fluxstream.usage.estimated`` says which, on the span and on
-the token metric).
+``anthropic`` for Messages, ``gcp.gemini`` for Gemini), request model and parameters,
+response model, id and finish reasons, usage, ``server.address``/``port``, ``error.type``
+when the stream failed or was cut; fluxstream's own under ``fluxstream.*``. Usage is the
+server's when it sent one; otherwise the reply's estimate (``fluxstream.usage.estimated``
+says which, on the span and on the token metric).
 
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``) is recorded only with
 ``capture_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
