@@ -39,6 +39,7 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel
@@ -60,7 +61,7 @@ from .events import (
 )
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .partial_json import PartialJSON
-from .reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage
+from .reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage, UsageEstimate
 
 __all__ = ["ReplyAssembler"]
 
@@ -232,6 +233,10 @@ class ReplyAssembler:
         self.usage: Usage | None = None
         #: Every usage object received, in order (see ``_MAX_USAGE_UPDATES``).
         self.usage_updates: list[Usage] = []
+        #: Set once the stream has ended (:mod:`fluxstream.usage`): every later snapshot
+        #: carries them.
+        self.usage_estimate: UsageEstimate | None = None
+        self.cost: Decimal | None = None
         self.error: ErrorInfo | None = None
         self.outcome: Outcome | None = None
         self.stream_end: Outcome | None = None
@@ -589,6 +594,8 @@ class ReplyAssembler:
                 "choices": list(self.choices()),
                 "usage": self.usage,
                 "usage_updates": list(self.usage_updates),
+                "usage_estimate": self.usage_estimate,
+                "cost": self.cost,
                 "error": self.error,
                 "outcome": self.outcome,
                 "stream_end": self.stream_end,

@@ -41,6 +41,7 @@ from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
 from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
+from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
 
@@ -169,6 +170,10 @@ class AsyncClient:
     :param observers: :class:`~fluxstream.observe.StreamObserver` s told when each stream
         of this client opens, of every event it delivers, and once when it ends (tracing,
         metrics); a call's own ``observers=`` come after these.
+    :param prices: :class:`~fluxstream.usage.ModelPrice` per model name (per million
+        tokens; no table is shipped): each reply of a priced model gets ``reply.cost``
+        (a ``Decimal``), from its usage or, when the server reported none, its
+        ``usage_estimate`` (:mod:`fluxstream.usage`).
     """
 
     def __init__(
@@ -193,6 +198,7 @@ class AsyncClient:
         retry: RetryPolicy | None = None,
         resume: ResumePolicy | None = None,
         observers: Sequence[StreamObserver] = (),
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -213,6 +219,8 @@ class AsyncClient:
         self.resume = resume if resume is not None else ResumePolicy()
         #: Told of every stream of this client (:mod:`fluxstream.observe`), first.
         self.observers: tuple[StreamObserver, ...] = tuple(observers)
+        #: Settles every reply's usage estimate and cost when its stream ends.
+        self.usage_ledger = UsageLedger(prices)
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -476,6 +484,8 @@ class _StreamFactory:
             headers=checked_headers(headers, "extra_headers"),
             timeouts=client.timeouts.merge(timeouts),
             build_get=build_get,
+            server=client._url.server,
+            ledger=client.usage_ledger,
         )
 
     def open(
@@ -486,7 +496,8 @@ class _StreamFactory:
         client = self.client
         if logger.isEnabledFor(logging.DEBUG):  # key and model may come from a token: escaped
             logger.debug("%s stream model=%s key=%s", request.path,
-                         show_key(request.body.get("model")), show_key(parser.content_key))
+                         show_key(request.body.get("model")), show_key(parser.content_key),
+                         extra={"content_key": parser.content_key, "request_id": None})
         return ReplyStream(
             request,
             parser,
@@ -952,7 +963,7 @@ class _BaseURL:
     them (httpx logs every request's URL at INFO).
     """
 
-    __slots__ = ("auth", "prefix", "query", "shown")
+    __slots__ = ("auth", "prefix", "query", "server", "shown")
 
     def __init__(
         self, raw: str, source: str, default_query: Mapping[str, str | int | float | bool] | None
@@ -964,6 +975,10 @@ class _BaseURL:
             pair = f"{username}:{password}".encode()
             self.auth = Secret(f"Basic {base64.b64encode(pair).decode('ascii')}")
         bare = url.copy_with(username=None, password=None, query=None, fragment=None)
+        #: Host and port, as traces name the server (``server.address``/``server.port``).
+        self.server: tuple[str, int | None] = (
+            url.host, url.port or {"http": 80, "https": 443}.get(url.scheme)
+        )
         self.prefix = str(bare).rstrip("/")
         query = url.query.decode("ascii")
         if default_query:

@@ -23,19 +23,33 @@ called for what follows. Cancellation and ``KeyboardInterrupt`` are never swallo
 
 Subclassing :class:`StreamObserver` is optional (it is a ``Protocol``); doing so gives no-op
 defaults for the callbacks one does not need.
+
+Two optional methods serve observers that keep state per stream or take part in its requests
+(tracing); the stream looks them up once, so an observer without them pays nothing:
+
+* ``for_stream()``: an observer given to a client sees every stream of it, concurrently; one
+  with this method is asked, once per stream, for the observer that stream then tells
+  (:class:`StreamObserverFactory`);
+* ``on_send(headers, info)``: called before each HTTP request of the stream (the first, each
+  retry and each resume; :class:`SendInfo`), with the request's own headers, which it may add
+  to (a ``traceparent``); the context manager it returns, if any, is entered around sending
+  that request (so that the request runs in a trace context of the observer's)
+  (:class:`SendObserver`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core.progress import StreamStats
     from .events import Event
     from .reply import Reply
 
-__all__ = ["StreamInfo", "StreamObserver"]
+__all__ = ["SendInfo", "SendObserver", "StreamInfo", "StreamObserver", "StreamObserverFactory"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,32 @@ class StreamInfo:
     model: str | None
     #: The stream continues from a resume token rather than sending a fresh request.
     resuming: bool
+    #: The request body as sent (model, messages, parameters; never headers). Read-only: the
+    #: stream sends it again on a retry. Not part of equality.
+    body: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: The API's registered name (``"chat_completions"``, ``"responses"``,
+    #: ``"anthropic_messages"``) and its provider in the OpenTelemetry GenAI conventions
+    #: (``"openai"``, ``"anthropic"``; ``None``: not one of theirs).
+    api: str | None = field(default=None, compare=False)
+    provider: str | None = field(default=None, compare=False)
+    #: The server's host and port, from the client's base URL (tracing's ``server.*``).
+    server_address: str | None = field(default=None, compare=False)
+    server_port: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class SendInfo:
+    """Which HTTP request of a stream is about to be sent (see ``on_send``)."""
+
+    #: 1 for the first request, then 2, 3... over every retry and resume of the stream.
+    attempt: int
+    #: ``first``: the stream's first request (a resume token's too); ``retry``: the same
+    #: request again, after a failure before any usable response or content; ``resume``: a
+    #: reconnect after content (``strategy`` says how).
+    kind: Literal["first", "retry", "resume"]
+    #: The resume strategy (``last_event_id``, ``starting_after``, ``continuation``,
+    #: ``restart``), for ``resume`` and the retries of a resume's request.
+    strategy: str | None = None
 
 
 @runtime_checkable
@@ -70,3 +110,26 @@ class StreamObserver(Protocol):
     def on_end(self, reply: Reply, stats: StreamStats) -> None:
         """The stream ended (once; after its last ``on_event``). ``reply`` is final."""
         return None
+
+
+@runtime_checkable
+class StreamObserverFactory(Protocol):
+    """An observer with state per stream: each stream asks it once for its own observer."""
+
+    def for_stream(self) -> StreamObserver:
+        """The observer of one new stream (told ``on_open`` and the rest, as any observer)."""
+        ...
+
+
+@runtime_checkable
+class SendObserver(Protocol):
+    """An observer that takes part in each HTTP request of its stream (trace propagation)."""
+
+    def on_send(
+        self, headers: dict[str, str], info: SendInfo
+    ) -> AbstractContextManager[object] | None:
+        """A request is about to be sent: ``headers`` is a fresh dict of what this request
+        adds to the call's own headers (those are not shown: they may hold credentials);
+        what is put in it is sent. The returned context manager, if any, is entered around
+        the send."""
+        ...

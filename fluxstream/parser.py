@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core.reread import RereadChecks
 from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
@@ -34,6 +34,11 @@ from .formats._contract import FormatClass
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .reply import Reply
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
+
+if TYPE_CHECKING:  # pragma: no cover
+    from decimal import Decimal
+
+    from .reply import UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
 
@@ -285,6 +290,12 @@ class StreamParser:
         # even if every choice had already finished.
         cut = fmt.cut or (cause is not None and not fmt.done)
         return events + asm.end(sentinel=fmt.done, cut=cut, reason=reason)
+
+    def settle(self, estimate: UsageEstimate | None, cost: Decimal | None) -> None:
+        """The reply's usage estimate and cost, once the stream has ended
+        (:class:`fluxstream.usage.UsageLedger`): every snapshot from now on carries them."""
+        self._assembler.usage_estimate = estimate
+        self._assembler.cost = cost
 
     def cancel(self, reason: str) -> list[Event]:
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""

@@ -22,6 +22,7 @@ cannot break a stream.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from enum import Enum
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -41,6 +42,7 @@ __all__ = [
     "StopReason",
     "ToolCall",
     "Usage",
+    "UsageEstimate",
     "unified_stop",
 ]
 
@@ -236,6 +238,22 @@ class ErrorInfo(BaseModel):
     raw: Any = None
 
 
+class UsageEstimate(BaseModel):
+    """Token usage *estimated* by fluxstream for a reply whose server reported none (a
+    cancelled or cut stream, a server that never sends usage): never the provider's count.
+
+    ``output_tokens`` is counted from the content received (text, reasoning, refusal and
+    tool-call arguments, every choice; see :func:`fluxstream.usage.estimate_output_tokens`
+    for the heuristic); ``input_tokens`` is the count the server reported for an earlier
+    reply of the same content key on the same client, if one did (``None`` otherwise).
+    """
+
+    output_tokens: int
+    input_tokens: int | None = None
+    #: Always true: tells an estimate from a reported usage wherever it is serialised.
+    estimated: Literal[True] = True
+
+
 class Reply(BaseModel):
     """Everything a stream produced so far, and how it ended.
 
@@ -254,6 +272,14 @@ class Reply(BaseModel):
     #: Every usage object received, in order (at most 64: past that the last entry is
     #: replaced, so ``usage_updates[-1]`` is always ``usage``).
     usage_updates: list[Usage] = []
+    #: Set when the stream ended without any ``usage`` (then ``usage`` stays ``None``): the
+    #: tokens estimated from what arrived (:class:`UsageEstimate`). ``None`` while streaming
+    #: and whenever the server reported usage.
+    usage_estimate: UsageEstimate | None = None
+    #: What the reply cost, in the currency of the client's ``prices`` (per million tokens,
+    #: for its model): from ``usage`` when reported, else from ``usage_estimate`` (then an
+    #: estimate too). ``None`` while streaming, or without a price for the model.
+    cost: Decimal | None = None
     error: ErrorInfo | None = None
     outcome: Outcome | None = None
     stream_end: Outcome | None = None

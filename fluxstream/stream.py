@@ -31,7 +31,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._core.coalesce import Coalesced, FuncSource, Picked
@@ -92,7 +92,9 @@ class ReplyStream(StructuredOutput):
         #: Fed every delivered event once structured output is tracked (see ``objects()``).
         self._view: StructuredView | None = None
         #: ``None`` without observers: the per-event cost of observing is then one check.
-        self._observed: ObserverSet | None = ObserverSet(observers) if observers else None
+        self._observed: ObserverSet | None = None
+        for observer in observers:
+            self.add_observer(observer)
 
     @property
     def cause(self) -> BaseException | None:
@@ -126,10 +128,15 @@ class ReplyStream(StructuredOutput):
         stats = reader.progress.stats(
             self._parser.reply, recovery.attempts, recovery.resumes, time.monotonic()
         )
+        error = reader.error
+        cause = reader.cause
+        if error is None and cause is not None and self.outcome is not Outcome.CANCELLED:
+            error = type(cause).__name__
         observed = self._observed
-        if observed is None or not observed.errors:
+        errors = 0 if observed is None else observed.errors
+        if not errors and error is None:
             return stats
-        return replace(stats, observer_errors=observed.errors)
+        return replace(stats, observer_errors=errors, error_type=error)
 
     def add_observer(self, observer: StreamObserver) -> None:
         """Tell ``observer`` of this stream too (see :mod:`fluxstream.observe`), after the
@@ -139,6 +146,8 @@ class ReplyStream(StructuredOutput):
         if observed is None:
             observed = self._observed = ObserverSet()
         observed.add(observer)
+        if observed.sends and self._spec.sending is None:  # each request's send is observed
+            self._spec.sending = observed.sending
 
     def resume_token(self) -> dict[str, Any]:
         """A small JSON-serialisable value from which ``client.chat.resume(token)`` continues
@@ -162,9 +171,12 @@ class ReplyStream(StructuredOutput):
         if observed is not None and not reader.ended and not reader.opened:
             spec = self._spec
             model = spec.body.get("model")
+            host, port = spec.server or (None, None)
             observed.open(StreamInfo(
                 content_key=self._parser.content_key, path=spec.path,
                 model=model if isinstance(model, str) else None, resuming=reader.resuming,
+                body=MappingProxyType(spec.body), api=spec.api.name,
+                provider=spec.api.provider, server_address=host, server_port=port,
             ))
         try:
             events = await reader.open()

@@ -27,7 +27,7 @@ _ORDER: list[tuple[int, list[str]]] = [
          "_core.type_names", "_core.partial_objects"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
-    (2, ["events"]),
+    (2, ["events", "usage"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats.gemini", "structured.objects"]),
@@ -48,7 +48,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (13, ["client"]),
     (14, ["endpoints"]),
     (15, [""]),  # fluxstream/__init__.py
-    (16, ["relay"]),  # and every relay.* module
+    (16, ["relay", "otel"]),  # and every relay.* module; otel: the OpenTelemetry observer
     # and every server.* and cli.* module
     (17, ["server", "cli", "__main__"]),
 ]

@@ -8,12 +8,13 @@ observers: a stream without any pays one ``None`` check per delivered event, no 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..events import Event
-    from ..observe import StreamInfo, StreamObserver
+    from ..observe import SendInfo, StreamInfo, StreamObserver
     from ..reply import Reply
     from .progress import StreamStats
 
@@ -26,12 +27,16 @@ class ObserverSet:
     """Calls each observer's ``on_open`` once, ``on_event`` per delivered event and
     ``on_end`` once (only after an ``on_open``), isolating the stream from their errors."""
 
-    __slots__ = ("_event_calls", "_logged", "ended", "errors", "observers", "opened")
+    __slots__ = (
+        "_event_calls", "_logged", "_send_calls", "ended", "errors", "observers", "opened",
+    )
 
     def __init__(self, observers: Iterable[StreamObserver] = ()) -> None:
         self.observers: list[StreamObserver] = []
         #: Bound ``on_event`` methods, looked up once: this is the per-event path.
         self._event_calls: tuple[Callable[[Event], None], ...] = ()
+        #: The observers' ``on_send`` (see :class:`~fluxstream.observe.SendObserver`).
+        self._send_calls: list[tuple[object, Callable[..., Any]]] = []
         self.opened = False
         self.ended = False
         #: Exceptions the observers raised (each one is counted; see :meth:`_failed`).
@@ -41,8 +46,44 @@ class ObserverSet:
             self.add(observer)
 
     def add(self, observer: StreamObserver) -> None:
+        """Tell ``observer`` of this stream (or the observer its ``for_stream()`` makes for
+        it: one observer given to a client sees many streams at once)."""
+        make = getattr(observer, "for_stream", None)
+        if make is not None:
+            observer = make()
         self.observers.append(observer)
         self._event_calls += (observer.on_event,)
+        send = getattr(observer, "on_send", None)
+        if send is not None:
+            self._send_calls.append((observer, send))
+
+    @property
+    def sends(self) -> bool:
+        """Some observer takes part in the stream's requests (``on_send``)."""
+        return bool(self._send_calls)
+
+    @contextmanager
+    def sending(self, headers: dict[str, str], info: SendInfo) -> Iterator[None]:
+        """Around one request's send: each ``on_send`` may add ``headers`` and give a
+        context to enter; errors are the observers' own, counted and logged (never raised),
+        and whatever the send raises goes on unchanged."""
+        entered: list[tuple[object, AbstractContextManager[object]]] = []
+        for observer, call in self._send_calls:
+            try:
+                context = call(headers, info)
+                if context is not None:
+                    context.__enter__()
+                    entered.append((observer, context))
+            except Exception as exc:
+                self._failed(observer, "on_send", exc)
+        try:
+            yield
+        finally:
+            for observer, context in reversed(entered):
+                try:
+                    context.__exit__(None, None, None)
+                except Exception as exc:
+                    self._failed(observer, "on_send", exc)
 
     def open(self, info: StreamInfo) -> None:
         if self.opened:

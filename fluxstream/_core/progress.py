@@ -55,7 +55,9 @@ class StreamStats:
     reasoning, refusal, tool-call arguments) events read and ``time_to_last_token`` is when
     the last of them came, so :attr:`time_per_chunk` is the mean gap between content events
     after the first. ``observer_errors`` counts the exceptions the stream's observers raised
-    (:mod:`fluxstream.observe`).
+    (:mod:`fluxstream.observe`). ``error_type`` names what ended the stream badly: the typed
+    error a failed stream raised (``APIStatusError``, ``StallTimeoutError``...) or the
+    transport error that cut it (``None`` when it ended well or was cancelled).
     """
 
     bytes: int
@@ -72,6 +74,7 @@ class StreamStats:
     content_events: int = 0
     time_to_last_token: float | None = None
     observer_errors: int = 0
+    error_type: str | None = None
 
     @property
     def time_per_chunk(self) -> float | None:

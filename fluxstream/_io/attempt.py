@@ -18,9 +18,10 @@ import json
 import math
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import sniffio
@@ -40,6 +41,10 @@ from .http_library import (
     status_error,
     undecodable_encoding,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..observe import SendInfo
+    from ..usage import UsageLedger
 
 if sys.version_info >= (3, 11):
     from builtins import BaseExceptionGroup
@@ -85,6 +90,15 @@ class RequestSpec:
     def read_timeout(self) -> float | None:
         """The read timeout in force (``idle``, else ``read``, else ``stall``)."""
         return self.timeouts.read_gap
+    #: The server's host and port (the base URL's), for observers (``server.*`` in traces).
+    server: tuple[str, int | None] | None = None
+    #: Settles the reply's usage estimate and cost when the stream ends (the client's).
+    ledger: UsageLedger | None = None
+    #: Around each send, when an observer takes part in requests (trace propagation): given
+    #: the request's own extra headers, to add to (see ``fluxstream.observe.SendObserver``).
+    sending: Callable[[dict[str, str], SendInfo], AbstractContextManager[None]] | None = field(
+        default=None, repr=False
+    )
 
     @property
     def path(self) -> str:

@@ -29,6 +29,7 @@ from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, DropState, Recovery, is_transient_error
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
 from ..events import ErrorEvent, Event
+from ..observe import SendInfo
 from ..parser import StreamParser
 from ..timeouts import Deadline
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
@@ -68,6 +69,8 @@ class Channel:
         self._closed: Attempt | None = None
         #: Runs a callback in this stream's event loop from any thread (see :meth:`abandon`).
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        #: The server's ``x-request-id`` of the latest response (see :meth:`log_extra`).
+        self.request_id: str | None = None
 
     # ------------------------------------------------------------------ sending
 
@@ -102,11 +105,21 @@ class Channel:
             tries += 1
             used = tries if fresh_budget else recovery.attempts
             attempt = self.attempt = Attempt(self.spec, head=head)
+            sending = self.spec.sending
             try:
-                await attempt.open(
-                    headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes,
-                    get=get,
-                )
+                if sending is None:  # the usual case: no observer takes part in requests
+                    await attempt.open(
+                        headers=headers, body=body, max_json_bytes=self.parser.max_event_bytes,
+                        get=get,
+                    )
+                else:
+                    own = dict(headers or {})
+                    with sending(own, self._send_info(tries, fresh_budget)):
+                        await attempt.open(
+                            headers=own, body=body, max_json_bytes=self.parser.max_event_bytes,
+                            get=get,
+                        )
+                self._request_id(attempt)
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
                 if progress.due_before_content(time.monotonic(), self.parser.saw_content):
@@ -132,6 +145,30 @@ class Channel:
                 self._start_reader()
             return attempt
 
+    def _send_info(self, tries: int, resume: bool) -> SendInfo:
+        """Which request :meth:`connect` is sending (for observers' ``on_send``)."""
+        attempts = self.recovery.attempts
+        strategy = self.resuming_by if resume else None
+        if attempts == 1:
+            return SendInfo(attempts, "first", strategy)
+        return SendInfo(attempts, "resume" if resume and tries == 1 else "retry", strategy)
+
+    def _request_id(self, attempt: Attempt) -> None:
+        """Keep the server's id of the request just answered, for log lines."""
+        headers = getattr(attempt.response, "headers", None)
+        found = headers.get("x-request-id") if headers is not None else None
+        if found:
+            self.request_id = str(found)
+
+    def log_extra(self) -> dict[str, str | None]:
+        """What every log line of this stream carries as ``extra`` (structured loggers index
+        them): its content key, and the server's request id (``x-request-id`` of the latest
+        response, else the reply's id; ``None`` before either is known)."""
+        return {
+            "content_key": self.parser.content_key,
+            "request_id": self.request_id or self.parser.reply.id,
+        }
+
     # ------------------------------------------------------------------ decisions
 
     def after_rejected_resume(self, exc: BaseException) -> Decision:
@@ -147,6 +184,7 @@ class Channel:
             show_key(self.parser.content_key),
             "Last-Event-ID" if strategy == "last_event_id" else strategy, one_line(str(exc)),
             f"resuming by {decision.strategy}" if decision.strategy else "ending truncated",
+            extra=self.log_extra(),
         )
         return decision
 
@@ -183,7 +221,7 @@ class Channel:
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
             show_key(self.parser.content_key), one_line(reason), attempt + 1,
-            self.recovery.retry.max_attempts, delay,
+            self.recovery.retry.max_attempts, delay, extra=self.log_extra(),
         )
         await self.pause(delay)
 

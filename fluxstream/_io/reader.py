@@ -85,6 +85,9 @@ class StreamReader:
         self.resuming = resuming
         #: The exception that ended the stream badly (transport error, timeout), if any.
         self.cause: BaseException | None = None
+        #: The class name of the typed error a failed stream raised (``APIStatusError``,
+        #: ``StallTimeoutError``...), for observers (``error.type`` in traces).
+        self.error: str | None = None
 
     @property
     def opened(self) -> bool:
@@ -182,11 +185,13 @@ class StreamReader:
         progress.passed(deadline)
         limit = progress.timeouts.limit(deadline)
         if deadline is Deadline.FINISH_GRACE:
-            logger.info("no sentinel %.1fs after every choice finished; ending", limit)
+            logger.info("no sentinel %.1fs after every choice finished; ending", limit,
+                        extra=self.channel.log_extra())
             return await self._bytes_ended(None)
         if deadline is Deadline.STALL and self._parser.complete:
             # every choice finished: heartbeats are all that is left
-            logger.info("no content for %.1fs after every choice finished; ending", limit)
+            logger.info("no content for %.1fs after every choice finished; ending", limit,
+                        extra=self.channel.log_extra())
             return await self._bytes_ended(None)
         kind, message = _TIMEOUT_ERRORS[deadline]
         return await self._fail_with(kind, exc, message.format(seconds(limit)))
@@ -214,7 +219,14 @@ class StreamReader:
 
     def end(self, events: list[Event]) -> list[Event]:
         self.ended = True
-        self.progress.end(time.monotonic())
+        progress = self.progress
+        progress.end(time.monotonic())
+        ledger = self._spec.ledger
+        if ledger is not None:  # usage estimate and cost, before any observer sees the end
+            model = self._spec.body.get("model")
+            parser = self._parser
+            parser.settle(*ledger.settle(parser.reply, progress.content_events,
+                                         model if isinstance(model, str) else None))
         return events
 
     async def _fail_with(
@@ -222,6 +234,7 @@ class StreamReader:
     ) -> list[Event]:
         """End ``failed``, close the response, raise ``kind`` carrying the partial reply."""
         self.cause = exc
+        self.error = kind.__name__
         self.end(self._parser.fail(message, exc))
         with anyio.CancelScope(shield=True):
             await self.close_response(drain=False)
@@ -313,6 +326,7 @@ class StreamReader:
                     # is the library's DecodingError, as when it is found in the body.
                     cause = exc.__cause__
                 self.cause = cause
+                self.error = type(exc).__name__
                 self.end(self._parser.fail(f"{type(exc).__name__}: {exc}", cause))
             raise
 

@@ -50,7 +50,7 @@ async def reconnect(
         logger.warning(
             "stream %s dropped (%s); resuming by %s (%d/%d)",
             show_key(channel.parser.content_key), one_line(reason), decision.strategy,
-            recovery.resumes, recovery.resume.max_resumes,
+            recovery.resumes, recovery.resume.max_resumes, extra=channel.log_extra(),
         )
     return await _resume(channel, decision, reason)
 
@@ -130,6 +130,7 @@ async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
             "stream %s: resume by starting_after refused (%s); %s",
             show_key(parser.content_key), one_line(str(exc)),
             f"resuming by {decision.strategy}" if decision.strategy else "ending",
+            extra=channel.log_extra(),
         )
         if decision.action != "resume":
             raise

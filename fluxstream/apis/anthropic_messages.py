@@ -27,6 +27,7 @@ class AnthropicMessages(Api):
     name = "anthropic_messages"
     title = "Anthropic Messages"
     vendor = "Anthropic"
+    provider = "anthropic"
     path = "messages"
     endpoint = "messages"
     headers: ClassVar[Mapping[str, str]] = {"anthropic-version": ANTHROPIC_VERSION}

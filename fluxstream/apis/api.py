@@ -65,6 +65,9 @@ class Api:
     title: ClassVar[str]
     #: Whose API it is, for messages that say where a request goes ("Anthropic's API").
     vendor: ClassVar[str]
+    #: Its ``gen_ai.provider.name`` in the OpenTelemetry GenAI conventions (``"openai"``,
+    #: ``"anthropic"``), for traces (:mod:`fluxstream.otel`); ``None``: none of theirs.
+    provider: ClassVar[str | None] = None
     #: The path under the client's ``base_url`` that a streaming request is posted to.
     path: ClassVar[str]
     #: The attribute of :class:`~fluxstream.client.AsyncClient` that serves it (``client.chat``).

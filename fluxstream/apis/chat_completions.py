@@ -19,6 +19,7 @@ class ChatCompletions(Api):
     name = "chat_completions"
     title = "Chat Completions"
     vendor = "OpenAI"
+    provider = "openai"
     path = "chat/completions"
     endpoint = "chat"
     #: The embedded server (and the servers it stands for) numbers chat events.

@@ -31,6 +31,7 @@ class Gemini(Api):
     name = "gemini"
     title = "Gemini"
     vendor = "Google"
+    provider = "gcp.gemini"
     path = "models/{model}:streamGenerateContent?alt=sse"
     endpoint = "gemini"
     messages_field = "contents"

@@ -19,6 +19,7 @@ class Responses(Api):
     name = "responses"
     title = "Responses"
     vendor = "OpenAI"
+    provider = "openai"
     path = "responses"
     endpoint = "responses"
     messages_field = "input"

@@ -1,0 +1,151 @@
+"""Usage on every outcome and cost (``fluxstream.usage``): the estimate when no usage came, the
+input tokens remembered per content key, prices per model; the log lines of a stream carry its
+content key and request id. No OpenTelemetry needed for any of it."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+from decimal import Decimal
+
+import pytest
+
+import fluxstream
+from fluxstream.reply import Reply, UsageEstimate
+from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream.server import ServerThread
+from fluxstream.usage import ModelPrice, UsageLedger, estimate_output_tokens
+from fluxstream.wire import PromptTokensDetails, Usage
+
+MSG = [{"role": "user", "content": "hi there"}]
+NO_RESUME = ResumePolicy(last_event_id=False, starting_after=False)
+
+
+def test_one_token_per_short_delta_and_four_characters_a_token_past_that() -> None:
+    assert estimate_output_tokens(0, 0) == 0
+    assert estimate_output_tokens(10, 40) == 10  # 4 characters a delta: a token each
+    assert estimate_output_tokens(10, 80) == 10  # 8 still
+    assert estimate_output_tokens(10, 400) == 100  # batched deltas: characters / 4
+    assert estimate_output_tokens(3, 2) == 3  # never fewer than the deltas
+
+
+def test_prices_give_a_decimal_cost_with_cached_input_apart() -> None:
+    price = ModelPrice(input="2.50", output="10", cached_input="1.25")
+    # 600 x 2.50 + 400 x 1.25 + 500 x 10, per million
+    assert price.cost(1_000, 500, cached_tokens=400) == Decimal("0.007")
+    assert ModelPrice(input=1, output=2).cost(1_000_000, 0, cached_tokens=10) == Decimal(1)
+
+
+def test_the_ledger_remembers_input_tokens_per_content_key_and_prices_estimates() -> None:
+    ledger = UsageLedger({"m": ModelPrice(input="1", output="2")})
+    reported = Reply(content_key="k", model="m", usage=Usage(
+        prompt_tokens=100, completion_tokens=10,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=0),
+    ))
+    estimate, cost = ledger.settle(reported, content_events=10, model="m")
+    assert estimate is None and cost == Decimal("0.00012")
+    bare = Reply(content_key="k", model=None)
+    estimate, cost = ledger.settle(bare, content_events=7, model="m")  # the request's model
+    assert estimate == UsageEstimate(output_tokens=7, input_tokens=100)
+    assert cost == Decimal("0.000114")
+    other, _ = ledger.settle(Reply(content_key="other"), content_events=3, model="m")
+    assert other is not None and other.input_tokens is None
+    unpriced, no_cost = UsageLedger().settle(Reply(content_key="k"), 2, "m")
+    assert unpriced == UsageEstimate(output_tokens=2) and no_cost is None
+
+
+
+@pytest.mark.anyio
+async def test_a_reply_with_usage_has_no_estimate_and_a_cost(server: ServerThread) -> None:
+    prices = {"m": ModelPrice(input="3", output="15")}
+    async with fluxstream.AsyncClient(server.base_url, prices=prices) as client:
+        reply = await client.chat.complete(model="m", messages=MSG, max_tokens=8)
+    assert reply.usage is not None and reply.usage_estimate is None
+    want = prices["m"].cost(reply.usage.prompt_tokens or 0, reply.usage.completion_tokens or 0)
+    assert reply.cost == want and isinstance(reply.cost, Decimal)
+
+
+@pytest.mark.anyio
+async def test_a_cut_stream_gets_an_estimate_with_the_keys_input_tokens(
+    server: ServerThread,
+) -> None:
+    prices = {"m": ModelPrice(input="1", output="1")}
+    async with fluxstream.AsyncClient(server.base_url, resume=NO_RESUME, prices=prices) as c:
+        first = await c.chat.complete(model="m", messages=MSG, max_tokens=30)
+        assert first.usage is not None
+        cut = await c.chat.stream(
+            model="m", messages=MSG, max_tokens=30, content_key=first.content_key,
+            extra_headers={"X-Fluxstream-Fault": "drop-after-events=5"},
+        ).until_done()
+        silent = await c.chat.complete(model="m", messages=MSG, max_tokens=30,
+                                       include_usage=False)
+    assert cut.outcome is fluxstream.Outcome.TRUNCATED and cut.usage is None
+    estimate = cut.usage_estimate
+    assert estimate is not None and estimate.estimated
+    assert estimate.input_tokens == first.usage.prompt_tokens
+    assert 1 <= estimate.output_tokens < (first.usage.completion_tokens or 0)
+    assert cut.cost == prices["m"].cost(estimate.input_tokens or 0, estimate.output_tokens)
+    # Read to its end without usage: the estimate of a whole reply, no input tokens known.
+    assert silent.usage is None and silent.usage_estimate is not None
+    assert silent.usage_estimate.input_tokens is None
+    assert silent.usage_estimate.output_tokens == first.usage.completion_tokens
+    # Serialised, an estimate says it is one.
+    assert cut.model_dump(mode="json")["usage_estimate"]["estimated"] is True
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_stream_has_its_estimate_on_the_reply(server: ServerThread) -> None:
+    async with fluxstream.AsyncClient(server.base_url) as client:
+        async with client.chat.stream(model="m", messages=MSG, max_tokens=50,
+                                      extra_headers={"X-Fluxstream-Fault": "drip=0.02"}) as s:
+            async for event in s:
+                if isinstance(event, fluxstream.TextDelta) and event.offset > 10:
+                    break
+    reply = s.reply
+    assert reply.outcome is fluxstream.Outcome.CANCELLED and reply.usage is None
+    assert reply.usage_estimate is not None and reply.usage_estimate.output_tokens >= 2
+    assert reply.cost is None  # no prices given
+
+
+@pytest.mark.anyio
+async def test_every_log_line_of_a_stream_carries_its_content_key_and_request_id(
+    server: ServerThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    fast = RetryPolicy(max_attempts=3, base_delay=0.0, max_delay=0.0)
+    with caplog.at_level(logging.DEBUG, logger="fluxstream"):
+        async with fluxstream.AsyncClient(server.base_url, retry=fast) as client:
+            await client.chat.complete(model="m", messages=MSG, content_key="key-1",
+                                       extra_headers={"X-Fluxstream-Fault": "fail-first=1"})
+            await client.chat.complete(
+                model="m", messages=MSG, content_key="key-2", max_tokens=20,
+                extra_headers={"X-Fluxstream-Fault": "drop-after-events=3,fail-first=1"},
+            )
+    records = [r for r in caplog.records if r.name == "fluxstream"]
+    assert any("retry" in r.getMessage() for r in records)
+    assert any("resuming" in r.getMessage() for r in records)
+    for record in records:
+        assert record.content_key in ("key-1", "key-2"), record.getMessage()  # type: ignore[attr-defined]
+        assert hasattr(record, "request_id")
+    resumed = next(r for r in records if "resuming" in r.getMessage())
+    assert resumed.request_id.startswith("req_")  # type: ignore[attr-defined]
+
+
+def test_nothing_imports_opentelemetry_unless_it_is_used(server: ServerThread) -> None:
+    """A stream of a plain client, and the whole package imported, load no OpenTelemetry."""
+    code = textwrap.dedent(f"""
+        import sys, anyio, fluxstream, fluxstream.usage, fluxstream.observe
+        async def main():
+            async with fluxstream.AsyncClient({server.base_url!r}) as client:
+                await client.chat.complete(model="m", messages=[{{"role": "user", "content": "x"}}])
+        anyio.run(main)
+        names = ("opentelemetry", "fluxstream.otel")
+        loaded = sorted(m for m in sys.modules if m.startswith(names))
+        assert not loaded, loaded
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
