@@ -73,6 +73,9 @@ class StreamInfo:
     #: (``"openai"``, ``"anthropic"``; ``None``: not one of theirs).
     api: str | None = field(default=None, compare=False)
     provider: str | None = field(default=None, compare=False)
+    #: What the conventions call the request (``gen_ai.operation.name``): ``"chat"``, or
+    #: ``"generate_content"`` for Gemini's ``streamGenerateContent``.
+    operation: str = field(default="chat", compare=False)
     #: The server's host and port, from the client's base URL (tracing's ``server.*``).
     server_address: str | None = field(default=None, compare=False)
     server_port: int | None = field(default=None, compare=False)

@@ -57,7 +57,8 @@ __all__ = ["OpenTelemetryObserver", "instrument"]
 #: The instrumentation scope's name (tracer and meter).
 SCOPE = "fluxstream"
 
-#: The conventions' operation for a streamed reply of any of the three APIs.
+#: The conventions' operation for a streamed reply, unless its API names another
+#: (:attr:`fluxstream.apis.Api.operation`: Gemini's is ``generate_content``).
 OPERATION = "chat"
 
 #: Request parameters the conventions name, from each API's body field.
@@ -202,7 +203,7 @@ class StreamSpan(StreamObserver):
         owner = self._owner
         body = info.body
         common: dict[str, Any] = {
-            "gen_ai.operation.name": OPERATION,
+            "gen_ai.operation.name": info.operation,
             # The API's own (its registry entry), else its name: the conventions' attribute
             # is required, and an API of no listed provider still says which it is.
             "gen_ai.provider.name": owner.provider_name or info.provider or info.api or "_OTHER",
@@ -221,7 +222,7 @@ class StreamSpan(StreamObserver):
             messages = input_messages(body)
             if messages:
                 attributes["gen_ai.input.messages"] = _json(messages)
-        name = OPERATION if info.model is None else f"{OPERATION} {info.model}"
+        name = info.operation if info.model is None else f"{info.operation} {info.model}"
         self._started = time.monotonic()
         self._span = owner.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
 

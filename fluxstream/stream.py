@@ -176,7 +176,8 @@ class ReplyStream(StructuredOutput):
                 content_key=self._parser.content_key, path=spec.path,
                 model=model if isinstance(model, str) else None, resuming=reader.resuming,
                 body=MappingProxyType(spec.body), api=spec.api.name,
-                provider=spec.api.provider, server_address=host, server_port=port,
+                provider=spec.api.provider, operation=spec.api.operation,
+                server_address=host, server_port=port,
             ))
         try:
             events = await reader.open()

@@ -68,6 +68,8 @@ class Api:
     #: Its ``gen_ai.provider.name`` in the OpenTelemetry GenAI conventions (``"openai"``,
     #: ``"anthropic"``), for traces (:mod:`fluxstream.otel`); ``None``: none of theirs.
     provider: ClassVar[str | None] = None
+    #: Its ``gen_ai.operation.name`` in the same conventions: what a streamed request is.
+    operation: ClassVar[str] = "chat"
     #: The path under the client's ``base_url`` that a streaming request is posted to.
     path: ClassVar[str]
     #: The attribute of :class:`~fluxstream.client.AsyncClient` that serves it (``client.chat``).

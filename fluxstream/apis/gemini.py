@@ -32,6 +32,7 @@ class Gemini(Api):
     title = "Gemini"
     vendor = "Google"
     provider = "gcp.gemini"
+    operation = "generate_content"
     path = "models/{model}:streamGenerateContent?alt=sse"
     endpoint = "gemini"
     messages_field = "contents"

@@ -46,3 +46,6 @@ def test_the_operation_and_providers_are_the_conventions_values() -> None:
     assert gen_ai_attributes.GenAiOperationNameValues.CHAT.value == fluxstream.otel.OPERATION
     providers = {v.value for v in gen_ai_attributes.GenAiProviderNameValues}
     assert {api.provider for api in apis.registered()} <= providers
+    operations = {v.value for v in gen_ai_attributes.GenAiOperationNameValues}
+    assert {api.operation for api in apis.registered()} <= operations
+    assert apis.get("gemini").operation == "generate_content"
