@@ -202,9 +202,8 @@ class AsyncClient:
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        self._default_query = default_query
         self._url = _BaseURL(base, source, default_query)
-        #: The API root as given, without credentials (and with the query, if any).
-        self.base_url = self._url.shown
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._api_key = Secret(_header_safe(key, "api_key", "the key")) if key else None
         self._timeouts = _configured_timeouts(
@@ -226,11 +225,10 @@ class AsyncClient:
         }
         # Merged once: most requests add no headers of their own (see ``_build_request``).
         # Without the key: it is revealed only when a request is built.
-        self._post_headers = self._merge_headers(True, {}, with_key=False)
-        self._get_headers = self._merge_headers(False, {}, with_key=False)
-        self._authenticates = self._url.auth is not None or (
-            bool(self._api_key) and not _carries_key(self._headers)
-        )
+        self._post_headers = self._merge_headers(True, {})
+        self._get_headers = self._merge_headers(False, {})
+        #: The key is added to requests with none of their own (see ``_build_request``).
+        self._sends_key = bool(self._api_key) and not _carries_key(self._headers)
         self._owns_http = http_client is None
         if http_client is None:
             http_client = make_http_client(
@@ -277,38 +275,81 @@ class AsyncClient:
         return self._gemini
 
     @property
+    def base_url(self) -> str:
+        """The API root as given, without credentials (and with its query, if any).
+
+        Assigning it is taken as the constructor takes ``base_url`` (checked, credentials
+        taken out, ``default_query`` joined): the streams made after it, and their key, go
+        there; a stream made before keeps its host for all its attempts (a retry or a resume
+        never moves a reply to another host half-way), as openai-python and httpx do."""
+        return self._url.shown
+
+    @base_url.setter
+    def base_url(self, value: str) -> None:
+        self._url = _BaseURL(value, "base_url", self._default_query)
+
+    @property
     def timeouts(self) -> Timeouts:
         """Every deadline of this client's streams, each field given
         (:class:`~fluxstream.timeouts.Timeouts`); a request's ``timeouts=`` goes over it."""
         return self._timeouts
 
+    # The shorthands of the constructor's timeout keywords. Assigning one replaces the
+    # client's ``timeouts`` with that field changed, checked as the keyword is; the streams
+    # made after it use it.
+
     @property
     def timeout(self) -> httpx.Timeout:
-        """The HTTP library's timeouts (``timeouts``' connect, read, write and pool)."""
+        """The HTTP library's timeouts (``timeouts``' connect, read, write and pool);
+        assigning an ``httpx.Timeout`` or seconds sets those four fields."""
         t = self._timeouts
         return httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool)
+
+    @timeout.setter
+    def timeout(self, value: httpx.Timeout | float | None) -> None:
+        self._timeouts = self._timeouts.replace(**_shorthand_fields("timeout", value))
 
     @property
     def idle_timeout(self) -> float | None:
         """``timeouts.idle``; without it nor a read timeout, the stall timeout (a silent
-        socket must not outlive a stalled stream)."""
+        socket must not outlive a stalled stream). Assigning it sets ``timeouts.idle``."""
         t = self._timeouts
         return t.idle if t.idle is not None or t.read is not None else t.stall
 
+    @idle_timeout.setter
+    def idle_timeout(self, value: float | None) -> None:
+        self._timeouts = self._timeouts.replace(**_shorthand_fields("idle_timeout", value))
+
     @property
     def stall_timeout(self) -> float | None:
-        """``timeouts.stall``: seconds between two pieces of content."""
+        """``timeouts.stall``: seconds between two pieces of content (assignable)."""
         return self._timeouts.stall
+
+    @stall_timeout.setter
+    def stall_timeout(self, value: float | None) -> None:
+        self._timeouts = self._timeouts.replace(**_shorthand_fields("stall_timeout", value))
 
     @property
     def first_token_timeout(self) -> float | None:
-        """``timeouts.first_token``: seconds from the request to the first content."""
+        """``timeouts.first_token``: seconds from the request to the first content
+        (assignable)."""
         return self._timeouts.first_token
+
+    @first_token_timeout.setter
+    def first_token_timeout(self, value: float | None) -> None:
+        self._timeouts = self._timeouts.replace(
+            **_shorthand_fields("first_token_timeout", value)
+        )
 
     @property
     def finish_grace(self) -> float | None:
-        """``timeouts.finish_grace``: the wait for the sentinel once every choice finished."""
+        """``timeouts.finish_grace``: the wait for the sentinel once every choice finished
+        (assignable)."""
         return self._timeouts.finish_grace
+
+    @finish_grace.setter
+    def finish_grace(self, value: float | None) -> None:
+        self._timeouts = self._timeouts.replace(**_shorthand_fields("finish_grace", value))
 
     @property
     def read_timeout(self) -> float | None:
@@ -342,22 +383,20 @@ class AsyncClient:
 
     def _build_get(
         self, path: str, headers: Mapping[str, str], timeouts: Timeouts | None = None, *,
-        api: Api | None = None,
+        api: Api | None = None, url: _BaseURL | None = None,
     ) -> Any:
         """A ``GET`` of ``path`` (query included), authenticated like the stream's requests:
         the Responses API's resume re-reads a stored response this way."""
-        return self._build_request(path, None, headers, timeouts, api=api)
+        return self._build_request(path, None, headers, timeouts, api=api, url=url)
 
     def _merge_headers(
-        self, post: bool, headers: Mapping[str, str], *, with_key: bool = True,
-        api: Api | None = None,
+        self, post: bool, headers: Mapping[str, str], *, api: Api | None = None
     ) -> dict[str, str]:
-        """The headers of a request: ours, the client's, then the request's own (over the
-        API's own, such as a version pin), and the key as the API sends it unless one of them
-        already carries a key."""
+        """The headers of a request, without credentials: ours, the client's, then the
+        request's own (over the API's own, such as a version pin)."""
         # Header names are case-insensitive: merge them lowercased, so a caller's own
         # Authorization (a proxy's token) replaces ours instead of being sent beside it.
-        all_headers = {
+        return {
             "accept": "text/event-stream",
             **({"content-type": "application/json"} if post else {}),
             "user-agent": _USER_AGENT,
@@ -365,21 +404,18 @@ class AsyncClient:
             **(api.headers if api is not None else {}),
             **{name.lower(): value for name, value in headers.items()},
         }
-        if with_key:
-            self._authenticate(all_headers, api)
-        return all_headers
 
-    def _authenticate(self, headers: dict[str, str], api: Api | None) -> None:
+    def _authenticate(self, headers: dict[str, str], api: Api | None, url: _BaseURL) -> None:
         """Add the credentials to ``headers`` (lowercased), revealed only now: the key as the
         API sends it (a Bearer token unless ``api`` says otherwise) unless a header already
-        carries a key, and the base URL's credentials as Basic authentication in place of
-        any other ``Authorization`` (httpx's rule for a URL with credentials)."""
+        carries a key, and ``url``'s credentials as Basic authentication in place of any
+        other ``Authorization`` (httpx's rule for a URL with credentials)."""
         key = self._api_key
         if key and not _carries_key(headers):
             name, value = (api.credential if api is not None else bearer)(key.reveal())
             headers[name] = value
-        if self._url.auth is not None:
-            headers["authorization"] = self._url.auth.reveal()
+        if url.auth is not None:
+            headers["authorization"] = url.auth.reveal()
 
     def _build_request(
         self,
@@ -389,17 +425,22 @@ class AsyncClient:
         timeouts: Timeouts | None = None,
         *,
         api: Api | None = None,
+        url: _BaseURL | None = None,
     ) -> Any:
         """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), to
-        ``api`` (``None``: an API that takes the key as a Bearer token and adds no header),
-        under the HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
+        ``api`` (``None``: an API that takes the key as a Bearer token and adds no header)
+        under ``url`` (the client's base URL when ``None``), under the HTTP timeouts of
+        ``timeouts`` (the request's; the client's when ``None``)."""
+        if url is None:
+            url = self._url
         if headers or (api is not None and api.headers):
             all_headers = self._merge_headers(body is not None, headers, api=api)
+            self._authenticate(all_headers, api, url)
         else:  # the usual case: only the client's own headers, merged once
             all_headers = self._post_headers if body is not None else self._get_headers
-            if self._authenticates:
+            if self._sends_key or url.auth is not None:
                 all_headers = dict(all_headers)
-                self._authenticate(all_headers, api)
+                self._authenticate(all_headers, api, url)
         extra: dict[str, Any] = {}
         t = self._timeouts if timeouts is None else timeouts
         # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too. Left
@@ -412,7 +453,7 @@ class AsyncClient:
         content = None if body is None else encode_body(body)
         return self._http.build_request(
             "GET" if body is None else "POST",
-            self._url.join(path),
+            url.join(path),
             content=content,
             headers=all_headers,
             **extra,
@@ -466,14 +507,17 @@ class _StreamFactory:
         timeouts: Timeouts | None,
     ) -> RequestSpec:
         client = self.client
+        # Every attempt of the stream goes to the base URL in force now: a retry or a resume
+        # never moves a reply (and the credentials it is sent with) to another host half-way.
+        url = client._url
 
         def build(
             path: str, body: Mapping[str, Any], headers: Mapping[str, str], timeouts: Timeouts
         ) -> Any:
-            return client._build_request(path, body, headers, timeouts, api=api)
+            return client._build_request(path, body, headers, timeouts, api=api, url=url)
 
         def build_get(path: str, headers: Mapping[str, str], timeouts: Timeouts) -> Any:
-            return client._build_request(path, None, headers, timeouts, api=api)
+            return client._build_request(path, None, headers, timeouts, api=api, url=url)
 
         return RequestSpec(
             api=api,
@@ -914,13 +958,12 @@ def _configured_timeouts(
         raise TypeError(f"timeouts must be a Timeouts, not {type(timeouts).__name__}")
     requested = timeouts if timeouts is not None else Timeouts()
     shorthand: dict[str, tuple[str, float | None]] = {}  # field: (keyword, value)
-    if not isinstance(timeout, _NotGiven):
-        http = _as_timeout(timeout)
-        shorthand.update((name, ("timeout", getattr(http, name))) for name in HTTP_FIELDS)
-    for keyword, value in keywords.items():
-        name, default = _TIMEOUT_KEYWORDS[keyword]
-        if value != default:  # left at its default, a keyword says nothing
-            shorthand[name] = (keyword, value)
+    said: dict[str, Any] = {} if isinstance(timeout, _NotGiven) else {"timeout": timeout}
+    # Left at its default, a keyword says nothing.
+    said.update((k, v) for k, v in keywords.items() if v != _TIMEOUT_KEYWORDS[k][1])
+    for keyword, value in said.items():
+        fields = _shorthand_fields(keyword, value)
+        shorthand.update((name, (keyword, seconds)) for name, seconds in fields.items())
     for name, (keyword, _) in shorthand.items():
         if name in requested.given:
             raise TypeError(
@@ -932,6 +975,15 @@ def _configured_timeouts(
     http = _as_timeout(DEFAULT_TIMEOUT if own is None else own)
     base = Timeouts(**{name: getattr(http, name) for name in HTTP_FIELDS})
     return base.complete().merge(requested)
+
+
+def _shorthand_fields(keyword: str, value: Any) -> dict[str, float | None]:
+    """The :class:`Timeouts` fields a timeout keyword of the client stands for (given to the
+    constructor or assigned): ``timeout`` the four HTTP ones, the others one each."""
+    if keyword == "timeout":
+        http = _as_timeout(value)
+        return {name: getattr(http, name) for name in HTTP_FIELDS}
+    return {_TIMEOUT_KEYWORDS[keyword][0]: value}
 
 
 def _as_timeout(value: Any) -> httpx.Timeout:
