@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import msgspec
@@ -33,7 +33,7 @@ from .apis.anthropic_messages import ANTHROPIC_MESSAGES
 from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
 from .apis.gemini import GEMINI
 from .apis.responses import RESPONSES
-from .errors import ResumeTokenError, show_key
+from .errors import show_key
 from .limits import StreamLimits
 from .observe import StreamObserver
 from .parser import StreamParser
@@ -552,11 +552,47 @@ class _StreamFactory:
         )
 
 
-class Chat:
-    """``client.chat``: Chat Completions streaming."""
+class _TypedEndpoint:
+    """What the typed signatures of the APIs share: the client's generic endpoint of their
+    API (:attr:`_api`), and ``resume``, which has nothing of an API's own to add."""
+
+    #: The registered API whose endpoint this is.
+    _api: ClassVar[Api]
 
     def __init__(self, client: AsyncClient) -> None:
-        self._endpoint = client._endpoints[CHAT_COMPLETIONS.name]
+        self._endpoint = client._endpoints[self._api.name]
+
+    def resume(
+        self,
+        token: Mapping[str, Any],
+        *,
+        extra_headers: Mapping[str, str] | None = None,
+        resume: ResumePolicy | None = None,
+        retry: RetryPolicy | None = None,
+        response_format: Any = None,
+        timeouts: Timeouts | None = None,
+        observers: Sequence[StreamObserver] = (),
+    ) -> ReplyStream:
+        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
+        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
+        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
+        type the original stream was asked for (a token carries its schema, not the type),
+        so that ``objects()`` and ``parsed`` continue from the partial object.
+        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        (after the client's own)."""
+        return self._endpoint.resume(
+            token, extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
+        )
+
+
+class Chat(_TypedEndpoint):
+    """``client.chat``: Chat Completions streaming."""
+
+    _api = CHAT_COMPLETIONS
+
+    def __init__(self, client: AsyncClient) -> None:
+        super().__init__(client)
         self._endpoints = client._endpoints
 
     def stream(
@@ -622,8 +658,6 @@ class Chat:
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
         partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
         this stream only (after the client's own)."""
-        if not isinstance(token, Mapping):
-            raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(
@@ -634,11 +668,10 @@ class Chat:
     complete = completing(stream)
 
 
-class Responses:
+class Responses(_TypedEndpoint):
     """``client.responses``: OpenAI Responses API streaming (``POST {base_url}/responses``)."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._endpoint = client._endpoints[RESPONSES.name]
+    _api = RESPONSES
 
     def stream(
         self,
@@ -683,37 +716,13 @@ class Responses:
             resume=resume, timeouts=timeouts, observers=observers,
         )
 
-    def resume(
-        self,
-        token: Mapping[str, Any],
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-        resume: ResumePolicy | None = None,
-        retry: RetryPolicy | None = None,
-        response_format: Any = None,
-        timeouts: Timeouts | None = None,
-        observers: Sequence[StreamObserver] = (),
-    ) -> ReplyStream:
-        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
-        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
-        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
-        type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object.
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own)."""
-        return self._endpoint.resume(
-            token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format, timeouts=timeouts, observers=observers,
-        )
-
     complete = completing(stream)
 
 
-class Messages:
+class Messages(_TypedEndpoint):
     """``client.messages``: Anthropic Messages streaming (``POST {base_url}/messages``)."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._endpoint = client._endpoints[ANTHROPIC_MESSAGES.name]
+    _api = ANTHROPIC_MESSAGES
 
     def stream(
         self,
@@ -759,39 +768,15 @@ class Messages:
             resume=resume, timeouts=timeouts, observers=observers,
         )
 
-    def resume(
-        self,
-        token: Mapping[str, Any],
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-        resume: ResumePolicy | None = None,
-        retry: RetryPolicy | None = None,
-        response_format: Any = None,
-        timeouts: Timeouts | None = None,
-        observers: Sequence[StreamObserver] = (),
-    ) -> ReplyStream:
-        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
-        ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
-        that go on, the partial reply already in ``stream.reply``. ``response_format``: the
-        type the original stream was asked for (a token carries its schema, not the type),
-        so that ``objects()`` and ``parsed`` continue from the partial object.
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own)."""
-        return self._endpoint.resume(
-            token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format, timeouts=timeouts, observers=observers,
-        )
-
     complete = completing(stream)
 
 
-class Gemini:
+class Gemini(_TypedEndpoint):
     """``client.gemini``: Google Gemini streaming (``POST {base_url}/models/{model}:
     streamGenerateContent?alt=sse``; ``base_url`` is the API root, such as
     ``https://generativelanguage.googleapis.com/v1beta``)."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self._endpoint = client._endpoints[GEMINI.name]
+    _api = GEMINI
 
     def stream(
         self,
@@ -841,24 +826,6 @@ class Gemini:
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-        )
-
-    def resume(
-        self,
-        token: Mapping[str, Any],
-        *,
-        extra_headers: Mapping[str, str] | None = None,
-        resume: ResumePolicy | None = None,
-        retry: RetryPolicy | None = None,
-        response_format: Any = None,
-        timeouts: Timeouts | None = None,
-        observers: Sequence[StreamObserver] = (),
-    ) -> ReplyStream:
-        """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
-        ``client.chat.resume`` does, which hands such tokens here)."""
-        return self._endpoint.resume(
-            token, extra_headers=extra_headers, resume=resume, retry=retry,
-            response_format=response_format, timeouts=timeouts, observers=observers,
         )
 
     complete = completing(stream)

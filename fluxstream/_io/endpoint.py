@@ -153,21 +153,19 @@ class Endpoint:
         self,
         token: Mapping[str, Any],
         *,
-        extra_headers: Mapping[str, str] | None = None,
-        resume: ResumePolicy | None = None,
-        retry: RetryPolicy | None = None,
-        response_format: Any = None,
-        timeouts: Timeouts | None = None,
-        observers: Sequence[StreamObserver] = (),
+        extra_headers: Mapping[str, str] | None,
+        resume: ResumePolicy | None,
+        retry: RetryPolicy | None,
+        response_format: Any,
+        timeouts: Timeouts | None,
+        observers: Sequence[StreamObserver],
     ) -> ReplyStream:
         """The one way a resume token becomes a stream: the token must be of this API
         (:func:`fluxstream.apis.for_token`) and of this version; its partial reply and
         offsets are taken over by a parser of the API's wire format, and its body is sent
         again to the API's own path."""
-        if not isinstance(token, Mapping):
-            raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
         api = self.api
-        named = apis.for_token(token)
+        named = apis.for_token(token)  # refuses a token that is no mapping
         if named is not api:  # read as this API's wire format, it would go to the wrong API
             raise ResumeTokenError(
                 f"the resume token is of another API ({named.name!r}, not {api.name!r}): "

@@ -70,8 +70,11 @@ def for_token(token: Mapping[str, Any]) -> Api:
     names only *chooses* among the registered APIs; the request goes to that API's own path,
     never to the token's text. A token names its API by ``api``; older ones by ``path`` (the
     API's path, slashes around it allowed), and the oldest by nothing (Chat Completions). A
-    token that names both must name one API by both.
+    token that names both must name one API by both. A token that is no mapping is refused
+    here too, so that every way in says so in the same words.
     """
+    if not isinstance(token, Mapping):
+        raise ResumeTokenError(f"a resume token is a mapping, not {type(token).__name__}")
     named, path = token.get("api"), token.get("path")
     by_path = None if path is None or path == "" else _by_path(path)
     if named is None:
