@@ -28,8 +28,8 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
   ``aiter_bytes``), ``httpx-sse+json.loads``, ``openai`` (``AsyncOpenAI`` on its own default
   HTTP client, httpx2, pool raised to the same 1,000 kept-alive connections) and
   ``fluxstream`` (``fluxstream.AsyncClient(base_url, api_key)``: the default, nothing
-  injected; one client per regime URL, as a client's ``base_url`` is fixed when it is made).
-  ``--options`` adds the alternatives measured for issue 14.
+  injected; one client per regime URL, each warmed on it, so no pool serves two regimes).
+  ``--options`` adds the transports measured to choose the default client (httpx, httpx2).
 * **Paired rounds**: each round runs every regime, and within a regime every contender one
   after another (the order rotates between rounds), on the same server, so the ratios of one
   round compare runs seconds apart; the tables show medians over rounds of the CPU per delta

@@ -1,4 +1,4 @@
-"""Growth of the sans-IO paths that issue 10 (items 7 and 8) found super-linear or unbounded.
+"""Growth of the sans-IO paths that were once super-linear or unbounded: each must stay linear.
 
 Run from the repository root::
 

@@ -10,9 +10,8 @@ and ``cancel()``. Each concern behind it has a module of its own:
   :class:`~fluxstream._core.progress.Progress` (sans-IO) keeps the clocks;
 * :class:`~fluxstream._io.channel.Channel` is the loop over attempts and the reads of the current
   one; :class:`~fluxstream._io.attempt.Attempt` is one request/response (send, check, read, close);
-* :mod:`fluxstream._core.coalesce` and :mod:`fluxstream._io.readahead` pace ``text(coalesce=...)``
-and
-  ``objects(coalesce=...)``;
+* :mod:`fluxstream._core.coalesce` and :mod:`fluxstream._io.readahead` pace
+  ``text(coalesce=...)`` and ``objects(coalesce=...)``;
 * :class:`~fluxstream._core.observers.ObserverSet` tells the stream's observers
   (:mod:`fluxstream.observe`) when it opens (:meth:`ReplyStream._open`), each event it delivers
   (``__anext__``) and when it ends (:meth:`ReplyStream._observe_end`, on every way out);

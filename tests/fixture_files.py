@@ -3,7 +3,7 @@
 The corpus (recorded chat streams, the SSE framing cases, the quirk notes) is carried inside the
 repository in ``tests/fixtures/`` so that a fresh clone runs the whole suite. A fixture the suite
 owns that is missing is a broken checkout, never a reason to skip: a skip would let two thirds of
-the suite pass silently (issue 13). ``../shared/fixtures`` beside the checkout, where present, is
+the suite pass silently (a fresh clone once skipped most of it). ``../shared/fixtures`` beside the checkout, where present, is
 only an extra cross-check (``tests/formats/test_fixture_corpus.py``).
 """
 

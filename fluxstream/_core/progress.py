@@ -1,9 +1,10 @@
 """The clocks of one stream, sans-IO: when it started, when content came, which deadline passed.
 
-:class:`~fluxstream._io.reader.StreamReader` reports each read's events and the time; this
-object says which :class:`~fluxstream.timeouts.Deadline` has passed, how long the next read
-or the next response head may wait and for which deadline, and how long the stream may still
-wait for the sentinel once every choice has finished (``finish_grace``). Every limit comes
+:class:`~fluxstream._io.reader.StreamReader` reports each read's events and the time, and
+:class:`~fluxstream._io.channel.Channel` asks how long its next wait may last; this object
+says which :class:`~fluxstream.timeouts.Deadline` has passed, how long the next read, the
+next response head or a backoff may wait and for which deadline, and how long the stream may
+still wait for the sentinel once every choice has finished (``finish_grace``). Every limit comes
 from one :class:`~fluxstream.timeouts.Timeouts`. No event loop here: ``now`` is passed in
 (``time.monotonic()`` seconds), so each rule is tested without sleeping.
 """

@@ -1,7 +1,7 @@
 """One HTTP attempt of a stream: send the request, check status and content type, read, close.
 
 :class:`Attempt` is everything that touches one request/response pair and nothing else; the
-loop over attempts (retry, resume, backoff) lives in :class:`~fluxstream.stream.ReplyStream`
+loop over attempts (retry, resume, backoff) lives in :class:`~fluxstream._io.channel.Channel`
 and the decision in :class:`~fluxstream._core.recovery.Recovery`. Keeping one attempt apart means a
 new transport changes this file only (a new API changes none of it: the request is built by
 what :class:`RequestSpec` carries), and the rules of ``cancel()`` (a synchronous

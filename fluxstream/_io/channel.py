@@ -1,7 +1,7 @@
 """The connection side of a stream: the loop over attempts, and reads of the current one.
 
-:class:`~fluxstream.stream.ReplyStream` iterates and states outcomes; :class:`Channel` gets it
-bytes. It sends the request (retrying what fails before a response is usable, as
+:class:`~fluxstream._io.reader.StreamReader` turns bytes into events and states outcomes;
+:class:`Channel` gets it the bytes. It sends the request (retrying what fails before a response is usable, as
 :class:`~fluxstream._core.recovery.Recovery` decides), reads the
 current :class:`~fluxstream._io.attempt.Attempt` directly or through a
 :class:`~fluxstream._io.readahead.ReadAhead` task, waits out backoffs, and makes ``cancel()``

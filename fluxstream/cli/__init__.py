@@ -11,8 +11,9 @@ scripts can act on them:
 4     cancelled (Ctrl-C)
 ====  ==============================================================
 
-The arguments live in :mod:`._cli_args`, what is printed (and how control characters from a
-server are kept off the terminal) in :mod:`._cli_render`, capture files in :mod:`._capture`.
+The arguments live in :mod:`.args`, what is printed (and how control characters from a
+server are kept off the terminal) in :mod:`.render`, capture files in :mod:`.capture`, the
+demo's transport and tallies in :mod:`.demo`.
 """
 
 from __future__ import annotations
@@ -161,8 +162,10 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
         headers["X-Fluxstream-Profile"] = profile
     defaults: tuple[str, ...] = DEMO_FAULTS
     if api.prefill_resume:
-        # Not right after the newline: a prefill that ends in whitespace is refused by
-        # Anthropic (and so by the embedded server), and the client does not yet trim it.
+        # Where the text does not end in whitespace, for an API resumed by a prefill.
+        # Anthropic (and the embedded server) refuse a prefill ending in whitespace, but the
+        # client sends it trimmed (``StreamParser.continuation``), so the shared drop point
+        # would work too: this one is kept only so that each API's demo shows what it showed.
         defaults = tuple(
             "drop-after-events=14" if f.startswith("drop-after-events=") else f
             for f in DEMO_FAULTS

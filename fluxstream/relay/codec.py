@@ -11,9 +11,10 @@ position it saw never sees a piece of text twice and never misses one. ``"0-0"``
 position) means "from the start". Positions are also the ``id:`` of the relay's SSE output, so
 a browser's ``Last-Event-ID`` is one.
 
-Coalescing is local to this module: consecutive deltas of one channel whose offsets are
-contiguous are joined. (Helper h1 is extracting a shared coalescer into
-``fluxstream._core.coalesce``; this one can move there once it exists.)
+Coalescing here joins the events of one entry: consecutive deltas of one channel whose
+offsets are contiguous become one event, still an ``Event`` with its key and offset. It is
+not :mod:`fluxstream._core.coalesce`, which paces picked items (strings, objects) in time for
+``text(coalesce=)`` and hands them on without their events.
 """
 
 from __future__ import annotations

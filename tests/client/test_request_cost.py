@@ -1,5 +1,5 @@
-"""Work the default client must not do per request (issue 14: the cost of a request counts
-as much as the cost of a delta when replies are short or arrive in a few large reads).
+"""Work the default client must not do per request (the cost of a request counts as much as
+the cost of a delta when replies are short or arrive in a few large reads).
 
 These are behaviour checks of what runs, not timings: each counts calls that the old code
 made on every request and that cost tens of microseconds each.

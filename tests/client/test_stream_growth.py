@@ -1,4 +1,5 @@
-"""Growth checks for the stream/parser hot paths of issue 10 item 7, and the echo filter.
+"""Growth checks for the stream/parser hot paths that once grew super-linearly, and the echo
+filter.
 
 Each growth check runs the same work at two sizes and asserts the *ratio* (or an operation
 count), never an absolute time, so a loaded machine slows both sizes alike:

@@ -1,5 +1,5 @@
-"""Leaks and crashes around ``text(coalesce=...)``, ``cancel()``, ``aclose()`` and trio (issue 10
-item 4). Real sockets: the embedded server in the test's own event loop.
+"""Leaks and crashes around ``text(coalesce=...)``, ``cancel()``, ``aclose()`` and trio. Real
+sockets: the embedded server in the test's own event loop.
 
 A leaked connection shows as a ``PoolTimeout`` once more streams than ``max_connections`` ran;
 a leaked task or generator as a ``ResourceWarning`` / "Task was destroyed" / an unraisable

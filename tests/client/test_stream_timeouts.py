@@ -1,4 +1,4 @@
-"""Timeouts a hostile or slow server must not defeat (issue 10 item 6).
+"""Timeouts a hostile or slow server must not defeat.
 
 Only content is progress: heartbeats, junk ``data:`` frames and a usage chunk sent forever must
 not keep a stream alive past ``stall_timeout``; a response head trickled one byte at a time is

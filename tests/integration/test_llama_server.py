@@ -244,7 +244,7 @@ async def test_two_choices_match_openai_python(llama_server: LlamaServer) -> Non
         assert choice.text == "".join(expected[choice.index])
         assert choice.text  # the model said something
         assert choice.finish_reason == finishes[choice.index] is not None
-    # Every usage object is kept (issue 10, item 10); `reply.usage` is one of them.
+    # Every usage object is kept, not only the last; `reply.usage` is one of them.
     updates = reply.usage_updates  # type: ignore[attr-defined]
     assert len(updates) == len(usages) == 2
     assert [u.completion_tokens for u in updates] == [u.completion_tokens for u in usages]
@@ -294,7 +294,7 @@ async def test_reading_the_prompt_is_not_a_stall(
     llama_server: LlamaServer, slow_prompt: dict[str, Any]
 ) -> None:
     """Heartbeats before the first token are prompt processing, not a stalled generation:
-    ``stall_timeout`` counts only between content (issue 10, item 6), so a stall timeout
+    ``stall_timeout`` counts only between content (from the first content on), so a stall timeout
     sized for the gaps between tokens does not end a stream whose prompt takes long to read.
     The prompt must again take the server over a second to read (it pings then):
     reading speed varies from request to request, so it grows until the server did ping."""

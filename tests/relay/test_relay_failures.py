@@ -1,5 +1,7 @@
-"""Audit of the relay (a2-relay): cases the contract suite did not cover, each of which failed
-before its fix. Memory and Redis logs alike where the case applies to both."""
+"""Relay failures the contract suite does not reach: takeovers, cancels and stops racing the
+producer, a stuck or closed Redis, a reply recreated under its follower, producers that
+vanish or consume slowly. Each case once failed (a hang, a leak, a lost reply). Memory and
+Redis logs alike where the case applies to both."""
 
 from __future__ import annotations
 
@@ -69,8 +71,8 @@ async def test_a_cancelled_reply_leaves_no_cancel_subscription_behind(
 
     from fluxstream.relay import RedisReplyLog
 
-    producer = RedisReplyLog(redis_server.url, prefix="audit-sub:")
-    stopper = RedisReplyLog(redis_server.url, prefix="audit-sub:")
+    producer = RedisReplyLog(redis_server.url, prefix="failures-sub:")
+    stopper = RedisReplyLog(redis_server.url, prefix="failures-sub:")
     probe = Redis.from_url(redis_server.url)
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
@@ -202,7 +204,7 @@ async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
 
     from fluxstream.relay import Entry, RedisReplyLog
 
-    log = RedisReplyLog(redis_server.url, prefix="audit-recreate:", lease=5.0)
+    log = RedisReplyLog(redis_server.url, prefix="failures-recreate:", lease=5.0)
     probe = Redis.from_url(redis_server.url)
     try:
         await log._create("again", "first", {})

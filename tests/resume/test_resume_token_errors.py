@@ -1,8 +1,8 @@
 """A resume token comes back from somewhere else (a database, a browser, another worker), so a
 damaged or foreign one is bad input: it gets one typed error, ``ResumeTokenError`` (a
 ``FluxstreamError`` and a ``ValueError``), never an ``AttributeError`` or ``KeyError`` from
-deep inside the parser. Found by the formats audit: ``offsets`` of the wrong shape crashed
-``restore()`` in every format."""
+deep inside the parser: ``offsets`` of the wrong shape once crashed ``restore()`` in every
+format, so each format is checked with every malformed field."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Structured output end to end over real sockets: the client, the embedded server (which
 builds tool arguments from the tool's JSON schema) and StructuredTracker, on asyncio and trio.
 
-The server does not yet stream schema-shaped *content* for ``response_format`` (it answers
-with its plain text), which doubles as the "model answered with text that is not JSON" case.
+The server answers a ``response_format`` schema with schema-shaped JSON content; its
+``ignore-schema`` profile answers plain text instead, the "model answered with text that is
+not JSON" case.
 """
 
 from __future__ import annotations
