@@ -1,10 +1,11 @@
 """Where the suite's fixture corpus lives, and what a missing fixture does: it fails.
 
 The corpus (recorded chat streams, the SSE framing cases, the quirk notes) is carried inside the
-repository in ``tests/fixtures/`` so that a fresh clone runs the whole suite. A fixture the suite
-owns that is missing is a broken checkout, never a reason to skip: a skip would let two thirds of
-the suite pass silently (a fresh clone once skipped most of it). ``../shared/fixtures`` beside the checkout, where present, is
-only an extra cross-check (``tests/formats/test_fixture_corpus.py``).
+repository in ``tests/fixtures/`` so that a fresh clone runs the whole suite. A fixture the
+suite owns that is missing is a broken checkout, never a reason to skip: a skip would let two
+thirds of the suite pass silently (a fresh clone once skipped most of it).
+``../shared/fixtures`` beside the checkout, where present, is only an extra cross-check
+(``tests/formats/test_fixture_corpus.py``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """The connection side of a stream: the loop over attempts, and reads of the current one.
 
 :class:`~fluxstream._io.reader.StreamReader` turns bytes into events and states outcomes;
-:class:`Channel` gets it the bytes. It sends the request (retrying what fails before a response is usable, as
-:class:`~fluxstream._core.recovery.Recovery` decides), reads the
-current :class:`~fluxstream._io.attempt.Attempt` directly or through a
+:class:`Channel` gets it the bytes. It sends the request (retrying what fails before a response
+is usable, as :class:`~fluxstream._core.recovery.Recovery` decides), reads the current
+:class:`~fluxstream._io.attempt.Attempt` directly or through a
 :class:`~fluxstream._io.readahead.ReadAhead` task, waits out backoffs, and makes ``cancel()``
-reach whatever is pending: a send, a wait, or a read. Which request a retry or a resume
-sends after a drop is :mod:`fluxstream._io.reconnect`'s (it calls :meth:`Channel.connect`).
+reach whatever is pending: a send, a wait, or a read. Which request a retry or a resume sends
+after a drop is :mod:`fluxstream._io.reconnect`'s (it calls :meth:`Channel.connect`).
 
 ``recovery.cancelled`` is the one flag that says the caller cancelled; every wait checks it
 before and after, so nothing is sent after a cancel.

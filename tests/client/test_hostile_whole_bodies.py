@@ -1,6 +1,6 @@
-"""Whole (non-event-stream) bodies from a hostile server become typed errors (the transport's
-side; the parser's is tested sans-IO): a 200 JSON body that is not an object, JSON nested deeper than Python's
-recursion limit (in a reply or in a 4xx/5xx error body, which must still be an
+"""Whole (non-event-stream) bodies from a hostile server become typed errors (the transport's side;
+the parser's is tested sans-IO): a 200 JSON body that is not an object, JSON nested deeper than
+Python's recursion limit (in a reply or in a 4xx/5xx error body, which must still be an
 ``APIStatusError`` and be retried when its status is retryable), and a connection that breaks
 while such a body is read. Never a raw ``TypeError``, ``RecursionError`` or ``httpx`` error.
 

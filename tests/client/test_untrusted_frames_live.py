@@ -1,6 +1,6 @@
 """What the sans-IO layers do with untrusted frames, seen through the client over a real socket
-(127.0.0.1): the typed outcomes reach ``AsyncClient`` users, and no stream ends ``cancelled`` or with an untyped
-exception because of server-controlled input."""
+(127.0.0.1): the typed outcomes reach ``AsyncClient`` users, and no stream ends ``cancelled`` or
+with an untyped exception because of server-controlled input."""
 
 from __future__ import annotations
 
