@@ -2,7 +2,8 @@
 
 ``recovery`` decides retry, resume or give up (state in, decision out); ``progress`` keeps a
 stream's clocks and says what is overdue; ``resume_check`` verifies a reconnect before it is
-trusted; ``coalesce`` paces items per frame. The I/O layer (:mod:`fluxstream._io`) acts on
+trusted; ``coalesce`` paces items per frame; ``observers`` tells a stream's observers, once
+each, whatever one of them raises. The I/O layer (:mod:`fluxstream._io`) acts on
 what they decide, so each is tested as a table, without I/O.
 
 Below the public vocabulary sit the pieces the reply model itself needs, so that it imports

@@ -2,8 +2,11 @@
 
 One request and its response (``attempt``), the loop over attempts and the reads
 (``channel``), what each resume strategy sends after a drop (``reconnect``), the reader that
-enforces the deadlines and states the outcome (``reader``), the HTTP clients fluxstream creates
-(``default_client``, ``aiohttp_client``) and what it needs to know about any HTTP library
-(``http_library``). The public face over all of it is :mod:`fluxstream.stream` and
-:mod:`fluxstream.client`; nothing here is imported by the sans-IO core.
+enforces the deadlines and states the outcome (``reader``), the body read in a task of its own
+for ``text(coalesce=)`` (``readahead``, on ``tasks``), the stream's structured output
+(``stream_objects``, ``structured_output``), the one generic endpoint every API's requests go
+through (``endpoint``), the HTTP clients fluxstream creates (``default_client``,
+``aiohttp_client``) and what it needs to know about any HTTP library (``http_library``). The
+public face over all of it is :mod:`fluxstream.stream` and :mod:`fluxstream.client`; nothing
+here is imported by the sans-IO core.
 """
