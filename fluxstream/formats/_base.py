@@ -369,6 +369,16 @@ def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
         cached = _detail(raw, "input_tokens_details", "cached_tokens")
         reasoning = _detail(raw, "output_tokens_details", "reasoning_tokens")
         total = _count(raw.get("total_tokens"))
+    return fill_usage(result, prompt=prompt, completion=completion, total=total,
+                      cached=cached, reasoning=reasoning)
+
+
+def fill_usage(result: Usage, *, prompt: int | None, completion: int | None,
+               total: int | None, cached: int | None, reasoning: int | None) -> Usage:
+    """``result`` with the Chat Completions names filled from a provider's own counts (each
+    format reads its own field names; what is filled from them is the same for all):
+    ``total_tokens`` is the sum when the provider sent none, and nothing filled is marked as
+    sent."""
     if total is None and prompt is not None and completion is not None:
         total = prompt + completion
     _derive(result, "prompt_tokens", prompt)

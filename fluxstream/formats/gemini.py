@@ -64,7 +64,7 @@ from ..events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpda
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason
 from ..sse import ServerSentEvent
-from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
+from ..wire import Usage
 from ._base import (
     BIG_FRAME,
     MAX_KEPT_CHARS,
@@ -72,6 +72,7 @@ from ._base import (
     checked_usage,
     compact,
     crowded,
+    fill_usage,
     finish_event,
     fold,
     reasoning_delta,
@@ -151,13 +152,6 @@ def _count(value: object) -> int | None:
     return None
 
 
-def _fill(result: Usage, name: str, value: object) -> None:
-    """Fill ``name`` without marking it as sent (``model_dump(exclude_unset=True)`` stays what
-    the provider sent), as the other formats' usage does."""
-    if value is not None and getattr(result, name, None) is None:
-        result.__dict__[name] = value
-
-
 def gemini_usage(raw: Mapping[str, Any]) -> Usage:
     """``usageMetadata`` as a :class:`~fluxstream.wire.Usage`: Gemini's own fields kept, and
     the Chat Completions names filled in. ``completion_tokens`` counts the thoughts too
@@ -173,17 +167,8 @@ def gemini_usage(raw: Mapping[str, Any]) -> Usage:
     completion = None
     if output is not None or thoughts is not None:
         completion = (output or 0) + (thoughts or 0)
-    if total is None and prompt is not None and completion is not None:
-        total = prompt + completion
-    _fill(result, "prompt_tokens", prompt)
-    _fill(result, "completion_tokens", completion)
-    _fill(result, "total_tokens", total)
-    if cached is not None:
-        _fill(result, "prompt_tokens_details", PromptTokensDetails(cached_tokens=cached))
-    if thoughts is not None:
-        _fill(result, "completion_tokens_details",
-              CompletionTokensDetails(reasoning_tokens=thoughts))
-    return result
+    return fill_usage(result, prompt=prompt, completion=completion, total=total,
+                      cached=cached, reasoning=thoughts)
 
 
 def _camel(name: str) -> str:
