@@ -42,6 +42,9 @@ STOPS: dict[str, str | None] = {
     "gem-firebase-vertex-error-raw-json-midstream": "stop",
     "gem-firebase-vertex-safety-stop": "content_filter",
     "gem-firebase-vertex-utf8-finish-every-event": "stop",
+    "gem-genai-event-loop-ok": "stop",
+    "gem-genai-httpx2-no-finish": None,
+    "gem-google-cookbook-stop-every-event": "stop",
     "gem-vercel-vertex-partial-args": "tool_calls",
 }
 #: Parts each recording legitimately skips and counts (Google ran the code itself).

@@ -224,7 +224,8 @@ def test_our_reply_reads_the_same_through_google_genai(path: Path) -> None:
     assert (response.text or "") == choice.text
     assert [(c.name, c.args) for c in response.function_calls or ()] == [
         (t.name, t.parse_arguments()) for t in choice.tool_calls]
-    assert response.candidates[0].finish_reason.value == choice.finish_reason
+    finish = response.candidates[0].finish_reason  # None for a stream cut before any
+    assert (None if finish is None else finish.value) == choice.finish_reason
     # ... and fed back to us, it is the same reply.
     parser = StreamParser(format="gemini")
     parser.feed_chunk(response)
