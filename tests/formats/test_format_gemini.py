@@ -45,6 +45,7 @@ STOPS: dict[str, str | None] = {
     "gem-genai-event-loop-ok": "stop",
     "gem-genai-httpx2-no-finish": None,
     "gem-google-cookbook-stop-every-event": "stop",
+    "gem-litellm-llamacpp-max-tokens": "length",
     "gem-vercel-vertex-partial-args": "tool_calls",
 }
 #: Parts each recording legitimately skips and counts (Google ran the code itself).
