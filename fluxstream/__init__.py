@@ -47,6 +47,7 @@ from .events import (
     ErrorEvent,
     Event,
     Finish,
+    Handoff,
     Outcome,
     ReasoningBlock,
     ReasoningDelta,
@@ -61,7 +62,7 @@ from .events import (
 from .limits import StreamLimits
 from .observe import StreamInfo, StreamObserver
 from .parser import StreamParser, replay
-from .reply import Choice, ErrorInfo, Reply, StopReason, ToolCall, Usage
+from .reply import Choice, ErrorInfo, Reply, Segment, StopReason, ToolCall, Usage
 from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
 from .timeouts import Deadline, Timeouts
@@ -69,6 +70,7 @@ from .timeouts import Deadline, Timeouts
 if TYPE_CHECKING:  # pragma: no cover
     from .client import AsyncClient, Secret
     from .stream import ReplyStream, StreamStats
+    from .upstream import Failover, Upstream
 
 # The I/O layer (httpx, anyio) is imported on first use, so `import fluxstream.sse` or
 # `fluxstream.replay` alone never loads an HTTP client.
@@ -77,6 +79,8 @@ _LAZY = {
     "Secret": "client",
     "ReplyStream": "stream",
     "StreamStats": "stream",
+    "Failover": "upstream",
+    "Upstream": "upstream",
 }
 
 
@@ -108,10 +112,12 @@ __all__ = [
     "ErrorInfo",
     "Event",
     "EventTooLargeError",
+    "Failover",
     "Finish",
     "FirstTokenTimeoutError",
     "FluxstreamError",
     "FrameDecodeError",
+    "Handoff",
     "IdleTimeoutError",
     "LimitExceededError",
     "NotFoundError",
@@ -136,6 +142,7 @@ __all__ = [
     "Reset",
     "SSEDecoder",
     "Secret",
+    "Segment",
     "ServerSentEvent",
     "SkippedFrame",
     "StallTimeoutError",
@@ -153,6 +160,7 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",
+    "Upstream",
     "Usage",
     "UsageUpdate",
     "__version__",

@@ -584,6 +584,7 @@ class ReplyAssembler:
         skipped_frames: int,
         heartbeats: int,
         bytes: int,
+        segments: list[Any] | None = None,
     ) -> Reply:
         """A :class:`~fluxstream.reply.Reply`, with the id, model and counters given."""
         return _construct(
@@ -605,5 +606,6 @@ class ReplyAssembler:
                 "skipped_frames": skipped_frames,
                 "heartbeats": heartbeats,
                 "bytes": bytes,
+                "segments": segments or [],
             },
         )

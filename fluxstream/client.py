@@ -13,6 +13,7 @@ never from requests.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import logging
 import os
@@ -25,8 +26,10 @@ import httpx
 import msgspec
 
 from . import apis
+from ._core.failover import CoolDown
 from ._io.default_client import make_http_client
-from ._io.endpoint import Endpoint, completing
+from ._io.endpoint import Endpoint, checked_upstreams, completing
+from ._io.failover import Route, Target
 from ._io.http_library import HttpErrors
 from .apis import Api, bearer
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES
@@ -41,6 +44,7 @@ from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
 from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
+from .upstream import Failover, Upstream
 from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
@@ -174,6 +178,12 @@ class AsyncClient:
         tokens; no table is shipped): each reply of a priced model gets ``reply.cost``
         (a ``Decimal``), from its usage or, when the server reported none, its
         ``usage_estimate`` (:mod:`fluxstream.usage`).
+    :param fallbacks: :class:`~fluxstream.upstream.Upstream` s asked in order when this
+        client's own ``base_url`` fails, before the reply started (a retryable failure, once
+        ``failover.per_upstream_attempts`` are spent) or after (once its own resume
+        strategies are spent: the reply is continued there). A request may give its own.
+    :param failover: when to move on, and the circuit breaker
+        (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
     """
 
     def __init__(
@@ -199,6 +209,8 @@ class AsyncClient:
         resume: ResumePolicy | None = None,
         observers: Sequence[StreamObserver] = (),
         prices: Mapping[str, ModelPrice] | None = None,
+        fallbacks: Sequence[Upstream] = (),
+        failover: Failover | None = None,
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -220,6 +232,13 @@ class AsyncClient:
         self.observers: tuple[StreamObserver, ...] = tuple(observers)
         #: Settles every reply's usage estimate and cost when its stream ends.
         self.usage_ledger = UsageLedger(prices)
+        #: Where a stream goes when this client's own base URL fails (see ``fallbacks``).
+        self.fallbacks: tuple[Upstream, ...] = checked_upstreams(fallbacks)
+        self.failover = failover if failover is not None else Failover()
+        if not isinstance(self.failover, Failover):
+            raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
+        self._cooldown: CoolDown | None = None
+        self._upstream_clients: dict[Upstream, AsyncClient] = {}
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -379,6 +398,30 @@ class AsyncClient:
         if self._owns_http:
             await self._http.aclose()
 
+    # ------------------------------------------------------------------ upstreams
+
+    def _cooldown_for(self, policy: Failover) -> CoolDown:
+        """This client's circuit breaker (made with the first policy that asks for one)."""
+        if self._cooldown is None:
+            self._cooldown = CoolDown(
+                policy.cooldown_failures, policy.cooldown_window, policy.cooldown
+            )
+        return self._cooldown
+
+    def _client_for(self, upstream: Upstream) -> AsyncClient:
+        """A client of ``upstream`` on this client's connection pool and settings (made
+        once): it builds the requests sent there (URL, key, headers)."""
+        sub = self._upstream_clients.get(upstream)
+        if sub is None:
+            sub = self._upstream_clients[upstream] = AsyncClient(
+                upstream.base_url, api_key=upstream.api_key or "", http_client=self._http,
+                timeouts=self._timeouts, headers={**self._headers, **upstream.header_map},
+                max_event_bytes=self.max_event_bytes,
+                require_finish_reason=self.require_finish_reason,
+                stream_limits=self.stream_limits,
+            )
+        return sub
+
     # ------------------------------------------------------------------ request building
 
     def _build_get(
@@ -532,9 +575,40 @@ class _StreamFactory:
             ledger=client.usage_ledger,
         )
 
+    @property
+    def fallbacks(self) -> tuple[Upstream, ...]:
+        return self.client.fallbacks
+
+    @property
+    def failover(self) -> Failover:
+        return self.client.failover
+
+    def cooldown(self, policy: Failover) -> CoolDown:
+        return self.client._cooldown_for(policy)
+
+    def primary(self, api: Api, request: RequestSpec) -> Target:
+        client = self.client
+
+        def build(body: dict[str, Any]) -> RequestSpec:
+            return dataclasses.replace(request, body=body)
+
+        label = f"{_safe_url(client.base_url).split('://', 1)[-1]}/{api.name}"
+        return Target(label, api, None, None, build)
+
+    def target(
+        self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None
+    ) -> Target:
+        sub = _StreamFactory(self.client._client_for(upstream))
+        api = apis.get(upstream.api)
+
+        def build(body: dict[str, Any]) -> RequestSpec:
+            return sub.request(api, body, headers, timeouts)
+
+        return Target(upstream.label, api, upstream.model, upstream.max_tokens, build)
+
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
-        resume: ResumePolicy, resuming: bool,
+        resume: ResumePolicy, resuming: bool, route: Route | None = None,
     ) -> ReplyStream:
         """The one place a request becomes a stream."""
         client = self.client
@@ -549,6 +623,7 @@ class _StreamFactory:
             resume=resume,
             resuming=resuming,
             observers=client.observers,
+            route=route,
         )
 
 
@@ -612,6 +687,8 @@ class Chat(_TypedEndpoint):
         log: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -626,7 +703,9 @@ class Chat(_TypedEndpoint):
         ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
         the stream as it is delivered (``log.record(stream)``, same API).
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own).
+        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        for this request instead of the client's; ``failover``: its
+        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -635,6 +714,7 @@ class Chat(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
     def resume(
@@ -690,6 +770,8 @@ class Responses(_TypedEndpoint):
         log: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -703,7 +785,9 @@ class Responses(_TypedEndpoint):
         :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
         this request's own deadlines, over the client's (as ``client.chat.stream``).
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own).
+        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        for this request instead of the client's; ``failover``: its
+        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -714,6 +798,7 @@ class Responses(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
     complete = completing(stream)
@@ -742,6 +827,8 @@ class Messages(_TypedEndpoint):
         log: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -756,7 +843,9 @@ class Messages(_TypedEndpoint):
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
         ``timeouts``: this request's own deadlines, over the client's.
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own).
+        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        for this request instead of the client's; ``failover``: its
+        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -766,6 +855,7 @@ class Messages(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
     complete = completing(stream)
@@ -796,6 +886,8 @@ class Gemini(_TypedEndpoint):
         log: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -811,7 +903,8 @@ class Gemini(_TypedEndpoint):
         ``done`` when the body ends after every candidate's ``finishReason``; a body that
         ends before is ``truncated`` (and, with ``ResumePolicy(continuation=True)``,
         continued by sending the delivered text back as a ``model`` turn).
-        ``timeouts``, ``observers``, ``log``: as for ``client.chat.stream``.
+        ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``: as for
+        ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -826,6 +919,7 @@ class Gemini(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
     complete = completing(stream)

@@ -34,6 +34,7 @@ __all__ = [
     "ErrorEvent",
     "Event",
     "Finish",
+    "Handoff",
     "Outcome",
     "ReasoningBlock",
     "ReasoningDelta",
@@ -177,6 +178,28 @@ class Reset:
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff:
+    """The reply moves to another upstream (see :class:`fluxstream.upstream.Upstream`).
+
+    Skippable: the text events after it go on at ``offset`` (choice 0's text delivered so
+    far), so a renderer writing ``buf[offset:]`` needs nothing from it. ``reason`` says what
+    happened to the one before (``"dropped: ..."``, ``"503 ..."``, ``"first token
+    timeout"``); ``restarted`` is true when the reply could not be continued there (a cut
+    inside a tool call's arguments): a :class:`Reset` follows and the new upstream starts
+    the reply over.
+    """
+
+    key: str
+    upstream: str
+    api: str
+    model: str | None
+    reason: str
+    offset: int
+    restarted: bool = False
+    type: Literal["handoff"] = field(default="handoff", init=False)
+
+
+@dataclass(frozen=True, slots=True)
 class End:
     """The stream ended; exactly one per stream, always the last event."""
 
@@ -202,6 +225,7 @@ Event = Annotated[
         ErrorEvent,
         SkippedFrame,
         Reset,
+        Handoff,
         End,
     ],
     Field(discriminator="type"),

@@ -32,7 +32,7 @@ from .formats import FORMATS, WireFormat
 from .formats._base import MAX_SEQUENCE
 from .formats._contract import FormatClass
 from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from .reply import Reply
+from .reply import Reply, Segment
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +117,12 @@ class StreamParser:
         #: An error found part way through a read whose earlier events were delivered:
         #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
         self._deferred: FluxstreamError | None = None
+        #: Each upstream's part of the reply (set by the I/O layer when a stream has
+        #: fallbacks; see :class:`~fluxstream.reply.Segment`).
+        self.segments: list[Segment] = []
+        # Counters of wire formats used before the current one (another upstream's API).
+        self._old_skipped = 0
+        self._old_heartbeats = 0
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -369,6 +375,29 @@ class StreamParser:
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
         return self._assembler.reset(attempt, reason)
 
+    def switch_format(self, format: str) -> None:
+        """Another upstream, maybe of another API, goes on with this reply: its wire format
+        reads the next connection, starting at the offsets delivered so far (the reply, its
+        offsets and its id stay). Call before :meth:`begin_continuation` or :meth:`reset`."""
+        format_cls = FORMATS[format]
+        old = self._format
+        reply = self.reply
+        new: Any = format_cls(self.content_key, strict=self.strict)
+        if hasattr(new, "limits"):
+            new.limits = self.limits
+        new.restore(
+            self._assembler.offsets(),
+            {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
+            {c.index: c.finish_reason for c in reply.choices},
+        )
+        new.id, new.model = old.id, old.model
+        self._old_skipped += old.skipped
+        self._old_heartbeats += old.heartbeats
+        self._format = new
+        self._feed_many = getattr(new, "feed_many", None)
+        self._first_event_id = None
+        self.new_connection()
+
     # ------------------------------------------------------------------ resume support
 
     def continuable(self) -> bool:
@@ -452,10 +481,13 @@ class StreamParser:
             id=fmt.id,
             model=fmt.model,
             events=self._events,
-            skipped_frames=fmt.skipped,
+            skipped_frames=self._old_skipped + fmt.skipped,
             # SSE comments, plus in-band keep-alives the format counts (Anthropic ``ping``).
-            heartbeats=self._old_comments + decoder.comments + fmt.heartbeats,
+            heartbeats=(
+                self._old_comments + decoder.comments + self._old_heartbeats + fmt.heartbeats
+            ),
             bytes=self._old_bytes + decoder.bytes_fed + self._ignored_bytes,
+            segments=self.segments,
         )
 
     def partial_arguments(self, choice: int = 0, call: int = 0) -> Any:

@@ -39,6 +39,7 @@ __all__ = [
     "ErrorInfo",
     "Outcome",
     "Reply",
+    "Segment",
     "StopReason",
     "ToolCall",
     "Usage",
@@ -254,6 +255,30 @@ class UsageEstimate(BaseModel):
     estimated: Literal[True] = True
 
 
+class Segment(BaseModel):
+    """One upstream's part of a reply (see :class:`fluxstream.upstream.Upstream`): who served
+    it, which span of choice 0's text it delivered, and how it ended.
+
+    ``start``/``end`` are code-point offsets of choice 0's text (``end - start`` characters
+    came from this upstream; ``start == end`` for an upstream that delivered nothing: failed
+    before content, or skipped while cooling down). ``ended`` says why the reply moved on
+    (``"dropped: ..."``, ``"failed: ..."``, ``"skipped: cooling down"``) or, for the last
+    segment, the reply's outcome. ``usage`` is what that upstream reported (billing is per
+    upstream); ``requests`` the requests sent to it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    upstream: str
+    api: str
+    model: str | None = None
+    start: int = 0
+    end: int = 0
+    ended: str = ""
+    usage: Usage | None = None
+    requests: int = 0
+
+
 class Reply(BaseModel):
     """Everything a stream produced so far, and how it ended.
 
@@ -293,6 +318,25 @@ class Reply(BaseModel):
     heartbeats: int = 0
     #: Bytes fed to the parser.
     bytes: int = 0
+    #: Each upstream's part, in order, when the stream has fallbacks (empty otherwise): see
+    #: :class:`Segment`.
+    segments: list[Segment] = []
+
+    @property
+    def total_usage(self) -> Usage | None:
+        """The tokens of every upstream added up (:attr:`usage` without fallbacks): a reply
+        continued elsewhere was billed by each upstream it used."""
+        used = [s.usage for s in self.segments if s.usage is not None]
+        if not self.segments or not used:
+            return self.usage
+        return Usage(
+            prompt_tokens=sum(u.prompt_tokens or 0 for u in used),
+            completion_tokens=sum(u.completion_tokens or 0 for u in used),
+            total_tokens=sum(
+                u.total_tokens or (u.prompt_tokens or 0) + (u.completion_tokens or 0)
+                for u in used
+            ),
+        )
 
     @property
     def text(self) -> str:

@@ -37,6 +37,7 @@ from ._core.coalesce import Coalesced, FuncSource, Picked
 from ._core.observers import ObserverSet
 from ._core.progress import StreamStats
 from ._io.attempt import RequestSpec
+from ._io.failover import Route
 from ._io.reader import StreamReader
 from ._io.stream_objects import StructuredOutput
 from .errors import StreamError, StreamFailedError, StreamTruncatedError, show_key
@@ -81,11 +82,14 @@ class ReplyStream(StructuredOutput):
         resume: ResumePolicy,
         resuming: bool = False,
         observers: Iterable[StreamObserver] = (),
+        route: Route | None = None,
     ) -> None:
         # Every deadline comes with the request (``spec.timeouts``), down to the clocks.
         self._spec = spec
         self._parser = parser
-        self._reader = StreamReader(spec, parser, retry=retry, resume=resume, resuming=resuming)
+        self._reader = StreamReader(
+            spec, parser, retry=retry, resume=resume, resuming=resuming, route=route
+        )
         self._batch: list[Event] = []
         self._pos = 0
         #: Fed every delivered event once structured output is tracked (see ``objects()``).
@@ -155,7 +159,11 @@ class ReplyStream(StructuredOutput):
         The request's headers are not included (they may hold secrets); the resuming client
         adds its own key.
         """
-        return self._reader.channel.resume_token(RESUME_TOKEN_VERSION)
+        reader = self._reader
+        token = reader.channel.resume_token(RESUME_TOKEN_VERSION)
+        if reader.route is not None:  # its API and body are that upstream's: say which
+            token["upstream"] = reader.route.current.label
+        return token
 
     # ------------------------------------------------------------------ context manager
 

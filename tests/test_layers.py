@@ -36,11 +36,12 @@ _ORDER: list[tuple[int, list[str]]] = [
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread"]),
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
-         "observe", "apis"]),  # and every apis.* module (one per provider API)
+         # and every apis.* module (one per provider API)
+         "observe", "apis", "_core.failover", "upstream"]),
     (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",
          "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
-    (8, ["_io.reconnect"]),
+    (8, ["_io.reconnect", "_io.failover"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["stream"]),

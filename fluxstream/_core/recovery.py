@@ -135,6 +135,15 @@ class Recovery:
         start = self.started if self.started is not None else now
         return self.retry.total_timeout - (now - start)
 
+    def next_upstream(self, now: float) -> None:
+        """The stream moved to another upstream: its attempts, resumes and ruled-out
+        strategies count afresh there (what failed on one server says nothing of another)."""
+        self.attempts = 0
+        self.resumes = 0
+        self.restarts = 0
+        self.started = now
+        self._ruled_out.clear()
+
     def rule_out(self, strategy: str) -> None:
         """``strategy`` failed its check on this server (e.g. ids that do not continue)."""
         self._ruled_out.add(strategy)

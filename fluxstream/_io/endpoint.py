@@ -16,6 +16,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from .. import apis
+from .._core.failover import CoolDown
 from ..apis import Api, Structured
 from ..errors import ResumeTokenError
 from ..observe import StreamObserver
@@ -24,15 +25,29 @@ from ..reply import Reply
 from ..retry import ResumePolicy, RetryPolicy
 from ..stream import RESUME_TOKEN_VERSION, ReplyStream
 from ..timeouts import Timeouts
+from ..upstream import Failover, Upstream
 from .attempt import RequestSpec
+from .failover import Route, Target
 from .stream_objects import track
 
-__all__ = ["Endpoint", "StreamFactory", "completing", "prepare"]
+__all__ = ["Endpoint", "StreamFactory", "checked_upstreams", "completing", "prepare"]
 
 _DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
 
 _P = ParamSpec("_P")
 _E = TypeVar("_E")
+
+
+def checked_upstreams(upstreams: Any) -> tuple[Upstream, ...]:
+    """``fallbacks`` as a tuple of :class:`Upstream`, or a ``TypeError`` naming what is not."""
+    if isinstance(upstreams, (str, Upstream)) or not isinstance(upstreams, Sequence):
+        raise TypeError("fallbacks is a sequence of fluxstream.Upstream")
+    for upstream in upstreams:
+        if not isinstance(upstream, Upstream):
+            raise TypeError(
+                f"fallbacks holds fluxstream.Upstream values, not {type(upstream).__name__}"
+            )
+    return tuple(upstreams)
 
 
 class StreamFactory(Protocol):
@@ -63,9 +78,32 @@ class StreamFactory(Protocol):
 
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
-        resume: ResumePolicy, resuming: bool,
+        resume: ResumePolicy, resuming: bool, route: Route | None = None,
     ) -> ReplyStream:
-        """The stream of ``request`` read by ``parser``, told to the client's observers."""
+        """The stream of ``request`` read by ``parser``, told to the client's observers,
+        moving along ``route`` when its upstream fails."""
+        ...
+
+    @property
+    def fallbacks(self) -> tuple[Upstream, ...]:
+        """The client's fallbacks (a request may give its own)."""
+        ...
+
+    @property
+    def failover(self) -> Failover: ...
+
+    def cooldown(self, policy: Failover) -> CoolDown:
+        """The client's circuit breaker."""
+        ...
+
+    def primary(self, api: Api, request: RequestSpec) -> Target:
+        """The client's own base URL as the first upstream, sending ``request``'s kind."""
+        ...
+
+    def target(
+        self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None
+    ) -> Target:
+        """``upstream`` as a stream's target (its requests carry ``headers`` too)."""
         ...
 
 
@@ -132,10 +170,13 @@ class Endpoint:
         resume: ResumePolicy | None,
         timeouts: Timeouts | None,
         observers: Sequence[StreamObserver],
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
     ) -> ReplyStream:
         """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
         tools, structured output, ``stream: true``, then the stream (opened lazily) under
-        ``timeouts`` over the client's, told to the client's ``observers`` then the call's."""
+        ``timeouts`` over the client's, told to the client's ``observers`` then the call's,
+        moving to ``fallbacks`` (the client's when ``None``) when its upstream fails."""
         api = self.api
         if tools is not None:
             api.add_tools(body, tools)
@@ -143,11 +184,38 @@ class Endpoint:
         body["stream"] = True
         factory = self.factory
         parser = factory.parser(api, content_key or new_content_key(), strict=strict)
+        request = factory.request(api, body, extra_headers or {}, timeouts)
+        resume_policy = self.resume_policy(resume)
+        route = self.route(
+            request, fallbacks, failover, extra_headers or {}, timeouts, resume_policy
+        )
         stream = factory.open(
-            factory.request(api, body, extra_headers or {}, timeouts), parser,
-            retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=False,
+            request, parser, retry=self.retry_policy(retry), resume=resume_policy,
+            resuming=False, route=route,
         )
         return prepare(stream, structured, log, observers)
+
+    def route(
+        self, request: RequestSpec, fallbacks: Sequence[Upstream] | None,
+        failover: Failover | None, headers: Mapping[str, str], timeouts: Timeouts | None,
+        resume: ResumePolicy,
+    ) -> Route | None:
+        """The upstreams of a request: the client's own, then ``fallbacks`` (``None`` when
+        there are none: the stream is exactly what it is without failover)."""
+        factory = self.factory
+        upstreams = factory.fallbacks if fallbacks is None else checked_upstreams(fallbacks)
+        if not upstreams:
+            return None
+        if failover is not None and not isinstance(failover, Failover):
+            raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
+        policy = failover if failover is not None else factory.failover
+        targets = [factory.primary(self.api, request)]
+        targets += [factory.target(u, headers, timeouts) for u in upstreams]
+        return Route(
+            targets, request.body, cooldown=factory.cooldown(policy),
+            per_upstream_attempts=policy.per_upstream_attempts,
+            min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
+        )
 
     def resume(
         self,

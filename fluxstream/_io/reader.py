@@ -16,6 +16,7 @@ The stream itself (:mod:`fluxstream.stream`) is the public face: iteration, ``te
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ import anyio
 from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, Recovery
 from ..errors import (
+    APIStatusError,
     APITimeoutError,
     FirstTokenTimeoutError,
     FluxstreamError,
@@ -41,6 +43,7 @@ from ..retry import ResumePolicy, RetryPolicy
 from ..timeouts import Deadline
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
+from .failover import FAILOVER_ERRORS, Route, hand_off, reason_of, start_on
 from .http_library import seconds
 from .reconnect import TOKEN_REASON, reconnect
 
@@ -69,8 +72,13 @@ class StreamReader:
         retry: RetryPolicy,
         resume: ResumePolicy,
         resuming: bool,
+        route: Route | None = None,
     ) -> None:
         self._spec = spec
+        #: The upstreams to move to when this one fails (``None``: no fallbacks).
+        self.route = route
+        if route is not None:  # each upstream's own attempts, then the next upstream
+            retry = dataclasses.replace(retry, max_attempts=route.per_upstream_attempts)
         self._errors = spec.errors
         self._parser = parser
         #: "Every choice finished", as Progress asks it (one callable, not one per read).
@@ -193,6 +201,9 @@ class StreamReader:
             logger.info("no content for %.1fs after every choice finished; ending", limit,
                         extra=self.channel.log_extra())
             return await self._bytes_ended(None)
+        moved = await self._try_fail_over(f"{deadline.value} timeout")
+        if moved is not None:
+            return moved
         kind, message = _TIMEOUT_ERRORS[deadline]
         return await self._fail_with(kind, exc, message.format(seconds(limit)))
 
@@ -218,6 +229,8 @@ class StreamReader:
             await self.close_response(drain=False)
 
     def end(self, events: list[Event]) -> list[Event]:
+        if self.route is not None and not self.ended:
+            self.route.finish(self._parser, self.recovery.attempts)
         self.ended = True
         progress = self.progress
         progress.end(time.monotonic())
@@ -240,6 +253,39 @@ class StreamReader:
             await self.close_response(drain=False)
         raise kind(message, self._parser.reply) from exc
 
+    # ------------------------------------------------------------------ failover
+
+    def _may_fail_over(self, exc: BaseException) -> bool:
+        """Whether a failure before content is one the retry policy would retry (a 400 or
+        a 401 ends the stream as it would without fallbacks: the request is at fault)."""
+        if not isinstance(exc, APIStatusError):
+            return True
+        api = self.channel.spec.api
+        return exc.status_code in self.recovery.retry.retry_status | api.retry_statuses
+
+    async def _try_fail_over(self, reason: str) -> list[Event] | None:
+        """Move to the next upstream (see :func:`~fluxstream._io.failover.hand_off`); the
+        events to deliver first, or ``None`` when there is none to move to (the caller then
+        ends the stream as it would without fallbacks)."""
+        route = self.route
+        if route is None or route.exhausted or self.cancel_requested or self.ended:
+            return None
+        try:
+            moved = await hand_off(self.channel, route, reason)
+        except AttemptCancelled:
+            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+        except anyio.get_cancelled_exc_class() as exc:
+            await self._interrupted(exc)
+            raise
+        except FluxstreamError as exc:  # e.g. a request another API cannot be asked
+            logger.warning("failover refused: %s", reason_of(exc))
+            route.exhausted = True
+            return None
+        if moved is None:
+            return None
+        attempt, events = moved
+        return events + self._opened(attempt)
+
     # ------------------------------------------------------------------ retries and resume
 
     async def _recover(self, how: Callable[[], Any]) -> list[Event]:
@@ -256,6 +302,9 @@ class StreamReader:
             self.cause = exc
             if isinstance(exc, APITimeoutError):  # the reconnect's head never came
                 self.progress.passed(exc.deadline)
+            moved = await self._try_fail_over(reason_of(exc))
+            if moved is not None:
+                return moved
             with anyio.CancelScope(shield=True):
                 await self.close_response(drain=False)
             return self.end(self._parser.close(cause=exc))
@@ -271,6 +320,10 @@ class StreamReader:
         if exc is not None:
             self.cause = exc
         decision = self.recovery.after_drop(self.channel.drop_state(exc), time.monotonic())
+        if decision.action == "give_up" and not parser.complete:
+            moved = await self._try_fail_over(reason_of(exc))
+            if moved is not None:
+                return moved
         if decision.action in ("end", "give_up", "cancel"):
             return self.end(parser.close(cause=exc))
         reason = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
@@ -305,7 +358,17 @@ class StreamReader:
                 if decision.action != "resume":
                     raise StreamError("nothing to resume this stream by", self._parser.reply)
                 return await self._reconnect(decision, TOKEN_REASON)
-            return self._opened(await self.channel.connect())
+            if self.route is not None:
+                start_on(self.channel, self.route, time.monotonic())
+            try:
+                attempt = await self.channel.connect()
+            except FAILOVER_ERRORS as exc:
+                moved = await self._try_fail_over(reason_of(exc)) if self._may_fail_over(
+                    exc) else None
+                if moved is None:
+                    raise
+                return moved
+            return self._opened(attempt)
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.end(self._parser.cancel("cancelled by stream.cancel()"))
             return []

@@ -1,0 +1,268 @@
+"""Carrying a stream over to the next upstream, before or after its content started.
+
+:class:`Route` is a stream's ordered upstreams (the client's own first, then ``fallbacks``)
+with the segments each served; :func:`hand_off` moves a :class:`~fluxstream._io.channel.Channel`
+to the next upstream that answers:
+
+* before any content nothing was shown: the request, translated into that upstream's API
+  (:func:`fluxstream.apis.portable.convert_body`), is simply sent there;
+* after content the reply goes on there: the delivered text is sent as the assistant's partial
+  answer the way that API continues one (its :meth:`~fluxstream.apis.Api.continuation_body`:
+  Anthropic's prefill, the ``prefix`` flag of Chat Completions servers), and the parser, now
+  reading that API's wire format from the offsets delivered so far, cuts the echo; offsets
+  stay contiguous, so ``buf[offset:]`` never shows a character twice;
+* a reply that cannot be continued (cut inside a tool call's arguments, several choices) is
+  restarted there, announced by a ``Reset``.
+
+The upstream's own retries and resume strategies come first (the reader asks
+:class:`~fluxstream._core.recovery.Recovery` as it would without fallbacks); a hand-off is
+what happens when they are spent. Reasoning is never carried over (see
+:mod:`fluxstream.apis.portable`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._core.failover import CoolDown
+from .._core.progress import DeadlinePassed
+from ..apis import Api, ApiFeatureError
+from ..apis.portable import convert_body
+from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
+from ..events import Event, Handoff
+from ..parser import StreamParser
+from ..reply import Segment, Usage
+from .attempt import Attempt, RequestSpec
+from .channel import Channel
+
+__all__ = ["FAILOVER_ERRORS", "Route", "Target", "hand_off", "reason_of", "start_on"]
+
+logger = logging.getLogger("fluxstream")
+
+#: Failures of a request that another upstream may not share.
+FAILOVER_ERRORS = (APIConnectionError, APITimeoutError, APIStatusError, DeadlinePassed)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One upstream as a stream uses it: its name, API, model and length cap overrides, and
+    how a request body of its API becomes a request sent there (with its URL, key and
+    headers)."""
+
+    label: str
+    api: Api
+    model: str | None
+    max_tokens: int | None
+    request: Callable[[dict[str, Any]], RequestSpec]
+
+
+def reason_of(exc: BaseException | None) -> str:
+    """A failure as a handoff's ``reason``: short, one line."""
+    if exc is None:
+        return "connection closed"
+    if isinstance(exc, DeadlinePassed):
+        return f"{exc.deadline.value} timeout"
+    return one_line(f"{type(exc).__name__}: {exc}")[:200]
+
+
+class Route:
+    """A stream's upstreams in order, the one serving now, and the segments so far."""
+
+    def __init__(
+        self,
+        targets: Sequence[Target],
+        body: dict[str, Any],
+        *,
+        cooldown: CoolDown | None,
+        per_upstream_attempts: int,
+        min_overlap: int,
+        prefix_flag: dict[str, object],
+    ) -> None:
+        if not targets:
+            raise ValueError("a route needs at least one upstream")
+        self.targets = tuple(targets)
+        self.index = 0
+        #: The request as the first upstream's API has it: what every other one translates.
+        self.body = body
+        self.cooldown = cooldown
+        self.per_upstream_attempts = per_upstream_attempts
+        self.min_overlap = min_overlap
+        self.prefix_flag = prefix_flag
+        #: No upstream is left to move to (the last one's segment is closed).
+        self.exhausted = False
+        self._finished = False
+        self._done: list[Segment] = []
+        self._start = 0
+        self._usage_seen = 0
+        self._requests_before = 0
+
+    @property
+    def current(self) -> Target:
+        return self.targets[self.index]
+
+    def first(self, now: float) -> Target:
+        """The upstream to ask first: the first that is not cooling down (or, when all are,
+        the first: trying is better than failing unasked)."""
+        cooldown = self.cooldown
+        if cooldown is not None:
+            for i, target in enumerate(self.targets):
+                if not cooldown.cooling(target.label, now):
+                    for skipped in self.targets[:i]:
+                        self._skipped(skipped)
+                    self.index = i
+                    break
+        return self.current
+
+    def body_for(self, target: Target) -> dict[str, Any]:
+        """The request for ``target``: translated into its API, with its own overrides."""
+        body = convert_body(self.body, self.targets[0].api, target.api)
+        if target.model is not None:
+            body["model"] = target.model
+        if target.max_tokens is not None:
+            body[target.api.max_tokens_field] = target.max_tokens
+        if target.api.name == "chat_completions" and target is not self.targets[0]:
+            body.setdefault("stream_options", {"include_usage": True})
+        body["stream"] = True
+        return body
+
+    def model_of(self, target: Target) -> str | None:
+        model = target.model or self.body.get("model")
+        return model if isinstance(model, str) else None
+
+    # ------------------------------------------------------------------ segments
+
+    def _skipped(self, target: Target) -> None:
+        logger.info("upstream %s skipped: cooling down", target.label)
+        self._done.append(Segment(
+            upstream=target.label, api=target.api.name, model=self.model_of(target),
+            start=self._start, end=self._start, ended="skipped: cooling down",
+        ))
+
+    def close_segment(self, parser: StreamParser, ended: str, requests: int) -> None:
+        """The serving upstream's part ends (``ended``: why)."""
+        reply = parser.reply
+        target = self.current
+        end = len(reply.choices[0].text) if reply.choices else 0
+        grew = len(reply.usage_updates) > self._usage_seen
+        usage: Usage | None = reply.usage if grew else None
+        self._done.append(Segment(
+            upstream=target.label, api=target.api.name, model=self.model_of(target),
+            start=self._start, end=max(end, self._start), ended=ended, usage=usage,
+            requests=requests,
+        ))
+        self._start = end
+        self._usage_seen = len(reply.usage_updates)
+        parser.segments = list(self._done)
+
+    def failed(self, now: float) -> None:
+        """The serving upstream failed (for the circuit breaker)."""
+        if self.cooldown is not None:
+            self.cooldown.failed(self.current.label, now)
+
+    def advance(self, now: float) -> Target | None:
+        """The next upstream not cooling down (those skipped are recorded), or ``None``."""
+        while self.index + 1 < len(self.targets):
+            self.index += 1
+            target = self.current
+            if self.cooldown is not None and self.cooldown.cooling(target.label, now):
+                self._skipped(target)
+                continue
+            return target
+        return None
+
+    def finish(self, parser: StreamParser, requests: int) -> None:
+        """The stream ended: the serving upstream's segment ends with the reply's outcome."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.exhausted:
+            parser.segments = list(self._done)
+            return
+        outcome = parser.reply.outcome
+        self.close_segment(parser, outcome.value if outcome is not None else "ended", requests)
+        if self.cooldown is not None and parser.saw_content:
+            self.cooldown.succeeded(self.current.label)
+
+
+def start_on(channel: Channel, route: Route, now: float) -> None:
+    """Before the first request: when the first upstream is cooling down, the stream starts
+    on the first one that is not (nothing was read: only the request and the wire format
+    change)."""
+    target = route.first(now)
+    if route.index == 0:
+        return
+    body = route.body_for(target)
+    channel.parser.switch_format(target.api.name)
+    channel.spec = target.request(body)
+
+
+async def hand_off(
+    channel: Channel, route: Route, reason: str
+) -> tuple[Attempt, list[Event]] | None:
+    """Move ``channel`` to the next upstream that answers (after the serving one failed for
+    ``reason``); the attempt and the events to deliver first (a :class:`Handoff` per upstream
+    tried, and a ``Reset`` where the reply starts over), or ``None`` when none is left."""
+    parser = channel.parser
+    recovery = channel.recovery
+    events: list[Event] = []
+    while True:
+        now = time.monotonic()
+        route.failed(now)
+        route.close_segment(parser, reason, recovery.attempts)
+        target = route.advance(now)
+        if target is None:
+            route.exhausted = True
+            return None
+        await channel.close(drain=False)
+        offset = len(parser.reply.text)
+        body = route.body_for(target)
+        parser.switch_format(target.api.name)
+        channel.spec = target.request(body)
+        channel.resuming_by = None
+        recovery.next_upstream(now)
+        if not parser.saw_content:
+            channel.progress.start(now)  # its own first-token deadline
+        send, restarted = _continuation(parser, route, target, body)
+        events.append(Handoff(
+            parser.content_key, target.label, target.api.name, route.model_of(target),
+            reason, offset, restarted,
+        ))
+        logger.warning(
+            "stream %s: %s failed (%s) at offset %d; %s on %s",
+            show_key(parser.content_key), route.targets[route.index - 1].label
+            if route.index else "?", one_line(reason), offset,
+            "restarting" if restarted else ("continuing" if send is not None else "asking"),
+            target.label,
+        )
+        if restarted:
+            recovery.restarts += 1
+            events += parser.reset(recovery.restarts, f"restarted on {target.label}")
+        try:
+            attempt = await channel.connect(body=send)
+        except FAILOVER_ERRORS as exc:
+            reason = reason_of(exc)
+            continue
+        return attempt, events
+
+
+def _continuation(
+    parser: StreamParser, route: Route, target: Target, body: dict[str, Any]
+) -> tuple[dict[str, Any] | None, bool]:
+    """The body that continues the delivered text on ``target`` (``None``: send ``body``
+    as it is), and whether the reply must start over there instead."""
+    if not parser.saw_content:
+        return None, False
+    if not parser.continuable():
+        return None, True
+    flag = target.api.continuation_flag
+    try:
+        text = parser.begin_continuation(min_overlap=route.min_overlap)
+        return target.api.continuation_body(
+            body, text, dict(flag) if flag is not None else route.prefix_flag
+        ), False
+    except ApiFeatureError:
+        return None, True
