@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..errors import RelayKeyError, RelayPositionError, show_key
+from ..errors import RelayKeyError, RelayPositionError, RelayUnavailableError, show_key
 from ..events import End, Outcome
 from .access import LogAccess
 from .codec import Entry, Position, RelayEvent, end_record, parse_position
@@ -215,7 +215,8 @@ class ReplyLog(ABC):
             :meth:`cancel` is never taken over: with no producer left it ends ``cancelled``.
         :raises RelayKeyError: nothing is stored under ``key`` (or it expired meanwhile).
         :raises RelayPositionError: the position is malformed or past the end.
-        :raises RelayUnavailableError: the backend failed.
+        :raises RelayUnavailableError: the backend failed, or lost entries this follower
+            had read (a Redis failover before they reached the replica).
         """
         position = parse_position(after if after is not None else last_event_id)
         state = await self._state(key)
@@ -248,6 +249,13 @@ class ReplyLog(ABC):
                 if not state.exists:
                     message = f"the reply under key {show_key(key)} expired while followed"
                     raise RelayKeyError(message)
+                if state.last < cursor:
+                    # Entries this follower read are gone (a Redis failover before they
+                    # reached the replica, a restart): what comes next could repeat or skip
+                    # them, and the end may never pass the cursor.
+                    raise RelayUnavailableError(
+                        f"entries {state.last + 1}..{cursor} of {show_key(key)} were lost"
+                    )
                 if state.ended or state.lease_alive or state.last > cursor:
                     continue
                 if state.cancelled:  # stopped while no producer runs (a taker released it)

@@ -25,7 +25,7 @@ from redis.exceptions import ConnectionError, ResponseError
 
 from ..errors import RelayError
 
-__all__ = ["Pipeliner", "Tailer", "entry_number", "ignore_result", "pack"]
+__all__ = ["Pipeliner", "Tailer", "entry_number", "ignore_result", "pack", "xread_streams"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -101,14 +101,19 @@ class Pipeliner:
 
     def __init__(self, redis: Any) -> None:
         self._redis = redis
-        self._queue: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self._queue: list[tuple[Any, asyncio.Future[Any]]] = []
         self._task: asyncio.Task[None] | None = None
+
+    def _queued(self, args: Sequence[Arg]) -> Any:
+        """A command as the round trip sends it (packed here; a cluster keeps the args to
+        route them)."""
+        return pack(args)
 
     async def call(self, *args: Arg) -> Any:
         """Send the command ``args`` (name first); its raw reply."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((pack(args), future))
+        self._queue.append((self._queued(args), future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._flush())
         return await future
@@ -120,7 +125,7 @@ class Pipeliner:
         futures: list[asyncio.Future[Any]] = []
         for args in commands:
             future: asyncio.Future[Any] = loop.create_future()
-            self._queue.append((pack(args), future))
+            self._queue.append((self._queued(args), future))
             futures.append(future)
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._flush())
@@ -138,24 +143,9 @@ class Pipeliner:
     async def _flush(self) -> None:
         while self._queue:
             batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
-            connection: Any = None
-            broken = True
             results: list[Any] = []
-            commands = [command for command, _ in batch]
             try:
-                connection = await borrow(self._redis)
-                try:
-                    await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
-                except ConnectionError:
-                    if results:
-                        raise
-                    # Nothing was answered: a pooled connection Redis had closed (a restart,
-                    # an idle timeout). Once more on a new one, as redis-py's retry would.
-                    await give_back(self._redis, connection, broken=True)
-                    connection = None
-                    connection = await borrow(self._redis)
-                    await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
-                broken = False
+                await self._send_batch([command for command, _ in batch], results)
             except BaseException as exc:  # connection lost: every caller of this batch fails
                 error = exc if isinstance(exc, Exception) else RelayError("closed")
                 for _, future in batch:
@@ -164,9 +154,6 @@ class Pipeliner:
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            finally:
-                if connection is not None:
-                    await give_back(self._redis, connection, broken=broken)
             for (_, future), result in zip(batch, results, strict=True):
                 if future.done():
                     continue
@@ -174,6 +161,29 @@ class Pipeliner:
                     future.set_exception(result)
                 else:
                     future.set_result(result)
+
+    async def _send_batch(self, commands: list[Any], results: list[Any]) -> None:
+        """One round trip: append each command's reply (an error reply as its exception) to
+        ``results``; raises when the connection failed."""
+        connection: Any = None
+        broken = True
+        try:
+            connection = await borrow(self._redis)
+            try:
+                await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+            except ConnectionError:
+                if results:
+                    raise
+                # Nothing was answered: a pooled connection Redis had closed (a restart,
+                # an idle timeout). Once more on a new one, as redis-py's retry would.
+                await give_back(self._redis, connection, broken=True)
+                connection = None
+                connection = await borrow(self._redis)
+                await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+            broken = False
+        finally:
+            if connection is not None:
+                await give_back(self._redis, connection, broken=broken)
 
 
 class Tailer:
@@ -350,7 +360,7 @@ class Tailer:
                 sent = time.monotonic()
                 found = await self._send(self._xread(asked))
                 self._blocked_on = frozenset()
-                for name, items in _streams(found):
+                for name, items in xread_streams(found):
                     name = name.decode() if isinstance(name, bytes) else name
                     if items:
                         self._found(name, asked.get(name, 0), items)
@@ -361,20 +371,25 @@ class Tailer:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # wake everyone: their own reads report the failure
-            logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
-            await self._drop_connection(broken=True)
-            for name in list(self._waiters):
-                self._wake(name)
-            # Forget everything read: Redis may have lost it (a restart), and a reply made
-            # again under the same key starts at entry 1 -- a remembered "latest" above it
-            # made its followers skip every wait and re-read Redis in a loop.
-            self._cache.clear()
-            self._latest.clear()
-            self._linger.clear()
-            self._names.clear()
-            await asyncio.sleep(0.05)
+            await self._failed(exc)
         finally:
             self._blocked_on = frozenset()
+
+    async def _failed(self, exc: Exception) -> None:
+        """The read failed: wake everyone (their own reads report the failure) and forget
+        what was read."""
+        logger.warning("relay: tailer: %s: %s", type(exc).__name__, exc)
+        await self._drop_connection(broken=True)
+        for name in list(self._waiters):
+            self._wake(name)
+        # Forget everything read: Redis may have lost it (a restart), and a reply made
+        # again under the same key starts at entry 1 -- a remembered "latest" above it
+        # made its followers skip every wait and re-read Redis in a loop.
+        self._cache.clear()
+        self._latest.clear()
+        self._linger.clear()
+        self._names.clear()
+        await asyncio.sleep(0.05)
 
     def _found(self, name: str, asked: int, items: list[Any]) -> None:
         """``items``: the entries of stream ``name`` right after entry ``asked``."""
@@ -431,7 +446,7 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _streams(found: Any) -> list[tuple[Any, list[Any]]]:
+def xread_streams(found: Any) -> list[tuple[Any, list[Any]]]:
     """The ``XREAD`` reply as (stream, entries) pairs: a list (RESP2), a map (RESP3), or
     nothing (the block time passed)."""
     if not found:

@@ -48,12 +48,14 @@ from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavai
 from ..events import Event
 from .codec import Entry, decode_entry, encode_entry
 from .log import LogState, ReplyLog, Write
+from .redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
 from .redis_io import Pipeliner, Tailer, entry_number, ignore_result
 from .redis_scripts import (
     ACQUIRE,
     APPEND,
     CREATE,
     END_UNOWNED,
+    ENTRIES_LOST,
     LEASE_LOST,
     REFRESH,
     RELEASE,
@@ -80,9 +82,11 @@ _KEY_CACHE = 4096
 class RedisReplyLog(ReplyLog):
     """A :class:`~fluxstream.relay.ReplyLog` on Redis (see the module docstring).
 
-    :param redis: a ``redis.asyncio.Redis`` client (used as it is, never closed by the log),
-        or a URL (``redis://127.0.0.1:6379/0``, ``unix:///path/redis.sock``) for a client the
-        log creates and closes.
+    :param redis: a ``redis.asyncio.Redis`` or ``redis.asyncio.cluster.RedisCluster``
+        client (used as it is, never closed by the log), or a URL
+        (``redis://127.0.0.1:6379/0``, ``unix:///path/redis.sock``) for a client the log
+        creates and closes.
+    :param cluster: with a URL, make a ``RedisCluster`` client (the URL names any node).
     :param ttl: seconds a reply is kept after its producer's last write or lease refresh
         (a reply is never forgotten under a live producer, however long it is silent).
     :param prefix: the start of every Redis key the log uses.
@@ -97,13 +101,23 @@ class RedisReplyLog(ReplyLog):
         lease: float = 5.0,
         frame: float = 0.016,
         token_interval: float = 1.0,
+        cluster: bool = False,
     ) -> None:
         super().__init__(lease=lease, frame=frame, token_interval=token_interval)
+        if "{" in prefix or "}" in prefix:
+            # A brace in the prefix would make its own hash tag: every reply in one slot,
+            # or ("{}") the keys of one reply spread over several.
+            raise ValueError("the prefix of a RedisReplyLog must not contain { or }")
         if isinstance(redis, str):
-            redis = aioredis.Redis.from_url(
-                redis, socket_connect_timeout=5.0, socket_timeout=max(5.0, 2 * lease),
-                health_check_interval=30,
-            )
+            timeouts: dict[str, Any] = {
+                "socket_connect_timeout": 5.0, "socket_timeout": max(5.0, 2 * lease),
+            }
+            if cluster:
+                from redis.asyncio.cluster import RedisCluster
+
+                redis = RedisCluster.from_url(redis, **timeouts)
+            else:
+                redis = aioredis.Redis.from_url(redis, health_check_interval=30, **timeouts)
             self._owns = True
         else:
             self._owns = False
@@ -117,12 +131,15 @@ class RedisReplyLog(ReplyLog):
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
         }
-        self._pipeline = Pipeliner(redis)
+        #: On a cluster, commands are routed by slot and followers poll (see
+        #: :mod:`fluxstream.relay.redis_cluster`).
+        self.cluster = is_cluster(redis)
+        self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
-        self._tailer = Tailer(redis, self._pipeline, _decode)
+        self._tailer = (ClusterTailer if self.cluster else Tailer)(redis, self._pipeline, _decode)
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
@@ -251,6 +268,8 @@ class RedisReplyLog(ReplyLog):
             raise
         if result == LEASE_LOST:
             raise RelayLeaseLostError(f"the lease of {show_key(key)} is no longer this producer's")
+        if result == ENTRIES_LOST:
+            raise _entries_lost(key, entry.number)
         return bool(result)
 
     def _write_command(self, write: Write) -> list[Any]:
@@ -474,7 +493,18 @@ def _written(write: Write, reply: Any) -> bool | Exception:
         return RelayLeaseLostError(
             f"the lease of {show_key(write.key)} is no longer this producer's"
         )
+    if reply == ENTRIES_LOST and write.entry is not None:
+        return _entries_lost(write.key, write.entry.number)
     return bool(reply) and not write.release
+
+
+def _entries_lost(key: str, number: int) -> RelayUnavailableError:
+    """Entries before ``number`` are missing: Redis lost acknowledged writes (a master that
+    failed over before its replica had them, a restart without persistence). Appending
+    after the gap would hand new followers a reply with a hole."""
+    return RelayUnavailableError(
+        f"redis lost entries before {number} of {show_key(key)} (a failover or a restart)"
+    )
 
 
 def _decode(item: Any) -> Entry:

