@@ -8,8 +8,9 @@ Two things of the one-node log cannot run on a cluster, and are replaced here:
 
 * the pipeliner's own RESP round trip on one pooled connection: a cluster has a pool per
   node, so the commands asked meanwhile go out as one redis-py cluster pipeline (one round
-  trip per node they touch, redirections retried command by command); ``SCRIPT LOAD`` goes
-  to every master;
+  trip per node they touch); a command answered ``MOVED`` is sent again by redis-py (which
+  updates its slot map), one answered ``ASK`` is sent here with ``ASKING`` on one
+  connection of the node named; ``SCRIPT LOAD`` goes to every master;
 * the tailer's single ``XREAD BLOCK`` over every watched stream: the streams of different
   replies lie in different slots, and Redis refuses a multi-key command across slots
   (``CROSSSLOT``) even on one node. The cluster tailer *polls* instead: one non-blocking
@@ -24,9 +25,16 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from .redis_io import Arg, Pipeliner, Tailer, xread_streams
+from redis.exceptions import (
+    AskError,
+    ClusterError,
+    MovedError,
+    RedisClusterException,
+    ResponseError,
+    TryAgainError,
+)
 
-from redis.exceptions import ClusterError, RedisClusterException
+from .redis_io import Arg, Pipeliner, Tailer, pack, round_trip, xread_streams
 
 try:
     from redis.asyncio.cluster import RedisCluster
@@ -43,6 +51,9 @@ _POLL_PER_STREAM = 2e-5
 _POLL_MAX = 0.05
 #: Seconds one round trip may take (redis-py's own retries and redirections included).
 _ROUND_TRIP = 10.0
+#: Seconds a command keeps following redirections (a slot half-migrated answers a script
+#: over keys of which some moved, or do not exist, with ``TRYAGAIN`` until it is done).
+_REDIRECTED = 5.0
 #: Entries one poll reads per stream (a follower further behind reads with XRANGE).
 _POLL_COUNT = 8
 
@@ -86,10 +97,58 @@ class ClusterPipeliner(Pipeliner):
                 pipeline.execute_command(*args)
                 routed.append(index)
         if routed:
-            done = await pipeline.execute(raise_on_error=False)
+            done = await pipeline.execute(raise_on_error=False, allow_redirections=False)
             for index, reply in zip(routed, done, strict=True):
-                replies[index] = reply
+                replies[index] = await self._redirected(reply, commands[index])
         return replies
+
+    async def _redirected(self, reply: Any, args: Sequence[Arg]) -> Any:
+        """``reply``, or after ``MOVED``/``ASK``/``TRYAGAIN`` the reply of the node that
+        serves ``args``'s slot now (for at most :data:`_REDIRECTED` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _REDIRECTED
+        while isinstance(reply, (MovedError, AskError, TryAgainError)):
+            if loop.time() > deadline:
+                break
+            if isinstance(reply, MovedError):  # the slot moved: redis-py learns where
+                reply = await self._again(args)
+            elif isinstance(reply, AskError):
+                reply = await self._asking(reply, args)
+            else:
+                await asyncio.sleep(0.05)
+                reply = await self._once(args)
+        return reply
+
+    async def _again(self, args: Sequence[Arg]) -> Any:
+        try:
+            return await self._redis.execute_command(*args)
+        except (ResponseError, RedisClusterException) as exc:
+            return exc
+
+    async def _once(self, args: Sequence[Arg]) -> Any:
+        """``args`` on the node the slot map names, redirections returned, not followed."""
+        pipeline = self._redis.pipeline(transaction=False)
+        pipeline.execute_command(*args)
+        [reply] = await pipeline.execute(raise_on_error=False, allow_redirections=False)
+        return reply
+
+    async def _asking(self, redirect: AskError, args: Sequence[Arg]) -> Any:
+        """``args`` on the node a half-migrated slot's key went to: ``ASKING`` and the
+        command on one connection (redis-py's own ASK handling may send them on two when
+        the node's pool holds several, and then loops between the nodes)."""
+        node = self._redis.get_node(host=redirect.host, port=redirect.port)
+        if node is None:
+            return await self._again(args)
+        connection = node.acquire_connection()
+        try:
+            answers: list[Any] = []
+            await round_trip(connection, [pack(("ASKING",)), pack(args)], answers)
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            node.release(connection)
+        return answers[1]
 
 
 class ClusterTailer(Tailer):

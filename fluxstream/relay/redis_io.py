@@ -25,7 +25,9 @@ from redis.exceptions import ConnectionError, ResponseError
 
 from ..errors import RelayError
 
-__all__ = ["Pipeliner", "Tailer", "entry_number", "ignore_result", "pack", "xread_streams"]
+__all__ = [
+    "Pipeliner", "Tailer", "entry_number", "ignore_result", "pack", "round_trip", "xread_streams",
+]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -170,7 +172,7 @@ class Pipeliner:
         try:
             connection = await borrow(self._redis)
             try:
-                await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+                await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
             except ConnectionError:
                 if results:
                     raise
@@ -179,7 +181,7 @@ class Pipeliner:
                 await give_back(self._redis, connection, broken=True)
                 connection = None
                 connection = await borrow(self._redis)
-                await asyncio.wait_for(_round_trip(connection, commands, results), _ROUND_TRIP)
+                await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
             broken = False
         finally:
             if connection is not None:
@@ -342,7 +344,7 @@ class Tailer:
     async def _send(self, command: bytes) -> Any:
         results: list[Any] = []
         await asyncio.wait_for(
-            _round_trip(self._connection, [command], results),
+            round_trip(self._connection, [command], results),
             _ROUND_TRIP + _TAIL_BLOCK_MS / 1000,
         )
         if isinstance(results[0], Exception):
@@ -426,7 +428,7 @@ class Tailer:
         await self._drop_connection(broken=True)
 
 
-async def _round_trip(connection: Any, commands: list[bytes], results: list[Any]) -> None:
+async def round_trip(connection: Any, commands: list[bytes], results: list[Any]) -> None:
     """Send ``commands`` in one write and append their replies (an error reply as its
     exception) to ``results``."""
     await connection.send_packed_command(b"".join(commands))

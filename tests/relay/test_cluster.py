@@ -20,7 +20,7 @@ from relay_support import Followed, LocalCluster, expected_text, follow_all, req
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
-from fluxstream.relay import CANCELLED_BY_RELAY, RedisReplyLog, redis_scripts
+from fluxstream.relay import RedisReplyLog, redis_scripts
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -59,7 +59,7 @@ async def _admin(port: int) -> Redis:
 
 async def _slot_owner(cluster: LocalCluster, slot: int) -> tuple[int, str]:
     """(port, node id) of the master serving ``slot``."""
-    for host, port in cluster.startup_nodes:
+    for _, port in cluster.startup_nodes:
         admin = await _admin(port)
         try:
             for start, end, master, *_ in await admin.execute_command("CLUSTER", "SLOTS"):
@@ -236,3 +236,158 @@ async def test_cancel_from_a_follower_on_another_node(
     seen.check()
     assert seen.end.outcome is fluxstream.Outcome.CANCELLED
     assert expected.startswith(seen.text)
+
+
+# ---------------------------------------------------------------------- a slot moved, a master lost
+
+async def _migrate_slot(cluster: LocalCluster, slot: int, *, ask_window: float) -> int:
+    """Move ``slot`` to another master the way ``redis-cli --cluster reshard`` does
+    (IMPORTING / MIGRATING, MIGRATE the keys, SETSLOT NODE everywhere), holding the slot
+    half-moved for ``ask_window`` seconds (its keys answered with ``ASK`` meanwhile);
+    returns the new owner's port."""
+    source_port, source_id = await _slot_owner(cluster, slot)
+    masters = await _masters(cluster)
+    target_port = next(port for port in masters if port != source_port)
+    target_id = masters[target_port]
+    source, target = await _admin(source_port), await _admin(target_port)
+    try:
+        await target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        await source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        with anyio.fail_after(10):
+            while keys := await source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                await source.execute_command(
+                    "MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "KEYS", *keys
+                )
+        await anyio.sleep(ask_window)
+        for port in masters:
+            admin = await _admin(port)
+            try:
+                await admin.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            finally:
+                await admin.aclose()
+    finally:
+        await source.aclose()
+        await target.aclose()
+    return target_port
+
+
+async def test_a_slot_moved_mid_reply_ask_then_moved(
+    cluster_log: MakeLog, upstream: ServerThread, redis_cluster: LocalCluster
+) -> None:
+    """The reply's slot migrates to another master while it is recorded and followed: the
+    writes and reads of the half-moved slot follow ``ASK``, then ``MOVED``; a client whose
+    slot map predates the move (the late follower's) is redirected too. Every follower reads
+    the exact reply."""
+    producer, follower, late = cluster_log(node=0), cluster_log(node=1), cluster_log(node=2)
+    key = "moving"
+    slot = key_slot(producer.keys(key)["stream"].encode())
+    req = request(tokens=300)
+    expected = expected_text(req)
+    seen: list[Followed] = []
+    moved_to: list[int] = []
+
+    async def follow() -> None:
+        seen.append(await follow_all(follower, key))
+
+    async def move() -> None:
+        moved_to.append(await _migrate_slot(redis_cluster, slot, ask_window=0.3))
+
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        # The late follower learns the slot map now, before the move.
+        assert await late.redis.execute_command("PING")
+        with anyio.fail_after(40):
+            async with anyio.create_task_group() as tg:
+                recorded = producer.record(client.chat.stream(content_key=key, **req))
+                started = False
+                async with recorded:
+                    shown = ""
+                    async for event in recorded:
+                        if isinstance(event, fluxstream.TextDelta):
+                            shown += event.text
+                            if len(shown) > 20 and not started:
+                                started = True
+                                tg.start_soon(follow)
+                                tg.start_soon(move)
+                assert moved_to, "the reply ended before the slot moved: make it longer"
+                assert recorded.log_error is None and shown == expected
+            after = await follow_all(late, key)
+    owner, _ = await _slot_owner(redis_cluster, slot)
+    assert owner == moved_to[0]
+    for followed in [*seen, after]:
+        followed.check()
+        assert followed.text == expected
+
+
+async def test_master_killed_mid_reply_followers_continue_or_fail_cleanly(
+    cluster_log: MakeLog, redis_cluster: LocalCluster
+) -> None:
+    """SIGKILL the master of the reply's slot mid-reply; its replica takes over (automatic
+    failover). Each follower, within a bound, either reads on to an ``End`` or ends with
+    ``RelayUnavailableError``; what it saw is the reply's start, each code point once. The
+    producer's own consumer gets the whole reply whatever the log met."""
+    key = "failing-over"
+    producer = cluster_log(node=0, lease=2.0)
+    followers = [cluster_log(node=i, lease=2.0) for i in (1, 2, 3)]
+    slot = key_slot(producer.keys(key)["stream"].encode())
+    victim_port, _ = await _slot_owner(redis_cluster, slot)
+    victim = redis_cluster.node_at(victim_port)
+    req = request(tokens=1500)
+    expected = expected_text(req)
+    outcomes: list[tuple[Followed, BaseException | None]] = []
+
+    async def follow(log: RedisReplyLog) -> None:
+        seen = Followed()
+        error: BaseException | None = None
+        try:
+            with anyio.fail_after(60):  # a hang fails the test here
+                async for item in log.follow(key):
+                    seen.events.append(item)
+        except RelayUnavailableError as exc:
+            error = exc
+        outcomes.append((seen, error))
+
+    try:
+        with ServerThread(profile="openai", faults="drip=0.005") as upstream:
+            async with fluxstream.AsyncClient(upstream.base_url) as client:
+                with anyio.fail_after(90):
+                    async with anyio.create_task_group() as tg:
+                        recorded = producer.record(client.chat.stream(content_key=key, **req))
+                        killed = False
+                        async with recorded:
+                            shown = ""
+                            async for event in recorded:
+                                if isinstance(event, fluxstream.TextDelta):
+                                    shown += event.text
+                                    if len(shown) > 30 and not killed:
+                                        killed = True
+                                        for log in followers:
+                                            tg.start_soon(follow, log)
+                                        await anyio.sleep(0.3)  # the followers read a part
+                                        victim.kill()
+                        assert killed and shown == expected
+        assert len(outcomes) == 3
+        for seen, error in outcomes:
+            _check_prefix_of(seen, expected)
+            if error is None:
+                assert seen.end is not None
+                assert seen.end.outcome in (fluxstream.Outcome.DONE, fluxstream.Outcome.TRUNCATED)
+                if seen.end.outcome is fluxstream.Outcome.DONE:
+                    assert seen.text == expected
+        # Once the replica took over, a new follower reads a consistent reply (or none).
+        redis_cluster.wait_ok(30)
+        late = cluster_log(node=1, lease=2.0)
+        try:
+            with anyio.fail_after(30):
+                again = Followed()
+                async for item in late.follow(key):
+                    again.events.append(item)
+            _check_prefix_of(again, expected)
+            assert again.end is not None
+        except (RelayUnavailableError, fluxstream.errors.RelayKeyError):
+            pass
+    finally:
+        # Back to three masters and three replicas for the tests after this one: the killed
+        # node starts again from its nodes.conf and rejoins as a replica.
+        if not victim.alive():
+            victim.start()
+        redis_cluster.wait_ok(60)
