@@ -335,8 +335,11 @@ async def test_master_killed_mid_reply_followers_continue_or_fail_cleanly(
     expected = expected_text(req)
     outcomes: list[tuple[Followed, BaseException | None]] = []
 
+    live: list[Followed] = []
+
     async def follow(log: RedisReplyLog) -> None:
         seen = Followed()
+        live.append(seen)
         error: BaseException | None = None
         try:
             with anyio.fail_after(60):  # a hang fails the test here
@@ -362,10 +365,14 @@ async def test_master_killed_mid_reply_followers_continue_or_fail_cleanly(
                                         killed = True
                                         for log in followers:
                                             tg.start_soon(follow, log)
-                                        await anyio.sleep(0.3)  # the followers read a part
+                                        for _ in range(750):  # 15 s: they read a part
+                                            if len(live) == 3 and all(s.text for s in live):
+                                                break
+                                            await anyio.sleep(0.02)
                                         victim.kill()
                         assert killed and shown == expected
         assert len(outcomes) == 3
+        assert all(seen.text for seen, _ in outcomes)
         for seen, error in outcomes:
             _check_prefix_of(seen, expected)
             if error is None:
