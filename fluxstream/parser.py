@@ -27,7 +27,7 @@ from ._core.reread import RereadChecks
 from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
-from .events import Event, Finish, TextDelta
+from .events import ErrorEvent, Event, Finish, TextDelta
 from .formats import FORMATS, WireFormat
 from .formats._base import MAX_SEQUENCE
 from .formats._contract import FormatClass
@@ -122,6 +122,11 @@ class StreamParser:
         self.segments: list[Segment] = []
         # Counters of wire formats used before the current one (another upstream's API).
         self._old_skipped = 0
+        #: Set by the I/O layer while another upstream could take the reply over: an error
+        #: event read from the bytes is held back, unapplied, for it to decide (see
+        #: :attr:`held_error`): applied, it would end the reply ``failed`` at once.
+        self.hold_errors = False
+        self._held: list[Event] = []
         self._old_heartbeats = 0
 
     def __repr__(self) -> str:
@@ -146,7 +151,7 @@ class StreamParser:
         sses = self._decoder.feed(data)
         lines = self._decoder.foreign_lines
         if not sses:
-            return self._apply_delivering(self._take_lines()) if lines else []
+            return self._apply_held(self._take_lines()) if lines else []
         checks = self._checks
         if (checks.first_event_id is None or checks.resume is not None
                 or checks.sequence is not None):
@@ -176,7 +181,34 @@ class StreamParser:
             if self._deferred is None:
                 self._deferred = exc
             return events
+        return self._apply_held(batch)
+
+    def _apply_held(self, batch: list[Event]) -> list[Event]:
+        """:meth:`_apply_delivering`, but with :attr:`hold_errors` the first error event of
+        ``batch`` and the events after it are held back."""
+        if self.hold_errors:
+            for position, event in enumerate(batch):
+                if type(event) is ErrorEvent:
+                    self._held = batch[position:]
+                    batch = batch[:position]
+                    break
         return self._apply_delivering(batch)
+
+    @property
+    def held_error(self) -> ErrorEvent | None:
+        """The error event :attr:`hold_errors` held back (the events after it wait with it)."""
+        first = self._held[0] if self._held else None
+        return first if isinstance(first, ErrorEvent) else None
+
+    def release_error(self) -> list[Event]:
+        """Apply the held error event and what followed it, as if it had not been held: no
+        other upstream takes the reply over, so it ends ``failed`` as it always did."""
+        held, self._held = self._held, []
+        return self._apply_delivering(held) if held else []
+
+    def drop_error(self) -> None:
+        """Forget the held error event: the reply goes on by a retry or on another upstream."""
+        self._held = []
 
     def _apply_delivering(self, batch: list[Event]) -> list[Event]:
         """:meth:`_apply`; when the assembler raises part way (``max_reply_chars``,
@@ -231,7 +263,7 @@ class StreamParser:
                 self._echo = None
         if events:
             events = asm.feed(events)
-        if end and fmt.done:
+        if end and fmt.done and not self._held:
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
         return events

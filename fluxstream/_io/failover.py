@@ -10,7 +10,9 @@ to the next upstream that answers:
   answer the way that API continues one (its :meth:`~fluxstream.apis.Api.continuation_body`:
   Anthropic's prefill, the ``prefix`` flag of Chat Completions servers), and the parser, now
   reading that API's wire format from the offsets delivered so far, cuts the echo; offsets
-  stay contiguous, so ``buf[offset:]`` never shows a character twice;
+  stay contiguous, so ``buf[offset:]`` never shows a character twice; where the API has no
+  prefill (OpenAI's Responses API) the text goes as an assistant turn followed by a short
+  instruction to go on from exactly where it stopped;
 * a reply that cannot be continued (cut inside a tool call's arguments, several choices) is
   restarted there, announced by a ``Reset``.
 
@@ -253,16 +255,29 @@ def _continuation(
     parser: StreamParser, route: Route, target: Target, body: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, bool]:
     """The body that continues the delivered text on ``target`` (``None``: send ``body``
-    as it is), and whether the reply must start over there instead."""
+    as it is), and whether the reply must start over there instead.
+
+    A prefill where the API has one (the model's next token follows the text); where it has
+    none (OpenAI's Responses API), the text as an assistant turn and a user turn asking for
+    the rest (:meth:`~fluxstream.apis.Api.instructed_continuation_body`): weaker, since the
+    model may rephrase what the echo cut (exact overlaps only) cannot remove, but the text
+    already shown stays. Only a reply no text continuation can extend (cut inside a tool
+    call's arguments, several choices) starts over."""
     if not parser.saw_content:
         return None, False
     if not parser.continuable():
         return None, True
-    flag = target.api.continuation_flag
+    api = target.api
+    text = parser.begin_continuation(min_overlap=route.min_overlap)
+    if api.assistant_prefill:
+        flag = api.continuation_flag
+        try:
+            return api.continuation_body(
+                body, text, dict(flag) if flag is not None else route.prefix_flag
+            ), False
+        except ApiFeatureError:
+            pass
     try:
-        text = parser.begin_continuation(min_overlap=route.min_overlap)
-        return target.api.continuation_body(
-            body, text, dict(flag) if flag is not None else route.prefix_flag
-        ), False
+        return api.instructed_continuation_body(body, text), False
     except ApiFeatureError:
         return None, True

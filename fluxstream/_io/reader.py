@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from .._core.progress import DeadlinePassed, Progress
-from .._core.recovery import Decision, Recovery
+from .._core.recovery import Decision, Recovery, is_transient_error
 from ..errors import (
     APIStatusError,
     APITimeoutError,
@@ -36,6 +36,7 @@ from ..errors import (
     StallTimeoutError,
     StreamError,
     StreamFailedError,
+    one_line,
 )
 from ..events import Event
 from ..parser import StreamParser
@@ -86,6 +87,8 @@ class StreamReader:
         self.recovery = Recovery(retry, resume)
         self.progress = Progress(spec.timeouts)
         self.channel = Channel(spec, parser, self.recovery, self.progress)
+        # An error event is the parser's to hold back while an upstream is left to move to.
+        parser.hold_errors = route is not None
         self.ended = False
         self.cancel_requested = False
         #: A stream restored from a resume token starts with a resume, not a fresh request
@@ -170,6 +173,8 @@ class StreamReader:
         except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
             return await self._fail_with(StreamFailedError, exc, str(exc))
         now = time.monotonic()
+        if parser.held_error is not None:
+            return await self._error_event(events, now)
         if events and not parser.saw_content:
             decision = self.channel.error_event_decision(events, now)
             if decision is not None:
@@ -282,9 +287,47 @@ class StreamReader:
             route.exhausted = True
             return None
         if moved is None:
+            self._parser.hold_errors = False  # none left: an error event ends the reply
             return None
         attempt, events = moved
         return events + self._opened(attempt)
+
+    async def _error_event(self, events: list[Event], now: float) -> list[Event]:
+        """The parser held back an error event (a stream with an upstream left to move to),
+        after ``events``. A busy provider's error (overloaded, a server error, a rate limit:
+        :func:`~fluxstream._core.recovery.is_transient_error`) is a failure like a drop:
+        before content this upstream is asked again while its own attempts last, then the
+        next upstream takes over; after content the next upstream goes on with the reply at
+        once (asking the same busy provider to continue would most likely fail the same
+        way), and the error is the segment's ``ended``. Any other error (the request was
+        refused) ends the stream as it does without fallbacks."""
+        parser = self._parser
+        error = parser.held_error
+        assert error is not None
+        self.progress.read(events, now, self._complete)
+        if is_transient_error(error.error_type, error.code, error.message):
+            if not parser.saw_content:
+                decision = self.recovery.after_error_event(
+                    saw_content=False, transient=True, now=now
+                )
+                if decision is not None:
+                    parser.drop_error()
+                    return events + await self._recover(
+                        lambda: self._reconnect(decision, "error event before content")
+                    )
+            kind = error.error_type or error.code
+            reason = one_line(f"error event ({kind}): {error.message}" if kind
+                              else f"error event: {error.message}")[:200]
+            moved = await self._try_fail_over(reason)
+            if moved is not None:
+                parser.drop_error()
+                return events + moved
+        events += parser.release_error()
+        if parser.finished:
+            self.end([])
+        elif self.channel.closed:  # a hand-off closed it, and no upstream answered
+            events += self.end(parser.close())
+        return events
 
     # ------------------------------------------------------------------ retries and resume
 

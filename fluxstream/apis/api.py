@@ -22,7 +22,15 @@ from urllib.parse import quote
 from ..errors import FluxstreamError
 from ..formats import FORMATS
 
-__all__ = ["Api", "ApiFeatureError", "Structured", "UnknownApiError", "bearer"]
+__all__ = ["CONTINUE_INSTRUCTION", "Api", "ApiFeatureError", "Structured", "UnknownApiError",
+           "bearer"]
+
+#: The user turn after a partial answer sent back to an API without prefill
+#: (:meth:`Api.instructed_continuation_body`): the rest, with nothing repeated or added.
+CONTINUE_INSTRUCTION = (
+    "Your previous message was cut off. Continue it from exactly where it stopped, "
+    "mid-word if need be: do not repeat any of it and add nothing before the continuation."
+)
 
 
 class UnknownApiError(FluxstreamError, LookupError):
@@ -100,6 +108,10 @@ class Api:
     #: Whether a dropped reply is best continued by sending it back as a prefill (the API
     #: has neither event ids nor a stored response to re-read).
     prefill_resume: ClassVar[bool] = False
+    #: Whether the vendor's own servers go on from a trailing assistant turn (prefill), so
+    #: that another upstream's cut reply can be continued there by
+    #: :meth:`continuation_body`; otherwise by :meth:`instructed_continuation_body`.
+    assistant_prefill: ClassVar[bool] = True
 
     def __repr__(self) -> str:
         return f"<fluxstream.apis.Api {self.name!r}>"
@@ -189,6 +201,28 @@ class Api:
         """The request that continues ``text`` (the partial answer) as a trailing assistant
         turn marked with ``flag``."""
         raise ApiFeatureError(f"the {self.title} API cannot continue a partial answer here")
+
+    def instructed_continuation_body(self, body: Mapping[str, Any], text: str) -> dict[str, Any]:
+        """The request that asks for the rest of ``text`` (the partial answer) where the API
+        has no prefill: ``text`` as a finished assistant turn, then a user turn asking to go
+        on from exactly where it stopped (:data:`CONTINUE_INSTRUCTION`).
+
+        Weaker than a prefill, which makes the model's next token follow the text: an
+        instructed model may rephrase, start the sentence again or add a preamble, and the
+        caller's echo cut removes an exact overlap only. So it is used only where the API
+        cannot be prefilled; a restart (a ``Reset``) would lose more: the text shown so far.
+        """
+        given = body.get(self.messages_field)
+        if isinstance(given, str):  # a Responses input given as one string
+            turns: list[Any] = [self.user_turn(given)]
+        else:
+            turns = list(given) if isinstance(given, list) else []
+        turns += [self.partial_turn(text, {}), self.user_turn(CONTINUE_INSTRUCTION)]
+        return {**body, self.messages_field: turns}
+
+    def user_turn(self, text: str) -> dict[str, Any]:
+        """A user turn of ``text`` in this API's shape."""
+        return {"role": "user", "content": text}
 
     def partial_turn(self, text: str, flag: Mapping[str, object]) -> dict[str, Any]:
         """The trailing turn :meth:`continuation_body` appends for ``text`` (the API's own

@@ -114,6 +114,9 @@ class Gemini(Api):
         turns = [*list(body.get("contents") or []), self.partial_turn(text, flag)]
         return {**body, "contents": turns}
 
+    def user_turn(self, text: str) -> dict[str, Any]:
+        return {"role": "user", "parts": [{"text": text}]}
+
     def partial_turn(self, text: str, flag: Mapping[str, object]) -> dict[str, Any]:
         return {"role": "model", "parts": [{"text": text}], **flag}
 

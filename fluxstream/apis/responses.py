@@ -28,6 +28,9 @@ class Responses(Api):
     #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
     #: that continue a partial message honour).
     continuation_flag: ClassVar[Mapping[str, object] | None] = {"status": "in_progress"}
+    #: OpenAI answers a trailing assistant item as a finished turn (see
+    #: :meth:`continuation_body`): another upstream's cut reply is continued by instruction.
+    assistant_prefill: ClassVar[bool] = False
 
     def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
