@@ -18,7 +18,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 from .. import apis
 from .._core.failover import CoolDown
 from ..apis import Api, Structured
-from ..errors import ResumeTokenError
+from ..errors import ResumeTokenError, show_key
 from ..observe import StreamObserver
 from ..parser import StreamParser, new_content_key
 from ..reply import Reply
@@ -245,11 +245,52 @@ class Endpoint:
             raise ResumeTokenError("the resume token has no request 'body' to send again")
         factory = self.factory
         parser = factory.token_parser(api, token)
+        resume_policy = self.resume_policy(resume)
+        request, route = self.resume_route(
+            token, dict(token["body"]), extra_headers or {}, timeouts, resume_policy
+        )
         stream = factory.open(
-            factory.request(api, dict(token["body"]), extra_headers or {}, timeouts), parser,
-            retry=self.retry_policy(retry), resume=self.resume_policy(resume), resuming=True,
+            request, parser, retry=self.retry_policy(retry), resume=resume_policy,
+            resuming=True, route=route,
         )
         return prepare(stream, api.structured(response_format), None, observers)
+
+    def resume_route(
+        self, token: Mapping[str, Any], body: dict[str, Any], headers: Mapping[str, str],
+        timeouts: Timeouts | None, resume: ResumePolicy,
+    ) -> tuple[RequestSpec, Route | None]:
+        """Where a token's stream goes on: the upstream that was serving it (the token
+        names it: its API and body are that upstream's, and only it can continue its
+        offsets and event ids), then the fallbacks after it; a token of a stream without
+        fallbacks goes to the client's own base URL, as it always did.
+
+        The token's name only *chooses* among this client's upstreams (its own base URL and
+        its ``fallbacks``): a name none of them has is a :class:`ResumeTokenError`, never a
+        request to a URL the token holds."""
+        factory = self.factory
+        request = factory.request(self.api, body, headers, timeouts)
+        label = token.get("upstream")
+        if label is None:
+            return request, None
+        upstreams = factory.fallbacks
+        policy = factory.failover
+        targets = [factory.primary(self.api, request)]
+        targets += [factory.target(u, headers, timeouts) for u in upstreams]
+        index = next((i for i, t in enumerate(targets) if t.label == label), None)
+        if index is None or targets[index].api is not self.api:
+            known = ", ".join(show_key(t.label) for t in targets if t.api is self.api)
+            raise ResumeTokenError(
+                f"the resume token was served by an upstream this client does not have "
+                f"({show_key(label) if isinstance(label, str) else type(label).__name__}); "
+                f"give the client the same fallbacks (its {self.api.name} upstreams: {known})"
+            )
+        rest = targets[index:]
+        route = Route(
+            rest, body, cooldown=factory.cooldown(policy),
+            per_upstream_attempts=policy.per_upstream_attempts,
+            min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
+        )
+        return rest[0].request(body), route
 
 
 def completing(

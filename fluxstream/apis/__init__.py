@@ -18,12 +18,13 @@ from typing import Any
 
 from ..errors import ResumeTokenError, show_key
 from .anthropic_messages import ANTHROPIC_MESSAGES
-from .api import Api, ApiFeatureError, Structured, UnknownApiError, bearer
+from .api import CONTINUE_INSTRUCTION, Api, ApiFeatureError, Structured, UnknownApiError, bearer
 from .chat_completions import CHAT_COMPLETIONS
 from .gemini import GEMINI
 from .responses import RESPONSES
 
 __all__ = [
+    "CONTINUE_INSTRUCTION",
     "Api",
     "ApiFeatureError",
     "Structured",
