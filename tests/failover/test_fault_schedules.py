@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import anyio
@@ -106,7 +107,7 @@ async def _scenario(servers: list[ServerThread], faults: list[tuple[str, str]],
     served = next(i for i, f in enumerate(chain) if f is None or f[0] == "restarts")
     assert len(segments) == len(handoffs) + 1 == served + 1, faults
     assert segments[0].start == 0 and segments[-1].end == len(expected)
-    assert all(a.end == b.start for a, b in zip(segments, segments[1:], strict=False))
+    assert all(a.end == b.start for a, b in pairwise(segments))
     assert segments[-1].ended == "done"
     assert all(s.ended != "done" for s in segments[:-1])
     for server in servers[: len(segments)]:
