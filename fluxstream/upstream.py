@@ -121,12 +121,19 @@ class Failover:
         (a 400, a 401) ends the stream as it would without fallbacks.
     :param cooldown_failures: failures within ``cooldown_window`` seconds after which an
         upstream is skipped (a circuit breaker, per client) for ``cooldown`` seconds.
+    :param hedge_after: seconds after the request at which, with no content yet from the
+        upstream asked first, the same request is sent to the next upstream too (hedging:
+        a slow first token is the usual tail of a request); the first of the two to deliver
+        content serves the reply and the other is closed at once, its request kept in
+        ``reply.segments`` (``ended="lost hedge"``). Only before content; ``None``: never.
+        Per request with ``failover=Failover(hedge_after=...)``.
     """
 
     per_upstream_attempts: int = 2
     cooldown_failures: int = 3
     cooldown_window: float = 30.0
     cooldown: float = 30.0
+    hedge_after: float | None = None
 
     def __post_init__(self) -> None:
         if type(self.per_upstream_attempts) is not int or self.per_upstream_attempts < 1:
@@ -137,3 +144,11 @@ class Failover:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} is a finite number of seconds, at least 0")
+        hedge = self.hedge_after
+        if hedge is not None and (
+            isinstance(hedge, bool) or not isinstance(hedge, (int, float))
+            or not math.isfinite(hedge) or hedge <= 0
+        ):
+            raise ValueError(
+                f"hedge_after is a finite number of seconds above 0 (or None), not {hedge!r}"
+            )

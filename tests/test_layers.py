@@ -41,7 +41,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",
          "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
-    (8, ["_io.reconnect", "_io.failover"]),
+    (8, ["_io.reconnect", "_io.failover", "_io.hedge"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["stream"]),

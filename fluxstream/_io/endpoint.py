@@ -215,6 +215,7 @@ class Endpoint:
             targets, request.body, cooldown=factory.cooldown(policy),
             per_upstream_attempts=policy.per_upstream_attempts,
             min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
+            hedge_after=policy.hedge_after,
         )
 
     def resume(

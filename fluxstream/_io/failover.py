@@ -83,6 +83,7 @@ class Route:
         per_upstream_attempts: int,
         min_overlap: int,
         prefix_flag: dict[str, object],
+        hedge_after: float | None = None,
     ) -> None:
         if not targets:
             raise ValueError("a route needs at least one upstream")
@@ -94,6 +95,9 @@ class Route:
         self.per_upstream_attempts = per_upstream_attempts
         self.min_overlap = min_overlap
         self.prefix_flag = prefix_flag
+        #: Seconds without content before the next upstream is asked too (see
+        #: :mod:`fluxstream._io.hedge`; ``None``: no hedging).
+        self.hedge_after = hedge_after
         #: No upstream is left to move to (the last one's segment is closed).
         self.exhausted = False
         self._finished = False
@@ -159,6 +163,35 @@ class Route:
         self._start = end
         self._usage_seen = len(reply.usage_updates)
         parser.segments = list(self._done)
+
+    def noted(self, target: Target, ended: str, requests: int) -> None:
+        """A segment for ``target``, which delivered nothing while another upstream serves
+        (a hedge that lost its race or failed, or the one it beat)."""
+        self._done.append(Segment(
+            upstream=target.label, api=target.api.name, model=self.model_of(target),
+            start=self._start, end=self._start, ended=ended, requests=requests,
+        ))
+
+    def peek(self, now: float) -> Target | None:
+        """The upstream :meth:`advance` would move to at ``now``, without moving."""
+        for target in self.targets[self.index + 1:]:
+            if self.cooldown is None or not self.cooldown.cooling(target.label, now):
+                return target
+        return None
+
+    def take_over(self, target: Target) -> None:
+        """``target``, further on, serves from now on (a hedge won its race); those between
+        were cooling down when it was asked: recorded as skipped."""
+        index = self.targets.index(target, self.index + 1)
+        for skipped in self.targets[self.index + 1:index]:
+            self._skipped(skipped)
+        self.index = index
+
+    def drop(self, target: Target) -> None:
+        """``target``, further on, was asked already and failed (a hedge): this stream does
+        not ask it again."""
+        index = self.targets.index(target, self.index + 1)
+        self.targets = self.targets[:index] + self.targets[index + 1:]
 
     def failed(self, now: float) -> None:
         """The serving upstream failed (for the circuit breaker)."""

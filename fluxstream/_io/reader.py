@@ -45,6 +45,7 @@ from ..timeouts import Deadline
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
 from .failover import FAILOVER_ERRORS, Route, hand_off, reason_of, start_on
+from .hedge import Hedge
 from .http_library import seconds
 from .reconnect import TOKEN_REASON, reconnect
 
@@ -89,6 +90,8 @@ class StreamReader:
         self.channel = Channel(spec, parser, self.recovery, self.progress)
         # An error event is the parser's to hold back while an upstream is left to move to.
         parser.hold_errors = route is not None
+        #: The race of the first content while a hedge is out (see _connect_first).
+        self._hedge: Hedge | None = None
         self.ended = False
         self.cancel_requested = False
         #: A stream restored from a resume token starts with a resume, not a fresh request
@@ -111,6 +114,8 @@ class StreamReader:
             return
         self.cancel_requested = True
         self.channel.cancel()
+        if self._hedge is not None:
+            self._hedge.cancel()
 
     def abandon(self) -> bool:
         """The stream was collected: it ends ``cancelled`` (unless it had ended), and whatever
@@ -130,6 +135,8 @@ class StreamReader:
             # From another task, a send, a wait or a read may be pending: interrupt it, or
             # the response it gets later is never closed (the connection leaks from the pool).
             self.channel.cancel()
+            if self._hedge is not None:
+                self._hedge.cancel()
             self.end(self._parser.cancel("closed by the caller"))
         if self.channel.closed:  # the usual case: the events ran out and closed it
             return
@@ -404,14 +411,14 @@ class StreamReader:
             if self.route is not None:
                 start_on(self.channel, self.route, time.monotonic())
             try:
-                attempt = await self.channel.connect()
+                attempt, first = await self._connect_first()
             except FAILOVER_ERRORS as exc:
                 moved = await self._try_fail_over(reason_of(exc)) if self._may_fail_over(
                     exc) else None
                 if moved is None:
                     raise
                 return moved
-            return self._opened(attempt)
+            return first + self._opened(attempt)
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.end(self._parser.cancel("cancelled by stream.cancel()"))
             return []
@@ -435,6 +442,18 @@ class StreamReader:
                 self.error = type(exc).__name__
                 self.end(self._parser.fail(f"{type(exc).__name__}: {exc}", cause))
             raise
+
+    async def _connect_first(self) -> tuple[Attempt, list[Event]]:
+        """The first request; with ``hedge_after``, raced against the next upstream's until
+        one delivers content (:mod:`fluxstream._io.hedge`). The events to deliver first."""
+        route = self.route
+        if route is None or route.hedge_after is None:
+            return await self.channel.connect(), []
+        self._hedge = Hedge(self.channel, route, route.hedge_after)
+        try:
+            return await self._hedge.run()
+        finally:
+            self._hedge = None
 
     def _opened(self, attempt: Attempt) -> list[Event]:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply

@@ -1,0 +1,397 @@
+"""Hedged first tokens: the next upstream is asked too when the first content is slow.
+
+A slow first token is the usual tail of a request (a queue, a cold replica, a long prefill),
+and one upstream alone can only wait it out. With ``Failover(hedge_after=s)``, when the
+upstream asked first has sent no content ``s`` seconds after the request, the same request
+(translated into the next upstream's API, as a handoff before content sends it) goes there
+too; the first of the two to deliver content serves the reply, and the other is closed at
+once (its connection aborted, so the provider stops generating for nobody), its request kept
+in ``reply.segments`` (``ended="lost hedge"``: billing is never a surprise). Only before
+content: once text was shown, another generation could not be merged with it.
+
+:class:`Hedge` runs in the reader's first connect, in a task group of two racers. Each reads
+its upstream's bytes into a probe parser of that API (thrown away after: only a parser knows
+when content came) and keeps them; the winner's bytes are put back in front of its response
+body (:func:`replayed`), so the reader reads them as if no race had happened: its parser,
+deadlines, retries and failover see one connection.
+
+* The first upstream settles before the hedge is due (content, an error, a drop, the end):
+  no hedge is sent, and the reader goes on as without hedging (a failure is then the
+  ordinary failover).
+* The hedge fails (a status, a drop, an error event): that upstream is not asked again by
+  this stream, the circuit breaker counts it, and the first upstream goes on alone.
+* The first upstream fails while the hedge is out: the hedge is the next upstream, already
+  asked (no third request): it serves, whatever it answers, announced by a ``Handoff``.
+* The hedge wins: a ``Handoff`` whose reason starts with ``"hedged"``, at offset 0.
+* Losing a race is no failure: the circuit breaker does not count it.
+* ``stream.cancel()``, ``aclose()`` from another task, or a cancelled task closes both.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from ..errors import APIStatusError, FluxstreamError, show_key
+from ..events import ErrorEvent, Event, Handoff
+from ..observe import SendInfo
+from ..parser import StreamParser
+from .attempt import Attempt, AttemptCancelled, RequestSpec
+from .channel import Channel
+from .failover import FAILOVER_ERRORS, Route, Target, reason_of
+
+__all__ = ["LOST", "Hedge", "replayed"]
+
+logger = logging.getLogger("fluxstream")
+
+#: How a racer that lost is recorded in ``reply.segments``.
+LOST = "lost hedge"
+#: Bytes read from one racer without content before the race stops waiting on it: it is
+#: talking (pings, metadata), and the reader's own limits decide from there.
+_MAX_BUFFERED = 1 << 20
+#: Reads of one racer before that (a server may send a byte at a time).
+_MAX_READS = 100_000
+
+
+class _Racer:
+    """One upstream in the race: its request, the bytes read so far, and how it settled."""
+
+    def __init__(self, target: Target, probe: StreamParser) -> None:
+        self.target = target
+        self.probe = probe
+        self.attempt: Attempt | None = None
+        self.chunks: list[bytes] = []
+        #: Its body ran out (nothing more to read after :attr:`chunks`).
+        self.ended = False
+        #: What ended it badly: the connect's error or a read's (replayed to the reader).
+        self.error: BaseException | None = None
+        #: Its first-token deadline passed while it was read.
+        self.late = False
+        #: An error event came before any content.
+        self.error_event = False
+        #: Content came (or a whole reply, or so much that the reader decides).
+        self.won = False
+
+    @property
+    def reason(self) -> str:
+        """Why it failed, as a segment's ``ended`` and a handoff's ``reason``."""
+        if self.late:
+            return "first_token timeout"
+        if self.error is not None:
+            return reason_of(self.error)
+        if self.error_event:
+            return "error event before content"
+        return "connection closed before content"
+
+
+class Hedge:
+    """The race of one stream's first content between its upstream and the next one."""
+
+    def __init__(self, channel: Channel, route: Route, after: float) -> None:
+        self.channel = channel
+        self.route = route
+        self.after = after
+        self._cancelled = False
+        self._group: anyio.CancelScope | None = None
+        self._racers: list[_Racer] = []
+
+    def cancel(self) -> None:
+        """Interrupt the race from any task: both connections are aborted at once (the
+        channel's own ``cancel()`` stops the first upstream's retries)."""
+        self._cancelled = True
+        for racer in self._racers:
+            if racer.attempt is not None:
+                racer.attempt.cancel()
+        if self._group is not None:
+            self._group.cancel()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled or self.channel.recovery.cancelled
+
+    async def run(self) -> tuple[Attempt, list[Event]]:
+        """The attempt that serves the stream, its bytes read so far put back in front of
+        its body, and the events to deliver first (a ``Handoff`` when the hedge serves).
+        Raises what the first connect would have raised without hedging when the upstream
+        that serves never answered (the reader's failover takes it from there)."""
+        channel, route = self.channel, self.route
+        target = route.peek(time.monotonic())
+        spec = None
+        if target is not None:
+            try:
+                spec = target.request(route.body_for(target))
+            except FluxstreamError as exc:  # a request that API cannot be asked: no hedge
+                logger.info("no hedge on %s: %s", target.label, reason_of(exc))
+        if target is None or spec is None:
+            return await channel.connect(), []
+        first = _Racer(route.current, self._probe(route.current))
+        self._racers = [first]
+        hedge: _Racer | None = None
+        serving: _Racer | None = None
+        loser: _Racer | None = None
+        events: list[Event] = []
+        send, receive = anyio.create_memory_object_stream[_Racer](2)
+        try:
+            with send, receive:
+                async with anyio.create_task_group() as group:
+                    self._group = group.cancel_scope
+                    group.start_soon(self._race, first, self._connect_first, send)
+                    with anyio.move_on_after(self.after):
+                        serving = await receive.receive()  # settled in time: no hedge
+                    if serving is None and not self.cancelled:
+                        hedge = _Racer(target, self._probe(target))
+                        self._racers.append(hedge)
+                        logger.info(
+                            "stream %s: no content from %s within %.3gs; hedging on %s",
+                            show_key(channel.parser.content_key), first.target.label,
+                            self.after, target.label, extra=channel.log_extra(),
+                        )
+                        group.start_soon(self._race, hedge, self._hedge_connect(hedge, spec),
+                                         send)
+                        serving, loser, events = await self._decide(receive, first, hedge)
+                    group.cancel_scope.cancel()  # the loser, still connecting or reading
+            if loser is not None and not self.cancelled:
+                with anyio.CancelScope(shield=True):
+                    await self._close(loser)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close_all()
+            raise
+        finally:
+            self._group = None
+        if self.cancelled or serving is None:  # stream.cancel() or aclose() during the race
+            with anyio.CancelScope(shield=True):
+                await self._close_all()
+            raise AttemptCancelled
+        return self._serve(serving, hedge, spec), events
+
+    # ------------------------------------------------------------------ the race
+
+    async def _decide(
+        self, receive: MemoryObjectReceiveStream[_Racer], first: _Racer, hedge: _Racer
+    ) -> tuple[_Racer, _Racer | None, list[Event]]:
+        """Both are out: the first with content serves, the other loses (its connection is
+        aborted here, closed once its task has ended); a failure leaves the other to serve,
+        whatever it answers. The one serving, the loser, and the events to deliver first."""
+        settled = await receive.receive()
+        route = self.route
+        if self.cancelled:
+            return settled, None, []
+        if settled.won:
+            if settled is hedge:
+                self._abort(first)
+                return hedge, first, [self._moved(f"hedged: no content within {self.after:.3g}s",
+                                                  LOST)]
+            self._abort(hedge)
+            route.noted(hedge.target, LOST, 1)
+            route.drop(hedge.target)
+            return first, hedge, []
+        if settled is hedge:  # the first upstream goes on alone
+            self._failed_hedge(hedge)
+            with anyio.CancelScope(shield=True):
+                await self._close(hedge)
+            return await receive.receive(), None, []
+        # the first upstream failed: the hedge is the next upstream, asked already
+        route.failed(time.monotonic())
+        with anyio.CancelScope(shield=True):
+            await self.channel.close(drain=False)
+        handoff = self._moved(first.reason, first.reason)
+        return await receive.receive(), None, [handoff]
+
+    async def _race(
+        self, racer: _Racer, connect: Callable[[], Awaitable[Attempt]],
+        send: MemoryObjectSendStream[_Racer],
+    ) -> None:
+        """Connect, then read until content (or the end, or a failure); report it settled."""
+        try:
+            racer.attempt = await connect()
+            if racer.attempt.is_json:  # the whole reply in one body
+                racer.won = True
+            else:
+                await self._read_first(racer, racer.attempt)
+        except Exception as exc:  # kept: raised or replayed to the reader
+            racer.error = exc
+        await send.send(racer)
+
+    async def _read_first(self, racer: _Racer, attempt: Attempt) -> None:
+        """Read ``racer`` until content, keeping the bytes; bounded by the stream's
+        ``first_token`` deadline (else by the HTTP library's read timeout, as any read)."""
+        probe = racer.probe
+        read = self.channel.receive if attempt is self.channel.attempt else attempt.read
+        progress = self.channel.progress
+        size = 0
+        for _ in range(_MAX_READS):
+            left = progress.first_token_left(time.monotonic())
+            data: bytes | None = None
+            try:
+                with anyio.move_on_after(math.inf if left is None else left):
+                    data = await read()
+            except StopAsyncIteration:
+                racer.ended = True
+                return
+            if data is None:
+                racer.late = True
+                return
+            racer.chunks.append(data)
+            size += len(data)
+            try:
+                events = probe.feed(data)
+            except FluxstreamError:  # the reader's parser meets it again, and decides
+                return
+            if not probe.saw_content and any(type(e) is ErrorEvent for e in events):
+                racer.error_event = True
+                return
+            if probe.saw_content or probe.finished or size > _MAX_BUFFERED:
+                racer.won = True
+                return
+        racer.won = True
+
+    async def _connect_first(self) -> Attempt:
+        return await self.channel.connect()
+
+    def _hedge_connect(
+        self, racer: _Racer, spec: RequestSpec
+    ) -> Callable[[], Awaitable[Attempt]]:
+        async def connect() -> Attempt:
+            channel = self.channel
+            head = channel.progress.head_wait(time.monotonic(), False)
+            attempt = racer.attempt = Attempt(spec, head=head)
+            limit = channel.parser.max_event_bytes
+            if spec.sending is None:
+                await attempt.open(max_json_bytes=limit)
+            else:  # observers that take part in requests (trace headers) see it too
+                own: dict[str, str] = {}
+                with spec.sending(own, SendInfo(1, "first")):
+                    await attempt.open(headers=own, max_json_bytes=limit)
+            return attempt
+
+        return connect
+
+    def _probe(self, target: Target) -> StreamParser:
+        """A throwaway parser of ``target``'s API: it tells when content came."""
+        parser = self.channel.parser
+        return StreamParser(
+            content_key=parser.content_key, format=target.api.name,
+            max_event_bytes=parser.max_event_bytes, strict=parser.strict,
+            require_finish_reason=parser.require_finish_reason, limits=parser.limits,
+        )
+
+    # ------------------------------------------------------------------ endings
+
+    def _moved(self, reason: str, ended: str) -> Handoff:
+        """The route moves to the hedge (before content): the first upstream's segment ends
+        as ``ended`` with its requests, and the hedge has sent one."""
+        route, channel = self.route, self.channel
+        hedge = self._racers[1].target
+        recovery = channel.recovery
+        route.close_segment(channel.parser, ended, recovery.attempts)
+        route.take_over(hedge)
+        recovery.next_upstream(time.monotonic())
+        recovery.attempts = 1
+        # A hedge that wins is routine (what it is for); an upstream that failed is not.
+        logger.log(
+            logging.INFO if ended == LOST else logging.WARNING, "stream %s: %s; %s serves",
+            show_key(channel.parser.content_key), reason, hedge.label,
+            extra=channel.log_extra(),
+        )
+        return Handoff(
+            channel.parser.content_key, hedge.label, hedge.api.name, route.model_of(hedge),
+            reason, 0,
+        )
+
+    def _abort(self, racer: _Racer) -> None:
+        """``racer`` lost: its connection is aborted now (the server sees it close at once;
+        losing is no failure for the circuit breaker)."""
+        attempt = racer.attempt
+        if racer is self._racers[0]:
+            attempt = self.channel.attempt  # maybe still connecting (racer.attempt unset)
+        if attempt is not None:
+            attempt.cancel()
+
+    async def _close(self, racer: _Racer) -> None:
+        if racer is self._racers[0]:
+            await self.channel.close(drain=False)
+        elif racer.attempt is not None:
+            await racer.attempt.close(drain=False)
+            racer.attempt = None
+
+    def _failed_hedge(self, racer: _Racer) -> None:
+        """The hedge failed: recorded, counted by the circuit breaker (unless the request
+        itself was at fault), and not asked again by this stream."""
+        route = self.route
+        error = racer.error
+        counts = error is None or (
+            isinstance(error, FAILOVER_ERRORS)
+            and not (isinstance(error, APIStatusError) and not _retryable(self.channel, error))
+        )
+        if counts and route.cooldown is not None:
+            route.cooldown.failed(racer.target.label, time.monotonic())
+        route.noted(racer.target, racer.reason, 1)
+        route.drop(racer.target)
+        logger.info("hedge on %s failed (%s); %s goes on", racer.target.label, racer.reason,
+                    self._racers[0].target.label, extra=self.channel.log_extra())
+
+    async def _close_all(self) -> None:
+        """Both connections closed (a cancel, or the task's cancellation); the hedge, if it
+        was sent and is not recorded yet, is recorded as cancelled."""
+        for racer in self._racers:
+            self._abort(racer)
+        await self.channel.close(drain=False)
+        if len(self._racers) > 1:
+            hedge = self._racers[1]
+            await self._close(hedge)
+            route = self.route
+            if hedge.target in route.targets[route.index + 1:]:
+                route.noted(hedge.target, "cancelled", 1)
+                route.drop(hedge.target)
+
+    def _serve(self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec) -> Attempt:
+        """``racer`` serves: its bytes go back in front of its body for the reader."""
+        channel = self.channel
+        attempt = racer.attempt
+        if racer is hedge:
+            channel.parser.switch_format(racer.target.api.name)
+            channel.spec = spec
+            channel.resuming_by = None
+        if attempt is None:  # it never answered: as the connect would have raised
+            raise racer.error or AttemptCancelled()
+        if racer is hedge:
+            channel.attempt = attempt
+            if channel.reads_ahead:
+                channel.start_read_ahead()
+        if not attempt.is_json:
+            attempt.body = replayed(
+                racer.chunks, attempt.body, error=racer.error, ended=racer.ended
+            )
+        return attempt
+
+
+def _retryable(channel: Channel, error: APIStatusError) -> bool:
+    recovery = channel.recovery
+    return error.status_code in recovery.retry.retry_status | channel.spec.api.retry_statuses
+
+
+async def replayed(
+    chunks: list[bytes], body: AsyncIterator[bytes] | None, *,
+    error: BaseException | None, ended: bool,
+) -> AsyncIterator[bytes]:
+    """``chunks`` (read during the race), then what ended the read (``error``, or the end),
+    or else the rest of ``body``. An async generator, so closing the attempt unwinds the
+    HTTP library's body under it (see :func:`fluxstream._io.attempt.finish_body`)."""
+    for chunk in chunks:
+        yield chunk
+    if error is not None:
+        raise error
+    if ended or body is None:
+        return
+    while True:
+        try:
+            chunk = await body.__anext__()
+        except StopAsyncIteration:
+            return
+        yield chunk
