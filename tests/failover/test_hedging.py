@@ -1,0 +1,237 @@
+"""Hedged first tokens on real sockets, two embedded servers with scripted delays: a slow
+first upstream loses to the hedge (text exact, ``Handoff``, segments, its connection closed
+within 200 ms as the server sees it); a fast one sends no hedge; the first upstream winning
+after the hedge was sent closes the hedge; failures on either side (the other goes on, no
+third request); both failing; the caller cancelling mid-race (both connections closed). Run
+on asyncio and trio, and on httpx with ``--transport httpx``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+import fluxstream
+from fluxstream import Failover, Handoff, Outcome, Upstream
+from fluxstream.errors import APIStatusError
+from fluxstream.retry import RetryPolicy
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+MSG = [{"role": "user", "content": "hello there"}]
+#: The loser's connection must be closed within this of the winner's first content.
+CLOSE_WITHIN = 0.2
+#: A first token slower than any test waits for: such a server only ever loses.
+SLOW = "stall=5,stall-after-events=1"
+FAST_RETRY = RetryPolicy(max_attempts=2, base_delay=0.05, max_delay=0.05)
+
+
+def requests_to(server: ServerThread, path: str = "/chat/completions") -> int:
+    return sum(1 for r in server.records.requests if r.path.endswith(path))
+
+
+@pytest.fixture(scope="module")
+def clean() -> Iterator[ServerThread]:
+    """A server with no faults: what the others answer when they do answer."""
+    with ServerThread(profile="openai") as running:
+        yield running
+
+
+async def answer_of(server: ServerThread, **extra: Any) -> str:
+    """What a server of the same profile answers (the scripts are deterministic)."""
+    async with fluxstream.AsyncClient(server.base_url, api_key="k") as client:
+        reply = await client.chat.complete(model="m", messages=MSG, **extra)
+    return reply.text
+
+
+async def read(stream: fluxstream.ReplyStream) -> tuple[str, list[Any], float]:
+    """The text as ``buf[offset:]`` shows it, the other events, and when the first text
+    came (``time.monotonic``, the clock of the servers' disconnect records)."""
+    shown = ""
+    others: list[Any] = []
+    first = math.nan
+    async with stream:
+        async for event in stream:
+            if event.type == "text":
+                assert event.offset == len(shown)
+                if not shown:
+                    first = time.monotonic()
+                shown += event.text
+            else:
+                others.append(event)
+    return shown, others, first
+
+
+def client_of(primary: ServerThread, fallback: ServerThread, **failover: Any) -> Any:
+    return fluxstream.AsyncClient(
+        primary.base_url, api_key="k", fallbacks=[Upstream(fallback.base_url, api_key="k2")],
+        failover=Failover(**failover) if failover else None,
+    )
+
+
+def test_hedge_after_is_a_finite_positive_number_or_none() -> None:
+    assert Failover().hedge_after is None
+    assert Failover(hedge_after=0.25).hedge_after == 0.25
+    for bad in (0, -1.0, math.nan, math.inf, True, "1"):
+        with pytest.raises(ValueError, match="hedge_after"):
+            Failover(hedge_after=bad)  # type: ignore[arg-type]
+
+
+async def test_a_slow_first_upstream_loses_to_the_hedge(clean: ServerThread) -> None:
+    expected = await answer_of(clean, max_tokens=1024)
+    with ServerThread(profile="openai", faults=SLOW) as primary, \
+            ServerThread(profile="openai") as fallback:
+        before = requests_to(fallback)
+        # no hedging on the client: this request asks for it (failover= per request)
+        async with client_of(primary, fallback) as client:
+            started = time.monotonic()
+            stream = client.messages.stream(
+                model="m", messages=MSG, max_tokens=1024,
+                failover=Failover(hedge_after=0.3),
+            )
+            shown, others, first = await read(stream)
+        closed = await primary.wait_disconnect(5.0, completed=False)
+        assert requests_to(primary, "/messages") == 1
+        assert requests_to(fallback) == before + 1
+    assert 0.3 <= first - started < 3.0  # the hedge's first token, not the primary's
+    assert closed.time - first < CLOSE_WITHIN, closed.time - first
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE
+    assert shown == reply.text == expected
+    handoffs = [e for e in others if isinstance(e, Handoff)]
+    assert len(handoffs) == 1 and handoffs[0].reason.startswith("hedged")
+    assert handoffs[0].offset == 0 and handoffs[0].api == "chat_completions"
+    assert others[0] is handoffs[0]  # before anything else
+    lost, served = reply.segments
+    assert (lost.api, lost.start, lost.end, lost.ended, lost.requests) == (
+        "anthropic_messages", 0, 0, "lost hedge", 1)
+    assert (served.api, served.start, served.end, served.ended, served.requests) == (
+        "chat_completions", 0, len(expected), "done", 1)
+    assert served.upstream == handoffs[0].upstream
+
+
+async def test_a_fast_first_upstream_sends_no_hedge() -> None:
+    with ServerThread(profile="openai") as primary, ServerThread(profile="openai") as fallback:
+        expected = await answer_of(primary)
+        async with client_of(primary, fallback, hedge_after=1.0) as client:
+            shown, others, _ = await read(client.chat.stream(model="m", messages=MSG))
+            reply = await client.chat.complete(model="m", messages=MSG)  # pooled, again
+        assert requests_to(primary) == 3 and requests_to(fallback) == 0
+    assert shown == reply.text == expected
+    assert not any(isinstance(e, Handoff) for e in others)
+    assert [(s.ended, s.requests) for s in reply.segments] == [("done", 1)]
+
+
+async def test_the_first_upstream_winning_after_the_hedge_was_sent_closes_the_hedge(
+    clean: ServerThread,
+) -> None:
+    expected = await answer_of(clean)
+    with ServerThread(profile="openai", faults="stall=0.8,stall-after-events=1") as primary, \
+            ServerThread(profile="openai", faults=SLOW) as fallback:
+        async with client_of(primary, fallback, hedge_after=0.2) as client:
+            stream = client.chat.stream(model="m", messages=MSG)
+            shown, others, first = await read(stream)
+        closed = await fallback.wait_disconnect(5.0, completed=False)
+        assert requests_to(fallback) == 1
+    assert closed.time - first < CLOSE_WITHIN, closed.time - first
+    reply = stream.reply
+    assert shown == reply.text == expected and reply.outcome is Outcome.DONE
+    assert not any(isinstance(e, Handoff) for e in others)
+    lost, served = reply.segments
+    assert (lost.upstream, lost.ended, lost.requests) == (
+        Upstream(fallback.base_url).label, "lost hedge", 1)
+    assert (served.ended, served.requests, served.end) == ("done", 1, len(expected))
+
+
+async def test_a_failing_hedge_leaves_the_first_upstream_going() -> None:
+    with ServerThread(profile="openai", faults="stall=0.6,stall-after-events=1") as primary, \
+            ServerThread(profile="openai", faults="status=503") as fallback:
+        async with client_of(primary, fallback, hedge_after=0.1, cooldown_failures=1) as client:
+            stream = client.chat.stream(model="m", messages=MSG, retry=FAST_RETRY)
+            shown, others, _ = await read(stream)
+            # the failed hedge counts for the circuit breaker: the next stream skips it
+            again = await client.chat.complete(model="m", messages=MSG)
+        assert requests_to(fallback) == 1  # the hedge is never retried
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE and shown == reply.text
+    assert not any(isinstance(e, Handoff) for e in others)
+    failed, served = reply.segments
+    assert failed.ended.startswith("APIStatusError") and "503" in failed.ended
+    assert failed.requests == 1 and (served.ended, served.requests) == ("done", 1)
+    assert [s.ended for s in again.segments] == ["done"]  # no hedge on a cooling upstream
+
+
+async def test_the_first_upstream_failing_while_hedging_hands_over_to_the_hedge(
+    clean: ServerThread,
+) -> None:
+    expected = await answer_of(clean)
+    with ServerThread(profile="openai", faults="delay=0.5,status=503") as primary, \
+            ServerThread(profile="openai", faults="stall=0.6,stall-after-events=1") as fallback:
+        async with client_of(
+            primary, fallback, hedge_after=0.1, per_upstream_attempts=1
+        ) as client:
+            stream = client.chat.stream(model="m", messages=MSG)
+            shown, others, _ = await read(stream)
+        # the hedge is the next upstream, asked already: no third request
+        assert requests_to(primary) == 1 and requests_to(fallback) == 1
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE and shown == reply.text == expected
+    handoffs = [e for e in others if isinstance(e, Handoff)]
+    assert len(handoffs) == 1 and "503" in handoffs[0].reason
+    failed, served = reply.segments
+    assert "503" in failed.ended and failed.requests == 1
+    assert (served.ended, served.requests) == ("done", 1)
+
+
+async def test_both_failing_ends_the_stream_with_both_requests_counted() -> None:
+    with ServerThread(profile="openai", faults="delay=0.3,status=503") as primary, \
+            ServerThread(profile="openai", faults="status=503") as fallback:
+        async with client_of(primary, fallback, hedge_after=0.1) as client:
+            stream = client.chat.stream(model="m", messages=MSG, retry=FAST_RETRY)
+            with pytest.raises(APIStatusError):
+                await read(stream)
+        # the primary's own two attempts, one hedge, and nothing asked twice
+        assert requests_to(primary) == 2 and requests_to(fallback) == 1
+    reply = stream.reply
+    assert reply.outcome is Outcome.FAILED
+    assert [(s.start, s.end, s.requests) for s in reply.segments] == [(0, 0, 1), (0, 0, 2)]
+    assert all("503" in s.ended for s in reply.segments)
+
+
+@pytest.mark.parametrize("how", ["stream.cancel()", "cancel scope"])
+async def test_cancelling_mid_race_closes_both_connections(how: str) -> None:
+    with ServerThread(profile="openai", faults=SLOW) as primary, \
+            ServerThread(profile="openai", faults=SLOW) as fallback:
+        async with client_of(primary, fallback, hedge_after=0.2) as client:
+            stream = client.chat.stream(model="m", messages=MSG)
+            cancelled_at = math.nan
+
+            async def consume() -> None:
+                async for _ in stream:
+                    pass
+
+            if how == "stream.cancel()":
+                async with anyio.create_task_group() as group:
+                    group.start_soon(consume)
+                    await anyio.sleep(0.7)
+                    cancelled_at = time.monotonic()
+                    stream.cancel()
+            else:
+                with anyio.move_on_after(0.7):
+                    await consume()
+                cancelled_at = time.monotonic()
+            await stream.aclose()
+            for server in (primary, fallback):
+                closed = await server.wait_disconnect(5.0, completed=False)
+                assert closed.time - cancelled_at < CLOSE_WITHIN, (how, closed.time)
+        assert requests_to(primary) == 1 and requests_to(fallback) == 1
+    reply = stream.reply
+    assert reply.outcome is Outcome.CANCELLED
+    assert sorted((s.ended, s.requests) for s in reply.segments) == [
+        ("cancelled", 1), ("cancelled", 1)]
