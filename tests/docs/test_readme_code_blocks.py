@@ -48,6 +48,7 @@ PRINTS = {
     "Relay: one reply, followed from anywhere": ["event: text", "event: end", "cancelled"],
     "Without the network": ["Hi", "Hello"],
     "Observing a stream": ["open ", "end cancelled 1 True"],
+    "Failover: one reply across providers": ["handoff to", "done True", " done\n"],
 }
 
 
