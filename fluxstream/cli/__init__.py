@@ -25,6 +25,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -37,9 +38,11 @@ from ..apis import Api
 from ..client import AsyncClient, checked_headers, request_for
 from ..endpoints import api_client
 from ..errors import FluxstreamError
+from ..events import Handoff
 from ..reply import Outcome
 from ..retry import ResumePolicy
 from ..stream import ReplyStream
+from ..upstream import Upstream
 from .args import build_parser
 from .capture import (
     Recording,
@@ -93,36 +96,43 @@ def _tools_for(api: Api, tools: list[dict[str, Any]] | None) -> list[dict[str, A
 def _open_stream(
     client: AsyncClient, api: Api, model: str, messages: list[Any], headers: dict[str, str],
     tools: list[dict[str, Any]] | None, include_usage: bool, fields: dict[str, Any],
-    resume: ResumePolicy | None = None,
+    resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
 ) -> ReplyStream:
     """The stream of one request to ``api`` (``messages`` is the Responses ``input`` there;
-    an API that requires ``max_tokens`` gets it when not given)."""
+    an API that requires ``max_tokens`` gets it when not given), going on on ``fallbacks``
+    when the endpoint fails."""
     arguments = api.prompt_arguments(model, messages, fields, include_usage=include_usage)
     endpoint = getattr(client, api.endpoint)
     stream: ReplyStream = endpoint.stream(
-        tools=tools, extra_headers=headers, resume=resume, **arguments
+        tools=tools, extra_headers=headers, resume=resume, fallbacks=fallbacks or None,
+        **arguments,
     )
     return stream
+
+
+#: What the summary says the stream survived, from the stream and the handoffs printed.
+Survived = Callable[[ReplyStream, Sequence[Handoff]], str]
 
 
 async def _stream_to_terminal(
     client: AsyncClient, session: _Session, model: str, messages: list[Any],
     headers: dict[str, str], tools: list[dict[str, Any]] | None,
-    survived: Callable[[ReplyStream], str] | None = None, *, include_usage: bool = True,
+    survived: Survived | None = None, *, include_usage: bool = True,
     fields: dict[str, Any] | None = None, api: Api,
-    resume: ResumePolicy | None = None,
+    resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
 ) -> int:
     fields = dict(fields or {})
     n = fields.get("n")
     stream = _open_stream(client, api, model, messages, headers, tools, include_usage, fields,
-                          resume)
-    printer = LivePrinter(session.out, choices=n if type(n) is int else 1)
+                          resume, fallbacks)
+    printer = LivePrinter(session.out, choices=n if type(n) is int else 1, notes=session.err)
     session.stream, session.printer = stream, printer
     async with stream:
         async for event in stream:
             printer.event(event)
     printer.close()
-    summary(stream.reply, stream, session.out, survived(stream) if survived else None)
+    said = survived(stream, printer.handoffs) if survived else None
+    summary(stream.reply, stream, session.out, said)
     return _exit_code(stream.reply.outcome)
 
 
@@ -149,10 +159,18 @@ DEMO_IDS = "sse-ids"
 
 async def _demo(args: argparse.Namespace, session: _Session) -> int:
     from ..server import serve
-    from .demo import LogTally, ReadCountingTransport, survived
+    from .demo import (
+        HANDOFF_DROP,
+        LogTally,
+        ReadCountingTransport,
+        fallback_api,
+        fallback_upstream,
+        survived,
+    )
 
     headers = _headers(args.header)
     api = apis.get(args.format)
+    handoff = args.handoff
     profile = DEMO_PROFILE
     # An API resumed by a prefill needs no ids, but a tool call cannot be continued so.
     if not api.event_ids and (not api.prefill_resume or args.tools):
@@ -161,7 +179,11 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     if profile:
         headers["X-Fluxstream-Profile"] = profile
     defaults: tuple[str, ...] = DEMO_FAULTS
-    if api.prefill_resume:
+    if handoff:
+        # The drop is the primary server's own (``HANDOFF_DROP``): these headers reach the
+        # fallback too, which must serve the rest cleanly.
+        defaults = tuple(f for f in DEMO_FAULTS if f.startswith(("write-size=", "write-pause=")))
+    elif api.prefill_resume:
         # Where the text does not end in whitespace, for an API resumed by a prefill.
         # Anthropic (and the embedded server) refuse a prefill ending in whitespace, but the
         # client sends it trimmed (``StreamParser.continuation``), so the shared drop point
@@ -176,23 +198,43 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     if faults:
         headers["X-Fluxstream-Fault"] = ",".join(faults)
     resume = None
-    if api.prefill_resume:
+    if handoff:
+        # The primary's own resume would mend the drop on the same server (the plain demo
+        # shows that); off here, so the reply goes on on the fallback.
+        resume = ResumePolicy(last_event_id=False, continuation=False, starting_after=False)
+    elif api.prefill_resume:
         resume = ResumePolicy(continuation=True)
         # ``fail-first`` counts a continuation (its body differs) only by an attempt key.
         headers.setdefault("X-Fluxstream-Attempt-Key", f"demo-{uuid.uuid4().hex}")
     transport = ReadCountingTransport()
-    async with serve(port=0) as server, httpx.AsyncClient(transport=transport) as http:
-        session.out.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
-        client = AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
-        async with client:
-            with LogTally() as log:
-                return await _stream_to_terminal(
-                    client, session, args.model, [{"role": "user", "content": args.prompt}],
-                    headers,
-                    _tools_for(api, _DEMO_TOOLS if args.tools else None),
-                    lambda stream: survived(stream.stats, transport, log),
-                    api=api, resume=resume,
-                )
+    async with AsyncExitStack() as stack:
+        server = await stack.enter_async_context(
+            serve(port=0, faults=HANDOFF_DROP if handoff else None)
+        )
+        fallbacks: list[Upstream] = []
+        if handoff:
+            second = await stack.enter_async_context(serve(port=0))
+            fallback = fallback_api(api, args.fallback_format)
+            fallbacks.append(fallback_upstream(second.base_url, fallback))
+            session.out.write(
+                f"fluxstream demo: embedded server at {server.base_url} ({api.name}, drops"
+                f" mid-reply), its fallback at {second.base_url} ({fallbacks[0].api})\n\n"
+            )
+        else:
+            session.out.write(f"fluxstream demo: embedded server at {server.base_url}\n\n")
+        http = await stack.enter_async_context(httpx.AsyncClient(transport=transport))
+        client = await stack.enter_async_context(
+            AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
+        )
+        log = stack.enter_context(LogTally())
+        return await _stream_to_terminal(
+            client, session, args.model, [{"role": "user", "content": args.prompt}],
+            headers,
+            _tools_for(api, _DEMO_TOOLS if args.tools else None),
+            lambda stream, handoffs: survived(stream.stats, transport, log, handoffs),
+            api=api, resume=resume, fallbacks=fallbacks,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
 
 
 def _headers(values: Sequence[str] | None) -> dict[str, str]:
@@ -254,11 +296,14 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
         raise ValueError("tools must be a JSON list")
     from .demo import LogTally
 
+    # A fallback speaks the request's own API unless its spec names another.
+    fallbacks = [spec.upstream(args.format) for spec in args.fallback or ()]
     async with _client(args, session.err) as client:
         with LogTally():  # warnings (retries) on stderr as one safe line each
             return await _stream_to_terminal(
                 client, session, model, messages, _headers(args.header), tools,
                 include_usage=not args.no_usage, fields=fields, api=apis.get(args.format),
+                fallbacks=fallbacks,
             )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import apis
+from .fallback import FALLBACK_HEADING, FALLBACK_HELP, FALLBACK_OPTIONS, parse_fallback
 
 __all__ = ["DEFAULT_PROMPT", "FORMATS", "build_parser"]
 
@@ -129,6 +130,10 @@ def _server_epilog() -> str:
     ])
 
 
+def _fallback_epilog() -> str:
+    return "\n".join([*textwrap.wrap(FALLBACK_HEADING, _WIDTH), *_table(FALLBACK_OPTIONS)])
+
+
 def _request_flags(p: argparse.ArgumentParser) -> None:
     """Any request field, for ``chat`` and ``capture`` alike."""
     p.add_argument("--max-tokens", type=int, default=None,
@@ -194,6 +199,16 @@ def _demo_parser(sub: Any) -> None:
     demo.add_argument("--header", action="append", help="an extra request header 'Name: value'")
     demo.add_argument("--raw", action="store_true", help=_RAW_HELP)
     _format_flag(demo, "the API the demo speaks to its embedded server")
+    demo.add_argument(
+        "--handoff", action="store_true",
+        help="two embedded servers: the first drops the connection mid-reply and the reply goes"
+        " on, on the second (a fallback, in another API by default), each character once",
+    )
+    demo.add_argument(
+        "--fallback-format", choices=FORMATS, default=None,
+        help="with --handoff, the API the fallback speaks (default: chat_completions, or"
+        " anthropic_messages when --format is chat_completions)",
+    )
 
 
 def _serve_parser(sub: Any) -> None:
@@ -227,10 +242,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _demo_parser(sub)
 
-    chat = sub.add_parser("chat", help="stream a reply from any OpenAI-style endpoint")
+    chat = sub.add_parser(
+        "chat", help="stream a reply from any OpenAI-style endpoint",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog_factory=_fallback_epilog,
+    )
     chat.add_argument("prompt")
     chat.add_argument("--raw", action="store_true", help=_RAW_HELP)
     _endpoint_flags(chat, "the endpoint's API (the prompt is the Responses `input` there)")
+    chat.add_argument(
+        "--fallback", action="append", type=parse_fallback, metavar="URL[,OPTION=VALUE...]",
+        help=FALLBACK_HELP,
+    )
 
     _serve_parser(sub)
 

@@ -9,7 +9,12 @@ must report what the *client* saw, not what the server was asked to do. Three so
   transport that wraps the response body; the socket and its extensions are untouched, so
   cancelling still aborts the connection at once);
 * the resume strategy, from the stream's log line, which the demo tells in the summary instead
-  of printing it on stderr (:class:`LogTally`).
+  of printing it on stderr (:class:`LogTally`);
+* the handoffs to a fallback, from the events the printer showed.
+
+``demo --handoff`` adds a second embedded server as the first one's fallback (see
+:func:`fallback_upstream`): the first drops every connection mid-reply and the reply goes on
+on the second, in another API by default.
 """
 
 from __future__ import annotations
@@ -17,17 +22,34 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from .. import apis
+from ..apis import Api
+from ..events import Handoff
+from ..upstream import Upstream
 from .render import visible
 
-__all__ = ["LogTally", "ReadCountingTransport", "survived"]
+__all__ = [
+    "HANDOFF_DROP",
+    "LogTally",
+    "ReadCountingTransport",
+    "fallback_api",
+    "fallback_upstream",
+    "survived",
+]
 
 _RESUMED_BY = re.compile(r"resuming by (\w+)")
+#: The stream's log line of a handoff: the command prints the event itself (one dim line).
+_HANDED_OFF = re.compile(r" at offset \d+; (?:continuing|restarting|asking) on ")
+#: What the primary server of ``demo --handoff`` does to every request: the connection
+#: dropped in mid-answer (its own faults; the request's headers reach the fallback too).
+HANDOFF_DROP = "drop-after-events=12"
+
 #: How a read that ends exactly at an event boundary ends (any SSE line-ending style).
 _EVENT_ENDS = (b"\n\n", b"\r\r", b"\r\n\r\n")
 
@@ -77,6 +99,8 @@ class _Handler(logging.Handler):
         match = _RESUMED_BY.search(message)
         if match:
             self._tally.strategies.append(match.group(1))
+        elif _HANDED_OFF.search(message):
+            pass  # shown by the command from the Handoff event
         elif record.levelno >= logging.WARNING:  # anything else still reaches the user
             # A warning quotes what a server said: its control characters shown, not run.
             sys.stderr.write(f"fluxstream: {visible(message)}\n")
@@ -108,7 +132,31 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def survived(stats: Any, reads: ReadCountingTransport, log: LogTally) -> str:
+def fallback_api(primary: Api, chosen: str | None) -> Api:
+    """The fallback's API in ``demo --handoff``: ``chosen``, else another than the
+    primary's, so that the reply is continued across APIs."""
+    if chosen is not None:
+        return apis.get(chosen)
+    return apis.get("anthropic_messages" if primary.name == "chat_completions" else
+                    "chat_completions")
+
+
+def fallback_upstream(base_url: str, api: Api) -> Upstream:
+    """The embedded fallback server of ``demo --handoff`` as an upstream.
+
+    The embedded server's Chat Completions reply is as long as ``max_tokens`` asks, past its
+    answer (long streams for tests); asked for the answer's own length, the fallback goes on
+    with the primary's reply, not a longer one (Anthropic's requests always carry
+    ``max_tokens``: 1024 in the demo)."""
+    from ..server.script import DEFAULT_DELTAS  # the server costs a quarter second to import
+
+    cap = DEFAULT_DELTAS if api.name == "chat_completions" else None
+    return Upstream(base_url, api=api.name, api_key="demo-key", max_tokens=cap)
+
+
+def survived(
+    stats: Any, reads: ReadCountingTransport, log: LogTally, handoffs: Sequence[Handoff] = ()
+) -> str:
     """``"32 heartbeats, 206 reads (180 ending mid-event), 1 dropped connection, resumed by
     last_event_id"``: what the client saw, whatever the server was asked to do."""
     parts = [
@@ -121,6 +169,9 @@ def survived(stats: Any, reads: ReadCountingTransport, log: LogTally) -> str:
     if stats.resumes:
         how = ", ".join(dict.fromkeys(log.strategies)) or "resume"
         parts.append(f"{_plural(stats.resumes, 'dropped connection')}, resumed by {how}")
-    else:
+    if handoffs:
+        where = ", ".join(dict.fromkeys(visible(h.upstream) for h in handoffs))
+        parts.append(f"{_plural(len(handoffs), 'handoff')}, continued on {where}")
+    if not stats.resumes and not handoffs:
         parts.append("no dropped connection")
     return ", ".join(parts)

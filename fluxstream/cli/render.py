@@ -9,12 +9,21 @@ Newline and tab are kept (a reply has them); ``--raw`` opts out.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import TextIO
 
 from .. import apis
-from ..events import Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDone
-from ..reply import Choice, Outcome, Reply
+from ..events import (
+    Finish,
+    Handoff,
+    ReasoningDelta,
+    RefusalDelta,
+    Reset,
+    TextDelta,
+    ToolCallDone,
+)
+from ..reply import Choice, Outcome, Reply, Segment, Usage
 from ..stream import ReplyStream
 
 __all__ = [
@@ -23,9 +32,12 @@ __all__ = [
     "MIN_RATE_TOKENS",
     "LivePrinter",
     "Output",
+    "handoff_note",
     "json_safe",
+    "segment_lines",
     "summary",
     "tokens",
+    "usage_text",
     "visible",
 ]
 
@@ -69,11 +81,38 @@ class Output:
     def __init__(self, stream: TextIO, *, raw: bool = False) -> None:
         self.stream = stream
         self.raw = raw
+        #: Whether the last text written ended a line (nothing written: it did).
+        self.at_line_start = True
 
     def write(self, text: str) -> None:
         self.stream.write(text if self.raw else visible(text))
+        if text:
+            self.at_line_start = text.endswith("\n")
 
     def flush(self) -> None:
+        self.stream.flush()
+
+    def shares_place_with(self, other: Output) -> bool:
+        """Whether ``other`` writes to the same place (one terminal, or ``2>&1``): then
+        what each writes interleaves on the same lines."""
+        try:
+            return os.path.sameopenfile(self.stream.fileno(), other.stream.fileno())
+        except (OSError, ValueError, AttributeError):  # no file behind one of them
+            return False
+
+    def isatty(self) -> bool:
+        isatty = getattr(self.stream, "isatty", None)
+        return bool(isatty()) if isatty is not None else False
+
+    def note(self, text: str) -> None:
+        """``text`` as a line of its own, dim on a terminal (unless ``NO_COLOR`` is set):
+        an aside, such as a handoff, that should be seen without drowning the reply. The
+        dimming codes are ours; ``text`` still has its control characters shown."""
+        line = visible(text)
+        if self.isatty() and not os.environ.get("NO_COLOR"):
+            line = f"\x1b[2m{line}\x1b[22m"
+        self.stream.write(line + "\n")
+        self.at_line_start = True
         self.stream.flush()
 
 
@@ -108,6 +147,17 @@ class _Lane:
 _PRINTED = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallDone)
 
 
+def handoff_note(event: Handoff, *, content_shown: bool) -> str:
+    """The line that tells a reader the reply moved to another upstream: where, why, and
+    from which offset (``content_shown``: whether any of the reply was printed before)."""
+    where, why = event.upstream, event.reason
+    if event.restarted:
+        return f"↪ restarted on {where} after {why} (the reply starts over)"
+    if not content_shown and event.offset == 0:
+        return f"↪ trying {where} after {why}"
+    return f"↪ continued on {where} after {why} at offset {event.offset}"
+
+
 class LivePrinter:
     """Prints a reply's events as they arrive, one choice after another.
 
@@ -116,17 +166,29 @@ class LivePrinter:
     practice) — and the others are kept until it finishes; then the next (by index) is printed
     with what it has so far and goes on live. Each choice after the first is labelled
     ``[choice i]``, and the first too when more than one choice was asked for (``choices``).
+
+    A :class:`~fluxstream.events.Handoff` (the reply moved to a fallback) is one line on
+    ``notes`` (stderr), between the text before and after it; the text itself goes on where
+    it was, so the reply reads whole. A :class:`~fluxstream.events.Reset` (the reply starts
+    over) is marked ``[restarted]`` and what follows is printed afresh.
     """
 
-    def __init__(self, out: Output, *, choices: int = 1) -> None:
+    def __init__(self, out: Output, *, choices: int = 1, notes: Output | None = None) -> None:
         self._out = out
+        self._notes = notes
         self._label_first = choices > 1
         self._lanes: dict[int, _Lane] = {}
         self._live: _Lane | None = None
         self._shown: set[int] = set()
+        #: The handoffs seen, in order.
+        self.handoffs: list[Handoff] = []
 
     def event(self, event: object) -> None:
-        if isinstance(event, Finish):
+        if isinstance(event, Handoff):
+            self._handoff(event)
+        elif isinstance(event, Reset):
+            self._restart()
+        elif isinstance(event, Finish):
             # Not the end of its output: a format may send the choice's last tool call
             # after its finish. The next choice's turn comes with the next choice's output.
             self._lane(event.choice).finished = True
@@ -138,6 +200,27 @@ class LivePrinter:
                 self._next()
             if lane is self._live:
                 self._drain(lane)
+
+    def _handoff(self, event: Handoff) -> None:
+        self.handoffs.append(event)
+        notes = self._notes
+        if notes is None:
+            return
+        self._out.flush()
+        shown = any(lane.index in self._shown for lane in self._lanes.values())
+        if not self._out.at_line_start and self._out.shares_place_with(notes):
+            notes.stream.write("\n")  # the same terminal or file: the note on its own line
+        notes.note(handoff_note(event, content_shown=shown))
+
+    def _restart(self) -> None:
+        """A new generation: what was printed stays (a terminal cannot take it back), marked
+        as replaced; the new one is printed as if nothing had been."""
+        if self._shown:
+            self._out.write("\n[restarted]\n")
+            self._out.flush()
+        self._lanes.clear()
+        self._live = None
+        self._shown.clear()
 
     def close(self) -> None:
         """Print every choice not printed yet (the stream ended or was interrupted), and
@@ -202,8 +285,12 @@ def _stop(choice: Choice) -> str:
 
 def tokens(reply: Reply) -> tuple[int | None, int | None, int | None]:
     """Prompt, completion and total tokens, whatever the format calls them (Responses and
-    Anthropic say ``input_tokens`` / ``output_tokens``; Anthropic sends no total)."""
-    u = reply.usage
+    Anthropic say ``input_tokens`` / ``output_tokens``; Anthropic sends no total); of every
+    upstream together when the reply moved between them."""
+    return _tokens_of(reply.total_usage if reply.segments else reply.usage)
+
+
+def _tokens_of(u: Usage | None) -> tuple[int | None, int | None, int | None]:
     if u is None:
         return None, None, None
     prompt = u.prompt_tokens if u.prompt_tokens is not None else getattr(u, "input_tokens", None)
@@ -216,13 +303,33 @@ def tokens(reply: Reply) -> tuple[int | None, int | None, int | None]:
     return prompt, completion, total
 
 
-def _usage(reply: Reply) -> str | None:
+def usage_text(usage: Usage) -> str:
     """``prompt 12, completion 30, total 42``, leaving out what the server did not say."""
-    if reply.usage is None:
-        return None
-    named = zip(("prompt", "completion", "total"), tokens(reply), strict=True)
+    named = zip(("prompt", "completion", "total"), _tokens_of(usage), strict=True)
     parts = [f"{name} {count}" for name, count in named if count is not None]
     return ", ".join(parts) or "none of the counts"
+
+
+def _usage(reply: Reply) -> str | None:
+    """The reply's usage line: every upstream's together when it moved between them."""
+    if any(s.usage is not None for s in reply.segments):
+        total = reply.total_usage
+        return f"{usage_text(total)} (all upstreams)" if total is not None else None
+    return usage_text(reply.usage) if reply.usage is not None else None
+
+
+def _segment(number: int, segment: Segment) -> str:
+    model = f" ({segment.model})" if segment.model else ""
+    requests = f"{segment.requests} request{'' if segment.requests == 1 else 's'}"
+    usage = f", usage {usage_text(segment.usage)}" if segment.usage is not None else ""
+    return (f"{number}. {segment.upstream}{model}: characters {segment.start}-{segment.end},"
+            f" {requests}{usage}; {segment.ended}")
+
+
+def segment_lines(reply: Reply) -> list[str]:
+    """One line per upstream that had a part in the reply (none without fallbacks): who,
+    which characters of choice 0's text, the requests and usage there, and how it ended."""
+    return [_segment(i, s) for i, s in enumerate(reply.segments, 1)]
 
 
 def _rate(count: int, span: float) -> str:
@@ -263,6 +370,8 @@ def summary(
     other = f", of another format {other_format}" if other_format else ""
     out.write(f"bytes/events:   {counts[0]} / {counts[1]}")
     out.write(f" (heartbeats {counts[2]}, skipped {counts[3]}{other})\n")
+    for i, line in enumerate(segment_lines(reply)):
+        out.write(f"{'segments:' if i == 0 else '':<16}{line}\n")
     if survived is not None:
         out.write(f"survived:       {survived}\n")
     # The cause of a drop that was resumed is told by ``survived``; only a bad end needs it.
