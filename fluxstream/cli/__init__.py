@@ -227,14 +227,14 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
             AsyncClient(base_url=server.base_url, api_key="demo-key", http_client=http)
         )
         log = stack.enter_context(LogTally())
-        return await _stream_to_terminal(
+        code = await _stream_to_terminal(
             client, session, args.model, [{"role": "user", "content": args.prompt}],
             headers,
             _tools_for(api, _DEMO_TOOLS if args.tools else None),
             lambda stream, handoffs: survived(stream.stats, transport, log, handoffs),
             api=api, resume=resume, fallbacks=fallbacks,
         )
-    raise AssertionError("unreachable")  # pragma: no cover - mypy: the stack may swallow
+    return code
 
 
 def _headers(values: Sequence[str] | None) -> dict[str, str]:

@@ -5,15 +5,16 @@ A spec is ``URL[,api=...,model=...,key-env=NAME,max-tokens=N,name=...]``. The ke
 part of it: a command line is seen by every user of the machine (``ps``) and kept in shell
 history, so ``key-env`` names the environment variable holding it, and a spec carrying a key
 (``key=``, a password in the URL) is refused without repeating it. A bad spec is an argparse
-error naming the part at fault; what a message quotes from the spec is only ever an option's
-name or a value that cannot be secret (an API name, a number), shortened and with control
-characters shown, never run.
+error naming the part at fault; a message repeats a part only when it has the shape of what
+belongs there (an option's or API's name, a variable's name, a short number), which a key
+pasted in the wrong place does not, and with control characters shown, never run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -48,10 +49,29 @@ FALLBACK_HEADING = (
 )
 
 
-def _quoted(text: str, limit: int = 40) -> str:
-    """A part of a spec as an error message quotes it: short, control characters visible."""
-    shown = visible(text if len(text) <= limit else text[: limit - 1] + "…")
-    return repr(shown)
+#: What an error message may repeat of a spec: text of these shapes, which a key pasted in
+#: the wrong place does not have (keys are long, and mix digits into lowercase or mixed case).
+_WORD = re.compile(r"[a-z][a-z_-]{0,23}")  # an option's name, an API's name
+_VARIABLE = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")  # an environment variable's conventional name
+_SHORT = re.compile(r".{0,8}")  # a number, or what was meant as one
+
+
+def _quoted(text: str, shape: re.Pattern[str]) -> str:
+    """A part of a spec as an error message shows it: quoted when it has ``shape`` (control
+    characters visible), else only its length."""
+    if shape.fullmatch(text):
+        return repr(visible(text))
+    return f"(a value of {len(text)} characters)"
+
+
+def _url_shown(url: str) -> str:
+    """A URL as an error message shows it: without user or password, and only when it
+    looks like one (a key pasted where the URL goes is not repeated)."""
+    scheme, sep, _ = url.partition("://")
+    if not sep or not re.fullmatch(r"[a-zA-Z][a-zA-Z+.]{0,9}", scheme):
+        return f"(a value of {len(url)} characters, without http:// or https://)"
+    netloc, slash, path = url[len(scheme) + 3:].partition("/")
+    return repr(visible(f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"))
 
 
 @dataclass(frozen=True)
@@ -88,7 +108,7 @@ def _check_url(url: str) -> str:
         parts.port  # noqa: B018 - raises ValueError for a port out of range
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"the URL {_quoted(url.rpartition('@')[2])} is not a URL (bad port or brackets)"
+            f"the URL {_url_shown(url)} is not a URL (bad port or brackets)"
         ) from None
     if parts.username is not None or parts.password is not None:
         raise argparse.ArgumentTypeError(
@@ -97,7 +117,7 @@ def _check_url(url: str) -> str:
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
-            f"the URL {_quoted(url)} needs http:// or https:// and a host"
+            f"the URL {_url_shown(url)} needs http:// or https:// and a host"
         )
     return url
 
@@ -108,7 +128,9 @@ def _positive(option: str, value: str) -> int:
     except ValueError:
         number = 0
     if number < 1 or not value.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{option}={_quoted(value)} is not a positive integer")
+        raise argparse.ArgumentTypeError(
+            f"{option}={_quoted(value, _SHORT)} is not a positive integer"
+        )
     return number
 
 
@@ -121,14 +143,14 @@ def _option(spec: dict[str, object], name: str, value: str) -> None:
             apis.get(value)
         except LookupError:
             raise argparse.ArgumentTypeError(
-                f"api={_quoted(value)} is not an API; one of {', '.join(apis.names())}"
+                f"api={_quoted(value, _WORD)} is not an API; one of {', '.join(apis.names())}"
             ) from None
         spec["api"] = value
     elif name == "key-env":
         key = os.environ.get(value)
         if key is None:
             raise argparse.ArgumentTypeError(
-                f"key-env={_quoted(value)}: that environment variable is not set"
+                f"key-env={_quoted(value, _VARIABLE)}: that environment variable is not set"
             )
         spec["key_env"], spec["key"] = value, key
     elif name == "max-tokens":
@@ -160,7 +182,7 @@ def parse_fallback(text: str) -> FallbackSpec:
             )
         if name not in _OPTIONS:
             raise argparse.ArgumentTypeError(
-                f"unknown option {_quoted(name)}; the options are {', '.join(_OPTIONS)}"
+                f"unknown option {_quoted(name, _WORD)}; the options are {', '.join(_OPTIONS)}"
             )
         if name in seen:
             raise argparse.ArgumentTypeError(f"{name}= is given twice")

@@ -93,6 +93,12 @@ def test_a_bad_spec_is_a_usage_error_naming_the_part(
     f"http://user:{SECRET}@h/v1",
     f"http://h/v1,{SECRET}",
     f"http://h/v1,{SECRET}=x",
+    f"http://h/v1,api={SECRET}",
+    f"http://h/v1,max-tokens={SECRET}",
+    f"http://h/v1,key-env={SECRET}",
+    f"http://h/v1,key-env=sk{SECRET.upper()}",
+    SECRET,
+    f"{SECRET}://",
 ])
 def test_a_key_on_the_command_line_is_refused_without_repeating_it(
     spec: str, capsys: pytest.CaptureFixture[str]
@@ -102,7 +108,7 @@ def test_a_key_on_the_command_line_is_refused_without_repeating_it(
     assert exited.value.code == 2
     out, err = capsys.readouterr()
     assert "argument --fallback" in err
-    assert "SECRET" not in out + err
+    assert "secret" not in (out + err).lower()
 
 
 # ---------------------------------------------------------------------------- a reply
