@@ -25,6 +25,9 @@ class AnthropicMessages(Api):
     assistant message (prefill)."""
 
     name = "anthropic_messages"
+    sampling_names: ClassVar[Mapping[str, str]] = {
+        "temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences",
+    }
     title = "Anthropic Messages"
     vendor = "Anthropic"
     provider = "anthropic"

@@ -94,6 +94,12 @@ class Api:
     messages_field: ClassVar[str] = "messages"
     #: The request field capping the reply's length.
     max_tokens_field: ClassVar[str] = "max_tokens"
+    #: The sampling settings every API shares, by their Chat Completions names, as this API
+    #: names them; a setting missing here is one the API does not have (failover leaves it
+    #: out rather than send a field the server would refuse).
+    sampling_names: ClassVar[Mapping[str, str]] = {
+        "temperature": "temperature", "top_p": "top_p", "stop": "stop",
+    }
     #: What to send as :attr:`max_tokens_field` when the API requires it and none was given
     #: (``None``: the API does not require it).
     default_max_tokens: ClassVar[int | None] = None
@@ -160,6 +166,21 @@ class Api:
             return None
         self.put_response_format(body, fmt)
         return self.structured(fmt)
+
+    def sampling(self, shared: Mapping[str, Any]) -> dict[str, Any]:
+        """``shared`` (sampling settings by their Chat Completions names) as this API's
+        request fields; a ``stop`` string becomes a list, as every API takes one."""
+        fields: dict[str, Any] = {}
+        for name, value in shared.items():
+            own = self.sampling_names.get(name)
+            if own is not None:
+                fields[own] = [value] if name == "stop" and isinstance(value, str) else value
+        return fields
+
+    def request_settings(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Where ``body`` keeps its length cap and sampling settings (the top level, except
+        for an API that nests them)."""
+        return body
 
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]

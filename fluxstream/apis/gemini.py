@@ -37,6 +37,10 @@ class Gemini(Api):
     endpoint = "gemini"
     messages_field = "contents"
     max_tokens_field = "maxOutputTokens"
+    #: Given at the top level, :meth:`conversation` moves them into ``generationConfig``.
+    sampling_names: ClassVar[Mapping[str, str]] = {
+        "temperature": "temperature", "top_p": "topP", "stop": "stopSequences",
+    }
     #: A ``model`` turn takes no flag (Google refuses unknown fields).
     continuation_flag: ClassVar[Mapping[str, object] | None] = {}
     base_url_variable = "GOOGLE_GEMINI_BASE_URL"
@@ -76,6 +80,10 @@ class Gemini(Api):
         config["responseMimeType"] = "application/json"
         config["responseJsonSchema"] = dict(fmt) if isinstance(fmt, dict) else json_schema(fmt)
         body["generationConfig"] = config
+
+    def request_settings(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        config = body.get("generationConfig")
+        return {**body, **config} if isinstance(config, Mapping) else body
 
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]

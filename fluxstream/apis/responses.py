@@ -24,6 +24,8 @@ class Responses(Api):
     endpoint = "responses"
     messages_field = "input"
     max_tokens_field = "max_output_tokens"
+    #: No stop sequences in the Responses API.
+    sampling_names: ClassVar[Mapping[str, str]] = {"temperature": "temperature", "top_p": "top_p"}
     #: A continuation appends the partial answer to ``input`` as an assistant message marked
     #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
     #: that continue a partial message honour).
