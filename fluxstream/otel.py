@@ -35,15 +35,23 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .events import Outcome, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from ._core.genai_attributes import (
+    error_type,
+    input_messages,
+    output_messages,
+    request_attributes,
+    response_attributes,
+    tokens_of,
+)
+from .events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
 from .observe import SendInfo, StreamInfo, StreamObserver
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,19 +68,6 @@ SCOPE = "fluxstream"
 #: The conventions' operation for a streamed reply, unless its API names another
 #: (:attr:`fluxstream.apis.Api.operation`: Gemini's is ``generate_content``).
 OPERATION = "chat"
-
-#: Request parameters the conventions name, from each API's body field.
-REQUEST_PARAMETERS: tuple[tuple[str, str], ...] = (
-    ("max_tokens", "gen_ai.request.max_tokens"),
-    ("max_completion_tokens", "gen_ai.request.max_tokens"),
-    ("max_output_tokens", "gen_ai.request.max_tokens"),
-    ("temperature", "gen_ai.request.temperature"),
-    ("top_p", "gen_ai.request.top_p"),
-    ("top_k", "gen_ai.request.top_k"),
-    ("frequency_penalty", "gen_ai.request.frequency_penalty"),
-    ("presence_penalty", "gen_ai.request.presence_penalty"),
-    ("seed", "gen_ai.request.seed"),
-)
 
 #: The conventions' bucket advice (semantic-conventions, model/gen-ai metrics): seconds for
 #: the duration and chunk timings, tokens for the usage histogram.
@@ -122,8 +117,8 @@ class _Instruments:
             unit="{stream}", description="Streams ended, by fluxstream.outcome.",
         )
 
-    def count_outcome(self, attributes: dict[str, Any]) -> None:
-        key = tuple(attributes.items())
+    def count_outcome(self, key: tuple[tuple[str, Any], ...]) -> None:
+        """One more stream ended with the attributes ``key`` (``tuple(attributes.items())``)."""
         self.ended[key] = self.ended.get(key, 0) + 1
 
     def _observe_outcomes(self, options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
@@ -146,7 +141,8 @@ class OpenTelemetryObserver(StreamObserver):
         chunk after the first, as the conventions describe it. Off by default: one
         histogram measurement costs the SDK several µs, more than fluxstream spends on a
         delta, so by default each stream records once, the mean time per chunk
-        (``StreamStats.time_per_chunk``), and the cost stays per stream.
+        (``StreamStats.time_per_chunk``), and the cost stays per stream (the observer is
+        then not called per event at all).
     """
 
     def __init__(
@@ -168,10 +164,82 @@ class OpenTelemetryObserver(StreamObserver):
         self.capture_content = capture_content
         self.provider_name = provider_name
         self.every_chunk = every_chunk
+        #: The attributes streams share, made once per server and model rather than per
+        #: stream (a metric's attribute set is per series anyway).
+        self._series: dict[tuple[Any, ...], Series] = {}
 
     def for_stream(self) -> StreamObserver:
         """Each stream gets its own span (one observer serves every stream of a client)."""
-        return StreamSpan(self)
+        return ChunkTimedSpan(self) if self.every_chunk else StreamSpan(self)
+
+    def series(self, info: StreamInfo) -> Series:
+        """The attributes every stream to ``info``'s server and model shares."""
+        provider = self.provider_name or info.provider or info.api or "_OTHER"
+        key = (info.operation, provider, info.model, info.server_address, info.server_port)
+        series = self._series.get(key)
+        if series is None:
+            if len(self._series) >= _MAX_SERIES:  # many models: start again, never grow
+                self._series.clear()
+            series = self._series[key] = Series(key)
+        return series
+
+
+#: How many attribute sets an observer keeps ready (servers x models; the metric SDK itself
+#: keeps 2,000 series per instrument by default).
+_MAX_SERIES = 256
+
+
+class Series:
+    """The attributes of the streams to one server and model: those of the span's start,
+    and each metric's attribute set by response model and error, made once and never
+    changed (the metric SDK copies what it is given)."""
+
+    __slots__ = ("_records", "common")
+
+    def __init__(self, key: tuple[Any, ...]) -> None:
+        operation, provider, model, address, port = key
+        # The API's own provider (its registry entry), else its name: the conventions'
+        # attribute is required, and an API of no listed provider still says which it is.
+        common: dict[str, Any] = {
+            "gen_ai.operation.name": operation, "gen_ai.provider.name": provider,
+        }
+        if model is not None:
+            common["gen_ai.request.model"] = model
+        if address is not None:
+            common["server.address"] = address
+        if port is not None:
+            common["server.port"] = port
+        self.common = common
+        self._records: dict[tuple[str | None, str | None, bool], Records] = {}
+
+    def records(self, model: str | None, error: str | None, estimated: bool) -> Records:
+        key = (model, error, estimated)
+        records = self._records.get(key)
+        if records is None:
+            if len(self._records) >= _MAX_SERIES:
+                self._records.clear()
+            records = self._records[key] = Records(self.common, model, error, estimated)
+        return records
+
+
+class Records:
+    """Each metric's attributes for one kind of stream end (see :class:`Series`)."""
+
+    __slots__ = ("input_tokens", "outcome", "output_tokens", "timed")
+
+    def __init__(
+        self, common: dict[str, Any], model: str | None, error: str | None, estimated: bool
+    ) -> None:
+        base = dict(common)
+        if model:
+            base["gen_ai.response.model"] = model
+        #: Duration and chunk timings: ``error.type`` too, as the conventions ask.
+        self.timed = dict(base) if error is None else {**base, "error.type": error}
+        tokens = {**base, "fluxstream.usage.estimated": estimated}
+        self.input_tokens = {**tokens, "gen_ai.token.type": "input"}
+        self.output_tokens = {**tokens, "gen_ai.token.type": "output"}
+        #: The outcome counter's key, less the outcome.
+        self.outcome = tuple(base.items())
 
 
 def instrument(client: AsyncClient, **options: Any) -> OpenTelemetryObserver:
@@ -182,40 +250,49 @@ def instrument(client: AsyncClient, **options: Any) -> OpenTelemetryObserver:
     return observer
 
 
-class StreamSpan(StreamObserver):
-    """One stream's span and measurements (made by :meth:`OpenTelemetryObserver.for_stream`)."""
+class SendContext:
+    """The stream's span is the current one while a request is sent (so that an instrumented
+    HTTP library's span is its child). A plain class: entered once per request, it is
+    cheaper than a generator-based context manager."""
 
-    __slots__ = ("_attributes", "_gaps", "_last", "_owner", "_span", "_started", "on_event")
+    __slots__ = ("_context", "_token")
+
+    def __init__(self, context: otel_context.Context) -> None:
+        self._context = context
+        self._token: object = None
+
+    def __enter__(self) -> None:
+        self._token = otel_context.attach(self._context)
+
+    def __exit__(self, *exc: object) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+
+
+class StreamSpan(StreamObserver):
+    """One stream's span and measurements (made by :meth:`OpenTelemetryObserver.for_stream`).
+
+    It has no ``on_event`` of its own: what the metrics need of the events (time to first
+    chunk, mean time per chunk) is in the stream's :class:`~fluxstream.stream.StreamStats` at
+    the end, so a stream tells it nothing per event."""
+
+    __slots__ = ("_context", "_owner", "_series", "_span", "_started", "_traceparent")
 
     def __init__(self, owner: OpenTelemetryObserver) -> None:
         self._owner = owner
         self._span: trace.Span | None = None
-        #: The attributes every metric of this stream carries.
-        self._attributes: dict[str, Any] = {}
+        self._series: Series | None = None
         self._started = 0.0
-        #: When the last content chunk came, and the gaps between chunks (recorded at the end).
-        self._last: float | None = None
-        self._gaps: list[float] = []
-        # Per chunk only when asked: otherwise an event costs this observer nothing.
-        self.on_event = self._time_chunk if owner.every_chunk else _ignore  # type: ignore[method-assign]
+        #: The span's context and the headers that carry it, made at the first request.
+        self._context: otel_context.Context | None = None
+        self._traceparent: dict[str, str] = {}
 
     def on_open(self, info: StreamInfo) -> None:
         owner = self._owner
+        series = self._series = owner.series(info)
         body = info.body
-        common: dict[str, Any] = {
-            "gen_ai.operation.name": info.operation,
-            # The API's own (its registry entry), else its name: the conventions' attribute
-            # is required, and an API of no listed provider still says which it is.
-            "gen_ai.provider.name": owner.provider_name or info.provider or info.api or "_OTHER",
-        }
-        if info.model is not None:
-            common["gen_ai.request.model"] = info.model
-        if info.server_address is not None:
-            common["server.address"] = info.server_address
-        if info.server_port is not None:
-            common["server.port"] = info.server_port
-        self._attributes = dict(common)
-        attributes = {**common, **request_attributes(body)}
+        # Every attribute known now is given at the start, in one dict: samplers see them,
+        # and the SDK takes them in one go.
+        attributes = {**series.common, **request_attributes(body)}
         attributes["fluxstream.content_key"] = info.content_key
         attributes["fluxstream.resuming"] = info.resuming
         if owner.capture_content:
@@ -232,20 +309,18 @@ class StreamSpan(StreamObserver):
         span = self._span
         if span is None:
             return None
-        if info.kind != "first":
+        context = self._context
+        if context is None:
+            context = self._context = trace.set_span_in_context(span)
+            # The configured propagator's headers for this span: the same for each request.
+            propagate.inject(self._traceparent, context=context)
+        if info.kind != "first" and span.is_recording():
             event: dict[str, Any] = {"fluxstream.attempt": info.attempt}
             if info.strategy is not None:
                 event["fluxstream.resume.strategy"] = info.strategy
             span.add_event(f"fluxstream.{info.kind}", event)
-        return _current(span, headers)
-
-    def _time_chunk(self, event: Event) -> None:
-        if type(event) in _CONTENT:
-            now = time.monotonic()
-            last = self._last
-            if last is not None:
-                self._gaps.append(now - last)
-            self._last = now
+        headers.update(self._traceparent)
+        return SendContext(context)
 
     def on_end(self, reply: Reply, stats: StreamStats) -> None:
         span = self._span
@@ -254,184 +329,75 @@ class StreamSpan(StreamObserver):
         self._span = None
         outcome = reply.outcome.value if reply.outcome is not None else "cancelled"
         error = error_type(reply, stats)
-        attributes = response_attributes(reply, stats)
-        attributes["fluxstream.outcome"] = outcome
-        if error is not None:
-            attributes["error.type"] = error
-        if self._owner.capture_content:
-            attributes["gen_ai.output.messages"] = _json(output_messages(reply))
-        span.set_attributes(attributes)
-        if error is not None:
-            span.set_status(Status(StatusCode.ERROR, reply.end_reason or outcome))
+        tokens = tokens_of(reply)
+        if span.is_recording():  # a span sampled out is only ended: nothing reads it
+            attributes = response_attributes(reply, stats, tokens)
+            attributes["fluxstream.outcome"] = outcome
+            if error is not None:
+                attributes["error.type"] = error
+            if self._owner.capture_content:
+                attributes["gen_ai.output.messages"] = _json(output_messages(reply))
+            span.set_attributes(attributes)
+            if error is not None:
+                span.set_status(Status(StatusCode.ERROR, reply.end_reason or outcome))
         span.end()
-        self._measure(reply, stats, outcome, error)
+        self._measure(reply, stats, outcome, error, tokens)
 
-    def _measure(self, reply: Reply, stats: StreamStats, outcome: str, error: str | None) -> None:
+    def _measure(
+        self, reply: Reply, stats: StreamStats, outcome: str, error: str | None,
+        tokens: tuple[int | None, int | None, bool],
+    ) -> None:
         instruments = self._owner.instruments
-        common = dict(self._attributes)
-        if reply.model:
-            common["gen_ai.response.model"] = reply.model
-        timed = dict(common)
-        if error is not None:
-            timed["error.type"] = error
+        series = self._series
+        assert series is not None  # set with the span
+        inputs, outputs, estimated = tokens
+        records = series.records(reply.model, error, estimated)
+        timed = records.timed
         duration = stats.duration
         instruments.duration.record(
             duration if duration is not None else time.monotonic() - self._started, timed
         )
-        if stats.time_to_first_token is not None:
-            instruments.first_chunk.record(stats.time_to_first_token, timed)
-        if self._owner.every_chunk:
-            for gap in self._gaps:
-                instruments.per_chunk.record(gap, timed)
-        elif stats.time_per_chunk is not None:
-            instruments.per_chunk.record(stats.time_per_chunk, timed)
-        inputs, outputs, estimated = tokens_of(reply)
-        tokens = {**common, "fluxstream.usage.estimated": estimated}
+        first = stats.time_to_first_token
+        if first is not None:
+            instruments.first_chunk.record(first, timed)
+        self._chunk_times(stats, timed)
         if inputs is not None:
-            instruments.tokens.record(inputs, {**tokens, "gen_ai.token.type": "input"})
+            instruments.tokens.record(inputs, records.input_tokens)
         if outputs is not None:
-            instruments.tokens.record(outputs, {**tokens, "gen_ai.token.type": "output"})
-        instruments.count_outcome({**common, "fluxstream.outcome": outcome})
+            instruments.tokens.record(outputs, records.output_tokens)
+        instruments.count_outcome((*records.outcome, ("fluxstream.outcome", outcome)))
+
+    def _chunk_times(self, stats: StreamStats, timed: dict[str, Any]) -> None:
+        """One measurement: the stream's mean time per chunk."""
+        per_chunk = stats.time_per_chunk
+        if per_chunk is not None:
+            self._owner.instruments.per_chunk.record(per_chunk, timed)
+
+
+class ChunkTimedSpan(StreamSpan):
+    """A stream's span that times each content chunk (``every_chunk=True``): the gaps are
+    kept as they come and recorded at the end, one measurement each."""
+
+    __slots__ = ("_gaps", "_last")
+
+    def __init__(self, owner: OpenTelemetryObserver) -> None:
+        super().__init__(owner)
+        self._last: float | None = None
+        self._gaps: list[float] = []
+
+    def on_event(self, event: Event) -> None:
+        if type(event) in _CONTENT:
+            now = time.monotonic()
+            last = self._last
+            if last is not None:
+                self._gaps.append(now - last)
+            self._last = now
+
+    def _chunk_times(self, stats: StreamStats, timed: dict[str, Any]) -> None:
+        record = self._owner.instruments.per_chunk.record
+        for gap in self._gaps:
+            record(gap, timed)
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, default=str, ensure_ascii=False)
-
-
-def _ignore(event: Event) -> None:
-    return None
-
-
-@contextmanager
-def _current(span: trace.Span, headers: dict[str, str]) -> Iterator[None]:
-    """``span`` is the current span while a request is sent, and the configured propagator
-    writes its context (``traceparent``) into the request's headers."""
-    ctx = trace.set_span_in_context(span)
-    propagate.inject(headers, context=ctx)
-    token = otel_context.attach(ctx)
-    try:
-        yield
-    finally:
-        otel_context.detach(token)
-
-
-def request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The conventions' request parameters found in a request body (no content)."""
-    out: dict[str, Any] = {"gen_ai.request.stream": True}
-    for field, name in REQUEST_PARAMETERS:
-        value = body.get(field)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.setdefault(name, value)
-    stop = body.get("stop", body.get("stop_sequences"))
-    if isinstance(stop, str):
-        out["gen_ai.request.stop_sequences"] = [stop]
-    elif isinstance(stop, Sequence) and all(isinstance(s, str) for s in stop):
-        out["gen_ai.request.stop_sequences"] = list(stop)
-    count = body.get("n")
-    if isinstance(count, int) and not isinstance(count, bool) and count != 1:
-        out["gen_ai.request.choice.count"] = count
-    if body.get("response_format") is not None or body.get("text") is not None:
-        out["gen_ai.output.type"] = "json"
-    return out
-
-
-def response_attributes(reply: Reply, stats: StreamStats) -> dict[str, Any]:
-    """The conventions' response attributes and fluxstream's own, at the end."""
-    out: dict[str, Any] = {}
-    if reply.model:
-        out["gen_ai.response.model"] = reply.model
-    if reply.id:
-        out["gen_ai.response.id"] = reply.id
-    reasons = [c.finish_reason for c in reply.choices if c.finish_reason is not None]
-    if reasons:
-        out["gen_ai.response.finish_reasons"] = reasons
-    inputs, outputs, estimated = tokens_of(reply)
-    if inputs is not None:
-        out["gen_ai.usage.input_tokens"] = inputs
-    if outputs is not None:
-        out["gen_ai.usage.output_tokens"] = outputs
-    usage = reply.usage
-    details = usage.prompt_tokens_details if usage is not None else None
-    if details is not None and details.cached_tokens is not None:
-        out["gen_ai.usage.cache_read.input_tokens"] = details.cached_tokens
-    out["fluxstream.usage.estimated"] = estimated
-    if reply.cost is not None:
-        out["fluxstream.cost"] = float(reply.cost)
-    if stats.time_to_first_token is not None:
-        out["fluxstream.time_to_first_token"] = stats.time_to_first_token
-        out["gen_ai.response.time_to_first_chunk"] = stats.time_to_first_token
-    out["fluxstream.attempts"] = stats.attempts
-    out["fluxstream.resumes"] = stats.resumes
-    out["fluxstream.skipped_frames"] = stats.skipped_frames
-    out["fluxstream.content_events"] = stats.content_events
-    if reply.end_reason:
-        out["fluxstream.end_reason"] = reply.end_reason
-    return out
-
-
-def tokens_of(reply: Reply) -> tuple[int | None, int | None, bool]:
-    """Input and output tokens, and whether they are fluxstream's estimate."""
-    usage = reply.usage
-    if usage is not None:
-        return usage.prompt_tokens, usage.completion_tokens, False
-    estimate = reply.usage_estimate
-    if estimate is not None:
-        return estimate.input_tokens, estimate.output_tokens, True
-    return None, None, False
-
-
-def error_type(reply: Reply, stats: StreamStats) -> str | None:
-    """``error.type`` for a stream that failed or was cut short (``None``: it ended well, or
-    its caller cancelled it): the typed error's class, else the in-stream error's own type."""
-    if reply.outcome is Outcome.FAILED:
-        if stats.error_type is not None:
-            return stats.error_type
-        error = reply.error
-        if error is not None and (error.type or error.code):
-            return error.type or error.code
-        return "_OTHER"
-    if reply.outcome is Outcome.TRUNCATED:
-        return stats.error_type or "truncated"
-    return None
-
-
-def input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The request's messages in the conventions' shape (opt-in content)."""
-    raw = body.get("messages")
-    if raw is None:
-        given = body.get("input")
-        raw = [{"role": "user", "content": given}] if isinstance(given, str) else given
-    out: list[dict[str, Any]] = []
-    for message in raw if isinstance(raw, list) else []:
-        if not isinstance(message, Mapping):
-            continue
-        content = message.get("content")
-        if isinstance(content, str):
-            parts: list[Any] = [{"type": "text", "content": content}]
-        else:
-            parts = list(content) if isinstance(content, list) else []
-        out.append({"role": str(message.get("role", "user")), "parts": parts})
-    system = body.get("system")
-    if isinstance(system, str):
-        out.insert(0, {"role": "system", "parts": [{"type": "text", "content": system}]})
-    return out
-
-
-def output_messages(reply: Reply) -> list[dict[str, Any]]:
-    """The reply's choices in the conventions' output message shape (opt-in content)."""
-    out: list[dict[str, Any]] = []
-    for choice in reply.choices:
-        parts: list[dict[str, Any]] = []
-        if choice.reasoning:
-            parts.append({"type": "reasoning", "content": choice.reasoning})
-        if choice.text:
-            parts.append({"type": "text", "content": choice.text})
-        for call in choice.tool_calls:
-            parts.append({
-                "type": "tool_call", "id": call.id, "name": call.name,
-                "arguments": call.arguments,
-            })
-        out.append({
-            "role": "assistant", "parts": parts, "finish_reason": choice.finish_reason or "",
-        })
-    return out

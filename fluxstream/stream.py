@@ -96,6 +96,8 @@ class ReplyStream(StructuredOutput):
         self._view: StructuredView | None = None
         #: ``None`` without observers: the per-event cost of observing is then one check.
         self._observed: ObserverSet | None = None
+        #: The same, once some observer is told of each event (most read the end only).
+        self._watching: ObserverSet | None = None
         for observer in observers:
             self.add_observer(observer)
 
@@ -149,6 +151,8 @@ class ReplyStream(StructuredOutput):
         if observed is None:
             observed = self._observed = ObserverSet()
         observed.add(observer)
+        if observed.watches_events:
+            self._watching = observed
         if observed.sends and self._spec.sending is None:  # each request's send is observed
             self._spec.sending = observed.sending
 
@@ -267,9 +271,9 @@ class ReplyStream(StructuredOutput):
         view = self._view
         if view is not None:
             view.feed(event)
-        observed = self._observed
-        if observed is not None:
-            observed.event(event)
+        watching = self._watching
+        if watching is not None:
+            watching.event(event)
         return event
 
     async def _next_batch(self) -> Event:

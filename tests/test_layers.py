@@ -38,8 +38,9 @@ _ORDER: list[tuple[int, list[str]]] = [
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)
          "observe", "apis", "_core.failover", "upstream"]),
-    (6, ["_core.observers", "_io.http_library", "_io.aiohttp_client", "_io.default_client",
-         "_io.attempt", "_io.readahead"]),
+    # _core.genai_attributes: what the OpenTelemetry conventions read of a request and reply
+    (6, ["_core.observers", "_core.genai_attributes", "_io.http_library",
+         "_io.aiohttp_client", "_io.default_client", "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
     (8, ["_io.reconnect", "_io.failover", "_io.hedge"]),
     (9, ["_io.reader", "_io.structured_output"]),

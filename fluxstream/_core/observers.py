@@ -12,9 +12,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..observe import StreamObserver
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..events import Event
-    from ..observe import SendInfo, StreamInfo, StreamObserver
+    from ..observe import SendInfo, StreamInfo
     from ..reply import Reply
     from .progress import StreamStats
 
@@ -52,10 +54,19 @@ class ObserverSet:
         if make is not None:
             observer = make()
         self.observers.append(observer)
-        self._event_calls += (observer.on_event,)
+        call = observer.on_event
+        # An observer that keeps the protocol's no-op (it reads what it needs at the end)
+        # costs a stream nothing per event.
+        if getattr(call, "__func__", None) is not StreamObserver.on_event:
+            self._event_calls += (call,)
         send = getattr(observer, "on_send", None)
         if send is not None:
             self._send_calls.append((observer, send))
+
+    @property
+    def watches_events(self) -> bool:
+        """Some observer is told of each event (not all are: see :meth:`add`)."""
+        return bool(self._event_calls)
 
     @property
     def sends(self) -> bool:

@@ -1,6 +1,7 @@
-"""Every ``gen_ai.*``, ``server.*`` and ``error.*`` name ``fluxstream.otel`` writes is one the
-``opentelemetry-semantic-conventions`` package publishes (attributes and metrics): checked, not
-guessed. The conventions' own names only; fluxstream's are under ``fluxstream.*``."""
+"""Every ``gen_ai.*``, ``server.*`` and ``error.*`` name ``fluxstream.otel`` writes (itself
+or through ``fluxstream._core.genai_attributes``, which reads them from requests and replies)
+is one the ``opentelemetry-semantic-conventions`` package publishes (attributes and metrics):
+checked, not guessed. The conventions' own names only; fluxstream's are under ``fluxstream.*``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ gen_ai_attributes = pytest.importorskip(
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics  # noqa: E402
 from opentelemetry.semconv.attributes import error_attributes, server_attributes  # noqa: E402
 
+import fluxstream._core.genai_attributes  # noqa: E402
 import fluxstream.otel  # noqa: E402
 from fluxstream import apis  # noqa: E402
 
@@ -24,10 +26,11 @@ def published(*modules: object) -> set[str]:
 
 
 def names_in_otel() -> set[str]:
-    """Every string literal of the module that looks like a conventions' name."""
-    tree = ast.parse(inspect.getsource(fluxstream.otel))
+    """Every string literal of the modules that looks like a conventions' name."""
+    trees = [ast.parse(inspect.getsource(module))
+             for module in (fluxstream.otel, fluxstream._core.genai_attributes)]
     return {
-        node.value for node in ast.walk(tree)
+        node.value for tree in trees for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
         and node.value.startswith(("gen_ai.", "server.", "error."))
         and " " not in node.value

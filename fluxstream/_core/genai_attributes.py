@@ -1,0 +1,241 @@
+"""What the OpenTelemetry GenAI conventions call a request's parameters, a reply's response
+and a failure, read from a request body, a :class:`~fluxstream.reply.Reply` and its
+:class:`~fluxstream._core.progress.StreamStats`, sans-IO and without OpenTelemetry (the
+attribute names are the ``opentelemetry-semantic-conventions`` package's; a test checks
+them there). :mod:`fluxstream.otel` puts them on spans and metrics.
+
+Each API names its parameters its own way: Chat Completions, Responses and Messages at the
+top of the body in snake_case; Gemini in ``generationConfig``, camelCase as google-genai
+sends it (its REST API also takes snake_case, and ``generation_config``): so both spellings
+are read, at the top and in that object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..events import Outcome
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..reply import Reply
+    from .progress import StreamStats
+
+__all__ = [
+    "error_type", "input_messages", "output_messages", "request_attributes",
+    "response_attributes", "tokens_of",
+]
+
+#: The conventions' numeric request parameters and each API's field names for them
+#: (Chat Completions, Responses, Messages; Gemini's ``generationConfig`` in both spellings).
+REQUEST_NUMBERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gen_ai.request.max_tokens",
+     ("max_tokens", "max_completion_tokens", "max_output_tokens", "maxOutputTokens")),
+    ("gen_ai.request.temperature", ("temperature",)),
+    ("gen_ai.request.top_p", ("top_p", "topP")),
+    ("gen_ai.request.top_k", ("top_k", "topK")),
+    ("gen_ai.request.frequency_penalty", ("frequency_penalty", "frequencyPenalty")),
+    ("gen_ai.request.presence_penalty", ("presence_penalty", "presencePenalty")),
+    ("gen_ai.request.seed", ("seed",)),
+)
+#: How many choices a request asks for (the conventions record it only when not 1).
+CHOICE_COUNT = ("n", "candidateCount", "candidate_count")
+STOP_SEQUENCES = ("stop", "stop_sequences", "stopSequences")
+#: Where Gemini keeps its parameters.
+GENERATION_CONFIG = ("generationConfig", "generation_config")
+#: The structured-output types that mean JSON (Chat Completions' ``response_format.type``,
+#: Responses' ``text.format.type``, Anthropic's ``output_format.type``).
+JSON_FORMATS = frozenset({"json_object", "json_schema"})
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parameter_sources(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    sources = [body]
+    for name in GENERATION_CONFIG:
+        config = body.get(name)
+        if isinstance(config, Mapping):
+            sources.append(config)
+    return sources
+
+
+def request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The conventions' request parameters found in a request body (never its content)."""
+    out: dict[str, Any] = {"gen_ai.request.stream": True}
+    for source in _parameter_sources(body):
+        for name, fields in REQUEST_NUMBERS:
+            if name in out:
+                continue
+            for field in fields:
+                value = source.get(field)
+                if _number(value):
+                    out[name] = value
+                    break
+        if "gen_ai.request.stop_sequences" not in out:
+            for field in STOP_SEQUENCES:
+                stop = source.get(field)
+                if isinstance(stop, str):
+                    out["gen_ai.request.stop_sequences"] = [stop]
+                elif isinstance(stop, Sequence) and stop and all(isinstance(s, str) for s in stop):
+                    out["gen_ai.request.stop_sequences"] = list(stop)
+                else:
+                    continue
+                break
+        if "gen_ai.request.choice.count" not in out:
+            for field in CHOICE_COUNT:
+                count = source.get(field)
+                if isinstance(count, int) and not isinstance(count, bool):
+                    if count != 1:
+                        out["gen_ai.request.choice.count"] = count
+                    break
+    output = output_type(body)
+    if output is not None:
+        out["gen_ai.output.type"] = output
+    return out
+
+
+def output_type(body: Mapping[str, Any]) -> str | None:
+    """``gen_ai.output.type`` of a request that asks for a format: ``json`` or ``text``."""
+    for fmt in (body.get("response_format"), body.get("output_format")):
+        if isinstance(fmt, Mapping):
+            return "json" if fmt.get("type") in JSON_FORMATS else "text"
+    text = body.get("text")
+    if isinstance(text, Mapping) and isinstance(text.get("format"), Mapping):
+        return "json" if text["format"].get("type") in JSON_FORMATS else "text"
+    for source in _parameter_sources(body)[1:]:
+        mime = source.get("responseMimeType", source.get("response_mime_type"))
+        if isinstance(mime, str):
+            return "json" if mime == "application/json" else "text"
+    return None
+
+
+def response_attributes(
+    reply: Reply, stats: StreamStats, tokens: tuple[int | None, int | None, bool]
+) -> dict[str, Any]:
+    """The conventions' response attributes and fluxstream's own, at the end (``tokens``:
+    :func:`tokens_of` the reply, worked out once by the caller for the metrics too)."""
+    out: dict[str, Any] = {}
+    if reply.model:
+        out["gen_ai.response.model"] = reply.model
+    if reply.id:
+        out["gen_ai.response.id"] = reply.id
+    reasons = [c.finish_reason for c in reply.choices if c.finish_reason is not None]
+    if reasons:
+        out["gen_ai.response.finish_reasons"] = reasons
+    inputs, outputs, estimated = tokens
+    if inputs is not None:
+        out["gen_ai.usage.input_tokens"] = inputs
+    if outputs is not None:
+        out["gen_ai.usage.output_tokens"] = outputs
+    usage = reply.usage
+    details = usage.prompt_tokens_details if usage is not None else None
+    if details is not None and details.cached_tokens is not None:
+        out["gen_ai.usage.cache_read.input_tokens"] = details.cached_tokens
+    out["fluxstream.usage.estimated"] = estimated
+    if reply.cost is not None:
+        out["fluxstream.cost"] = float(reply.cost)
+    first = stats.time_to_first_token
+    if first is not None:
+        out["fluxstream.time_to_first_token"] = first
+        out["gen_ai.response.time_to_first_chunk"] = first
+    out["fluxstream.attempts"] = stats.attempts
+    out["fluxstream.resumes"] = stats.resumes
+    out["fluxstream.skipped_frames"] = stats.skipped_frames
+    out["fluxstream.content_events"] = stats.content_events
+    if reply.end_reason:
+        out["fluxstream.end_reason"] = reply.end_reason
+    return out
+
+
+def tokens_of(reply: Reply) -> tuple[int | None, int | None, bool]:
+    """Input and output tokens, and whether they are fluxstream's estimate."""
+    usage = reply.usage
+    if usage is not None:
+        return usage.prompt_tokens, usage.completion_tokens, False
+    estimate = reply.usage_estimate
+    if estimate is not None:
+        return estimate.input_tokens, estimate.output_tokens, True
+    return None, None, False
+
+
+def error_type(reply: Reply, stats: StreamStats) -> str | None:
+    """``error.type`` for a stream that failed or was cut short (``None``: it ended well, or
+    its caller cancelled it): the typed error's class, else the in-stream error's own type."""
+    if reply.outcome is Outcome.FAILED:
+        if stats.error_type is not None:
+            return stats.error_type
+        error = reply.error
+        if error is not None and (error.type or error.code):
+            return error.type or error.code
+        return "_OTHER"
+    if reply.outcome is Outcome.TRUNCATED:
+        return stats.error_type or "truncated"
+    return None
+
+
+def _text_parts(content: object) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _gemini_parts(turn: Mapping[str, Any]) -> list[Any]:
+    parts = turn.get("parts")
+    out: list[Any] = []
+    for part in parts if isinstance(parts, list) else []:
+        if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            out.append({"type": "text", "content": part["text"]})
+        else:
+            out.append(part)
+    return out
+
+
+def input_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The request's messages in the conventions' shape (opt-in content): Chat Completions'
+    and Messages' ``messages``, Responses' ``input``, Gemini's ``contents``."""
+    out: list[dict[str, Any]] = []
+    contents = body.get("contents")
+    if isinstance(contents, list):  # Gemini: "model" turns are the assistant's
+        for turn in contents:
+            if isinstance(turn, Mapping):
+                role = str(turn.get("role", "user"))
+                out.append({"role": "assistant" if role == "model" else role,
+                            "parts": _gemini_parts(turn)})
+        system = body.get("systemInstruction", body.get("system_instruction"))
+        if isinstance(system, Mapping):
+            out.insert(0, {"role": "system", "parts": _gemini_parts(system)})
+        return out
+    raw = body.get("messages")
+    if raw is None:
+        given = body.get("input")
+        raw = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    for message in raw if isinstance(raw, list) else []:
+        if isinstance(message, Mapping):
+            out.append({"role": str(message.get("role", "user")),
+                        "parts": _text_parts(message.get("content"))})
+    system_text = body.get("system")
+    if isinstance(system_text, str):
+        out.insert(0, {"role": "system", "parts": _text_parts(system_text)})
+    return out
+
+
+def output_messages(reply: Reply) -> list[dict[str, Any]]:
+    """The reply's choices in the conventions' output message shape (opt-in content)."""
+    out: list[dict[str, Any]] = []
+    for choice in reply.choices:
+        parts: list[dict[str, Any]] = []
+        if choice.reasoning:
+            parts.append({"type": "reasoning", "content": choice.reasoning})
+        if choice.text:
+            parts.append({"type": "text", "content": choice.text})
+        for call in choice.tool_calls:
+            parts.append({
+                "type": "tool_call", "id": call.id, "name": call.name,
+                "arguments": call.arguments,
+            })
+        out.append({
+            "role": "assistant", "parts": parts, "finish_reason": choice.finish_reason or "",
+        })
+    return out
