@@ -37,6 +37,7 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -259,13 +260,16 @@ class SendContext:
 
     def __init__(self, context: otel_context.Context) -> None:
         self._context = context
-        self._token: object = None
+        self._token: Token[otel_context.Context] | None = None
 
     def __enter__(self) -> None:
         self._token = otel_context.attach(self._context)
 
     def __exit__(self, *exc: object) -> None:
-        otel_context.detach(self._token)  # type: ignore[arg-type]
+        token = self._token
+        if token is not None:
+            self._token = None
+            otel_context.detach(token)
 
 
 class StreamSpan(StreamObserver):

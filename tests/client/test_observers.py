@@ -350,3 +350,28 @@ def test_an_observer_is_a_stream_observer() -> None:
     assert isinstance(Seen(), StreamObserver)
     any_value: Any = object()
     assert not isinstance(any_value, StreamObserver)
+
+
+def test_an_observer_keeping_the_no_op_on_event_is_not_called_per_event() -> None:
+    """An observer that reads what it needs at the end (``StreamObserver``'s own ``on_event``
+    kept) costs a stream nothing per event; one that overrides it is told of each."""
+    from fluxstream._core.observers import ObserverSet
+    from fluxstream.events import TextDelta
+
+    class EndOnly(StreamObserver):
+        pass
+
+    class Counting(StreamObserver):
+        def __init__(self) -> None:
+            self.events = 0
+
+        def on_event(self, event: fluxstream.Event) -> None:
+            self.events += 1
+
+    quiet = ObserverSet([EndOnly()])
+    assert not quiet.watches_events
+    counting = Counting()
+    both = ObserverSet([EndOnly(), counting])
+    assert both.watches_events
+    both.event(TextDelta(key="k", choice=0, offset=0, text="a"))
+    assert counting.events == 1
