@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+import msgspec
 import pydantic_core
 from pydantic import ValidationError
 
@@ -53,6 +54,7 @@ __all__ = [
     "Detection",
     "FormatBase",
     "JsonEventFormat",
+    "QUICK_DECODE_ERRORS",
     "ToolCallState",
     "approx_size",
     "checked_usage",
@@ -65,6 +67,7 @@ __all__ = [
     "normalized_usage",
     "opt_str",
     "reasoning_delta",
+    "quick_candidate",
     "refusal_delta",
     "text_delta",
     "too_many_objects",
@@ -282,6 +285,28 @@ def crowded(data: str) -> bool:
     outside its strings. Every reader of such frames (the formats, ``auto``, the resume
     checks) asks this one question, so that none decodes what the others refuse."""
     return len(data) > BIG_FRAME and too_many_objects(data, len(data) // MIN_CHARS_PER_OBJECT)
+
+
+#: ``from_json`` (the general path's decoder) stops at this depth; msgspec goes to ~1,000.
+_MAX_DEPTH = 200
+#: A frame of at most this many characters cannot nest deeper than :data:`_MAX_DEPTH`.
+_SHALLOW = 2 * _MAX_DEPTH + 1
+#: What a typed msgspec decode raises on anything it does not take (a ``ValueError``).
+QUICK_DECODE_ERRORS = (msgspec.DecodeError,)
+
+
+def quick_candidate(data: str) -> bool:
+    """A frame a typed msgspec decode may take in place of the general path's ``from_json``:
+    an object, not big enough for the memory guard, and unable to nest deeper than
+    ``from_json`` allows (msgspec would decode what ``from_json`` refuses; more than
+    :data:`_MAX_DEPTH` brackets in a longer frame sends it to the general path, which decides).
+    Whatever msgspec decodes of such a frame, ``from_json`` decodes to the same values
+    (``tests/formats/test_chat_feed_many.py``, ``tests/formats/test_json_event_feed_many.py``)."""
+    return (
+        data[:1] == "{"
+        and len(data) <= BIG_FRAME
+        and (len(data) <= _SHALLOW or data.count("{") + data.count("[") <= _MAX_DEPTH)
+    )
 
 
 def opt_str(value: object) -> str | None:
@@ -940,6 +965,52 @@ class JsonEventFormat(FormatBase, ChoiceState):
         if raw and kind not in self.delta_kinds:
             obj = self._cleaned(obj)
         return self.dispatch(kind, obj)
+
+    #: The events :meth:`feed_many` maps in line, as one typed decode (``None``: none).
+    quick_decoder: ClassVar[msgspec.json.Decoder[Any] | None] = None
+    #: ``event:`` names of the frames worth trying it on (``message``: a data-only frame).
+    quick_events: ClassVar[frozenset[str]] = frozenset()
+
+    def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
+        """:meth:`feed` each of ``sses`` in order, appending to ``out`` (so that when one
+        raises, ``out`` holds the events of those before it).
+
+        Nearly every event of a stream is the same one or two kinds (a text fragment, an
+        argument fragment): a frame named as one of :attr:`quick_events` is decoded by
+        :attr:`quick_decoder` straight into a small typed struct (its other fields skipped,
+        no dict built) and mapped by :meth:`quick`, the same steps :meth:`dispatch` takes for
+        it, without the per-event calls of the general path. Anything the decoder refuses
+        (another ``type``, a field of another type, ``NaN``, a lone surrogate escape) and
+        anything :meth:`quick` declines goes through :meth:`feed`, which decides as before:
+        the events, offsets, state and errors are the same either way."""
+        decode = self.quick_decoder
+        if decode is None:
+            super().feed_many(sses, out)
+            return
+        names = self.quick_events
+        loads = decode.decode
+        quick = self.quick
+        for sse in sses:
+            if (
+                self.scan
+                or self.done
+                or sse.event not in names
+                or not quick_candidate(data := sse.data)
+            ):
+                out += self.feed(sse)
+                continue
+            try:
+                obj = loads(data)
+            except QUICK_DECODE_ERRORS:
+                out += self.feed(sse)  # from_json and the fallback decide (skip, strict...)
+                continue
+            if not quick(obj, out):
+                out += self.feed(sse)
+
+    def quick(self, obj: Any, out: list[Event]) -> bool:  # pragma: no cover
+        """Map a struct :attr:`quick_decoder` gave, appending to ``out``; ``False``, with
+        nothing changed, when the general path must decide."""
+        return False
 
     def feed_chunk(self, obj: Mapping[str, Any]) -> list[Event]:
         """One event another SDK already decoded (a dict with its ``type``; its strings may

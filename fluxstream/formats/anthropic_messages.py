@@ -39,6 +39,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import unified_stop
@@ -58,6 +60,25 @@ from ._base import (
 from ._contract import Claim
 
 __all__ = ["AnthropicMessagesFormat"]
+
+class _TextDelta(msgspec.Struct, tag_field="type", tag="text_delta"):
+    text: str
+
+
+class _JsonDelta(msgspec.Struct, tag_field="type", tag="input_json_delta"):
+    partial_json: str
+
+
+class _BlockDelta(msgspec.Struct, tag_field="type", tag="content_block_delta"):
+    """The fields of a text or argument fragment :meth:`AnthropicMessagesFormat.quick`
+    reads; any other delta type, or a value of another type, makes the decode fail (the
+    general path reads it)."""
+
+    index: int
+    delta: _TextDelta | _JsonDelta
+
+
+_QUICK = msgspec.json.Decoder(_BlockDelta)
 
 #: The event types of this API: what tells its streams from the others'.
 EVENTS = frozenset({
@@ -219,6 +240,36 @@ class AnthropicMessagesFormat(JsonEventFormat):
     # ------------------------------------------------------------------ events
 
     delta_kinds = frozenset({"content_block_delta"})
+
+    quick_decoder = _QUICK
+    quick_events = frozenset({"message", "content_block_delta"})
+
+    def quick(self, obj: _BlockDelta, out: list[Event]) -> bool:
+        """A text fragment of a text block or an argument fragment of a tool block, as
+        :meth:`dispatch` maps them; any other one is declined (the general path decides)."""
+        index = obj.index
+        block = self._blocks.get(index)
+        if block is None:
+            return False
+        delta = obj.delta
+        if delta.__class__ is _TextDelta:
+            if block.kind != "text":
+                return False
+            text = delta.text  # type: ignore[union-attr]
+            if text:
+                offset = self.text
+                self.text = offset + len(text)
+                out.append(text_delta(self.key, 0, offset, text))
+            return True
+        if block.kind != "tool":
+            return False
+        text = delta.partial_json  # type: ignore[union-attr]
+        if text:
+            call = self.calls[index]
+            offset = call.length
+            call.length = offset + len(text)
+            out.append(tool_delta(self.key, 0, index, None, None, text, offset))
+        return True
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         if kind == "content_block_delta":

@@ -59,6 +59,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason, unified_stop
@@ -78,6 +80,30 @@ from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count, 
 from ._surrogates import fix_surrogates
 
 __all__ = ["MAX_PARTS", "ResponsesFormat"]
+
+
+class _TextDelta(msgspec.Struct, tag_field="type", tag="response.output_text.delta"):
+    """The fields of a text fragment :meth:`ResponsesFormat.quick` reads (the others, such
+    as ``logprobs`` and ``obfuscation``, are skipped undecoded). A value of another type
+    than these makes the decode fail: the general path reads it."""
+
+    delta: str
+    sequence_number: int | None = None
+    output_index: int | None = None
+    content_index: int | None = None
+    item_id: str | None = None
+
+
+class _ArgumentsDelta(msgspec.Struct, tag_field="type",
+                      tag="response.function_call_arguments.delta"):
+    """The fields of an argument fragment :meth:`ResponsesFormat.quick` reads."""
+
+    delta: str
+    output_index: int
+    sequence_number: int | None = None
+
+
+_QUICK = msgspec.json.Decoder(_TextDelta | _ArgumentsDelta)
 
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _INCOMPLETE: dict[str, StopReason] = {
@@ -226,6 +252,44 @@ class ResponsesFormat(JsonEventFormat):
         "response.reasoning_text.delta", "response.refusal.delta",
         "response.function_call_arguments.delta",
     })
+
+    quick_decoder = _QUICK
+    quick_events = frozenset({"message", "response.output_text.delta",
+                              "response.function_call_arguments.delta"})
+
+    def quick(self, obj: _TextDelta | _ArgumentsDelta, out: list[Event]) -> bool:
+        """A text or argument fragment that :meth:`dispatch` would map without a decision
+        of its own: a ``sequence_number`` past every one seen (or none), a text fragment
+        of the part streamed last, an argument fragment of a known call. Any other one is
+        declined before anything changes (the general path decides)."""
+        seq = obj.sequence_number
+        if seq is not None and not self.sequence < seq < MAX_SEQUENCE:
+            return False  # a replay, a number out of order or out of range: dispatch decides
+        text = obj.delta
+        if obj.__class__ is _TextDelta:
+            if text and (obj.output_index, obj.content_index, obj.item_id) != self._text_part:
+                return False  # a new part: where it is, whether its .done came first
+            if seq is not None:
+                self.sequence = seq
+                self.live = True
+            if not text:
+                return True
+            if not self.started:
+                self.start()
+            offset = self.text
+            self.text = offset + len(text)
+            out.append(text_delta(self.key, 0, offset, text))
+            return True
+        index = obj.output_index
+        call = self.calls.get(index)
+        if call is None:
+            return False  # a fragment before its item, or of no call: dispatch decides
+        if seq is not None:
+            self.sequence = seq
+            self.live = True
+        if text:
+            out.append(tool_delta(self.key, 0, index, None, None, text, call.add(text)))
+        return True
 
     def dispatch(self, kind: str, obj: Mapping[str, Any]) -> list[Event]:
         seq = obj.get("sequence_number")
