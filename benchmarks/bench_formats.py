@@ -1,9 +1,12 @@
 """Benchmark bytes -> finished reply for the Responses and Anthropic Messages formats.
 
+(And, side by side, the parser's CPU per delta for every API on the same text: ``--per-delta``.)
+
 Run from the repository root::
 
     .venv/bin/python benchmarks/bench_formats.py            # full run (a few minutes)
     .venv/bin/python benchmarks/bench_formats.py --quick    # smoke run
+    .venv/bin/python benchmarks/bench_formats.py --per-delta  # every API per delta, ~1 minute
 
 Method (the same as ``bench_assembly.py`` for Chat Completions):
 
@@ -353,6 +356,90 @@ def events_of(body: bytes) -> list[bytes]:
     return [e + b"\n\n" for e in body.split(b"\n\n") if e]
 
 
+# --------------------------------------------------------------------------- per delta, every API
+#
+# The same text in the same number of deltas, in each API's own event shape and framing, through
+# StreamParser alone (bytes -> finished reply, no HTTP): "packed" reads of 4096 bytes (many
+# events per read, as a busy connection delivers them) and "small" reads of one event each (as a
+# paced server flushes them). Rounds interleave the APIs; the medians of the rounds are compared
+# with Chat Completions' (the target: every API within 10% of it per delta).
+
+_CHAT_HEAD = {"id": "chatcmpl-B6lzjT6Mg5uR5zqOxnVyH0y9vGNeo", "object": "chat.completion.chunk",
+              "created": 1740897707, "model": "gpt-4o-2024-08-06", "service_tier": "default",
+              "system_fingerprint": "fp_eb9dce56a8"}
+
+
+def chat_text_body(n: int) -> bytes:
+    """``bench_assembly.py``'s chat stream: OpenAI's chunk shape, ``data:`` only, ``[DONE]``."""
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        return _dumps({**_CHAT_HEAD, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                                  "finish_reason": finish}], **extra})
+    payloads = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    payloads += [chunk({"content": WORDS[i % len(WORDS)]}, usage=None) for i in range(n)]
+    payloads.append(chunk({}, "stop", usage=None))
+    return "".join(f"data: {p}\n\n" for p in payloads).encode() + b"data: [DONE]\n\n"
+
+
+def gemini_text_body(n: int) -> bytes:
+    """``bench_gemini.py``'s shape (CRLF framing, Google's spacing), one word per event."""
+    payloads = []
+    for i in range(n):
+        cand: dict[str, Any] = {"content": {"parts": [{"text": WORDS[i % len(WORDS)]}],
+                                            "role": "model"}, "index": 0}
+        if i == n - 1:
+            cand["finishReason"] = "STOP"
+        usage = {"promptTokenCount": 12, "totalTokenCount": 12 + i,
+                 "promptTokensDetails": [{"modality": "TEXT", "tokenCount": 12}]}
+        payloads.append({"candidates": [cand], "usageMetadata": usage,
+                         "modelVersion": "gemini-2.5-flash",
+                         "responseId": "0J-HaJetAqv0jrEPwu-tsQ0"})
+    return "".join(f"data: {json.dumps(p, separators=(',', ': '), ensure_ascii=False)}\r\n\r\n"
+                   for p in payloads).encode()
+
+
+def event_reads(body: bytes) -> list[bytes]:
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in body else b"\n\n"
+    return [e + sep for e in body.split(sep) if e]
+
+
+def parse_only(fmt: str, reads: list[bytes]) -> str:
+    parser = StreamParser(format=fmt)
+    feed = parser.feed
+    for read in reads:
+        feed(read)
+    parser.close()
+    return parser.reply.choices[0].text
+
+
+def per_delta(n: int, rounds: int) -> None:
+    bodies = {"chat_completions": chat_text_body(n), "responses": responses_text_body(n),
+              "anthropic_messages": anthropic_text_body(n), "gemini": gemini_text_body(n)}
+    text = "".join(WORDS[i % len(WORDS)] for i in range(n))
+    print(f"\nparser CPU per delta, every API: the same {n:,} text deltas, bytes -> reply "
+          f"(StreamParser, no HTTP), median of {rounds} interleaved rounds")
+    print(f"  {'API':<20}{'packed us':>10}{'x chat':>8}{'spread':>14}"
+          f"{'small us':>10}{'x chat':>8}{'spread':>14}")
+    cells: dict[str, list[str]] = {fmt: [] for fmt in bodies}
+    for cut in (reads_of, event_reads):
+        reads = {fmt: cut(body) for fmt, body in bodies.items()}
+        for fmt, got in reads.items():
+            assert parse_only(fmt, got) == text, f"{fmt} assembled something else"
+        times: dict[str, list[float]] = {fmt: [] for fmt in bodies}
+        for _ in range(rounds):
+            for fmt, got in reads.items():
+                gc.collect()
+                start = CLOCK()
+                parse_only(fmt, got)
+                times[fmt].append((CLOCK() - start) / n * 1e6)
+        base = statistics.median(times["chat_completions"])
+        for fmt, got in times.items():
+            median = statistics.median(got)
+            cells[fmt] += [f"{median:10.2f}", f"{median / base:7.2f}x",
+                           f"{min(got):6.2f}-{max(got):<6.2f}  "]
+    for fmt, row in cells.items():
+        print(f"  {fmt:<20}" + "".join(row))
+
+
 # --------------------------------------------------------------------------- driver
 
 CLOCK = time.process_time
@@ -382,10 +469,16 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2,000 deltas, 3 repeats")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--wall", action="store_true", help="wall-clock time, not CPU time")
+    ap.add_argument("--per-delta", action="store_true",
+                    help="only the parser's CPU per delta for every API, side by side")
+    ap.add_argument("--rounds", type=int, default=9, help="rounds of the per-delta table")
     args = ap.parse_args()
     global CLOCK
     if args.wall:
         CLOCK = time.perf_counter
+    if args.per_delta:
+        per_delta(2_000 if args.quick else 20_000, 3 if args.quick else args.rounds)
+        return
     n = 2_000 if args.quick else 20_000
     repeats = 3 if args.quick else args.repeats
     print(f"Python {platform.python_version()} on {platform.machine()}; pydantic "
@@ -425,6 +518,8 @@ def main() -> None:
             assert result == expected, f"{name} assembled something else: {result} != {expected}"
         table(f"{fmt} {label} stream: {len(body):,} bytes, {events:,} events, bytes -> reply",
               rows, events, "fluxstream (httpx)")
+
+    per_delta(n, repeats if args.quick else args.rounds)
 
     pieces = partial_pieces()
     size = len("".join(pieces).encode())

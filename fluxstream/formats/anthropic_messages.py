@@ -252,10 +252,10 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if block is None:
             return False
         delta = obj.delta
-        if delta.__class__ is _TextDelta:
+        if isinstance(delta, _TextDelta):
             if block.kind != "text":
                 return False
-            text = delta.text  # type: ignore[union-attr]
+            text = delta.text
             if text:
                 offset = self.text
                 self.text = offset + len(text)
@@ -263,7 +263,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             return True
         if block.kind != "tool":
             return False
-        text = delta.partial_json  # type: ignore[union-attr]
+        text = delta.partial_json
         if text:
             call = self.calls[index]
             offset = call.length

@@ -266,7 +266,7 @@ class ResponsesFormat(JsonEventFormat):
         if seq is not None and not self.sequence < seq < MAX_SEQUENCE:
             return False  # a replay, a number out of order or out of range: dispatch decides
         text = obj.delta
-        if obj.__class__ is _TextDelta:
+        if isinstance(obj, _TextDelta):
             if text and (obj.output_index, obj.content_index, obj.item_id) != self._text_part:
                 return False  # a new part: where it is, whether its .done came first
             if seq is not None:

@@ -154,8 +154,8 @@ def responses_events(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
            "response.completed", "error", "keepalive"]))
     obj: dict[str, Any] = {"type": kind}
     seq = draw(st.sampled_from(["next"] * 10 + ["same", "back", "none", "neg", "big", "str"]))
-    obj["sequence_number"] = {"same": "@same", "back": "@back", "none": None, "neg": -1, "big": 2**60,
-                              "str": "4"}.get(seq, "next")
+    obj["sequence_number"] = {"same": "@same", "back": "@back", "none": None, "neg": -1,
+                              "big": 2**60, "str": "4"}.get(seq, "next")
     if draw(st.integers(0, 9)):
         obj["output_index"] = draw(st.sampled_from([0] * 6 + [1, 2, None, "0", True, 1.0]))
     if draw(st.integers(0, 9)):
