@@ -414,9 +414,7 @@ class StreamParser:
         format_cls = FORMATS[format]
         old = self._format
         reply = self.reply
-        new: Any = format_cls(self.content_key, strict=self.strict)
-        if hasattr(new, "limits"):
-            new.limits = self.limits
+        new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
         new.restore(
             self._assembler.offsets(),
             {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
@@ -426,8 +424,6 @@ class StreamParser:
         self._old_skipped += old.skipped
         self._old_heartbeats += old.heartbeats
         self._format = new
-        self._feed_many = getattr(new, "feed_many", None)
-        self._first_event_id = None
         self.new_connection()
 
     # ------------------------------------------------------------------ resume support
