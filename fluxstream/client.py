@@ -647,6 +647,8 @@ class _TypedEndpoint:
         response_format: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
@@ -654,10 +656,13 @@ class _TypedEndpoint:
         type the original stream was asked for (a token carries its schema, not the type),
         so that ``objects()`` and ``parsed`` continue from the partial object.
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own)."""
+        (after the client's own). ``fallbacks`` and ``failover``: as for ``stream`` (the
+        upstream the token names as serving must be among them; the resume goes on there,
+        then moves along the ones after it)."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
 
@@ -727,6 +732,8 @@ class Chat(_TypedEndpoint):
         response_format: Any = None,
         timeouts: Timeouts | None = None,
         observers: Sequence[StreamObserver] = (),
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -737,12 +744,15 @@ class Chat(_TypedEndpoint):
         ``response_format``: the type the original stream was asked for (the token carries
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
         partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
-        this stream only (after the client's own)."""
+        this stream only (after the client's own). ``fallbacks`` and ``failover``: as for
+        ``stream`` (the upstream the token names as serving must be among them; the resume
+        goes on there, then moves along the ones after it)."""
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover,
         )
 
     complete = completing(stream)

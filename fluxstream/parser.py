@@ -425,6 +425,7 @@ class StreamParser:
         self._old_heartbeats += old.heartbeats
         self._format = new
         self.new_connection()
+        self._checks.new_generation()  # another server: its ids and completion id are its own
 
     # ------------------------------------------------------------------ resume support
 
@@ -454,6 +455,7 @@ class StreamParser:
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
         self._checks.expect_sequence(None)  # a new response: its numbers start over
+        self._checks.new_generation()  # and its event ids and completion id are its own
         self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
 

@@ -16,7 +16,7 @@ from ..errors import ResumeMismatchError
 from ..events import Event
 from ..reply import Reply
 from ..sse import ServerSentEvent
-from .resume_check import ResumeCheck, SequenceCheck
+from .resume_check import ResumeCheck, SequenceCheck, completion_id
 
 __all__ = ["RereadChecks"]
 
@@ -24,7 +24,8 @@ __all__ = ["RereadChecks"]
 class RereadChecks:
     """The pending checks of the current connection (none once its first new event came)."""
 
-    __slots__ = ("dropped", "first_event_id", "resume", "sequence")
+    __slots__ = ("continued", "dropped", "first_event_id", "generation_id", "resume",
+                 "sequence")
 
     def __init__(self) -> None:
         #: After a ``Last-Event-ID`` reconnect, until its first new event.
@@ -35,6 +36,20 @@ class RereadChecks:
         self.first_event_id: str | None = None
         #: Replayed events verified and dropped.
         self.dropped = 0
+        #: The connections since :meth:`new_generation` answer another request than the
+        #: reply's first (a continuation, another upstream): their completion id is
+        #: :attr:`generation_id`, not the reply's.
+        self.continued = False
+        #: The top-level ``id`` of that request's first event (``None``: it had none).
+        self.generation_id: str | None = None
+
+    def new_generation(self) -> None:
+        """The next connection answers another request (a continuation, another upstream):
+        its event ids and its completion id are its own, so a later ``Last-Event-ID``
+        reconnect of it is checked against them, not the reply's first stream."""
+        self.first_event_id = None
+        self.continued = True
+        self.generation_id = None
 
     def reconnected(self, last_id: str, reply: Reply,
                     shadow: Callable[[ServerSentEvent], list[Event]]) -> None:
@@ -44,7 +59,7 @@ class RereadChecks:
         self.resume = ResumeCheck(
             last_id,
             first_id=self.first_event_id,
-            reply_id=reply.id,
+            reply_id=self.generation_id if self.continued else reply.id,
             delivered={c.index: c.text for c in reply.choices},
             shadow=shadow,
         )
@@ -61,6 +76,8 @@ class RereadChecks:
         """
         if self.first_event_id is None:
             self.first_event_id = sses[0].id
+            if self.continued:  # once per request: one decode of its first event
+                self.generation_id = completion_id(sses[0])
         check = self.resume
         if check is not None:
             try:

@@ -43,7 +43,7 @@ from ..formats._base import MAX_SEQUENCE, crowded
 from ..formats._surrogates import fallback_loads
 from ..sse import ServerSentEvent
 
-__all__ = ["ResumeCheck", "SequenceCheck"]
+__all__ = ["ResumeCheck", "SequenceCheck", "completion_id"]
 
 _MAX_ID_DIGITS = 18
 
@@ -131,18 +131,28 @@ class ResumeCheck:
         self._verify_completion_id(sse)
 
     def _verify_completion_id(self, sse: ServerSentEvent) -> None:
-        if self.reply_id is None or not sse.data.startswith("{"):
+        if self.reply_id is None:
             return
-        try:
-            payload: Any = json.loads(sse.data)
-        except (ValueError, RecursionError):
-            return  # the format skips and counts it; not a question of resuming
-        new_id = payload.get("id") if isinstance(payload, dict) else None
-        if isinstance(new_id, str) and new_id and new_id != self.reply_id:
+        new_id = completion_id(sse)
+        if new_id is not None and new_id != self.reply_id:
             raise ResumeMismatchError(
                 f"the resumed stream is a new sample (completion id {new_id!r}, the reply's is"
                 f" {self.reply_id!r}): the server did not honour Last-Event-ID"
             )
+
+
+def completion_id(sse: ServerSentEvent) -> str | None:
+    """The top-level ``id`` of an event's JSON data (a Chat Completions chunk's completion
+    id), or ``None``: no JSON object, or no such id (the format skips and counts an event
+    it cannot read; that is not a question of resuming)."""
+    if not sse.data.startswith("{"):
+        return None
+    try:
+        payload: Any = json.loads(sse.data)
+    except (ValueError, RecursionError):
+        return None
+    found = payload.get("id") if isinstance(payload, dict) else None
+    return found if isinstance(found, str) and found else None
 
 
 #: Decodes an event's top level only: every value stays raw bytes, however big or deep.

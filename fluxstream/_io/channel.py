@@ -71,6 +71,11 @@ class Channel:
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
         #: The server's ``x-request-id`` of the latest response (see :meth:`log_extra`).
         self.request_id: str | None = None
+        #: The body the current stream answers when it is not ``spec.body`` (a
+        #: continuation's): its event ids number that stream, so a ``Last-Event-ID``
+        #: reconnect sends it again, and a resume token (whose body is ``spec.body``)
+        #: leaves them out.
+        self.sent_body: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ sending
 
@@ -120,6 +125,8 @@ class Channel:
                             get=get,
                         )
                 self._request_id(attempt)
+                if get is None:  # a re-read (GET) goes on with the stream it re-reads
+                    self.sent_body = body
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
                 if progress.due_before_content(time.monotonic(), self.parser.saw_content):
@@ -306,6 +313,9 @@ class Channel:
     def resume_token(self, version: int) -> dict[str, Any]:
         """See :meth:`ReplyStream.resume_token` (no headers: they may hold secrets)."""
         parser = self.parser
+        # A continued stream's ids (event ids, a response and its sequence) are not the
+        # body's: the token resumes by continuing the text there instead.
+        own = self.sent_body is None
         return {
             "version": version,
             "key": parser.content_key,
@@ -313,11 +323,11 @@ class Channel:
             # Read by releases that name the API by its path only.
             "path": self.spec.path,
             "body": self.spec.body,
-            "last_event_id": parser.last_event_id or None,
+            "last_event_id": (parser.last_event_id or None) if own else None,
             "reconnection_time": parser.reconnection_time,
             # Responses API: what a starting_after resume needs (None for other formats).
-            "response_id": parser.response_id,
-            "sequence": parser.sequence,
+            "response_id": parser.response_id if own else None,
+            "sequence": parser.sequence if own else None,
             "offsets": parser.offsets(),
             # The wire format's own state (Anthropic: the content blocks open at the token).
             "wire": parser.wire_state(),

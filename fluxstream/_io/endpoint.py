@@ -206,9 +206,7 @@ class Endpoint:
         upstreams = factory.fallbacks if fallbacks is None else checked_upstreams(fallbacks)
         if not upstreams:
             return None
-        if failover is not None and not isinstance(failover, Failover):
-            raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
-        policy = failover if failover is not None else factory.failover
+        policy = self.failover_policy(failover)
         targets = [factory.primary(self.api, request)]
         targets += [factory.target(u, headers, timeouts) for u in upstreams]
         return Route(
@@ -217,6 +215,14 @@ class Endpoint:
             min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
             hedge_after=policy.hedge_after,
         )
+
+    def failover_policy(self, failover: Failover | None) -> Failover:
+        """``failover`` (checked), or the client's."""
+        if failover is None:
+            return self.factory.failover
+        if not isinstance(failover, Failover):
+            raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
+        return failover
 
     def resume(
         self,
@@ -228,17 +234,32 @@ class Endpoint:
         response_format: Any,
         timeouts: Timeouts | None,
         observers: Sequence[StreamObserver],
+        fallbacks: Sequence[Upstream] | None = None,
+        failover: Failover | None = None,
     ) -> ReplyStream:
         """The one way a resume token becomes a stream: the token must be of this API
-        (:func:`fluxstream.apis.for_token`) and of this version; its partial reply and
-        offsets are taken over by a parser of the API's wire format, and its body is sent
-        again to the API's own path."""
+        (:func:`fluxstream.apis.for_token`), or of the API of one of this client's
+        ``fallbacks`` (the client's when ``None``) that the token names as serving it, and
+        of this version; its partial reply and offsets are taken over by a parser of that
+        API's wire format, and its body is sent again to that API's own path, moving along
+        the upstreams after it (under ``failover``) when it fails."""
         api = self.api
         named = apis.for_token(token)  # refuses a token that is no mapping
-        if named is not api:  # read as this API's wire format, it would go to the wrong API
-            raise ResumeTokenError(
-                f"the resume token is of another API ({named.name!r}, not {api.name!r}): "
-                f"resume it with client.{named.endpoint}.resume"
+        if named is not api:
+            # A reply another upstream was continuing (of another API) resumes there, read as
+            # that API's wire format: only among this client's own upstreams of that API.
+            upstreams = self.factory.fallbacks if fallbacks is None else checked_upstreams(
+                fallbacks)
+            label = token.get("upstream")
+            if not any(u.label == label and u.api == named.name for u in upstreams):
+                raise ResumeTokenError(
+                    f"the resume token is of another API ({named.name!r}, not {api.name!r}):"
+                    f" resume it with client.{named.endpoint}.resume"
+                )
+            return Endpoint(self.factory, named).resume(
+                token, extra_headers=extra_headers, resume=resume, retry=retry,
+                response_format=response_format, timeouts=timeouts, observers=observers,
+                fallbacks=fallbacks, failover=failover,
             )
         if token.get("version") != RESUME_TOKEN_VERSION:
             raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
@@ -248,7 +269,8 @@ class Endpoint:
         parser = factory.token_parser(api, token)
         resume_policy = self.resume_policy(resume)
         request, route = self.resume_route(
-            token, dict(token["body"]), extra_headers or {}, timeouts, resume_policy
+            token, dict(token["body"]), extra_headers or {}, timeouts, resume_policy,
+            fallbacks=fallbacks, failover=failover,
         )
         stream = factory.open(
             request, parser, retry=self.retry_policy(retry), resume=resume_policy,
@@ -258,7 +280,8 @@ class Endpoint:
 
     def resume_route(
         self, token: Mapping[str, Any], body: dict[str, Any], headers: Mapping[str, str],
-        timeouts: Timeouts | None, resume: ResumePolicy,
+        timeouts: Timeouts | None, resume: ResumePolicy, *,
+        fallbacks: Sequence[Upstream] | None = None, failover: Failover | None = None,
     ) -> tuple[RequestSpec, Route | None]:
         """Where a token's stream goes on: the upstream that was serving it (the token
         names it: its API and body are that upstream's, and only it can continue its
@@ -273,8 +296,8 @@ class Endpoint:
         label = token.get("upstream")
         if label is None:
             return request, None
-        upstreams = factory.fallbacks
-        policy = factory.failover
+        upstreams = factory.fallbacks if fallbacks is None else checked_upstreams(fallbacks)
+        policy = self.failover_policy(failover)
         targets = [factory.primary(self.api, request)]
         targets += [factory.target(u, headers, timeouts) for u in upstreams]
         index = next((i for i, t in enumerate(targets) if t.label == label), None)
@@ -283,7 +306,8 @@ class Endpoint:
             raise ResumeTokenError(
                 f"the resume token was served by an upstream this client does not have "
                 f"({show_key(label) if isinstance(label, str) else type(label).__name__}); "
-                f"give the client the same fallbacks (its {self.api.name} upstreams: {known})"
+                f"give the client (or the resume) the same fallbacks "
+                f"(its {self.api.name} upstreams: {known})"
             )
         rest = targets[index:]
         route = Route(

@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .._core.failover import CoolDown
 from .._core.progress import DeadlinePassed
@@ -41,7 +41,9 @@ from ..reply import Segment, Usage
 from .attempt import Attempt, RequestSpec
 from .channel import Channel
 
-__all__ = ["FAILOVER_ERRORS", "Route", "Target", "hand_off", "reason_of", "start_on"]
+__all__ = [
+    "FAILOVER_ERRORS", "Route", "Target", "continue_here", "hand_off", "reason_of", "start_on",
+]
 
 logger = logging.getLogger("fluxstream")
 
@@ -261,7 +263,8 @@ async def hand_off(
         recovery.next_upstream(now)
         if not parser.saw_content:
             channel.progress.start(now)  # its own first-token deadline
-        send, restarted = _continuation(parser, route, target, body)
+        send, how = _continuation(parser, route, target, body)
+        restarted = how == "restart"
         events.append(Handoff(
             parser.content_key, target.label, target.api.name, route.model_of(target),
             reason, offset, restarted,
@@ -277,18 +280,79 @@ async def hand_off(
             recovery.restarts += 1
             events += parser.reset(recovery.restarts, f"restarted on {target.label}")
         try:
-            attempt = await channel.connect(body=send)
+            attempt = await _send(channel, route, body, send, how)
         except FAILOVER_ERRORS as exc:
             reason = reason_of(exc)
             continue
         return attempt, events
 
 
+async def continue_here(
+    channel: Channel, route: Route, reason: str
+) -> Attempt | None:
+    """Continue the delivered text on the upstream serving it now, the way a hand-off to it
+    would (:func:`_continuation`: a prefill, or an assistant turn and an instruction); the
+    attempt, or ``None`` when the reply cannot be continued as text.
+
+    For a reply whose own resume cannot apply there: a token of a reply another upstream
+    was continuing (its ids number that continuation, not the token's request), or a
+    ``Last-Event-ID`` reconnect of such a continuation that the server did not honour.
+    The caller's fallbacks already allow continuing the reply on another upstream;
+    continuing it where it is asks no more of the model, and keeps the upstream that
+    was answering."""
+    parser = channel.parser
+    recovery = channel.recovery
+    if not parser.continuable() or recovery.resumes >= recovery.resume.max_resumes:
+        return None
+    body = channel.spec.body
+    send, how = _continuation(parser, route, route.current, body)
+    if send is None:
+        return None
+    await channel.close(drain=False)
+    logger.warning(
+        "stream %s: %s; continuing the text on %s", show_key(parser.content_key),
+        one_line(reason), route.current.label, extra=channel.log_extra(),
+    )
+    recovery.resumes += 1
+    channel.resuming_by = "continuation"
+    return await _send(channel, route, body, send, how, fresh_budget=True)
+
+
+async def _send(
+    channel: Channel, route: Route, body: dict[str, Any], send: dict[str, Any] | None,
+    how: str, *, fresh_budget: bool = False,
+) -> Attempt:
+    """Send ``send`` (``None``: ``body``) to the upstream serving now. A prefill refused
+    with a 400 (Gemini: "Requests ending with a model turn are not supported"; a
+    self-hosted server without prefill) is asked once more, there, with the text as an
+    assistant turn and a continue instruction: the request is the same but for its last
+    turn, so that turn is the likely fault, and moving on would leave an upstream that
+    can continue the reply the other way."""
+    try:
+        return await channel.connect(body=send, fresh_budget=fresh_budget)
+    except APIStatusError as exc:
+        if how != "prefill" or exc.status_code != 400:
+            raise
+        refused = exc
+    instructed, how = _continuation(channel.parser, route, route.current, body, prefill=False)
+    if how != "instruction":
+        raise refused
+    logger.warning(
+        "stream %s: %s refused the prefill (%s); asking with a continue instruction",
+        show_key(channel.parser.content_key), route.current.label, reason_of(refused),
+        extra=channel.log_extra(),
+    )
+    return await channel.connect(body=instructed, fresh_budget=fresh_budget)
+
+
 def _continuation(
-    parser: StreamParser, route: Route, target: Target, body: dict[str, Any]
-) -> tuple[dict[str, Any] | None, bool]:
+    parser: StreamParser, route: Route, target: Target, body: dict[str, Any], *,
+    prefill: bool = True,
+) -> tuple[dict[str, Any] | None, Literal["ask", "prefill", "instruction", "restart"]]:
     """The body that continues the delivered text on ``target`` (``None``: send ``body``
-    as it is), and whether the reply must start over there instead.
+    as it is), and how: ``ask`` (nothing was shown), ``prefill``, ``instruction``, or
+    ``restart`` (the reply must start over there instead; ``prefill=False``: not by a
+    prefill).
 
     A prefill where the API has one (the model's next token follows the text); where it has
     none (OpenAI's Responses API), the text as an assistant turn and a user turn asking for
@@ -297,20 +361,20 @@ def _continuation(
     already shown stays. Only a reply no text continuation can extend (cut inside a tool
     call's arguments, several choices) starts over."""
     if not parser.saw_content:
-        return None, False
+        return None, "ask"
     if not parser.continuable():
-        return None, True
+        return None, "restart"
     api = target.api
     text = parser.begin_continuation(min_overlap=route.min_overlap)
-    if api.assistant_prefill:
+    if api.assistant_prefill and prefill:
         flag = api.continuation_flag
         try:
             return api.continuation_body(
                 body, text, dict(flag) if flag is not None else route.prefix_flag
-            ), False
+            ), "prefill"
         except ApiFeatureError:
             pass
     try:
-        return api.instructed_continuation_body(body, text), False
+        return api.instructed_continuation_body(body, text), "instruction"
     except ApiFeatureError:
-        return None, True
+        return None, "restart"

@@ -44,7 +44,7 @@ from ..retry import ResumePolicy, RetryPolicy
 from ..timeouts import Deadline
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
-from .failover import FAILOVER_ERRORS, Route, hand_off, reason_of, start_on
+from .failover import FAILOVER_ERRORS, Route, continue_here, hand_off, reason_of, start_on
 from .hedge import Hedge
 from .http_library import seconds
 from .reconnect import TOKEN_REASON, reconnect
@@ -381,14 +381,41 @@ class StreamReader:
 
     async def _resume_rejected(self, exc: ResumeMismatchError) -> list[Event]:
         """A ``Last-Event-ID`` reconnect did not continue the stream: never splice it. The
-        next strategy takes over, or the stream ends ``truncated`` with this as its reason."""
+        next strategy takes over; with fallbacks and none left, a continuation is continued
+        again on the upstream serving it, then the reply moves to the next one; else the
+        stream ends ``truncated`` with this as its reason."""
         self.cause = exc
+        continued = self.channel.sent_body is not None  # a continuation's ids, rejected
         decision = self.channel.after_rejected_resume(exc)
+        if decision.action != "resume" and self.route is not None:
+            # With fallbacks: the continuation first continued again where it is, then the
+            # next upstream (as after any drop no own strategy can resume).
+            moved = await self._continue_here(f"resume rejected: {exc}") if continued else None
+            if moved is None:
+                moved = await self._try_fail_over(reason_of(exc))
+            if moved is not None:
+                return moved
         if decision.action != "resume":
             with anyio.CancelScope(shield=True):
                 await self.close_response(drain=False)
             return self.end(self._parser.close(cause=exc))
         return await self._recover(lambda: self._reconnect(decision, f"resume rejected: {exc}"))
+
+    async def _continue_here(self, reason: str) -> list[Event] | None:
+        """With fallbacks, the reply's text continued on the upstream serving it
+        (:func:`~fluxstream._io.failover.continue_here`); ``None`` when it cannot be."""
+        route = self.route
+        if route is None or route.exhausted or self.cancel_requested or self.ended:
+            return None
+        attempt = None
+
+        async def how() -> list[Event]:
+            nonlocal attempt
+            attempt = await continue_here(self.channel, route, reason)
+            return [] if attempt is None else self._opened(attempt)
+
+        events = await self._recover(how)
+        return events if attempt is not None or self.ended else None
 
     async def _reconnect(self, decision: Decision, reason: str) -> list[Event]:
         """Perform a retry or a resume; the events to deliver first (a restart's ``Reset``)."""
@@ -405,9 +432,13 @@ class StreamReader:
             if self.resuming:
                 self.resuming = False
                 decision = self.recovery.resume_decision(self.channel.drop_state(None))
-                if decision.action != "resume":
+                if decision.action == "resume":
+                    return await self._reconnect(decision, TOKEN_REASON)
+                # A reply another upstream was continuing: its text continued there.
+                moved = await self._continue_here(TOKEN_REASON)
+                if moved is None:
                     raise StreamError("nothing to resume this stream by", self._parser.reply)
-                return await self._reconnect(decision, TOKEN_REASON)
+                return moved
             if self.route is not None:
                 start_on(self.channel, self.route, time.monotonic())
             try:

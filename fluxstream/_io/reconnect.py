@@ -81,7 +81,10 @@ async def _resume(
     if decision.strategy == "last_event_id":
         last_id = parser.last_event_id
         parser.new_connection(resume_after=last_id)
-        attempt = await channel.connect(headers={"Last-Event-ID": last_id}, fresh_budget=True)
+        # The request whose stream the ids number (a continuation's, when it was one).
+        attempt = await channel.connect(
+            headers={"Last-Event-ID": last_id}, body=channel.sent_body, fresh_budget=True
+        )
         if attempt.is_json:
             # The whole reply instead of the events after ``last_id``: no ids to check it
             # against what was shown, so it is a rejected reconnect, never spliced.
