@@ -44,7 +44,7 @@ from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
 from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
-from .upstream import Failover, Upstream
+from .upstream import Failover, Upstream, place_label
 from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
@@ -592,8 +592,7 @@ class _StreamFactory:
         def build(body: dict[str, Any]) -> RequestSpec:
             return dataclasses.replace(request, body=body)
 
-        label = f"{_safe_url(client.base_url).split('://', 1)[-1]}/{api.name}"
-        return Target(label, api, None, None, build)
+        return Target(place_label(client.base_url, api.name), api, None, None, build)
 
     def target(
         self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None

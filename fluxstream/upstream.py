@@ -21,7 +21,22 @@ from urllib.parse import urlsplit
 
 from . import apis
 
-__all__ = ["Failover", "Upstream"]
+__all__ = ["Failover", "Upstream", "place_label"]
+
+
+def place_label(base_url: str, api: str) -> str:
+    """``host:port/path/api`` (``127.0.0.1:8080/v1/chat_completions``): one style for the
+    client's own base URL and every fallback, the path kept so that two APIs behind one host
+    (a proxy's ``/openai/v1`` and ``/anthropic/v1``) are two upstreams, and never the URL's
+    credentials or query (either may hold a key)."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or "?"
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    path = parts.path.rstrip("/")
+    return f"{host}{port}{path}/{api}"
 
 
 @dataclass(frozen=True)
@@ -85,14 +100,9 @@ class Upstream:
 
     @property
     def label(self) -> str:
-        """The name segments, handoff events and logs use: ``name``, else ``host:port/api``
-        (never the key, never the URL's credentials or query)."""
-        if self.name is not None:
-            return self.name
-        parts = urlsplit(self.base_url)
-        host = parts.hostname or "?"
-        port = f":{parts.port}" if parts.port else ""
-        return f"{host}{port}/{self.api}"
+        """The name segments, handoff events, logs, the circuit breaker and resume tokens use:
+        ``name``, else :func:`place_label` of the base URL and API."""
+        return self.name if self.name is not None else place_label(self.base_url, self.api)
 
     @property
     def header_map(self) -> dict[str, str]:

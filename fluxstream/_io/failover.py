@@ -102,6 +102,9 @@ class Route:
         self.hedge_after = hedge_after
         #: No upstream is left to move to (the last one's segment is closed).
         self.exhausted = False
+        #: The latest failure of a request to a fallback: what a stream that found no
+        #: upstream left raises (the first upstream's failure is its cause).
+        self.last_error: BaseException | None = None
         self._finished = False
         self._done: list[Segment] = []
         self._start = 0
@@ -275,6 +278,9 @@ async def hand_off(
             if route.index else "?", one_line(reason), offset,
             "restarting" if restarted else ("continuing" if send is not None else "asking"),
             target.label,
+            # a handler tells this line by its fields, not its wording (the CLI shows the
+            # Handoff event instead)
+            extra={**channel.log_extra(), "handoff_to": target.label, "handoff_offset": offset},
         )
         if restarted:
             recovery.restarts += 1
@@ -282,6 +288,7 @@ async def hand_off(
         try:
             attempt = await _send(channel, route, body, send, how)
         except FAILOVER_ERRORS as exc:
+            route.last_error = exc
             reason = reason_of(exc)
             continue
         return attempt, events

@@ -447,6 +447,9 @@ class StreamReader:
                 moved = await self._try_fail_over(reason_of(exc)) if self._may_fail_over(
                     exc) else None
                 if moved is None:
+                    last = self.route.last_error if self.route is not None else None
+                    if last is not None and last is not exc:
+                        raise last from exc  # every upstream failed: the last one's error
                     raise
                 return moved
             return first + self._opened(attempt)

@@ -44,8 +44,6 @@ __all__ = [
 ]
 
 _RESUMED_BY = re.compile(r"resuming by (\w+)")
-#: The stream's log line of a handoff: the command prints the event itself (one dim line).
-_HANDED_OFF = re.compile(r" at offset \d+; (?:continuing|restarting|asking) on ")
 #: What the primary server of ``demo --handoff`` does to every request: the connection
 #: dropped in mid-answer (its own faults; the request's headers reach the fallback too).
 HANDOFF_DROP = "drop-after-events=12"
@@ -99,7 +97,7 @@ class _Handler(logging.Handler):
         match = _RESUMED_BY.search(message)
         if match:
             self._tally.strategies.append(match.group(1))
-        elif _HANDED_OFF.search(message):
+        elif hasattr(record, "handoff_to"):
             pass  # shown by the command from the Handoff event
         elif record.levelno >= logging.WARNING:  # anything else still reaches the user
             # A warning quotes what a server said: its control characters shown, not run.

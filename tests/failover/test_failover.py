@@ -63,7 +63,10 @@ def test_upstream_is_a_checked_value_that_hides_its_key() -> None:
     up = Upstream("http://127.0.0.1:9/v1", api="anthropic_messages", api_key="sk-secret",
                   model="m2", max_tokens=99, headers={"X-A": "b"})
     assert "sk-secret" not in repr(up) and "sk-secret" not in up.label
-    assert up.label == "127.0.0.1:9/anthropic_messages"
+    assert up.label == "127.0.0.1:9/v1/anthropic_messages"
+    # the path is part of the place: two APIs behind one proxy host are two upstreams
+    assert Upstream("http://u:p@h:1/openai/v1?key=k").label == "h:1/openai/v1/chat_completions"
+    assert Upstream("http://h:1/anthropic/v1/").label == "h:1/anthropic/v1/chat_completions"
     assert up.header_map == {"x-a": "b"}
     assert hash(up) == hash(Upstream("http://127.0.0.1:9/v1", api="anthropic_messages",
                                      api_key="sk-secret", model="m2", max_tokens=99,
@@ -105,8 +108,30 @@ async def test_before_content_moves_on_once_own_attempts_are_spent(
     assert len(handoffs) == 1 and handoffs[0].offset == 0 and "503" in handoffs[0].reason
     first, second = reply.segments
     assert (first.api, first.start, first.end, first.requests) == ("anthropic_messages", 0, 0, 2)
+    # the client's own base URL is named in the fallbacks' style (host:port/path/api)
+    assert first.upstream == Upstream(primary.base_url, api="anthropic_messages").label
+    assert second.upstream == Upstream(fallback.base_url).label
     assert (second.api, second.start, second.end, second.ended) == (
         "chat_completions", 0, len(expected.text), "done")
+
+
+async def test_when_every_upstream_fails_before_content_the_last_failure_is_raised() -> None:
+    """The error names what the last upstream said (the first one's is its cause), and the
+    segments list every upstream asked."""
+    with ServerThread(profile="openai", faults="status=503") as primary, ServerThread(
+        profile="openai", faults="status=500"
+    ) as broken:
+        async with fluxstream.AsyncClient(
+            primary.base_url, api_key="k", fallbacks=[Upstream(broken.base_url, api_key="k2")],
+            failover=Failover(per_upstream_attempts=1),
+        ) as client:
+            stream = client.messages.stream(model="m", messages=MSG, max_tokens=64)
+            with pytest.raises(APIStatusError) as raised:
+                await read(stream)
+    assert raised.value.status_code == 500
+    assert isinstance(raised.value.__cause__, APIStatusError)
+    assert raised.value.__cause__.status_code == 503
+    assert [s.api for s in stream.reply.segments] == ["anthropic_messages", "chat_completions"]
 
 
 async def test_a_status_the_policy_would_not_retry_does_not_move_on(
