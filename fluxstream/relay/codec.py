@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
@@ -45,6 +45,7 @@ __all__ = [
     "decode_entry",
     "encode_entry",
     "end_record",
+    "entry_json",
     "parse_position",
 ]
 
@@ -89,7 +90,7 @@ class RelayEvent:
         return str(self.position)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One stored entry: a frame's events, or (``end`` set) the terminal entry."""
 
@@ -122,10 +123,15 @@ def parse_position(value: str | Position | None) -> Position:
 
 def encode_entry(events: list[Event], end: dict[str, Any] | None = None) -> str:
     """JSON text of one entry (events by their ``type`` discriminator)."""
-    payload = '{"e":' + _EVENTS.dump_json(events).decode()
-    if end is not None:
-        payload += ',"end":' + to_json(end).decode()
-    return payload + "}"
+    return entry_json(events, end).decode()
+
+
+def entry_json(events: list[Event] | tuple[Event, ...], end: dict[str, Any] | None = None) -> bytes:
+    """:func:`encode_entry` as UTF-8 bytes, what a Redis command carries (no decoding and
+    encoding again: an entry is encoded once, as bytes, for the one write of its frame)."""
+    if end is None:
+        return b'{"e":' + _EVENTS.dump_json(list(events)) + b"}"
+    return b'{"e":' + _EVENTS.dump_json(list(events)) + b',"end":' + to_json(end) + b"}"
 
 
 def decode_entry(number: int, data: str | bytes) -> Entry:
@@ -143,32 +149,56 @@ _Text = TextDelta | ReasoningDelta | RefusalDelta
 def coalesce(events: list[Event]) -> list[Event]:
     """Join consecutive deltas of one channel with contiguous offsets (same key and choice;
     tool-call fragments of one call that carry no id, name or replacement). Nothing is
-    reordered and no text changes, so ``buf[offset:offset+len(text)] = text`` still holds."""
+    reordered and no text changes, so ``buf[offset:offset+len(text)] = text`` still holds.
+
+    Each run of joinable deltas becomes one event built once, its text joined once: joining
+    pairwise made a new event and a new string per delta, quadratic in a long frame."""
+    if len(events) < 2:
+        return list(events)
     out: list[Event] = []
-    for event in events:
-        last = out[-1] if out else None
+    run: list[Any] = []  # the deltas of the run being joined (all joinable with the first)
+    end = 0  # where the run's text ends (the next delta's offset if it joins)
+    for event in cast("list[Any]", events):  # the attributes read depend on the kind
         kind = type(event)
-        if last is not None and type(last) is kind:
-            if kind in (TextDelta, ReasoningDelta, RefusalDelta):
-                a: Any = last
-                b: Any = event
-                if a.key == b.key and a.choice == b.choice and b.offset == a.offset + len(a.text):
-                    out[-1] = kind(a.key, a.choice, a.offset, a.text + b.text)
+        if run:
+            a = run[0]
+            b = event
+            if type(a) is kind and b.offset == end and a.key == b.key and a.choice == b.choice:
+                if kind is ToolCallDelta:
+                    if a.call == b.call and b.id is None and b.name is None and not b.replace:
+                        run.append(b)
+                        end += len(b.arguments)
+                        continue
+                else:
+                    run.append(b)
+                    end += len(b.text)
                     continue
-            elif kind is ToolCallDelta:
-                t: Any = last
-                u: Any = event
-                if (
-                    t.key == u.key and t.choice == u.choice and t.call == u.call
-                    and u.id is None and u.name is None and not u.replace and not t.replace
-                    and u.offset == t.offset + len(t.arguments)
-                ):
-                    out[-1] = ToolCallDelta(
-                        t.key, t.choice, t.call, t.id, t.name, t.arguments + u.arguments, t.offset
-                    )
-                    continue
-        out.append(event)
+            out.append(_joined(run))
+            run = []
+        if kind in _JOINABLE and not (isinstance(event, ToolCallDelta) and event.replace):
+            run = [event]
+            end = event.offset + len(event.arguments if kind is ToolCallDelta else event.text)
+        else:
+            out.append(event)
+    if run:
+        out.append(_joined(run))
     return out
+
+
+_JOINABLE = (TextDelta, ReasoningDelta, RefusalDelta, ToolCallDelta)
+
+
+def _joined(run: list[Any]) -> Event:
+    """One event for a run of joinable deltas (see :func:`coalesce`)."""
+    first = run[0]
+    if len(run) == 1:
+        return first  # type: ignore[no-any-return]
+    if type(first) is ToolCallDelta:
+        arguments = "".join(d.arguments for d in run)
+        return ToolCallDelta(
+            first.key, first.choice, first.call, first.id, first.name, arguments, first.offset
+        )
+    return type(first)(first.key, first.choice, first.offset, "".join(d.text for d in run))  # type: ignore[no-any-return]
 
 
 def end_record(

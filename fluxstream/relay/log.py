@@ -232,14 +232,22 @@ class ReplyLog(ABC):
             while True:
                 entries = await self._read(key, cursor, poll)
                 for entry in entries:
-                    if entry.number == position.entry and position.index >= len(entry.events):
-                        message = f"position {position} is past the end of {show_key(key)}"
-                        raise RelayPositionError(message)
-                    for index, event in enumerate(entry.events):
-                        here = Position(entry.number, index)
-                        if here > position:
-                            yield RelayEvent(here, event)
-                    cursor = entry.number
+                    number = entry.number
+                    # The events after ``position``: all of a later entry, the rest of its
+                    # own (compared as numbers once per entry, not as positions per event).
+                    if number > position.entry:
+                        first = 0
+                    elif number == position.entry:
+                        if position.index >= len(entry.events):
+                            message = f"position {position} is past the end of {show_key(key)}"
+                            raise RelayPositionError(message)
+                        first = position.index + 1
+                    else:
+                        first = len(entry.events)
+                    events = entry.events
+                    for index in range(first, len(events)):
+                        yield RelayEvent(Position(number, index), events[index])
+                    cursor = number
                     if entry.end is not None:
                         finished = True
                         return

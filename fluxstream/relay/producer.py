@@ -135,12 +135,17 @@ class Recorder:
         if self.log_error is not None or self._end is not None:
             return
         first = not self._pending
-        events = [event] if self._transform is None else self._transform(event)
-        for item in events:
-            if type(item) is End:
-                self._end = item
+        if self._transform is None:  # every event of a plain recording: no list per event
+            if type(event) is End:
+                self._end = event
             else:
-                self._pending.append(item)
+                self._pending.append(event)
+        else:
+            for item in self._transform(event):
+                if type(item) is End:
+                    self._end = item
+                else:
+                    self._pending.append(item)
         # Only when there is something to write: a takeover's transform may drop the event
         # (resumed text that is stored already), and a stream with nothing to write must stay
         # where the writer's lease refreshes look.

@@ -70,6 +70,10 @@ class ClusterPipeliner(Pipeliner):
     def _queued(self, args: Sequence[Arg]) -> Any:
         return tuple(args)
 
+    async def call_packed(self, commands: list[bytes]) -> list[Any]:
+        """Not on a cluster: a command is routed by its key, so it is given unpacked."""
+        raise TypeError("a cluster's pipeliner routes commands by their arguments: call_many")
+
     async def _send_batch(self, commands: list[Any], results: list[Any]) -> None:
         try:
             replies = await asyncio.wait_for(self._execute(commands), _ROUND_TRIP)

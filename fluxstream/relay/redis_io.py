@@ -26,7 +26,8 @@ from redis.exceptions import ConnectionError, ResponseError
 from ..errors import RelayError
 
 __all__ = [
-    "Pipeliner", "Tailer", "entry_number", "ignore_result", "pack", "round_trip", "xread_streams",
+    "Pipeliner", "Tailer", "bulk", "entry_number", "ignore_result", "pack", "round_trip",
+    "xread_streams",
 ]
 
 logger = logging.getLogger("fluxstream.relay")
@@ -56,18 +57,21 @@ Arg = bytes | str | int | float
 
 def pack(args: Sequence[Arg]) -> bytes:
     """One command in RESP (an array of bulk strings)."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        if isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            data = repr(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    return b"*%d\r\n" % len(args) + b"".join(bulk(arg) for arg in args)
+
+
+def bulk(arg: Arg) -> bytes:
+    """One argument as a RESP bulk string (a command is ``*<count>`` and its arguments: a
+    caller that sends many commands differing in a few arguments packs the rest once)."""
+    if isinstance(arg, bytes):
+        data = arg
+    elif isinstance(arg, str):
+        data = arg.encode()
+    elif isinstance(arg, int):
+        data = b"%d" % arg
+    else:
+        data = repr(arg).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 #: The fixed start of the tailer's ``XREAD`` (without the array header ``*6\r\n``).
@@ -103,7 +107,10 @@ class Pipeliner:
 
     def __init__(self, redis: Any) -> None:
         self._redis = redis
-        self._queue: list[tuple[Any, asyncio.Future[Any]]] = []
+        #: What was asked since the last round trip left: each caller's commands and the
+        #: future of their replies (one future per caller, not per command: a producer's
+        #: frame is a command per stream, and a future each cost as much as its reply).
+        self._queue: list[tuple[list[Any], asyncio.Future[list[Any]]]] = []
         self._task: asyncio.Task[None] | None = None
 
     def _queued(self, args: Sequence[Arg]) -> Any:
@@ -113,30 +120,28 @@ class Pipeliner:
 
     async def call(self, *args: Arg) -> Any:
         """Send the command ``args`` (name first); its raw reply."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._queue.append((self._queued(args), future))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._flush())
-        return await future
+        [reply] = await self._call_queued([self._queued(args)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Send ``commands`` in order, in one round trip with whatever else is asked; their
         raw replies, an error reply as its exception (a lost connection raises)."""
+        return await self._call_queued([self._queued(args) for args in commands])
+
+    async def call_packed(self, commands: list[bytes]) -> list[Any]:
+        """:meth:`call_many` for commands already in RESP (:func:`pack`; not on a cluster,
+        whose pipeliner routes commands by their arguments)."""
+        return await self._call_queued(commands)
+
+    async def _call_queued(self, commands: list[Any]) -> list[Any]:
         loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[Any]] = []
-        for args in commands:
-            future: asyncio.Future[Any] = loop.create_future()
-            self._queue.append((self._queued(args), future))
-            futures.append(future)
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        self._queue.append((commands, future))
         if self._task is None or self._task.done():
             self._task = loop.create_task(self._flush())
-        results: list[Any] = []
-        for future in futures:
-            try:
-                results.append(await future)
-            except Exception as exc:  # every future is read, so none is left unretrieved
-                results.append(exc)
+        results = await future
         for result in results:
             if isinstance(result, Exception) and not isinstance(result, ResponseError):
                 raise result  # the round trip failed
@@ -144,10 +149,18 @@ class Pipeliner:
 
     async def _flush(self) -> None:
         while self._queue:
-            batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
+            # Whole callers, up to _BATCH commands (a caller with more goes alone).
+            taken = 0
+            count = 0
+            for commands, _ in self._queue:
+                if taken and count + len(commands) > _BATCH:
+                    break
+                taken += 1
+                count += len(commands)
+            batch, self._queue = self._queue[:taken], self._queue[taken:]
             results: list[Any] = []
             try:
-                await self._send_batch([command for command, _ in batch], results)
+                await self._send_batch([c for commands, _ in batch for c in commands], results)
             except BaseException as exc:  # connection lost: every caller of this batch fails
                 error = exc if isinstance(exc, Exception) else RelayError("closed")
                 for _, future in batch:
@@ -156,13 +169,11 @@ class Pipeliner:
                 if not isinstance(exc, Exception):
                     raise
                 continue
-            for (_, future), result in zip(batch, results, strict=True):
-                if future.done():
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
+            at = 0
+            for commands, future in batch:
+                if not future.done():
+                    future.set_result(results[at:at + len(commands)])
+                at += len(commands)
 
     async def _send_batch(self, commands: list[Any], results: list[Any]) -> None:
         """One round trip: append each command's reply (an error reply as its exception) to

@@ -39,7 +39,7 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic_core import to_json
@@ -61,6 +61,7 @@ from .redis_scripts import (
     RELEASE,
     STATE,
 )
+from .redis_writes import WriteCommands
 
 try:
     import redis.asyncio as aioredis
@@ -136,6 +137,9 @@ class RedisReplyLog(ReplyLog):
         self.cluster = is_cluster(redis)
         self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
+        self._commands = WriteCommands(
+            self.keys, self._shas, lambda: (self._lease_ms, self._ttl_ms)
+        )
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
@@ -272,23 +276,6 @@ class RedisReplyLog(ReplyLog):
             raise _entries_lost(key, entry.number)
         return bool(result)
 
-    def _write_command(self, write: Write) -> list[Any]:
-        k = self.keys(write.key)
-        if write.release:
-            return ["EVALSHA", self._shas["release"], 1, k["lease"], write.owner]
-        if write.entry is None:
-            return ["EVALSHA", self._shas["refresh"], 4, k["lease"], k["cancel"], k["stream"],
-                    k["meta"], write.owner, self._lease_ms, self._ttl_ms]
-        entry = write.entry
-        # pydantic-core's serializer: a fifth of json.dumps' time for a token (the whole
-        # reply so far), stored once a second per stream.
-        token = b"" if write.token is None else to_json(write.token)
-        return [
-            "EVALSHA", self._shas["append"], 4, k["stream"], k["meta"], k["lease"], k["cancel"],
-            write.owner, self._lease_ms, self._ttl_ms, f"{entry.number}-0",
-            encode_entry(list(entry.events), entry.end), token, "1" if write.final else "0",
-        ]
-
     async def _write_many(self, writes: list[Write]) -> list[bool | Exception]:
         """Every write as one ``EVALSHA`` (:data:`APPEND`, :data:`REFRESH`, :data:`RELEASE`),
         all of them in one pipelined round trip."""
@@ -300,17 +287,23 @@ class RedisReplyLog(ReplyLog):
                 await self._load_scripts()
             except Exception as exc:
                 return [exc for _ in writes]
-        commands = [self._write_command(write) for write in writes]
+        built = self._commands
+        if self.cluster:  # routed by slot: the arguments, not RESP
+            commands: list[Any] = [built.args(write) for write in writes]
+            send: Callable[[list[Any]], Awaitable[list[Any]]] = self._pipeline.call_many
+        else:
+            commands = [built.packed(write) for write in writes]
+            send = self._pipeline.call_packed
         try:
-            replies = await self._pipeline.call_many(commands)
+            replies = await send(commands)
             if any(isinstance(reply, NoScriptError) for reply in replies):
                 # Redis restarted (or SCRIPT FLUSH): load them again, once, and redo those.
                 self._loaded = False
                 await self._load_scripts()
                 again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-                for i, reply in zip(again, await self._pipeline.call_many(
-                    [commands[i] for i in again]
-                ), strict=True):
+                for i, reply in zip(
+                    again, await send([commands[i] for i in again]), strict=True
+                ):
                     replies[i] = reply
         except (RedisError, OSError) as exc:
             error = RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}")

@@ -477,12 +477,19 @@ async def test_a_slow_consumer_keeps_recording(
     from fluxstream.relay import producer
 
     monkeypatch.setattr(producer, "_ABANDONED_MIN", 0.3, raising=False)
-    log = make_log(lease=0.05)
+    # Each pause (0.5 s) outlasts the lease (0.2 s) by 2.5 times, so the recording lives
+    # only through the writer's refreshes while nobody reads, and stays a quarter of the
+    # abandonment bound (10 leases, 2 s). A lease of 50 ms (refreshed every ~17 ms, lost
+    # after a 33 ms stall) once lapsed under scheduler noise on a machine at load 6; at
+    # 0.2 s a stall must pass ~100 ms before a refresh comes too late.
+    lease, pause = 0.2, 0.5
+    log = make_log(lease=lease)
+    assert lease < pause < 10 * lease / 2  # what the test is about, whatever the numbers
     req = request(tokens=6)
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         async with log.record(client.chat.stream(content_key="slow", **req)) as recorded:
             async for _ in recorded:
-                await anyio.sleep(0.15)
+                await anyio.sleep(pause)
     assert recorded.log_error is None
     seen = await follow_all(log, "slow")
     assert seen.text == expected_text(req)
