@@ -137,9 +137,7 @@ class RedisReplyLog(ReplyLog):
         self.cluster = is_cluster(redis)
         self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
-        self._commands = WriteCommands(
-            self.keys, self._shas, lambda: (self._lease_ms, self._ttl_ms)
-        )
+        self._commands = WriteCommands(self.keys, self._shas, lambda: (self.lease, self.ttl))
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}

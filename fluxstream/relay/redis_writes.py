@@ -33,26 +33,26 @@ class WriteCommands:
 
     :param keys: the Redis keys of a reply (:meth:`RedisReplyLog.keys`).
     :param shas: the scripts' SHA1 by name.
-    :param timing: the lease and the TTL in milliseconds, read at each write (a log's
-        ``lease`` and ``ttl`` are plain attributes).
+    :param timing: the lease and the TTL in seconds, read at each write (a log's ``lease``
+        and ``ttl`` are plain attributes); a change packs the prefixes again.
     """
 
     def __init__(
         self,
         keys: Callable[[str], dict[str, str]],
         shas: dict[str, str],
-        timing: Callable[[], tuple[int, int]],
+        timing: Callable[[], tuple[float, float]],
     ) -> None:
         self._keys = keys
         self._shas = shas
         self._timing = timing
         #: (key, owner) -> (timing, packed append prefix, packed refresh command).
-        self._prefixes: dict[tuple[str, str], tuple[tuple[int, int], bytes, bytes]] = {}
+        self._prefixes: dict[tuple[str, str], tuple[tuple[float, float], bytes, bytes]] = {}
 
     def args(self, write: Write) -> list[Any]:
         """The command's arguments (for a cluster's pipeliner)."""
         k = self._keys(write.key)
-        lease_ms, ttl_ms = self._timing()
+        lease_ms, ttl_ms = _ms(self._timing())
         if write.release:
             return ["EVALSHA", self._shas["release"], 1, k["lease"], write.owner]
         if write.entry is None:
@@ -76,16 +76,19 @@ class WriteCommands:
         entry = write.entry
         if entry is None:
             return cached[2]
-        return b"".join((
-            cached[1], bulk(b"%d-0" % entry.number), bulk(entry_json(entry.events, entry.end)),
-            bulk(_token(write)), _FINAL[write.final],
-        ))
+        number = b"%d-0" % entry.number
+        data = entry_json(entry.events, entry.end)
+        token = _token(write)
+        return b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+            cached[1], len(number), number, len(data), data, len(token), token,
+            _FINAL[write.final],
+        )
 
     def _prefix(
-        self, write: Write, timing: tuple[int, int]
-    ) -> tuple[tuple[int, int], bytes, bytes]:
+        self, write: Write, timing: tuple[float, float]
+    ) -> tuple[tuple[float, float], bytes, bytes]:
         k = self._keys(write.key)
-        lease_ms, ttl_ms = timing
+        lease_ms, ttl_ms = _ms(timing)
         append = b"*14\r\n" + b"".join(bulk(a) for a in (
             "EVALSHA", self._shas["append"], 4, k["stream"], k["meta"], k["lease"], k["cancel"],
             write.owner, lease_ms, ttl_ms,
@@ -98,6 +101,11 @@ class WriteCommands:
             self._prefixes.clear()
         made = self._prefixes[(write.key, write.owner)] = (timing, append, refresh)
         return made
+
+
+def _ms(timing: tuple[float, float]) -> tuple[int, int]:
+    """The lease and the TTL as the scripts take them (milliseconds, at least 1)."""
+    return max(1, int(timing[0] * 1000)), max(1, int(timing[1] * 1000))
 
 
 def _token(write: Write) -> bytes:

@@ -89,3 +89,54 @@ def test_redis_keys_are_safe_for_any_content_key() -> None:
         assert len({n.split("}")[0] for n in names.values()}) == 1
         seen.add(names["stream"])
     assert len(seen) == 11
+
+
+def test_coalesce_joins_a_long_run_once_and_breaks_where_the_old_rules_did() -> None:
+    """A frame of many deltas becomes one event per run (text joined once); a tool-call
+    fragment with an id, a name or a replacement, or a replaced run, starts anew."""
+    text = [TextDelta("k", 0, i, "é") for i in range(500)]
+    assert coalesce(text) == [TextDelta("k", 0, 0, "é" * 500)]
+    calls = [
+        ToolCallDelta("k", 0, 0, "id", "f", "{", 0), ToolCallDelta("k", 0, 0, None, None, "a", 1),
+        ToolCallDelta("k", 0, 0, None, None, "b", 2),
+        ToolCallDelta("k", 0, 0, None, None, "{}", 0, replace=True),
+        ToolCallDelta("k", 0, 0, None, None, "x", 2),
+        ToolCallDelta("k", 0, 0, None, "g", "y", 3),
+    ]
+    assert coalesce(calls) == [
+        ToolCallDelta("k", 0, 0, "id", "f", "{ab", 0),
+        ToolCallDelta("k", 0, 0, None, None, "{}", 0, replace=True),
+        ToolCallDelta("k", 0, 0, None, None, "x", 2),
+        ToolCallDelta("k", 0, 0, None, "g", "y", 3),
+    ]
+    assert coalesce([]) == [] and coalesce(text[:1]) == text[:1]
+
+
+def test_a_packed_write_is_the_command_packed_argument_by_argument() -> None:
+    """The producer's commands, packed from a per-reply prefix, are byte for byte what
+    packing every argument gives (append with and without token, final, refresh, release),
+    and a changed lease or TTL packs the prefix again."""
+    pytest.importorskip("redis")
+    from fluxstream.relay.redis_io import pack
+    from fluxstream.relay.redis_log import RedisReplyLog
+    from fluxstream.relay.redis_writes import WriteCommands
+    from fluxstream.relay.writer import Write
+
+    log = RedisReplyLog("redis://127.0.0.1:1/0")
+    timing = [5.0, 3600.0]
+    commands = WriteCommands(log.keys, {"append": "a" * 40, "refresh": "r" * 40,
+                                        "release": "l" * 40}, lambda: (timing[0], timing[1]))
+    entry = Entry(7, (TextDelta("k", 0, 0, "é\"x"),))
+    end = Entry(8, (End(Outcome.DONE, None),), {"outcome": "done", "reply": None})
+    writes = [
+        Write("a b{c}", "owner", entry), Write("a b{c}", "owner", entry, {"t": [1, "é"]}),
+        Write("a b{c}", "owner", end, None, True), Write("a b{c}", "owner"),
+        Write("a b{c}", "owner", release=True), Write("other", "owner2", entry),
+    ]
+    for _ in range(2):  # the second time from the prefixes kept
+        for write in writes:
+            assert commands.packed(write) == pack(commands.args(write))
+    timing[0] = 0.25
+    for write in writes:
+        assert commands.packed(write) == pack(commands.args(write))
+        assert b"$3\r\n250\r\n" in commands.packed(write) or write.release
