@@ -53,7 +53,7 @@ any async iterator of bytes and works under asyncio and trio alike.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
-from itertools import islice
+from itertools import islice, repeat
 from typing import NamedTuple
 
 from .errors import EventTooLargeError, FluxstreamError, LimitExceededError
@@ -231,6 +231,38 @@ class SSEDecoder:
             return []
         if 13 in data:  # CR: lines may end in CR, LF or CRLF
             last = data[-1]
+            if last != 13 and not self._event_size:
+                # At a block boundary, no CR left hanging at the end: perhaps CRLF-framed
+                # blocks, as Gemini writes them (shortcuts 6 and 5).
+                if self._pending:  # the first line begun: read it with the rest (see below)
+                    self._pending.append(data)
+                    data = _join(self._pending)
+                    self._pending = []
+                    self._pending_len = 0
+                if len(data) <= self._limit:
+                    if (
+                        data[:6] == b"data: "
+                        and data.find(13) == len(data) - 4
+                        and data.find(10) == len(data) - 3
+                        and data[-2:] == b"\r\n"
+                    ):
+                        # Shortcut 6: exactly one "data: X\r\n\r\n" event: its first CR and
+                        # its first LF are those of its two terminators.
+                        self._quiet = 0
+                        return [
+                            _new_event(
+                                ServerSentEvent,
+                                (
+                                    "message",
+                                    data[6:-4].decode("utf-8", "replace"),
+                                    self.last_event_id,
+                                    None,
+                                ),
+                            )
+                        ]
+                    run = self._run(data, crlf=True)
+                    if run is not None:
+                        return run
             if last == 13:
                 # This CR may be the first half of a CRLF: it ended a line already, so an LF
                 # opening the next read must be dropped (see _prelude).
@@ -329,9 +361,42 @@ class SSEDecoder:
                 # Shortcut 4 only for reads long enough to hold whole blocks: in short reads
                 # (64 bytes) the line loop is cheaper than keeping a block's first lines unread
                 # and reading them again (measured: 1.0 vs 0.85 us per 64-byte read).
-                if data[:4] == b"id: " and 512 <= len(data) <= self._limit:
-                    return self._id_run(data)
+                if 512 <= len(data) <= self._limit:
+                    if data[:7] == b"event: " or (
+                        data[:4] == b"id: " and _second_line_names_event(data)
+                    ):
+                        run = self._run(data, crlf=False)
+                        if run is not None:
+                            return run
+                    if data[:4] == b"id: ":
+                        return self._id_run(data)
             elif len(data) <= self._limit:
+                if data[:7] == b"event: ":
+                    # Shortcut 3a: exactly "event: NAME\ndata: X\n\n", the one event per read
+                    # of the APIs that name their events (Responses, Anthropic Messages).
+                    end = data.find(b"\n")
+                    if (
+                        data.find(b"\n", end + 1) == len(data) - 2
+                        and data[end + 1 : end + 7] == b"data: "
+                    ):
+                        self._quiet = 0
+                        return [
+                            _new_event(
+                                ServerSentEvent,
+                                (
+                                    data[7:end].decode("utf-8", "replace")
+                                    if end > 7
+                                    else "message",
+                                    data[end + 7 : -2].decode("utf-8", "replace"),
+                                    self.last_event_id,
+                                    None,
+                                ),
+                            )
+                        ]
+                    if data.count(10) > 4:
+                        run = self._run(data, crlf=False)
+                        if run is not None:
+                            return run
                 # Shortcut 3: the read is exactly one event of one or two id/event lines and
                 # one data line ("id: 17\ndata: ...\n\n", "event: delta\ndata: ...\n\n",
                 # "event: delta\nid: 17\ndata: ...\n\n"), as servers that support
@@ -371,6 +436,10 @@ class SSEDecoder:
                             )
                         ]
                 elif data[:4] == b"id: ":
+                    if few is None and _second_line_names_event(data):
+                        run = self._run(data, crlf=False)
+                        if run is not None:
+                            return run
                     return self._id_run(data)
                 if few is None:
                     few = data.split(b"\n")
@@ -469,6 +538,62 @@ class SSEDecoder:
             events += self._lines(lines, lines.pop(), held=bool(events))
             return events
         return self._quiet_checked(events)
+
+    def _run(self, data: bytes, *, crlf: bool) -> list[ServerSentEvent] | None:
+        """Shortcut 5: a read at a block boundary, within the limit, that starts with a
+        ``data: ``, ``event: `` or ``id: `` line, as a run of blocks of one shape, all lines
+        ended by LF, or all by CRLF (``crlf``), cut by :func:`_split_run`; ``None``, with
+        nothing changed, when some complete block has another shape (the caller goes line by
+        line).
+
+        The unfinished last block starts at a block boundary too: with LF line ends, when it
+        holds at most three complete lines, all ``data``, ``event`` or ``id`` lines (whose
+        effects wait for the blank line: no comment, no retry), it is kept unread in
+        ``_pending`` as :meth:`_id_run` keeps it, so that the next read starts at the block
+        boundary and comes here again; a block is re-read at most three times, so this stays
+        O(n). Otherwise (a CRLF-ended line among them: ``_lines`` splits kept lines at LF
+        only) its complete lines go through the line loop.
+        """
+        cut = _split_run(data, crlf)
+        if cut is None:
+            return None
+        first, names, values, ids, tail = cut
+        last_id = self.last_event_id  # at a block boundary: equals the ID buffer
+        if ids is not None:
+            last_id = self.last_event_id = self._id = ids[-1]
+        events = list(
+            map(
+                _new_event,
+                repeat(ServerSentEvent),
+                zip(
+                    repeat("message") if names is None else names,
+                    values,
+                    repeat(last_id) if ids is None else ids,
+                    repeat(None),
+                ),
+            )
+        )
+        if events:
+            self._quiet = 0
+        if not tail:
+            return events
+        if 10 in tail or 13 in tail:
+            lines = tail.split(b"\n")
+            if (
+                crlf
+                or len(lines) > 4
+                or not all(
+                    line[:6] == b"event:" or line[:3] == b"id:" or line[:5] == b"data:"
+                    for line in islice(lines, 1, len(lines) - 1)  # the first is a `first` line
+                )
+            ):
+                lines = (first + tail).splitlines()
+                rest = b"" if tail[-1] == 10 else lines.pop()  # no CR ends it (see feed)
+                events += self._lines(lines, rest, held=bool(events))
+                return events
+        self._pending = [first, tail]
+        self._pending_len = len(first) + len(tail)
+        return events
 
     def _quiet_checked(self, events: list[ServerSentEvent]) -> list[ServerSentEvent]:
         """The end of a read whose runs of blocks went through :meth:`_lines` with ``more``:
@@ -687,6 +812,96 @@ class SSEDecoder:
             if size + len(rest) > limit:
                 self._fail(size + len(rest), lazy=held or bool(events))
         return events
+
+
+def _second_line_names_event(data: bytes) -> bool:
+    """The read's second line is an ``event:`` line (``id: N\\nevent: E\\ndata: X``, as the
+    relay writes its blocks): a run for :meth:`SSEDecoder._run`, not :meth:`SSEDecoder._id_run`."""
+    second = data.find(b"\n") + 1
+    return data[second : second + 6] == b"event:"
+
+
+def _split_run(
+    data: bytes, crlf: bool
+) -> tuple[bytes, list[str] | None, list[str], list[str] | None, bytes] | None:
+    """Cut a read that starts at a block boundary with a ``data: ``, ``event: `` or ``id: ``
+    line (that spelling) into the event names, data values and IDs of its complete blocks, and
+    the rest; ``None`` when one of them has another shape.
+
+    The shape: the first line's field, then, unless it is ``data``, at most one ``event: ``
+    or ``id: `` line and one ``data: `` line, a blank line; every line ended by LF (when
+    ``crlf``: by CRLF). Like shortcut 2, the read is cut with C-level splits on long
+    separators (the blank line and the next block's first field; then the data line, then
+    the second field), which leave each value alone, prefix and terminators removed. A piece
+    that holds a CR or LF means that some block has another shape (two data lines, a
+    comment, a retry...), and one join and ``in`` per kind of piece test that for all pieces
+    at once. Each piece is decoded on its own, as the line loop decodes its lines, by
+    ``map`` (no loop step per block in Python). The values equal the line loop's: one
+    leading space removed; an empty event name is ``message``; an ID with NUL (ignored by
+    the spec) refuses the read.
+
+    Returns the first line's prefix, the names (``None``: none in these blocks), the data,
+    the IDs (``None``: none), and the rest of the read after the last complete block, the
+    unfinished block without its first prefix.
+    """
+    eol = b"\r\n" if crlf else b"\n"
+    if data[:6] == b"data: ":
+        first = b"data: "
+    elif data[:7] == b"event: ":
+        first, second = b"event: ", b"id: "
+    elif data[:4] == b"id: ":
+        first, second = b"id: ", b"event: "
+    else:
+        return None
+    pieces = data.split(eol + eol + first)
+    pieces[0] = pieces[0][len(first) :]
+    tail = pieces.pop()
+    if tail[-2 * len(eol) :] == eol + eol:  # the read ends with a blank line
+        pieces.append(tail[: -2 * len(eol)])
+        tail = b""
+    names: list[bytes] | None = None
+    ids: list[bytes] | None = None
+    if first == b"data: " or not pieces:
+        values = pieces
+    else:
+        parts = map(bytes.partition, pieces, repeat(eol + b"data: "))
+        heads, seps, values_ = zip(*parts, strict=True)
+        values = list(values_)
+        if b"" in seps:
+            return None  # a block without a data line after its first
+        both = _join(heads)
+        if 10 in both or (crlf and 13 in both):  # two lines before the data line
+            a, seps, b = zip(*map(bytes.partition, heads, repeat(eol + second)), strict=True)
+            if b"" in seps:
+                return None
+            both = _join(a) + _join(b)
+            if 10 in both or (crlf and 13 in both):
+                return None
+            names, ids = (list(a), list(b)) if first == b"event: " else (list(b), list(a))
+        elif first == b"event: ":
+            names = list(heads)
+        else:
+            ids = list(heads)
+    both = _join(values)
+    if 10 in both or (crlf and 13 in both):
+        return None  # a block with more lines
+    if ids is not None and 0 in _join(ids):
+        return None  # an ID with NUL is ignored: the line loop
+    decoded = map(bytes.decode, values, repeat("utf-8"), repeat("replace"))
+    return (
+        first,
+        None if names is None else _names(names),
+        list(decoded),
+        None if ids is None else list(map(bytes.decode, ids, repeat("utf-8"), repeat("replace"))),
+        tail,
+    )
+
+
+def _names(names: list[bytes]) -> list[str]:
+    decoded = list(map(bytes.decode, names, repeat("utf-8"), repeat("replace")))
+    if "" in decoded:  # "event: " with an empty name: the default type
+        decoded = [name or "message" for name in decoded]
+    return decoded
 
 
 def iter_events(
