@@ -541,10 +541,10 @@ class SSEDecoder:
 
     def _run(self, data: bytes, *, crlf: bool) -> list[ServerSentEvent] | None:
         """Shortcut 5: a read at a block boundary, within the limit, that starts with a
-        ``data: ``, ``event: `` or ``id: `` line, as a run of blocks of one shape, all lines
-        ended by LF, or all by CRLF (``crlf``), cut by :func:`_split_run`; ``None``, with
-        nothing changed, when some complete block has another shape (the caller goes line by
-        line).
+        ``data: ``, ``event: `` or ``id: `` line, as runs of blocks of one shape, all lines
+        ended by LF, or all by CRLF (``crlf``), cut by :func:`_cut_run`; ``None``, with
+        nothing changed, when the first run is refused (the caller goes line by line). After
+        a first run, what :func:`_cut_run` refuses goes through the line loop.
 
         The unfinished last block starts at a block boundary too: with LF line ends, when it
         holds at most three complete lines, all ``data``, ``event`` or ``id`` lines (whose
@@ -554,29 +554,37 @@ class SSEDecoder:
         O(n). Otherwise (a CRLF-ended line among them: ``_lines`` splits kept lines at LF
         only) its complete lines go through the line loop.
         """
-        cut = _split_run(data, crlf)
-        if cut is None:
-            return None
-        first, names, values, ids, tail = cut
-        last_id = self.last_event_id  # at a block boundary: equals the ID buffer
-        if ids is not None:
-            last_id = self.last_event_id = self._id = ids[-1]
-        events = list(
-            map(
+        events: list[ServerSentEvent] = []
+        uniform = True
+        while True:
+            cut = _cut_run(data, crlf, uniform=uniform)
+            if cut is None:
+                if uniform:  # blocks of several names: cut them one by one
+                    uniform = False
+                    continue
+                if not events:
+                    return None
+                lines = data.splitlines()  # the rest of the read, at a block boundary
+                events += self._lines(lines, b"" if data[-1] == 10 else lines.pop(), held=True)
+                return events
+            names, values, ids, first, tail = cut
+            last_id = self.last_event_id  # at a block boundary: equals the ID buffer
+            if ids is not None:
+                last_id = self.last_event_id = self._id = ids[-1]
+            events += map(
                 _new_event,
                 repeat(ServerSentEvent),
-                zip(
-                    repeat("message") if names is None else names,
-                    values,
-                    repeat(last_id) if ids is None else ids,
-                    repeat(None),
-                ),
+                zip(names, values, repeat(last_id) if ids is None else ids, repeat(None)),
             )
-        )
-        if events:
-            self._quiet = 0
-        if not tail:
-            return events
+            if values:
+                self._quiet = 0
+            if not first:  # complete blocks of other names follow: the next run
+                if not tail:
+                    return events
+                data = tail
+                uniform = False
+                continue
+            break
         if 10 in tail or 13 in tail:
             lines = tail.split(b"\n")
             if (
@@ -821,12 +829,12 @@ def _second_line_names_event(data: bytes) -> bool:
     return data[second : second + 6] == b"event:"
 
 
-def _split_run(
-    data: bytes, crlf: bool
-) -> tuple[bytes, list[str] | None, list[str], list[str] | None, bytes] | None:
+def _cut_run(
+    data: bytes, crlf: bool, *, uniform: bool
+) -> tuple[Iterable[str], list[str], list[str] | None, bytes, bytes] | None:
     """Cut a read that starts at a block boundary with a ``data: ``, ``event: `` or ``id: ``
-    line (that spelling) into the event names, data values and IDs of its complete blocks, and
-    the rest; ``None`` when one of them has another shape.
+    line (that spelling) into the event names, data values and IDs of a run of complete
+    blocks of one shape; ``None`` when a block of the run has another shape.
 
     The shape: the first line's field, then, unless it is ``data``, at most one ``event: ``
     or ``id: `` line and one ``data: `` line, a blank line; every line ended by LF (when
@@ -840,15 +848,23 @@ def _split_run(
     leading space removed; an empty event name is ``message``; an ID with NUL (ignored by
     the spec) refuses the read.
 
-    Returns the first line's prefix, the names (``None``: none in these blocks), the data,
-    the IDs (``None``: none), and the rest of the read after the last complete block, the
-    unfinished block without its first prefix.
+    ``uniform``: ``event: NAME\\ndata: X`` blocks of the first block's name, as nearly every
+    block of a Responses or Anthropic stream is: the separator between two values is then
+    one constant, and one split leaves the values alone (no partition of each block). The
+    run stops at the first block of another name.
+
+    Returns the names, the data, the IDs (``None``: no ``id`` lines), and what follows the
+    run: ``(first, tail)``, the unfinished last block as its first prefix and the rest; or
+    ``(b"", rest)``, complete blocks of another name from a block boundary on (``rest``
+    empty: the read ended with the run).
     """
     eol = b"\r\n" if crlf else b"\n"
     if data[:6] == b"data: ":
         first = b"data: "
     elif data[:7] == b"event: ":
         first, second = b"event: ", b"id: "
+        if uniform:
+            return _cut_named_run(data, eol)
     elif data[:4] == b"id: ":
         first, second = b"id: ", b"event: "
     else:
@@ -858,10 +874,10 @@ def _split_run(
     tail = pieces.pop()
     if tail[-2 * len(eol) :] == eol + eol:  # the read ends with a blank line
         pieces.append(tail[: -2 * len(eol)])
-        tail = b""
-    names: list[bytes] | None = None
-    ids: list[bytes] | None = None
-    if first == b"data: " or not pieces:
+        tail = first = b""
+    names: Iterable[bytes] = ()
+    ids: Iterable[bytes] | None = None
+    if data[:6] == b"data: " or not pieces:
         values = pieces
     else:
         parts = map(bytes.partition, pieces, repeat(eol + b"data: "))
@@ -877,27 +893,56 @@ def _split_run(
             both = _join(a) + _join(b)
             if 10 in both or (crlf and 13 in both):
                 return None
-            names, ids = (list(a), list(b)) if first == b"event: " else (list(b), list(a))
-        elif first == b"event: ":
-            names = list(heads)
+            names, ids = (a, b) if data[:7] == b"event: " else (b, a)
+        elif data[:7] == b"event: ":
+            names = heads
         else:
-            ids = list(heads)
+            ids = heads
     both = _join(values)
     if 10 in both or (crlf and 13 in both):
         return None  # a block with more lines
     if ids is not None and 0 in _join(ids):
         return None  # an ID with NUL is ignored: the line loop
-    decoded = map(bytes.decode, values, repeat("utf-8"), repeat("replace"))
     return (
-        first,
-        None if names is None else _names(names),
-        list(decoded),
+        _names(names) if names else repeat("message"),
+        list(map(bytes.decode, values, repeat("utf-8"), repeat("replace"))),
         None if ids is None else list(map(bytes.decode, ids, repeat("utf-8"), repeat("replace"))),
+        first,
         tail,
     )
 
 
-def _names(names: list[bytes]) -> list[str]:
+def _cut_named_run(
+    data: bytes, eol: bytes
+) -> tuple[Iterable[str], list[str], None, bytes, bytes] | None:
+    """:func:`_cut_run` for a run of ``event: NAME\\ndata: X`` blocks of the first one's name."""
+    end = data.find(eol)
+    if end < 0 or data[end : end + len(eol) + 6] != eol + b"data: ":
+        return None
+    name = data[7:end]
+    if 13 in name or 10 in name:  # a lone CR or LF before the first CRLF: another line
+        return None
+    values = data[end + len(eol) + 6 :].split(eol + eol + b"event: " + name + eol + b"data: ")
+    last = values.pop()
+    stop = last.find(eol + eol)
+    if stop < 0:  # the read ends within the last block
+        first, tail = b"event: ", name + eol + b"data: " + last
+    else:
+        values.append(last[:stop])
+        first, tail = b"", last[stop + 2 * len(eol) :]
+    both = _join(values)
+    if 10 in both or 13 in both:
+        return None  # a block with more lines, or of another name, in the run
+    return (
+        repeat(name.decode("utf-8", "replace") or "message"),
+        list(map(bytes.decode, values, repeat("utf-8"), repeat("replace"))),
+        None,
+        first,
+        tail,
+    )
+
+
+def _names(names: Iterable[bytes]) -> list[str]:
     decoded = list(map(bytes.decode, names, repeat("utf-8"), repeat("replace")))
     if "" in decoded:  # "event: " with an empty name: the default type
         decoded = [name or "message" for name in decoded]
