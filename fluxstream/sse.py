@@ -241,13 +241,15 @@ class SSEDecoder:
                     self._pending_len = 0
                 if len(data) <= self._limit:
                     if (
-                        data[:6] == b"data: "
+                        last == 10
                         and data.find(13) == len(data) - 4
                         and data.find(10) == len(data) - 3
-                        and data[-2:] == b"\r\n"
+                        and data[-2] == 13
+                        and data.startswith(b"data: ")
                     ):
                         # Shortcut 6: exactly one "data: X\r\n\r\n" event: its first CR and
-                        # its first LF are those of its two terminators.
+                        # its first LF are those of its two terminators (no slice is taken
+                        # before the event is known: one costs as much as a short decode).
                         self._quiet = 0
                         return [
                             _new_event(

@@ -268,6 +268,7 @@ def blocks(*lines: bytes, eol: bytes = b"\n") -> bytes:
         blocks(b"data: a", eol=b"\r\n") + blocks(b"data: b", eol=b"\n"),  # mixed: the loop
         blocks(b"data: a", eol=b"\r\n") + b"data: b\r\r",
         blocks(b"data: a\rdata: b", eol=b"\r\n") * 2,  # a lone CR inside a block
+        b"data: x\r\n\rdata: y\r\n\r\n",  # a blank line ended by a lone CR
         blocks(b"event: a", b"data: x", eol=b"\r\n") + b"event: a\r\ndata: y\rz\r\n\r\n",
         b"event: a\nid: 1\r\ndata: x\r\n\r\n" + blocks(b"event: a", b"data: y", eol=b"\r\n"),
         b"event: a\rid: 1\r\ndata: x\r\n\r\n" + blocks(b"event: a", b"data: y", eol=b"\r\n"),
