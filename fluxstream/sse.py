@@ -36,9 +36,11 @@ Why it looks the way it does
   start the next read is then swallowed as the second half of a CRLF).
 * **Fast where streams are alike.** Most reads of LLM streams carry whole one-line ``data:``
   events, often behind an ``id:`` (servers that support ``Last-Event-ID`` resume) or ``event:``
-  line; :meth:`SSEDecoder.feed` builds those straight from the read with C-level splits, and
-  sends everything else through one general line loop. The tests hold both paths to the same
-  results for every way of cutting a stream into reads.
+  line (Responses, Anthropic Messages), ended by LF or by CRLF (Gemini); :meth:`SSEDecoder.feed`
+  builds those straight from the read with C-level splits (a run of blocks of one shape costs
+  a fixed number of C calls per read, see :func:`_cut_run`), and sends everything else
+  through one general line loop. The tests hold both paths to the same results for every way
+  of cutting a stream into reads.
 * **End of stream.** The spec discards an event that is not followed by a blank line. Our policy:
   :meth:`SSEDecoder.close` acts as if one final blank line had arrived, so a trailing
   ``data: [DONE]`` without its terminator still counts. Because that event might be cut short,
@@ -214,8 +216,10 @@ class SSEDecoder:
     # * ``bytes.splitlines()`` splits at exactly CR, LF and CRLF (unlike ``str.splitlines``) in
     #   one pass; normalising with ``replace(b"\r\n", b"\n")`` first costs twice as much.
     # * Most reads of real streams hold whole one-line ``data:`` events, with or without an
-    #   ``id:``/``event:`` line first: four shortcuts build those without the per-line loop
-    #   (see feed and _id_run). Everything else goes through _lines.
+    #   ``id:``/``event:`` line first: shortcuts build those without the per-line loop (see
+    #   feed, _id_run and _run). Everything else goes through _lines.
+    # * A slice (``data[:6]``) allocates: about as costly as decoding a short line; the
+    #   one-event shortcuts test ints and ``find`` results before taking any.
 
     def feed(self, data: bytes) -> list[ServerSentEvent]:
         """Decode one read; return the events completed by it, in order."""
