@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from shown_text import read_shown
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Reset, Upstream
@@ -40,23 +41,6 @@ async def expected_chat(server: ServerThread, **extra: Any) -> fluxstream.Reply:
     async with fluxstream.AsyncClient(server.base_url, api_key="k") as client:
         return await client.chat.complete(model="m", messages=MSG, max_tokens=1024, **extra)
 
-
-async def read(stream: fluxstream.ReplyStream) -> tuple[str, list[Any]]:
-    """The text as a renderer writing ``buf[offset:]`` shows it (every offset must be the
-    end of what was shown: nothing twice, nothing skipped), and the other events."""
-    shown = ""
-    others: list[Any] = []
-    async with stream:
-        async for event in stream:
-            if event.type == "text":
-                assert event.offset == len(shown), (event.offset, len(shown))
-                shown += event.text
-            elif event.type == "reset":
-                shown = ""
-                others.append(event)
-            else:
-                others.append(event)
-    return shown, others
 
 
 def test_upstream_is_a_checked_value_that_hides_its_key() -> None:
@@ -100,7 +84,7 @@ async def test_before_content_moves_on_once_own_attempts_are_spent(
             failover=Failover(per_upstream_attempts=2),
         ) as client:
             stream = client.messages.stream(model="m", messages=MSG, max_tokens=1024)
-            shown, others = await read(stream)
+            shown, others = await read_shown(stream)
         assert requests_to(primary, "/messages") == 2
     reply = stream.reply
     assert shown == reply.text == expected.text
@@ -127,7 +111,7 @@ async def test_when_every_upstream_fails_before_content_the_last_failure_is_rais
         ) as client:
             stream = client.messages.stream(model="m", messages=MSG, max_tokens=64)
             with pytest.raises(APIStatusError) as raised:
-                await read(stream)
+                await read_shown(stream)
     assert raised.value.status_code == 500
     assert isinstance(raised.value.__cause__, APIStatusError)
     assert raised.value.__cause__.status_code == 503
@@ -166,7 +150,7 @@ async def test_mid_reply_continued_across_apis_at_every_cut(
             fallbacks=[Upstream(fallback.base_url, api="chat_completions", api_key="k2")],
         ) as client:
             stream = client.messages.stream(model="m", messages=MSG, max_tokens=1024)
-            shown, others = await read(stream)
+            shown, others = await read_shown(stream)
             token = stream.resume_token()
     reply = stream.reply
     assert reply.outcome is Outcome.DONE
@@ -200,7 +184,7 @@ async def test_cut_inside_a_tool_call_restarts_it_on_the_next_upstream(
                 model="m", messages=MSG, max_tokens=1024, tools=[tool],
                 tool_choice={"type": "tool", "name": "lookup"},
             )
-            _, others = await read(stream)
+            _, others = await read_shown(stream)
     reply = stream.reply
     kinds = [e.type for e in others]
     assert "handoff" in kinds and "reset" in kinds

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
 from raw_upstream import HEAD, read_request, text, upstream
+from shown_text import read_shown
 
 import fluxstream
 from fluxstream import Handoff, Outcome, Reset, Upstream
@@ -41,21 +41,6 @@ async def expected_chat(server: ServerThread) -> str:
     return reply.text
 
 
-async def read(stream: fluxstream.ReplyStream) -> tuple[str, list[Any]]:
-    """The text as a renderer writing ``buf[offset:]`` shows it, and the other events."""
-    shown = ""
-    others: list[Any] = []
-    async with stream:
-        async for event in stream:
-            if event.type == "text":
-                assert event.offset == len(shown), (event.offset, len(shown))
-                shown += event.text
-            else:
-                if event.type == "reset":
-                    shown = ""
-                others.append(event)
-    return shown, others
-
 
 def _stream(client: fluxstream.AsyncClient, endpoint: str) -> fluxstream.ReplyStream:
     if endpoint == "responses":
@@ -80,7 +65,7 @@ async def test_an_error_event_after_content_continues_on_the_next_upstream(
             primary.base_url, api_key="k", fallbacks=[Upstream(fallback.base_url, api_key="k")],
         ) as client:
             stream = _stream(client, endpoint)
-            shown, others = await read(stream)
+            shown, others = await read_shown(stream)
     reply = stream.reply
     assert reply.outcome is Outcome.DONE and reply.error is None
     kinds = [e.type for e in others]
@@ -110,7 +95,7 @@ async def test_an_error_event_before_content_moves_on_once_attempts_are_spent(
             failover=fluxstream.Failover(per_upstream_attempts=2),
         ) as client:
             stream = client.messages.stream(model="m", messages=MSG, max_tokens=1)
-            shown, others = await read(stream)
+            shown, others = await read_shown(stream)
         assert sum(r.path.endswith("/messages") for r in primary.records.requests) == 2
     reply = stream.reply
     assert reply.outcome is Outcome.DONE and shown == reply.text
@@ -136,7 +121,7 @@ async def test_a_refusal_error_event_ends_the_reply_as_without_fallbacks(
             raw.base, api_key="k", fallbacks=[Upstream(fallback.base_url)],
         ) as client:
             stream = client.chat.stream(model="m", messages=MSG)
-            shown, others = await read(stream)
+            shown, others = await read_shown(stream)
     reply = stream.reply
     assert reply.outcome is Outcome.FAILED and shown == "Hello, wor"
     assert reply.error is not None and reply.error.type == "invalid_request_error"
@@ -171,7 +156,7 @@ async def test_no_prefill_upstream_gets_a_continue_instruction_and_a_restart_is_
                 fallbacks=[Upstream(responses_server.base_url, api="responses")],
             ) as client:
                 stream = client.messages.stream(model="m", messages=MSG, max_tokens=1024)
-                shown, others = await read(stream)
+                shown, others = await read_shown(stream)
         sent = responses_server.records.requests[-1].json
     reply = stream.reply
     (handoff,) = [e for e in others if isinstance(e, Handoff)]

@@ -1,0 +1,25 @@
+"""What a renderer writing ``buf[offset:]`` shows of a stream: the helper of the failover
+tests, which check that a handoff never shows a character twice nor skips one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fluxstream
+
+
+async def read_shown(stream: fluxstream.ReplyStream) -> tuple[str, list[Any]]:
+    """The text as such a renderer shows it (every text event's offset must be the end of
+    what was shown; a ``Reset`` starts it over), and every other event, in order."""
+    shown = ""
+    others: list[Any] = []
+    async with stream:
+        async for event in stream:
+            if event.type == "text":
+                assert event.offset == len(shown), (event.offset, len(shown))
+                shown += event.text
+            else:
+                if event.type == "reset":
+                    shown = ""
+                others.append(event)
+    return shown, others
