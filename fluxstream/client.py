@@ -246,6 +246,15 @@ class AsyncClient:
         # Without the key: it is revealed only when a request is built.
         self._post_headers = self._merge_headers(True, {})
         self._get_headers = self._merge_headers(False, {})
+        #: The same, with each API's own headers (Anthropic's version pin), made on the
+        #: API's first request: ``(post, API name) -> headers``, without credentials.
+        self._api_headers: dict[tuple[bool, str], dict[str, str]] = {}
+        #: How each API's requests are built under the base URL in force (see
+        #: ``_StreamFactory.request``): made once, not per stream.
+        self._builders: dict[str, _RequestBuilders] = {}
+        #: The HTTP library's keywords for the deadlines of the latest request built
+        #: (``Timeouts`` are immutable: the same object, the same keywords).
+        self._http_timeouts: tuple[Timeouts | None, dict[str, Any]] = (None, {})
         #: The key is added to requests with none of their own (see ``_build_request``).
         self._sends_key = bool(self._api_key) and not _carries_key(self._headers)
         self._owns_http = http_client is None
@@ -448,6 +457,16 @@ class AsyncClient:
             **{name.lower(): value for name, value in headers.items()},
         }
 
+    def _stock_headers(self, post: bool, api: Api | None) -> dict[str, str]:
+        """The headers of a request that adds none of its own, without credentials, merged
+        once per client and API (shared: never changed after)."""
+        if api is None or not api.headers:
+            return self._post_headers if post else self._get_headers
+        merged = self._api_headers.get((post, api.name))
+        if merged is None:
+            merged = self._api_headers[(post, api.name)] = self._merge_headers(post, {}, api=api)
+        return merged
+
     def _authenticate(self, headers: dict[str, str], api: Api | None, url: _BaseURL) -> None:
         """Add the credentials to ``headers`` (lowercased), revealed only now: the key as the
         API sends it (a Bearer token unless ``api`` says otherwise) unless a header already
@@ -476,21 +495,26 @@ class AsyncClient:
         ``timeouts`` (the request's; the client's when ``None``)."""
         if url is None:
             url = self._url
-        if headers or (api is not None and api.headers):
+        if headers:
             all_headers = self._merge_headers(body is not None, headers, api=api)
             self._authenticate(all_headers, api, url)
-        else:  # the usual case: only the client's own headers, merged once
-            all_headers = self._post_headers if body is not None else self._get_headers
+        else:  # the usual case: only the client's own headers (and the API's), merged once
+            all_headers = self._stock_headers(body is not None, api)
             if self._sends_key or url.auth is not None:
                 all_headers = dict(all_headers)
                 self._authenticate(all_headers, api, url)
-        extra: dict[str, Any] = {}
         t = self._timeouts if timeouts is None else timeouts
-        # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too. Left
-        # out when it is what the client we created has anyway (the usual case).
-        limits = (t.connect, t.read_gap, t.write, t.pool)
-        if not self._owns_http or limits != _CREATED_WITH:
-            extra["timeout"] = limits
+        last = self._http_timeouts
+        if last[0] is t:  # the usual case: the same deadlines as the stream before
+            extra = last[1]
+        else:
+            extra = {}
+            # A plain tuple, not an httpx.Timeout: httpx2 and other forks accept it too.
+            # Left out when it is what the client we created has anyway (the usual case).
+            limits = (t.connect, t.read_gap, t.write, t.pool)
+            if not self._owns_http or limits != _CREATED_WITH:
+                extra["timeout"] = limits
+            self._http_timeouts = (t, extra)
         if body is not None and api is not None:
             path, body = api.target(path, body)  # Gemini: the model goes in the path
         content = None if body is None else encode_body(body)
@@ -510,6 +534,31 @@ def request_for(
     stream's (for a caller that sends it itself: ``fluxstream capture`` records the raw
     response)."""
     return client._build_request(api.path, body, checked_headers(headers, "headers"), api=api)
+
+
+class _RequestBuilders:
+    """How a client builds the requests of one API to one base URL (a stream's ``build`` and
+    ``build_get``): made on the first stream there and shared by the next ones, since
+    nothing in them is a request's own (the path, body, headers and timeouts are their
+    arguments)."""
+
+    __slots__ = ("api", "build", "build_get", "url")
+
+    def __init__(self, client: AsyncClient, api: Api, url: _BaseURL) -> None:
+        self.api = api
+        self.url = url
+        make = client._build_request
+
+        def build(
+            path: str, body: Mapping[str, Any], headers: Mapping[str, str], timeouts: Timeouts
+        ) -> Any:
+            return make(path, body, headers, timeouts, api=api, url=url)
+
+        def build_get(path: str, headers: Mapping[str, str], timeouts: Timeouts) -> Any:
+            return make(path, None, headers, timeouts, api=api, url=url)
+
+        self.build = build
+        self.build_get = build_get
 
 
 class _StreamFactory:
@@ -553,25 +602,19 @@ class _StreamFactory:
         # Every attempt of the stream goes to the base URL in force now: a retry or a resume
         # never moves a reply (and the credentials it is sent with) to another host half-way.
         url = client._url
-
-        def build(
-            path: str, body: Mapping[str, Any], headers: Mapping[str, str], timeouts: Timeouts
-        ) -> Any:
-            return client._build_request(path, body, headers, timeouts, api=api, url=url)
-
-        def build_get(path: str, headers: Mapping[str, str], timeouts: Timeouts) -> Any:
-            return client._build_request(path, None, headers, timeouts, api=api, url=url)
-
+        builders = client._builders.get(api.name)
+        if builders is None or builders.url is not url or builders.api is not api:
+            builders = client._builders[api.name] = _RequestBuilders(client, api, url)
         return RequestSpec(
             api=api,
             body=body,
-            build=build,
+            build=builders.build,
             http=client._http,
             errors=client._errors,
-            headers=checked_headers(headers, "extra_headers"),
-            timeouts=client.timeouts.merge(timeouts),
-            build_get=build_get,
-            server=client._url.server,
+            headers=checked_headers(headers, "extra_headers") if headers else {},
+            timeouts=client._timeouts.merge(timeouts),
+            build_get=builders.build_get,
+            server=url.server,
             ledger=client.usage_ledger,
         )
 

@@ -237,15 +237,16 @@ class Progress:
         limit): the read timeout (a head trickled a byte at a time resets the HTTP library's
         own with every byte), and ``first_token``, which bounds every head and, until the
         first content, counts from the request across the retries."""
-        waits = []
         gap = self.timeouts.read_gap
+        first = self.first_token_timeout
+        if first is None:  # the usual case: the read timeout alone
+            return None if gap is None else Wait(gap, Deadline.HEAD)
+        waits = []
         if gap is not None:
             waits.append(Wait(gap, Deadline.HEAD))
-        first = self.first_token_timeout
-        if first is not None:
-            left = None if saw_content else self.first_token_left(now)
-            waits.append(Wait(first if left is None else min(first, left), Deadline.FIRST_TOKEN))
-        return min(waits, key=lambda wait: wait.seconds) if waits else None
+        left = None if saw_content else self.first_token_left(now)
+        waits.append(Wait(first if left is None else min(first, left), Deadline.FIRST_TOKEN))
+        return min(waits, key=lambda wait: wait.seconds)
 
     def due_before_content(self, now: float, saw_content: bool) -> Deadline | None:
         """The deadline that has passed with no content yet (``first_token``): no request

@@ -98,6 +98,9 @@ class DropState:
         )
 
 
+_NONE_RULED_OUT: frozenset[str] = frozenset()
+
+
 class Recovery:
     """Counters and rules of retrying and resuming one logical stream (sans-IO).
 
@@ -105,6 +108,11 @@ class Recovery:
     after content that were continued, ``restarts`` fresh generations. A strategy that turned
     out not to work for this server (:meth:`rule_out`) is never chosen again.
     """
+
+    __slots__ = (
+        "_rng", "_ruled_out", "attempts", "cancelled", "restarts", "resume", "resumes",
+        "retry", "started",
+    )
 
     def __init__(
         self,
@@ -121,7 +129,9 @@ class Recovery:
         self.started: float | None = None
         self.cancelled = False
         self._rng = rng
-        self._ruled_out: set[str] = set()
+        #: Strategies that failed here (see :meth:`rule_out`): empty and shared until one
+        #: does, as most streams never resume.
+        self._ruled_out: frozenset[str] = _NONE_RULED_OUT
 
     # ------------------------------------------------------------------ bookkeeping
 
@@ -142,11 +152,11 @@ class Recovery:
         self.resumes = 0
         self.restarts = 0
         self.started = now
-        self._ruled_out.clear()
+        self._ruled_out = _NONE_RULED_OUT
 
     def rule_out(self, strategy: str) -> None:
         """``strategy`` failed its check on this server (e.g. ids that do not continue)."""
-        self._ruled_out.add(strategy)
+        self._ruled_out = self._ruled_out | {strategy}
 
     def _retry_delay(self, attempt: int, retry_after: float | None, now: float) -> float:
         delay = self.retry.delay(attempt, retry_after, self._rng)

@@ -163,7 +163,9 @@ class Attempt:
         """
         spec = self.spec
         errors = spec.errors
-        merged = {**spec.headers, **(headers or {})}
+        # The stream's own headers as they are when this attempt adds none (never changed:
+        # the request is built from them into a new mapping).
+        merged = {**spec.headers, **headers} if headers else spec.headers
         try:
             if get is not None:
                 if spec.build_get is None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 import httpx
@@ -199,10 +199,13 @@ class AutoClient:
             method, url, content=content, headers=headers, **extra
         )
 
-    async def send(self, request: Any, *, stream: bool = True) -> Any:
+    def send(self, request: Any, *, stream: bool = True) -> Awaitable[Any]:
+        """The chosen library's ``send`` of ``request``, to await (its own coroutine: no
+        frame of this client's in every request's path)."""
         if isinstance(request, httpx.Request):
-            return await self._httpx_client().send(request, stream=stream)
-        return await self._aio.send(request, stream=stream)
+            return self._httpx_client().send(request, stream=stream)
+        sent: Awaitable[Any] = self._aio.send(request, stream=stream)
+        return sent
 
     async def aclose(self) -> None:
         self._closed = True
