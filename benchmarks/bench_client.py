@@ -43,6 +43,12 @@ Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
 * Memory: for each client a **subprocess** opens N streams (500, 2,000) that the server holds
   open after their first events, waits for every first token, and reports the growth of its
   RSS divided by N.
+* Targets: a last table puts the issue's targets side by side (first token at c=1 against
+  the raw first byte, CPU per delta at c=100 packed and paced against the raw drain, first
+  token in a burst and CPU per delta against openai-python, memory per open stream against
+  raw httpx): the median of the paired rounds' ratios, their spread (min-max), the server's
+  CPU / wall meanwhile, and met or not. A target whose runs were skipped says "not
+  measured". The c=1 rounds are blocks of 25 interleaved requests of each.
 """
 
 from __future__ import annotations
@@ -646,6 +652,100 @@ def report(table: Table, plan: dict[int, tuple[int, int, float]], regimes: tuple
     return failed
 
 
+# --------------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """One of the issue's targets, measured: the ratio of each paired round (fluxstream over
+    what it is compared with), and the server's CPU share meanwhile."""
+
+    what: str
+    target: str
+    limit: float
+    ratios: list[float] = field(default_factory=list)
+    server_share: float | None = None
+    #: Which cell it is, when the row is the worst of several (``packed c=500``).
+    where: str = ""
+
+    def cells(self) -> tuple[str, str, str, str]:
+        if not self.ratios:
+            return "not measured", "-", "-", "-"
+        med = statistics.median(self.ratios)
+        spread = f"{min(self.ratios):.2f}-{max(self.ratios):.2f}x ({len(self.ratios)})"
+        share = "-" if self.server_share is None else f"{self.server_share:.0%}"
+        status = "met" if med <= self.limit else "**not met**"
+        where = f" ({self.where})" if self.where else ""
+        return f"{med:.2f}x{where}", spread, share, status
+
+
+#: The targets' rows in the order the table shows them (their ratios come from the runs).
+TARGET_ROWS = (
+    ("ttft1", "first token at c=1: fluxstream / raw aiohttp first byte", "≤ 1.2x", 1.2),
+    ("packed100", "packed c=100, CPU per delta: fluxstream / raw aiohttp drain", "≤ 3.0x", 3.0),
+    ("paced100", "paced c=100, CPU per delta: fluxstream / raw aiohttp drain", "≤ 2x", 2.0),
+    ("burst", f"first token in a burst of {BURST}: fluxstream / openai (median)", "≤ 1x", 1.0),
+    ("openai", "CPU per delta: fluxstream / openai (worst regime and concurrency)", "≤ 0.5x",
+     0.5),
+    ("memory", "memory per open stream: fluxstream / raw httpx (worst size)", "≤ 1.2x", 1.2),
+)
+
+
+def new_targets() -> dict[str, Target]:
+    return {key: Target(what, target, limit) for key, what, target, limit in TARGET_ROWS}
+
+
+def print_targets(targets: dict[str, Target]) -> None:
+    """The issue's targets side by side: the median of the paired rounds' ratios, their
+    spread (min-max, and how many rounds), the server's CPU share meanwhile (CPU / wall of
+    the server process: never the bottleneck while well under 100%), and the verdict."""
+    print("\n### Targets (median of paired rounds; spread min-max (rounds); server CPU / wall)\n")
+    print("| target | limit | result | spread | server CPU | status |")
+    print("|---|---|---:|---:|---:|---|")
+    for t in targets.values():
+        result, spread, share, status = t.cells()
+        print(f"| {t.what} | {t.target} | {result} | {spread} | {share} | {status} |")
+
+
+def round_ratios(table: Table, regime: str, k: int, a: str, b: str) -> list[float]:
+    """``a``'s CPU over ``b``'s, round by round (the rounds ran seconds apart)."""
+    if (regime, k, a) not in table or (regime, k, b) not in table:
+        return []
+    pairs = zip(table[(regime, k, a)], table[(regime, k, b)], strict=True)
+    return [x.cpu / y.cpu for x, y in pairs if y.cpu > 0]
+
+
+def server_share(table: Table, regime: str, k: int, names: tuple[str, ...]) -> float | None:
+    """The server's CPU / wall in the rounds of ``names`` (the busiest one's median)."""
+    rows = [table[(regime, k, n)] for n in names if (regime, k, n) in table]
+    if not rows:
+        return None
+    return max(statistics.median(r.server_cpu / r.wall for r in rs) for rs in rows)
+
+
+def cpu_targets(table: Table, targets: dict[str, Target]) -> None:
+    """The CPU rows of the targets, from the paired rounds of the CPU tables."""
+    for key, regime in (("packed100", "packed"), ("paced100", "paced")):
+        ratios = round_ratios(table, regime, 100, "fluxstream", "raw-aiohttp")
+        if ratios:
+            targets[key].ratios = ratios
+            targets[key].server_share = server_share(
+                table, regime, 100, ("fluxstream", "raw-aiohttp"))
+    worst: tuple[float, str, int] | None = None
+    for regime, k, name in table:
+        if name != "fluxstream":
+            continue
+        ratios = round_ratios(table, regime, k, "fluxstream", "openai")
+        if ratios and (worst is None or statistics.median(ratios) > worst[0]):
+            worst = (statistics.median(ratios), regime, k)
+    if worst is not None:
+        _, regime, k = worst
+        t = targets["openai"]
+        t.ratios = round_ratios(table, regime, k, "fluxstream", "openai")
+        t.server_share = server_share(table, regime, k, ("fluxstream", "openai"))
+        t.where = f"{regime} c={k}"
+
+
 # --------------------------------------------------------------------------------- first token
 
 
@@ -668,8 +768,12 @@ async def ttft_burst(contender: Contender, state: Any, base_url: str, n: int,
     return times
 
 
+#: Requests of each contender in one paired round of the c=1 first-token comparison.
+SINGLE_ROUND = 25
+
+
 async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
-                     contenders: list[Contender]) -> list[str]:
+                     contenders: list[Contender], targets: dict[str, Target]) -> list[str]:
     failed = []
     names = ["fluxstream", "openai", "raw-aiohttp", "raw-httpx", "fluxstream[httpx]"]
     chosen = [c for c in contenders if c.name in names]
@@ -677,13 +781,18 @@ async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
     states = {c.name: c.make() for c in chosen}
     med: dict[str, list[float]] = {c.name: [] for c in chosen}
     p90: dict[str, list[float]] = {c.name: [] for c in chosen}
+    burst_share = 0.0
     try:
         for c in chosen:  # warm: every connection of the burst opened
             await ttft_burst(c, states[c.name][0], url, BURST)
         for r in range(args.repeats):
             order = chosen if r % 2 == 0 else chosen[::-1]
             for c in order:
+                s0, w0 = server.cpu(), time.perf_counter()
                 times = sorted(await ttft_burst(c, states[c.name][0], url, BURST))
+                if c.name in ("fluxstream", "openai"):
+                    burst_share = max(burst_share, (server.cpu() - s0) / (
+                        time.perf_counter() - w0))
                 med[c.name].append(statistics.median(times))
                 p90[c.name].append(times[int(len(times) * 0.9) - 1])
         print(f"\n### Time to first token, a burst of {BURST} requests at once (warm clients; "
@@ -702,15 +811,29 @@ async def bench_ttft(args: argparse.Namespace, server: ServerProcess,
                   f"(target ≤ 1x: {verdict})")
             if f > o:
                 failed.append(f"TTFT burst: fluxstream {f * 1e3:.1f} ms > openai {o * 1e3:.1f} ms")
+            if "fluxstream" in med:
+                targets["burst"].ratios = [
+                    x / y for x, y in zip(med["fluxstream"], med["openai"], strict=True)]
+                targets["burst"].server_share = burst_share
 
         # c=1: fluxstream's first TextDelta vs the raw transport's first body byte, interleaved.
         pairs = [c for c in chosen if c.name in ("fluxstream", "raw-aiohttp")]
         single: dict[str, list[float]] = {c.name: [] for c in pairs}
+        s0, w0 = server.cpu(), time.perf_counter()
         for i in range(args.single):
             for c in pairs if i % 2 == 0 else pairs[::-1]:
                 # 2 deltas: the whole reply is in the server's first write
                 single[c.name].extend(await ttft_burst(c, states[c.name][0], url, 1, 2))
+        single_share = (server.cpu() - s0) / (time.perf_counter() - w0)
         if len(pairs) == 2:
+            # Paired rounds: consecutive blocks of SINGLE_ROUND requests of each, the ratio
+            # of their medians (the ratio of two single requests is mostly noise).
+            flux, raw = single["fluxstream"], single["raw-aiohttp"]
+            blocks = range(0, max(1, len(flux) - SINGLE_ROUND + 1), SINGLE_ROUND)
+            targets["ttft1"].ratios = [
+                statistics.median(flux[b:b + SINGLE_ROUND])
+                / statistics.median(raw[b:b + SINGLE_ROUND]) for b in blocks]
+            targets["ttft1"].server_share = single_share
             f = statistics.median(single["fluxstream"])
             a = statistics.median(single["raw-aiohttp"])
             verdict = "met" if f <= 1.2 * a else "MISS"
@@ -871,9 +994,11 @@ async def memory_child(name: str, n: int, base_url: str) -> dict[str, Any]:
             "per_stream": (after - before) / n}
 
 
-def bench_memory(args: argparse.Namespace, server: ServerProcess) -> list[str]:
+def bench_memory(args: argparse.Namespace, server: ServerProcess,
+                 targets: dict[str, Target]) -> list[str]:
     failed = []
     rows: dict[tuple[str, int], list[float]] = {}
+    s0, w0 = server.cpu(), time.perf_counter()
     for rep in range(args.memory_repeats):
         for n in args.memory:
             names = list(MEMORY_CLIENTS) if rep % 2 == 0 else list(MEMORY_CLIENTS)[::-1]
@@ -900,6 +1025,13 @@ def bench_memory(args: argparse.Namespace, server: ServerProcess) -> list[str]:
         if ratio > 1.2:
             failed.append(f"memory at {n}: fluxstream {ratio:.2f}x raw httpx")
     print("| fluxstream / raw-httpx (target ≤ 1.2x) | " + " | ".join(cells) + " |")
+    worst = max(args.memory, key=lambda n: statistics.median(rows[("fluxstream", n)])
+                / statistics.median(rows[("raw-httpx", n)]))
+    t = targets["memory"]
+    t.ratios = [x / y for x, y in zip(rows[("fluxstream", worst)], rows[("raw-httpx", worst)],
+                                      strict=True)]
+    t.server_share = (server.cpu() - s0) / (time.perf_counter() - w0)
+    t.where = f"{worst} streams"
     cells = [f"{statistics.median(rows[('openai', n)]) / statistics.median(rows[('raw-httpx', n)]):.2f}x"
              for n in args.memory]
     print("| openai / raw-httpx | " + " | ".join(cells) + " |")
@@ -1000,6 +1132,7 @@ def main() -> None:
     started = time.perf_counter()
     random.seed(0)
     failed: list[str] = []
+    targets = new_targets()
     with ServerProcess() as server:
         print(f"server: pid {server.proc.pid} on port {server.port}", flush=True)
         if args.profile:
@@ -1010,6 +1143,7 @@ def main() -> None:
             regimes = tuple(args.regimes)
             table = anyio.run(bench, args, server, contenders, plan, regimes, backend="asyncio")
             failed += report(table, plan, regimes, [c.name for c in contenders], "asyncio")
+            cpu_targets(table, targets)
         if args.trio:
             trio_plan = {k: v for k, v in plan.items() if k in (1, 100)}
             chosen = [c for c in contenders if c.name in TRIO_CONTENDERS]
@@ -1021,9 +1155,11 @@ def main() -> None:
         if args.cold:
             anyio.run(bench_cold, args, backend="asyncio")
         if not args.no_ttft:
-            failed += anyio.run(bench_ttft, args, server, contenders, backend="asyncio")
+            failed += anyio.run(bench_ttft, args, server, contenders, targets,
+                                backend="asyncio")
         if not args.no_memory:
-            failed += bench_memory(args, server)
+            failed += bench_memory(args, server, targets)
+    print_targets(targets)
     load = os.getloadavg()
     print(f"\nload average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
           f"total {time.perf_counter() - started:.1f} s")

@@ -17,7 +17,7 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType
@@ -106,6 +106,18 @@ class RequestSpec:
         return self.api.path
 
 
+def _plain_event_stream(response: Any) -> bool:
+    """A 2xx event stream in a coding read here: the usual response, usable as it is (what
+    :meth:`Attempt._check` accepts as an event stream, without reading anything)."""
+    if not 200 <= response.status_code < 300:
+        return False
+    ctype = response.headers.get("content-type", "")
+    return (
+        ctype.partition(";")[0].strip().lower() == "text/event-stream"
+        and undecodable_encoding(response) is None
+    )
+
+
 class AttemptCancelled(Exception):
     """``stream.cancel()`` interrupted a send or a wait; nothing more is to be sent."""
 
@@ -177,8 +189,12 @@ class Attempt:
             if exc.encoding != "ascii":  # not a header's (a body's lone surrogate)
                 raise
             raise RequestHeaderError(_non_ascii_header(merged)) from None  # never the value
+        if self.cancelled:
+            raise AttemptCancelled
         try:
             response = await self._send(request)
+            if response is None or self.cancelled:
+                await self._unsent(response)
         except errors.timeout as exc:
             raise APITimeoutError(
                 f"timed out before the response: {type(exc).__name__}",
@@ -190,7 +206,10 @@ class Attempt:
             raise APIConnectionError(f"request failed: {type(exc).__name__}: {exc}") from exc
         self.response = response
         try:
-            await self._check(response, max_json_bytes)
+            if _plain_event_stream(response):  # the usual answer: no coroutine to check it
+                self.body = response.aiter_bytes().__aiter__()
+            else:
+                await self._check(response, max_json_bytes)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self.close(drain=False)
@@ -203,26 +222,29 @@ class Attempt:
         if self.cancelled:
             abort_connection(response)
 
-    async def _send(self, request: Any) -> Any:
-        if self.cancelled:
-            raise AttemptCancelled
+    def _send(self, request: Any) -> Awaitable[Any]:
+        """The send of ``request`` under the head's deadline, to await: the response, or
+        ``None`` if the deadline passed or :meth:`cancel` came first (see :meth:`_unsent`).
+        The event loop's own coroutine, not one around it: a frame less per request."""
         wait = self.head
         head = None if wait is None else wait.seconds
         if sniffio.current_async_library() == "asyncio":
-            response = await self._send_asyncio(request, head)
-        else:
-            response = await self._send_scoped(request, head)
+            return self._send_asyncio(request, head)
+        return self._send_scoped(request, head)
+
+    async def _unsent(self, response: Any) -> None:
+        """The send ended without a usable response (``None``: the head's deadline passed,
+        or :meth:`cancel` came): closed if there is one, and the typed error raised."""
         if response is None and not self.cancelled:
+            wait = self.head
             raise APITimeoutError(
-                f"no response head within {seconds(head)}",
+                f"no response head within {seconds(None if wait is None else wait.seconds)}",
                 deadline=Deadline.HEAD if wait is None else wait.deadline,
             )
-        if response is None or self.cancelled:
-            if response is not None:
-                with anyio.CancelScope(shield=True):
-                    await response.aclose()
-            raise AttemptCancelled
-        return response
+        if response is not None:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        raise AttemptCancelled
 
     async def _send_asyncio(self, request: Any, head: float | None) -> Any:
         """The send under asyncio's own timeout: the same deadline and the same interruption

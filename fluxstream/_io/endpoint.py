@@ -133,6 +133,11 @@ class Endpoint:
     def __init__(self, factory: StreamFactory, api: Api) -> None:
         self.factory = factory
         self.api = api
+        # The retry policy as this API applies it, derived from the last one given (a
+        # RetryPolicy is frozen, every field immutable: the same policy, the same result),
+        # so a client's streams do not make a new policy each (Anthropic's 529 joins every
+        # policy's statuses).
+        self._retry: tuple[RetryPolicy | None, RetryPolicy | None] = (None, None)
 
     def __repr__(self) -> str:
         return f"<fluxstream endpoint {self.api.name!r}>"
@@ -141,10 +146,15 @@ class Endpoint:
         """``retry`` (or the client's), retrying the API's own statuses too (Anthropic's 529
         "overloaded", like a 503) unless retries are off."""
         policy = retry if retry is not None else self.factory.retry
+        given, derived = self._retry
+        if given is policy and derived is not None:
+            return derived
+        derived = policy
         extra = self.api.retry_statuses
-        if not extra or extra <= policy.retry_status or policy.max_attempts <= 1:
-            return policy
-        return dataclasses.replace(policy, retry_status=policy.retry_status | extra)
+        if extra and not extra <= policy.retry_status and policy.max_attempts > 1:
+            derived = dataclasses.replace(policy, retry_status=policy.retry_status | extra)
+        self._retry = (policy, derived)
+        return derived
 
     def resume_policy(self, resume: ResumePolicy | None) -> ResumePolicy:
         """``resume`` (or the client's), whose continuation marks the appended assistant

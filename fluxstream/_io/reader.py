@@ -442,7 +442,12 @@ class StreamReader:
             if self.route is not None:
                 start_on(self.channel, self.route, time.monotonic())
             try:
-                attempt, first = await self._connect_first()
+                route = self.route
+                first: list[Event] = []
+                if route is None or route.hedge_after is None:  # the usual case: no race
+                    attempt = await self.channel.connect()
+                else:
+                    attempt, first = await self._connect_first()
             except FAILOVER_ERRORS as exc:
                 moved = await self._try_fail_over(reason_of(exc)) if self._may_fail_over(
                     exc) else None
