@@ -1001,7 +1001,8 @@ def bench_memory(args: argparse.Namespace, server: ServerProcess,
     s0, w0 = server.cpu(), time.perf_counter()
     for rep in range(args.memory_repeats):
         for n in args.memory:
-            names = list(MEMORY_CLIENTS) if rep % 2 == 0 else list(MEMORY_CLIENTS)[::-1]
+            clients = [c for c in MEMORY_CLIENTS if not args.only or c in args.only]
+            names = clients if rep % 2 == 0 else clients[::-1]
             for name in names:
                 cmd = [sys.executable, __file__, "--memory-child", name, str(n),
                        server.url("hold")]
@@ -1014,7 +1015,7 @@ def bench_memory(args: argparse.Namespace, server: ServerProcess,
           f"size, median of {args.memory_repeats}), KiB\n")
     print("| client | " + " | ".join(f"{n} streams" for n in args.memory) + " |")
     print("|---|" + "---:|" * len(args.memory))
-    for name in MEMORY_CLIENTS:
+    for name in [c for c in MEMORY_CLIENTS if (c, args.memory[0]) in rows]:
         print(f"| {name} | " + " | ".join(
             f"{statistics.median(rows[(name, n)]) / 1024:.1f}" for n in args.memory) + " |")
     cells = []
@@ -1032,9 +1033,11 @@ def bench_memory(args: argparse.Namespace, server: ServerProcess,
                                       strict=True)]
     t.server_share = (server.cpu() - s0) / (time.perf_counter() - w0)
     t.where = f"{worst} streams"
-    cells = [f"{statistics.median(rows[('openai', n)]) / statistics.median(rows[('raw-httpx', n)]):.2f}x"
-             for n in args.memory]
-    print("| openai / raw-httpx | " + " | ".join(cells) + " |")
+    for name, under in (("fluxstream", "raw-aiohttp"), ("openai", "raw-httpx")):
+        if (name, args.memory[0]) in rows and (under, args.memory[0]) in rows:
+            cells = [f"{statistics.median(rows[(name, n)]) / statistics.median(rows[(under, n)]):.2f}x"
+                     for n in args.memory]
+            print(f"| {name} / {under} | " + " | ".join(cells) + " |")
     return failed
 
 
