@@ -17,10 +17,11 @@ Every write is one ``EVALSHA`` of a small Lua script, so it is atomic and fenced
 (a producer that lost it cannot write), refreshes the lease and the TTL, stores the token when
 given and returns the cancel flag: one Redis command per frame.
 
-A log uses three connections whatever the number of streams and followers: commands of all
-producers and followers are *pipelined* together (whatever was asked while the previous round
-trip was in flight goes out in one; the writes of every stream the process records go out
-together, :mod:`fluxstream.relay.writer`); one *tailer* connection runs a single
+A log uses four connections whatever the number of streams and followers: the writes of
+every stream the process records go out together, one round trip per frame, on a connection
+the writer keeps (:mod:`fluxstream.relay.writer`, :class:`~fluxstream.relay.redis_writes.WriteChannel`);
+the other commands of producers and followers are *pipelined* together (whatever was asked
+while the previous round trip was in flight goes out in one); one *tailer* connection runs a single
 ``XREAD BLOCK`` over every stream that has a waiting follower, keeps the entries it read and
 wakes those followers, who take them from it (a follower further behind reads with
 ``XRANGE``), so a thousand followers never hold a thousand blocked connections nor re-read
@@ -61,7 +62,7 @@ from .redis_scripts import (
     RELEASE,
     STATE,
 )
-from .redis_writes import WriteCommands
+from .redis_writes import WriteChannel, WriteCommands
 
 try:
     import redis.asyncio as aioredis
@@ -138,6 +139,10 @@ class RedisReplyLog(ReplyLog):
         self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
         self._commands = WriteCommands(self.keys, self._shas, lambda: (self.lease, self.ttl))
+        #: The writer's round trips (a connection of their own; a cluster routes by slot).
+        self._write_channel = (
+            None if self.cluster else WriteChannel(redis, self._pipeline.call_packed)
+        )
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
@@ -179,6 +184,8 @@ class RedisReplyLog(ReplyLog):
         (with the client, when the log made it from a URL)."""
         self._closed = True
         await self._tailer.aclose()
+        if self._write_channel is not None:
+            await self._write_channel.aclose()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
@@ -286,12 +293,12 @@ class RedisReplyLog(ReplyLog):
             except Exception as exc:
                 return [exc for _ in writes]
         built = self._commands
-        if self.cluster:  # routed by slot: the arguments, not RESP
+        if self._write_channel is None:  # a cluster, routed by slot: the arguments, not RESP
             commands: list[Any] = [built.args(write) for write in writes]
             send: Callable[[list[Any]], Awaitable[list[Any]]] = self._pipeline.call_many
         else:
             commands = [built.packed(write) for write in writes]
-            send = self._pipeline.call_packed
+            send = self._write_channel.send
         try:
             replies = await send(commands)
             if any(isinstance(reply, NoScriptError) for reply in replies):

@@ -8,20 +8,33 @@ the rest of the write together (cProfile, ``benchmarks/bench_relay.py``). Here t
 part of a reply's append and lease refresh is packed once, and a write packs only its entry
 number, its entry (JSON bytes, encoded once), its token and its final flag. A cluster's
 pipeliner routes commands by their arguments, so there the arguments are given unpacked.
+
+:class:`WriteChannel` sends a frame's commands on a connection the writer keeps, from the
+writer's own task. Through the log's pipeliner a round trip cost a future, a flush task, two
+``asyncio.wait_for`` tasks and a pool checkout and return -- eight event-loop passes for
+what one ``await`` on a held connection does in two; at one delta per frame (twenty
+streams at 50 tokens per second) that was most of what recording added per delta.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 from pydantic_core import to_json
+from redis.exceptions import ConnectionError
 
 from .codec import entry_json
-from .redis_io import bulk, pack
+from .redis_io import borrow, bulk, give_back, pack, round_trip
 from .writer import Write
 
-__all__ = ["WriteCommands"]
+__all__ = ["WriteChannel", "WriteCommands"]
+
+#: Seconds one round trip of writes may take (as the pipeliner's).
+_ROUND_TRIP = 10.0
 
 #: Replies whose packed command prefixes are kept (the replies of one moment).
 _PREFIX_CACHE = 4096
@@ -112,3 +125,99 @@ def _token(write: Write) -> bytes:
     # pydantic-core's serializer: a fifth of json.dumps' time for a token (the whole reply
     # so far), stored once a second per stream.
     return b"" if write.token is None else to_json(write.token)
+
+
+class WriteChannel:
+    """A producer's write round trips on one connection of the client's pool, kept between
+    round trips and sent from the caller's task (see the module docstring).
+
+    A second caller while a round trip is out (a log written from two event loops, or a
+    write of a takeover racing the writer) goes through ``fallback`` (the log's pipeliner)
+    rather than waiting: replies on one connection must be read in order. A failed or
+    interrupted round trip closes the connection (its replies may still come), so the next
+    one starts clean on a new one; a kept connection Redis closed meanwhile (a restart, an
+    idle timeout) is noticed when nothing was answered and the commands are sent once more
+    on a new one, as the pipeliner does.
+
+    :param redis: a ``redis.asyncio.Redis`` client (not a cluster: its pipeliner routes).
+    :param fallback: sends packed commands another way (``Pipeliner.call_packed``).
+    """
+
+    def __init__(
+        self, redis: Any, fallback: Callable[[list[bytes]], Awaitable[list[Any]]]
+    ) -> None:
+        self._redis = redis
+        self._fallback = fallback
+        self._connection: Any = None
+        self._busy = False
+
+    async def send(self, commands: list[bytes]) -> list[Any]:
+        """The raw replies of ``commands`` (an error reply as its exception), in one round
+        trip; a connection failure raises (``redis.exceptions.ConnectionError``, ``OSError``)."""
+        if self._busy:
+            return await self._fallback(commands)
+        self._busy = True
+        try:
+            results: list[Any] = []
+            connection = self._connection
+            if connection is None:
+                connection = self._connection = await borrow(self._redis)
+            try:
+                async with _deadline(_ROUND_TRIP):
+                    await round_trip(connection, commands, results)
+            except ConnectionError:
+                await self._drop()
+                if results:
+                    raise
+                connection = self._connection = await borrow(self._redis)
+                async with _deadline(_ROUND_TRIP):
+                    await round_trip(connection, commands, results)
+            return results
+        except BaseException:
+            await self._drop()
+            raise
+        finally:
+            self._busy = False
+
+    async def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with suppress(Exception):
+                await give_back(self._redis, connection, broken=True)
+
+    async def aclose(self) -> None:
+        """Give the kept connection back to the pool."""
+        connection, self._connection = self._connection, None
+        if connection is not None and not self._busy:
+            with suppress(Exception):
+                await give_back(self._redis, connection, broken=False)
+        elif connection is not None:
+            with suppress(Exception):
+                await give_back(self._redis, connection, broken=True)
+
+
+if sys.version_info >= (3, 11):
+    _deadline = asyncio.timeout  # no task per round trip (``wait_for`` makes one)
+else:  # pragma: no cover - Python 3.10
+
+    @asynccontextmanager
+    async def _deadline(seconds: float) -> AsyncIterator[None]:
+        """``asyncio.timeout`` of Python 3.10: cancels the task at the deadline."""
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        handle = asyncio.get_running_loop().call_later(seconds, expire)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if expired:
+                raise TimeoutError from None
+            raise
+        finally:
+            handle.cancel()

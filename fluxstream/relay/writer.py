@@ -95,7 +95,9 @@ class Writer:
         self._streams: dict[Recording, None] = {}
         #: Streams with something to write (events or the end), in the order they got it.
         self._active: dict[Recording, None] = {}
-        self._wake = anyio.Event()
+        self._wake: _Wake = (
+            _LoopWake(loop) if isinstance(loop, asyncio.AbstractEventLoop) else _AnyioWake()
+        )
         self._running = False
         self._refresh_scan = 0.0
 
@@ -119,7 +121,7 @@ class Writer:
         try:
             while self._streams:
                 # A new wake-up first: an event added after the scan below sets it.
-                self._wake = anyio.Event()
+                self._wake.clear()
                 now = time.monotonic()
                 due: list[Recording] = []
                 soonest = math.inf
@@ -142,8 +144,7 @@ class Writer:
                 if due:
                     await self._write(due)
                     continue
-                with anyio.move_on_after(max(0.0, min(soonest, self._refresh_scan) - now)):
-                    await self._wake.wait()
+                await self._wake.wait(max(0.0, min(soonest, self._refresh_scan) - now))
         finally:
             self._running = False
             if self._streams:  # cancelled (the loop ends): nothing is left waiting for it
@@ -185,3 +186,72 @@ class Writer:
                 finished = True
             if finished:
                 self.remove(stream)
+
+
+class _Wake(Protocol):
+    """The writer's wake-up: set by a stream with something to write, waited for with a
+    timeout (the next frame's end, or the next lease scan)."""
+
+    def set(self) -> None: ...
+
+    def clear(self) -> None: ...
+
+    async def wait(self, timeout: float) -> None: ...
+
+
+class _AnyioWake:
+    """A wake-up on any event loop anyio runs (trio)."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    def clear(self) -> None:
+        if self._event.is_set():
+            self._event = anyio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            await self._event.wait()
+
+
+class _LoopWake:
+    """A wake-up on an asyncio loop: one future and one timer per wait. An ``anyio.Event``
+    and a cancel scope per wait cost more than the rest of a one-delta frame's bookkeeping
+    (cProfile, ``benchmarks/bench_relay_write.py --batch 1``), and the writer waits once per
+    frame."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self, timeout: float) -> None:
+        if self._set:
+            return
+        if timeout <= 0:
+            await asyncio.sleep(0)  # a checkpoint, as a lapsed cancel scope gives
+            return
+        waiter = self._waiter = self._loop.create_future()
+        timer = self._loop.call_later(timeout, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
