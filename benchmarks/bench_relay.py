@@ -34,6 +34,7 @@ Method (see benchmarks/README.md, "Relay"):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import json
@@ -288,6 +289,128 @@ def spawn(*args: str, **options: Any) -> subprocess.Popen[Any]:
 # ---------------------------------------------------------------------------- producer
 
 
+async def record_streams(
+    args: argparse.Namespace, url: str, base_url: str, keys: list[str], cluster: bool,
+    gate: Any, profile_name: str = "producer.prof",
+) -> dict[str, Any]:
+    """Record ``keys``' streams into a log of this process: create every reply, ``await
+    gate()`` (the followers are ready), then consume them (opened over ``--ramp``). What each
+    delta met, per key, and this process's CPU, loop lag and GC over the streaming phase."""
+    log = RedisReplyLog(url, cluster=cluster, frame=args.frame, lease=5.0)
+    profiler = cpu_profiler() if args.profile else None
+    # Stages: when each entry's write was sent and acknowledged (by its first offset).
+    appends: dict[str, list[tuple[int, float, float]]] = {}
+    write_many = getattr(log, "_write_many", None)
+
+    async def timed_write_many(writes: list[Any]) -> list[Any]:
+        sent = time.monotonic()
+        assert write_many is not None
+        results = await write_many(writes)
+        acked = time.monotonic()
+        for write in writes:
+            events = write.entry.events if write.entry is not None else ()
+            offsets = [e.offset for e in events if isinstance(e, fluxstream.TextDelta)]
+            if offsets:
+                appends.setdefault(write.key, []).append((min(offsets), sent, acked))
+        return results
+
+    if hasattr(log, "_write_many"):
+        log._write_many = timed_write_many  # type: ignore[method-assign]
+    else:  # the relay before its writer batched (to measure it the same way)
+        append = log._append
+
+        async def timed_append(key: str, owner: str, entry: Any, **kw: Any) -> bool:
+            sent = time.monotonic()
+            result = await append(key, owner, entry, **kw)
+            offsets = [e.offset for e in entry.events if isinstance(e, fluxstream.TextDelta)]
+            if offsets:
+                appends.setdefault(key, []).append((min(offsets), sent, time.monotonic()))
+            return result
+
+        log._append = timed_append  # type: ignore[method-assign]
+    request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
+               "max_tokens": args.tokens}
+    async with fluxstream.AsyncClient(base_url) as client:
+        recorded = [
+            log.record(client.chat.stream(content_key=key, **request)) for key in keys
+        ]
+        for r in recorded:
+            await r.start()
+        await gate()
+        delivered: dict[str, list[tuple[int, int, float]]] = {k: [] for k in keys}
+        durations: list[float] = []
+
+        async def consume(r: Any, delay: float) -> None:
+            await anyio.sleep(delay)  # streams open over --ramp seconds, like traffic
+            got = delivered[r.key]
+            started = time.monotonic()
+            async with r:
+                async for event in r:
+                    if isinstance(event, fluxstream.TextDelta):
+                        got.append((event.offset, len(event.text), time.monotonic()))
+            durations.append(time.monotonic() - started)
+
+        if args.gc_freeze:  # the set-up's objects are never scanned again
+            gc.collect()
+            gc.freeze()
+        cpu0 = time.process_time()
+        wall0 = time.monotonic()
+        if profiler is not None:
+            profiler.enable()
+        lags: list[float] = []
+        probing = True
+        pauses = GCPauses()
+
+        async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
+            if os.environ.get("BENCH_RELAY_HEAP"):  # what the GC scans, mid-run
+                await anyio.sleep(args.ramp + 1.0)
+                counts: dict[str, int] = {}
+                for obj in gc.get_objects():
+                    name = type(obj).__qualname__
+                    counts[name] = counts.get(name, 0) + 1
+                top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
+                print("heap", sum(counts.values()), top, file=sys.stderr)
+            while probing:
+                t = time.monotonic()
+                await anyio.sleep(0.005)
+                lags.append(time.monotonic() - t - 0.005)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(probe)
+            async with anyio.create_task_group() as streams:
+                for i, r in enumerate(recorded):
+                    streams.start_soon(consume, r, args.ramp * i / len(recorded))
+            probing = False
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(str(Path(args.profile) / profile_name))
+        wall = time.monotonic() - wall0
+        cpu = time.process_time() - cpu0
+    await log.aclose()
+    return {
+        "delivered": delivered, "appends": appends, "durations": durations,
+        "cpu": cpu, "wall": wall, "wall0": wall0, "lags": sorted(lags), "gc": pauses.summary(),
+        "writes": sum(r.writes + r.refreshes for r in recorded),
+        "errors": sum(1 for r in recorded if r.log_error is not None),
+    }
+
+
+async def run_part(args: argparse.Namespace, keys: list[str]) -> None:
+    """``--role producer-part``: one of ``--producers N`` processes, recording its share of
+    the keys; says ``ready`` once its replies exist and starts on a ``go`` line on stdin."""
+
+    async def gate() -> None:
+        print("ready", flush=True)
+        go = await anyio.to_thread.run_sync(sys.stdin.readline)
+        assert go.strip() == "go", go
+
+    part = await record_streams(
+        args, args.redis, args.base_url, keys, args.cluster, gate,
+        profile_name=f"producer-{args.part}.prof",
+    )
+    await anyio.to_thread.run_sync(write_json, args.out, part)
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     backend = Backend(args.cluster)
     url = backend.url
@@ -305,56 +428,21 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         base_url = f"http://127.0.0.1:{port}/paced-{1000 / args.rate:g}/v1"
     followers_proc = None
+    parts: list[subprocess.Popen[str]] = []
     tmp = tempfile.mkdtemp()
-    profiler = cpu_profiler() if args.profile else None
     try:
         wait_port(port)
         if args.bare:
             return await run_bare(args, base_url, upstream.pid)
-        log = backend.log(frame=args.frame, lease=5.0)
-        # Stages: when each entry's write was sent and acknowledged (by its first offset).
-        appends: dict[str, list[tuple[int, float, float]]] = {}
-        write_many = getattr(log, "_write_many", None)
-
-        async def timed_write_many(writes: list[Any]) -> list[Any]:
-            sent = time.monotonic()
-            assert write_many is not None
-            results = await write_many(writes)
-            acked = time.monotonic()
-            for write in writes:
-                events = write.entry.events if write.entry is not None else ()
-                offsets = [e.offset for e in events if isinstance(e, fluxstream.TextDelta)]
-                if offsets:
-                    appends.setdefault(write.key, []).append((min(offsets), sent, acked))
-            return results
-
-        if hasattr(log, "_write_many"):
-            log._write_many = timed_write_many  # type: ignore[method-assign]
-        else:  # the relay before its writer batched (to measure it the same way)
-            append = log._append
-
-            async def timed_append(key: str, owner: str, entry: Any, **kw: Any) -> bool:
-                sent = time.monotonic()
-                result = await append(key, owner, entry, **kw)
-                offsets = [e.offset for e in entry.events if isinstance(e, fluxstream.TextDelta)]
-                if offsets:
-                    appends.setdefault(key, []).append((min(offsets), sent, time.monotonic()))
-                return result
-
-            log._append = timed_append  # type: ignore[method-assign]
         keys = [f"bench-{i}" for i in range(args.streams)]
-        request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
-                   "max_tokens": args.tokens}
-        async with fluxstream.AsyncClient(base_url) as client:
-            recorded = [
-                log.record(client.chat.stream(content_key=key, **request)) for key in keys
-            ]
-            for r in recorded:
-                await r.start()
-            keys_file = Path(tmp) / "keys.json"
-            write_json(keys_file, keys)
-            out = Path(tmp) / "followers.json"
-            followers_proc = spawn(
+        keys_file = Path(tmp) / "keys.json"
+        write_json(keys_file, keys)
+        out = Path(tmp) / "followers.json"
+        others = {"upstream": upstream.pid, **backend.pids()}
+        marks: dict[str, Any] = {}
+
+        def start_followers() -> subprocess.Popen[str]:
+            proc = spawn(
                 __file__, "--role", "followers", "--redis", url, "--keys", str(keys_file),
                 "--followers", str(args.followers), "--out", str(out),
                 *(["--profile", args.profile] if args.profile else []),
@@ -363,90 +451,131 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 *(["--cluster"] if args.cluster else []),
                 stdout=subprocess.PIPE, text=True,
             )
+            return proc
+
+        def mark_start() -> None:
+            marks["commands0"] = backend.commands()
+            marks["cpu_others0"] = {name: proc_cpu(pid) for name, pid in others.items()}
+
+        if args.producers <= 1:
+            async def gate() -> None:
+                nonlocal followers_proc
+                followers_proc = start_followers()
+                assert followers_proc.stdout is not None
+                # Waited for off the loop: the writer must go on refreshing the leases
+                # meanwhile (a follower process starting on a loaded machine can take
+                # longer than a lease).
+                ready = await anyio.to_thread.run_sync(followers_proc.stdout.readline)
+                assert ready.strip() == "ready"
+                mark_start()
+
+            produced = [await record_streams(args, url, base_url, keys, args.cluster, gate)]
+            marks["cpu_others"] = {
+                name: proc_cpu(pid) - marks["cpu_others0"][name] for name, pid in others.items()
+            }
+        else:
+            # N producer processes, each with its own log and its share of the streams
+            # (stream i in process i mod N), as N workers of a service behind one Redis.
+            outs = []
+            for part in range(args.producers):
+                part_keys = Path(tmp) / f"keys-{part}.json"
+                write_json(part_keys, keys[part::args.producers])
+                outs.append(Path(tmp) / f"part-{part}.json")
+                parts.append(spawn(
+                    __file__, "--role", "producer-part", "--part", str(part), "--redis", url,
+                    "--base-url", base_url, "--keys", str(part_keys), "--out", str(outs[-1]),
+                    *forwarded_options(args),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                ))
+            for proc in parts:
+                assert proc.stdout is not None
+                ready = await anyio.to_thread.run_sync(proc.stdout.readline)
+                assert ready.strip() == "ready", ready
+            followers_proc = start_followers()
             assert followers_proc.stdout is not None
-            # Waited for off the loop: the writer must go on refreshing the leases meanwhile
-            # (a follower process starting on a loaded machine can take longer than a lease).
             ready = await anyio.to_thread.run_sync(followers_proc.stdout.readline)
             assert ready.strip() == "ready"
-            delivered: dict[str, list[tuple[int, int, float]]] = {k: [] for k in keys}
-            durations: list[float] = []
-
-            async def consume(r: Any, delay: float) -> None:
-                await anyio.sleep(delay)  # streams open over --ramp seconds, like traffic
-                got = delivered[r.key]
-                started = time.monotonic()
-                async with r:
-                    async for event in r:
-                        if isinstance(event, fluxstream.TextDelta):
-                            got.append((event.offset, len(event.text), time.monotonic()))
-                durations.append(time.monotonic() - started)
-
-            if args.gc_freeze:  # the set-up's objects are never scanned again
-                gc.collect()
-                gc.freeze()
-            commands0 = backend.commands()
-            others = {"upstream": upstream.pid, **backend.pids()}
-            cpu_others0 = {name: proc_cpu(pid) for name, pid in others.items()}
-            cpu0 = time.process_time()
-            wall0 = time.monotonic()
-            if profiler is not None:
-                profiler.enable()
-            lags: list[float] = []
-            probing = True
-            pauses = GCPauses()
-
-            async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
-                if os.environ.get("BENCH_RELAY_HEAP"):  # what the GC scans, mid-run
-                    await anyio.sleep(args.ramp + 1.0)
-                    counts: dict[str, int] = {}
-                    for obj in gc.get_objects():
-                        name = type(obj).__qualname__
-                        counts[name] = counts.get(name, 0) + 1
-                    top = sorted(counts.items(), key=lambda kv: -kv[1])[:15]
-                    print("heap", sum(counts.values()), top, file=sys.stderr)
-                while probing:
-                    t = time.monotonic()
-                    await anyio.sleep(0.005)
-                    lags.append(time.monotonic() - t - 0.005)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(probe)
-                async with anyio.create_task_group() as streams:
-                    for i, r in enumerate(recorded):
-                        streams.start_soon(consume, r, args.ramp * i / len(recorded))
-                probing = False
-            lags.sort()
-            if profiler is not None:
-                profiler.disable()
-                profiler.dump_stats(str(Path(args.profile) / "producer.prof"))
-            wall = time.monotonic() - wall0
-            cpu = time.process_time() - cpu0
-            cpu_others = {name: proc_cpu(pid) - cpu_others0[name] for name, pid in others.items()}
-            followers_proc.wait(600)
-            follow_wall = time.monotonic() - wall0
-            commands1 = backend.commands()
-            per_node = {n: c - commands0.get(n, 0) for n, c in commands1.items()}
-            commands = sum(per_node.values())
-        await log.aclose()
+            mark_start()
+            part_cpu0 = [proc_cpu(proc.pid) for proc in parts]
+            for proc in parts:
+                assert proc.stdin is not None
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+            part_cpu = [0.0] * len(parts)
+            # Each part's CPU is read just before it exits (its own figure, over its
+            # streaming phase, is in its output too).
+            for i, proc in enumerate(parts):
+                while proc.poll() is None:
+                    with contextlib.suppress(OSError):
+                        part_cpu[i] = proc_cpu(proc.pid) - part_cpu0[i]
+                    await anyio.sleep(0.05)
+                assert proc.returncode == 0, f"producer part {i} failed"
+            marks["cpu_others"] = {
+                name: proc_cpu(pid) - marks["cpu_others0"][name] for name, pid in others.items()
+            }
+            produced = [json.loads(o.read_text()) for o in outs]
+            marks["part_cpu_seen"] = part_cpu
+        assert followers_proc is not None
+        await anyio.to_thread.run_sync(followers_proc.wait, 600)
+        wall0 = min(p["wall0"] for p in produced)
+        follow_wall = time.monotonic() - wall0
+        commands1 = backend.commands()
+        per_node = {n: c - marks["commands0"].get(n, 0) for n, c in commands1.items()}
+        commands = sum(per_node.values())
         result = json.loads(out.read_text())
     finally:
         if followers_proc is not None:
             stop(followers_proc)
+        for proc in parts:
+            stop(proc)
         stop(upstream)
         backend.stop()
+    return summarize(args, url, produced, result, marks["cpu_others"], per_node, commands,
+                     follow_wall)
 
+
+def forwarded_options(args: argparse.Namespace) -> list[str]:
+    """The options a producer part takes from the coordinator's command line."""
+    return [
+        "--tokens", str(args.tokens), "--rate", str(args.rate), "--ramp", str(args.ramp),
+        "--frame", str(args.frame),
+        *(["--profile", args.profile] if args.profile else []),
+        *(["--uvloop"] if args.uvloop else []),
+        *(["--gc-freeze"] if args.gc_freeze else []),
+        *(["--cluster"] if args.cluster else []),
+    ]
+
+
+def summarize(
+    args: argparse.Namespace, url: str, produced: list[dict[str, Any]], result: dict[str, Any],
+    cpu_others: dict[str, float], per_node: dict[str, int], commands: int, follow_wall: float,
+) -> dict[str, Any]:
+    """The figures of a run from what every producer process and the followers noted."""
+    delivered: dict[str, list[tuple[int, int, float]]] = {}
+    appends: dict[str, list[tuple[int, float, float]]] = {}
+    durations: list[float] = []
+    lags: list[float] = []
+    for part in produced:
+        delivered.update(part["delivered"])
+        appends.update(part["appends"])
+        durations.extend(part["durations"])
+        lags.extend(part["lags"])
+    lags.sort()
+    # The phase: from the first producer's start to the last one's end.
+    wall = max(p["wall0"] + p["wall"] for p in produced) - min(p["wall0"] for p in produced)
+    cpu = sum(p["cpu"] for p in produced)
     latencies: list[float] = []
     steady: list[float] = []  # deltas delivered once every stream was open and streaming
     opened = max(p[0][2] for p in delivered.values() if p)
     exact = True
-    for key, produced in delivered.items():
-        text_len = sum(n for _, n, _ in produced)
+    for key, produced_deltas in delivered.items():
+        text_len = sum(n for _, n, _ in produced_deltas)
         for got in result["seen"][key]:
             if sum(int(n) for _, n, _ in got) != text_len:
                 exact = False
             spans = [(int(o), int(o) + int(n), t) for o, n, t in got]
             j = 0
-            for offset, _, t0 in produced:
+            for offset, _, t0 in produced_deltas:
                 while j < len(spans) and spans[j][1] <= offset:
                     j += 1
                 if j < len(spans):
@@ -457,10 +586,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     steady.sort()
     waited: list[float] = []
     written: list[float] = []
-    for key, produced in delivered.items():
-        starts = sorted(appends.get(key, []))
+    for key, produced_deltas in delivered.items():
+        starts = sorted(tuple(a) for a in appends.get(key, []))
         j = 0
-        for offset, _, t0 in produced:
+        for offset, _, t0 in produced_deltas:
             while j + 1 < len(starts) and starts[j + 1][0] <= offset:
                 j += 1
             if starts and starts[j][0] <= offset:
@@ -469,9 +598,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     waited.sort()
     written.sort()
     deltas = sum(len(p) for p in delivered.values())
-    writes = sum(r.writes + r.refreshes for r in recorded)
+    writes = sum(p["writes"] for p in produced)
     frames = sum(d / args.frame for d in durations)
-    errors = sum(1 for r in recorded if r.log_error is not None)
+    errors = sum(p["errors"] for p in produced)
 
     def pct(p: float, values: list[float] = latencies) -> float:
         if not values:
@@ -480,9 +609,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     redis_cpu = sum(v for name, v in cpu_others.items() if name.startswith("redis"))
     nodes = [name for name in cpu_others if name.startswith("redis")]
+    gcs = [p["gc"] for p in produced]
     return {
         "redis": "cluster (3 masters, 3 replicas)" if args.cluster else "one node",
         "streams": args.streams, "followers_per_stream": args.followers,
+        "producers": len(produced),
+        # Producers, the followers' process, the upstream and every Redis server.
+        "processes": len(produced) + 2 + len(nodes),
         "tokens": args.tokens, "rate_per_stream": args.rate, "frame_s": args.frame,
         "upstream": args.upstream, "uvloop": args.uvloop, "gc_freeze": args.gc_freeze,
         "total_deltas_per_s": round(deltas / wall), "load_average": os.getloadavg(),
@@ -498,7 +631,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "stage_write_acked_ms": {p: round(pct(q, written), 2) for p, q in PCT},
         "producer_loop_lag_ms": {p: round(pct(q, lags), 2) for p, q in PCT},
         "followers_loop_lag_ms": {p: round(v, 2) for p, v in result.get("lag", {}).items()},
-        "producer_gc": pauses.summary(),
+        "producer_gc": gcs[0] if len(gcs) == 1 else gcs,
         "followers_gc": result.get("gc"),
         "redis_commands_per_s": round(commands / wall),
         "log_writes": writes,
@@ -520,6 +653,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "producer": round(cpu / wall, 2), "followers": round(result["cpu"] / follow_wall, 2),
             "upstream": round(cpu_others["upstream"] / wall, 2),
             "redis": round(redis_cpu / wall, 2),
+            # Each producer process's own share (several with --producers).
+            "per_producer": [round(p["cpu"] / p["wall"], 2) for p in produced],
         },
     }
 
@@ -586,7 +721,13 @@ def main() -> None:
         "--compare", type=int, metavar="N",
         help="N paired rounds of --bare and recorded (order alternating), medians and ratios",
     )
+    parser.add_argument(
+        "--producers", type=int, default=1,
+        help="producer processes (the streams split across them, each with its own log)",
+    )
     parser.add_argument("--role", default="producer")
+    parser.add_argument("--part", type=int, default=0)
+    parser.add_argument("--base-url")
     parser.add_argument("--redis")
     parser.add_argument("--keys")
     parser.add_argument("--out")
@@ -597,6 +738,9 @@ def main() -> None:
             run_followers, args.redis, keys, args.followers, args.out, args.profile, args.gc_freeze,
             args.cluster, use_uvloop=args.uvloop,
         )
+        return
+    if args.role == "producer-part":
+        run_loop(run_part, args, json.loads(Path(args.keys).read_text()), use_uvloop=args.uvloop)
         return
     if args.compare:
         print(json.dumps(compare(args), indent=2))

@@ -19,14 +19,15 @@ given and returns the cancel flag: one Redis command per frame.
 
 A log uses four connections whatever the number of streams and followers: the writes of
 every stream the process records go out together, one round trip per frame, on a connection
-the writer keeps (:mod:`fluxstream.relay.writer`, :class:`~fluxstream.relay.redis_writes.WriteChannel`);
-the other commands of producers and followers are *pipelined* together (whatever was asked
-while the previous round trip was in flight goes out in one); one *tailer* connection runs a single
-``XREAD BLOCK`` over every stream that has a waiting follower, keeps the entries it read and
-wakes those followers, who take them from it (a follower further behind reads with
-``XRANGE``), so a thousand followers never hold a thousand blocked connections nor re-read
-what the tailer read; and one pub/sub connection carries cancels to producers (the flag that
-every write returns covers a message missed while subscribing). Commands are packed and
+the writer keeps (:mod:`fluxstream.relay.writer`,
+:class:`~fluxstream.relay.redis_writes.WriteChannel`); the other commands of producers and
+followers are *pipelined* together (whatever was asked while the previous round trip was in
+flight goes out in one); one *tailer* connection runs a single ``XREAD BLOCK`` over every
+stream that has a waiting follower, keeps the entries it read and wakes those followers, who
+take them from it (a follower further behind reads with ``XRANGE``), so a thousand followers
+never hold a thousand blocked connections nor re-read what the tailer read; and one pub/sub
+connection carries cancels to producers (the flag that every write returns covers a message
+missed while subscribing). Commands are packed and
 replies read by :mod:`fluxstream.relay.redis_io` (RESP on the client's pooled connections).
 
 redis-py's asyncio client runs on asyncio only (not trio). Install ``fluxstream[redis]``.

@@ -196,7 +196,7 @@ class _Wake(Protocol):
 
     def clear(self) -> None: ...
 
-    async def wait(self, timeout: float) -> None: ...
+    async def wait(self, within: float) -> None: ...
 
 
 class _AnyioWake:
@@ -212,8 +212,8 @@ class _AnyioWake:
         if self._event.is_set():
             self._event = anyio.Event()
 
-    async def wait(self, timeout: float) -> None:
-        with anyio.move_on_after(timeout):
+    async def wait(self, within: float) -> None:
+        with anyio.move_on_after(within):
             await self._event.wait()
 
 
@@ -237,14 +237,14 @@ class _LoopWake:
     def clear(self) -> None:
         self._set = False
 
-    async def wait(self, timeout: float) -> None:
+    async def wait(self, within: float) -> None:
         if self._set:
             return
-        if timeout <= 0:
+        if within <= 0:
             await asyncio.sleep(0)  # a checkpoint, as a lapsed cancel scope gives
             return
         waiter = self._waiter = self._loop.create_future()
-        timer = self._loop.call_later(timeout, _settle, waiter)
+        timer = self._loop.call_later(within, _settle, waiter)
         try:
             await waiter
         finally:
