@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from relay_support import LocalCluster, RedisServer
+from relay_support import LocalCluster, RedisServer, Worker
 
 from fluxstream.relay import MemoryReplyLog, ReplyLog
 from fluxstream.server import ServerThread
@@ -85,3 +85,13 @@ async def make_log(
     yield make
     for log in made + shared:
         await log.aclose()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    """Relay worker processes a test starts; each is killed (by pid) at teardown."""
+    started: list[Worker] = []
+    yield started
+    for worker in started:
+        worker.kill()
+        worker.finish()

@@ -3,12 +3,15 @@ with a known reply, and the checks every follower must pass."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import selectors
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -22,6 +25,45 @@ from fluxstream.relay import RelayEvent, ReplyLog
 from fluxstream.server import expected_reply
 
 WORKER = Path(__file__).with_name("relay_worker.py")
+
+
+class Worker:
+    """``relay_worker.py`` in a subprocess, its stdout read line by line."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def line(self, timeout: float = 20.0) -> str:
+        assert self.process.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.process.stdout, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                raise TimeoutError("worker said nothing")
+        text = self.process.stdout.readline()
+        if not text:
+            err = self.process.stderr.read() if self.process.stderr else ""
+            raise RuntimeError(f"worker ended: {err[-2000:]}")
+        return text.strip()
+
+    def json(self, timeout: float = 20.0) -> dict[str, Any]:
+        return dict(json.loads(self.line(timeout)))
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+
+    def finish(self) -> None:
+        try:
+            self.process.wait(20)
+        finally:
+            self.kill()
+            for stream in (self.process.stdout, self.process.stderr):
+                if stream is not None:
+                    stream.close()
 
 
 def redis_binary() -> str:

@@ -3,20 +3,14 @@ producers killed with SIGKILL, a cancel from a follower's process, Redis itself 
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import random
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import pytest
-from relay_support import WORKER, Followed, RedisServer, expected_text, request
+from relay_support import Followed, RedisServer, Worker, expected_text, request
 
 import fluxstream
 from fluxstream.errors import RelayKeyError, RelayUnavailableError
@@ -24,56 +18,6 @@ from fluxstream.relay import PRODUCER_LOST, RedisReplyLog
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
-
-
-class Worker:
-    """``relay_worker.py`` in a subprocess, its stdout read line by line."""
-
-    def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(WORKER), *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-
-    def line(self, timeout: float = 20.0) -> str:
-        assert self.process.stdout is not None
-        import selectors
-
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.process.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                raise TimeoutError("worker said nothing")
-        text = self.process.stdout.readline()
-        if not text:
-            err = self.process.stderr.read() if self.process.stderr else ""
-            raise RuntimeError(f"worker ended: {err[-2000:]}")
-        return text.strip()
-
-    def json(self, timeout: float = 20.0) -> dict[str, Any]:
-        return dict(json.loads(self.line(timeout)))
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-        self.process.wait(10)
-
-    def finish(self) -> None:
-        try:
-            self.process.wait(20)
-        finally:
-            self.kill()
-            for stream in (self.process.stdout, self.process.stderr):
-                if stream is not None:
-                    stream.close()
-
-
-@pytest.fixture
-def workers() -> Iterator[list[Worker]]:
-    started: list[Worker] = []
-    yield started
-    for worker in started:
-        worker.kill()
-        worker.finish()
 
 
 def test_producer_and_followers_in_three_processes(
