@@ -102,6 +102,8 @@ class Recorder:
         self._transform = transform
         self._pending: list[Event] = list(prefill or [])
         self._release_on_cancel = release_on_cancel
+        #: Seconds unconsumed before recording stops (see :data:`_ABANDONED_MIN`).
+        self._abandon = max(_ABANDONED_MIN, 10 * log.lease)
         self._end: End | None = None
         self.started = False
         self._closing = False
@@ -248,7 +250,7 @@ class Recorder:
         :raises RelayError: nobody consumed the stream for too long (see
             :data:`_ABANDONED_MIN`): the writer stops recording it, and the lease lapses.
         """
-        if self._unconsumed(now):
+        if now - self._consumed_at > self._abandon and self._unconsumed(now):
             if self._stop_watch is not None:
                 self._stop_watch()
                 self._stop_watch = None
@@ -277,7 +279,7 @@ class Recorder:
         return writes
 
     def _abandon_after(self) -> float:
-        return max(_ABANDONED_MIN, 10 * self._log.lease)
+        return self._abandon
 
     def _unconsumed(self, now: float) -> bool:
         """Started, not ending, and nobody has waited in ``anext`` for too long."""

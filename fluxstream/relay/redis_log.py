@@ -13,9 +13,12 @@ Per content key (Redis Cluster-safe: one hash tag per reply, so its keys share a
 most 100), else ``#`` plus its SHA-256: braces, colons, spaces, ``*`` or newlines in a key
 can never address another reply's keys or break the hash tag.
 
-Every write is one ``EVALSHA`` of a small Lua script, so it is atomic and fenced by the lease
-(a producer that lost it cannot write), refreshes the lease and the TTL, stores the token when
-given and returns the cancel flag: one Redis command per frame.
+Every write is a small Lua script, so it is atomic and fenced by the lease (a producer that
+lost it cannot write), refreshes the lease and the TTL, stores the token when given and
+returns the cancel flag. On one Redis the writes of every stream of a frame are one
+``EVALSHA`` together (:data:`~fluxstream.relay.redis_scripts.WRITES`: one command, one reply
+and one script call per frame, each write still failing alone); on a cluster each write is its
+own ``EVALSHA`` (the replies lie in different slots), all in one pipelined round trip.
 
 A log uses four connections whatever the number of streams and followers: the writes of
 every stream the process records go out together, one round trip per frame, on a connection
@@ -62,6 +65,7 @@ from .redis_scripts import (
     REFRESH,
     RELEASE,
     STATE,
+    WRITES,
 )
 from .redis_writes import WriteChannel, WriteCommands
 
@@ -129,7 +133,7 @@ class RedisReplyLog(ReplyLog):
         self.prefix = prefix
         self._scripts = {
             "create": CREATE, "append": APPEND, "refresh": REFRESH, "release": RELEASE,
-            "end": END_UNOWNED, "acquire": ACQUIRE, "state": STATE,
+            "end": END_UNOWNED, "acquire": ACQUIRE, "state": STATE, "writes": WRITES,
         }
         self._shas = {
             name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
@@ -297,8 +301,8 @@ class RedisReplyLog(ReplyLog):
         if self._write_channel is None:  # a cluster, routed by slot: the arguments, not RESP
             commands: list[Any] = [built.args(write) for write in writes]
             send: Callable[[list[Any]], Awaitable[list[Any]]] = self._pipeline.call_many
-        else:
-            commands = [built.packed(write) for write in writes]
+        else:  # one script call for the whole frame (:data:`WRITES`)
+            commands = [built.batch(writes)]
             send = self._write_channel.send
         try:
             replies = await send(commands)
@@ -317,6 +321,8 @@ class RedisReplyLog(ReplyLog):
             return [error for _ in writes]
         except RelayUnavailableError as exc:
             return [exc for _ in writes]
+        if self._write_channel is not None:
+            replies = _unbatched(replies[0], len(writes))
         return [_written(write, reply) for write, reply in zip(writes, replies, strict=True)]
 
     async def _refresh(self, key: str, owner: str) -> bool:
@@ -495,6 +501,17 @@ def _written(write: Write, reply: Any) -> bool | Exception:
     if reply == ENTRIES_LOST and write.entry is not None:
         return _entries_lost(write.key, write.entry.number)
     return bool(reply) and not write.release
+
+
+def _unbatched(reply: Any, count: int) -> list[Any]:
+    """Each write's reply from the reply of :data:`WRITES` (its count, then one per write);
+    an error of the whole call (a script that cannot run) is every write's."""
+    if isinstance(reply, Exception):
+        return [reply] * count
+    if not isinstance(reply, list) or len(reply) != count + 1 or reply[0] != count:
+        error = RelayUnavailableError(f"redis: unexpected reply to {count} writes: {reply!r:.200}")
+        return [error] * count
+    return reply[1:]
 
 
 def _entries_lost(key: str, number: int) -> RelayUnavailableError:

@@ -61,6 +61,9 @@ class WriteCommands:
         self._timing = timing
         #: (key, owner) -> (timing, packed append prefix, packed refresh command).
         self._prefixes: dict[tuple[str, str], tuple[tuple[float, float], bytes, bytes]] = {}
+        #: For :meth:`batch`: (key, owner) -> (keys, append, refresh and release heads).
+        self._parts: dict[tuple[str, str], tuple[bytes, bytes, bytes, bytes]] = {}
+        self._batch_timing: tuple[tuple[float, float] | None, bytes] = (None, b"")
 
     def args(self, write: Write) -> list[Any]:
         """The command's arguments (for a cluster's pipeliner)."""
@@ -96,6 +99,59 @@ class WriteCommands:
             cached[1], len(number), number, len(data), data, len(token), token,
             _FINAL[write.final],
         )
+
+    def batch(self, writes: list[Write]) -> bytes:
+        """Every write of ``writes`` as one ``EVALSHA`` of :data:`~fluxstream.relay.
+        redis_scripts.WRITES` in RESP (one Redis, not a cluster): one command, one reply and
+        one script call per frame, not one per stream. A reply's four keys and its owner
+        are packed once per reply and owner; a write packs its entry number, entry, token
+        and final flag."""
+        timing = self._timing()
+        if self._batch_timing[0] != timing:
+            lease_ms, ttl_ms = _ms(timing)
+            self._batch_timing = (timing, bulk(lease_ms) + bulk(ttl_ms))
+            self._parts.clear()
+        keys: list[bytes] = []
+        argv: list[bytes] = [self._batch_timing[1]]
+        count = 2
+        for write in writes:
+            parts = self._parts.get((write.key, write.owner))
+            if parts is None:
+                parts = self._batch_parts(write)
+            keys.append(parts[0])
+            entry = write.entry
+            if write.release:
+                argv.append(parts[3])
+                count += 2
+            elif entry is None:
+                argv.append(parts[2])
+                count += 2
+            else:
+                number = b"%d-0" % entry.number
+                data = entry_json(entry.events, entry.end)
+                token = _token(write)
+                argv.append(b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
+                    parts[1], len(number), number, len(data), data, len(token), token,
+                    _FINAL[write.final],
+                ))
+                count += 6
+        return b"*%d\r\n$7\r\nEVALSHA\r\n%s%s%s%s" % (
+            3 + 4 * len(writes) + count, bulk(self._shas["writes"]), bulk(4 * len(writes)),
+            b"".join(keys), b"".join(argv),
+        )
+
+    def _batch_parts(self, write: Write) -> tuple[bytes, bytes, bytes, bytes]:
+        """A reply's packed keys, and its owner after each operation's letter."""
+        k = self._keys(write.key)
+        owner = bulk(write.owner)
+        made = (
+            b"".join(bulk(k[name]) for name in ("stream", "meta", "lease", "cancel")),
+            bulk("a") + owner, bulk("r") + owner, bulk("x") + owner,
+        )
+        if len(self._parts) >= _PREFIX_CACHE:  # bounded: the replies of one moment
+            self._parts.clear()
+        self._parts[(write.key, write.owner)] = made
+        return made
 
     def _prefix(
         self, write: Write, timing: tuple[float, float]

@@ -175,10 +175,18 @@ class Writer:
         except Exception as exc:  # a backend bug: every stream of this frame stops recording
             results = [exc for _ in writes]
         done = time.monotonic()
-        by_stream: dict[Recording, list[tuple[Write, Any]]] = {}
-        for stream, write, result in zip(owners, writes, results, strict=True):
-            by_stream.setdefault(stream, []).append((write, result))
-        for stream, outcomes in by_stream.items():
+        # A stream's writes are next to each other (taken together above): one run each.
+        count = len(writes)
+        if len(results) != count:
+            raise ValueError(f"{len(results)} results for {count} writes")
+        i = 0
+        while i < count:
+            stream = owners[i]
+            j = i + 1
+            while j < count and owners[j] is stream:
+                j += 1
+            outcomes = [(writes[k], results[k]) for k in range(i, j)]
+            i = j
             try:
                 finished = stream.written(outcomes, done)
             except Exception as exc:  # e.g. its stream's cancel failed: it stops alone
