@@ -205,6 +205,7 @@ class WriteChannel:
         self._redis = redis
         self._fallback = fallback
         self._connection: Any = None
+        self._socket_timeout: float | None = None
         self._busy = False
 
     async def send(self, commands: list[bytes]) -> list[Any]:
@@ -217,7 +218,7 @@ class WriteChannel:
             results: list[Any] = []
             connection = self._connection
             if connection is None:
-                connection = self._connection = await borrow(self._redis)
+                connection = await self._borrow()
             try:
                 async with _deadline(_ROUND_TRIP):
                     await round_trip(connection, commands, results)
@@ -225,7 +226,7 @@ class WriteChannel:
                 await self._drop()
                 if results:
                     raise
-                connection = self._connection = await borrow(self._redis)
+                connection = await self._borrow()
                 async with _deadline(_ROUND_TRIP):
                     await round_trip(connection, commands, results)
             return results
@@ -235,21 +236,28 @@ class WriteChannel:
         finally:
             self._busy = False
 
+    async def _borrow(self) -> Any:
+        """A connection of the pool, kept; its own socket timeout off while kept: redis-py
+        sends under ``asyncio.wait_for`` when one is set (a task and two more event-loop
+        passes per round trip), and the round trip has its deadline here."""
+        connection = self._connection = await borrow(self._redis)
+        self._socket_timeout = connection.socket_timeout
+        connection.socket_timeout = None
+        return connection
+
     async def _drop(self) -> None:
+        await self._give_back(broken=True)
+
+    async def _give_back(self, *, broken: bool) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
+            connection.socket_timeout = self._socket_timeout
             with suppress(Exception):
-                await give_back(self._redis, connection, broken=True)
+                await give_back(self._redis, connection, broken=broken)
 
     async def aclose(self) -> None:
-        """Give the kept connection back to the pool."""
-        connection, self._connection = self._connection, None
-        if connection is not None and not self._busy:
-            with suppress(Exception):
-                await give_back(self._redis, connection, broken=False)
-        elif connection is not None:
-            with suppress(Exception):
-                await give_back(self._redis, connection, broken=True)
+        """Give the kept connection back to the pool (closed if a round trip is out)."""
+        await self._give_back(broken=self._busy)
 
 
 if sys.version_info >= (3, 11):
