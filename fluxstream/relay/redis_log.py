@@ -16,7 +16,7 @@ can never address another reply's keys or break the hash tag.
 Every write is a small Lua script, so it is atomic and fenced by the lease (a producer that
 lost it cannot write), refreshes the lease and the TTL, stores the token when given and
 returns the cancel flag. On one Redis the writes of every stream of a frame are one
-``EVALSHA`` together (:data:`~fluxstream.relay.redis_scripts.WRITES`: one command, one reply
+``EVALSHA`` together (:data:`~fluxstream.relay.redis_writes.WRITES`: one command, one reply
 and one script call per frame, each write still failing alone); on a cluster each write is its
 own ``EVALSHA`` (the replies lie in different slots), all in one pipelined round trip.
 
@@ -65,9 +65,8 @@ from .redis_scripts import (
     REFRESH,
     RELEASE,
     STATE,
-    WRITES,
 )
-from .redis_writes import WriteChannel, WriteCommands
+from .redis_writes import WRITES, WriteChannel, WriteCommands
 
 try:
     import redis.asyncio as aioredis

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 __all__ = [
     "ACQUIRE", "APPEND", "CREATE", "END_UNOWNED", "ENTRIES_LOST", "LEASE_LOST", "REFRESH",
-    "RELEASE", "STATE", "WRITES",
+    "RELEASE", "STATE",
 ]
 
 #: What a fenced script returns when the lease is not the caller's.
@@ -53,70 +53,6 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 redis.call('PEXPIRE', KEYS[4], ARGV[3])
 return redis.call('EXISTS', KEYS[2])
-"""
-
-# Every write of a producer's frame in one script call (one Redis: a cluster's replies lie
-# in different slots, so there each write is its own APPEND / REFRESH / RELEASE).
-# KEYS: stream, meta, lease, cancel of each write, in order.
-# ARGV: lease_ms, ttl_ms, then per write 'a', owner, id, data, token, final (APPEND),
-#   'r', owner (REFRESH) or 'x', owner (RELEASE).
-# Returns the number of writes, then what each one's own script returns; a write that fails
-# (an entry that exists, a key of the wrong type) gives its error in its place and changes
-# nothing (its reads come first), as its own EVALSHA would; the others go on.
-WRITES = """
-local lease_ms, ttl_ms = ARGV[1], ARGV[2]
-local function append(s, m, l, c, owner, id, data, token, final)
-  if redis.call('GET', l) ~= owner then return -1 end
-  if redis.call('XLEN', s) < tonumber(string.match(id, '^(%d+)')) - 1 then return -2 end
-  redis.call('XADD', s, id, 'd', data)
-  redis.call('PEXPIRE', s, ttl_ms)
-  redis.call('PEXPIRE', m, ttl_ms)
-  if token ~= '' then redis.call('HSET', m, 'token', token) end
-  if final == '1' then
-    redis.call('HSET', m, 'ended', '1')
-    redis.call('DEL', l)
-  else
-    redis.call('PEXPIRE', l, lease_ms)
-  end
-  return redis.call('EXISTS', c)
-end
-local function refresh(s, m, l, c, owner)
-  if redis.call('GET', l) ~= owner then return -1 end
-  redis.call('PEXPIRE', l, lease_ms)
-  redis.call('PEXPIRE', s, ttl_ms)
-  redis.call('PEXPIRE', m, ttl_ms)
-  return redis.call('EXISTS', c)
-end
-local function release(s, m, l, c, owner)
-  if redis.call('GET', l) == owner then redis.call('DEL', l) end
-  return 1
-end
-local out = {#KEYS / 4}
-local a = 3
-for i = 0, #KEYS / 4 - 1 do
-  local k = 4 * i
-  local op = ARGV[a]
-  local ok, result
-  if op == 'a' then
-    ok, result = pcall(append, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
-    a = a + 6
-  elseif op == 'r' then
-    ok, result = pcall(refresh, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
-    a = a + 2
-  else
-    ok, result = pcall(release, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
-    a = a + 2
-  end
-  if ok then
-    out[#out + 1] = result
-  elseif type(result) == 'table' and result.err then
-    out[#out + 1] = result
-  else
-    out[#out + 1] = redis.error_reply(tostring(result))
-  end
-end
-return out
 """
 
 # KEYS: lease  ARGV: owner

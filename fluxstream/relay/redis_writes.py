@@ -31,7 +31,75 @@ from .codec import entry_json
 from .redis_io import borrow, bulk, give_back, pack, round_trip
 from .writer import Write
 
-__all__ = ["WriteChannel", "WriteCommands"]
+__all__ = ["WRITES", "WriteChannel", "WriteCommands"]
+
+#: Every write of a producer's frame in one script call: APPEND, REFRESH and RELEASE of
+#: :mod:`~fluxstream.relay.redis_scripts`, each write its own function, in order. One Redis
+#: only: the writes of a frame touch replies in many slots, so on a cluster each write stays
+#: its own script, routed by its reply's slot (which is why this script is not among those,
+#: every one of which touches a single reply). Each write's keys are declared
+#: (``KEYS[4i+1..4i+4]``), none is built inside.
+#: KEYS: stream, meta, lease, cancel of each write, in order.
+#: ARGV: lease_ms, ttl_ms, then per write 'a', owner, id, data, token, final (APPEND),
+#:   'r', owner (REFRESH) or 'x', owner (RELEASE).
+#: Returns the number of writes, then what each one's own script returns; a write that fails
+#: (an entry that exists, a key of the wrong type) gives its error in its place and changes
+#: nothing (its reads come first), as its own EVALSHA would; the others go on.
+WRITES = """
+local lease_ms, ttl_ms = ARGV[1], ARGV[2]
+local function append(s, m, l, c, owner, id, data, token, final)
+  if redis.call('GET', l) ~= owner then return -1 end
+  if redis.call('XLEN', s) < tonumber(string.match(id, '^(%d+)')) - 1 then return -2 end
+  redis.call('XADD', s, id, 'd', data)
+  redis.call('PEXPIRE', s, ttl_ms)
+  redis.call('PEXPIRE', m, ttl_ms)
+  if token ~= '' then redis.call('HSET', m, 'token', token) end
+  if final == '1' then
+    redis.call('HSET', m, 'ended', '1')
+    redis.call('DEL', l)
+  else
+    redis.call('PEXPIRE', l, lease_ms)
+  end
+  return redis.call('EXISTS', c)
+end
+local function refresh(s, m, l, c, owner)
+  if redis.call('GET', l) ~= owner then return -1 end
+  redis.call('PEXPIRE', l, lease_ms)
+  redis.call('PEXPIRE', s, ttl_ms)
+  redis.call('PEXPIRE', m, ttl_ms)
+  return redis.call('EXISTS', c)
+end
+local function release(s, m, l, c, owner)
+  if redis.call('GET', l) == owner then redis.call('DEL', l) end
+  return 1
+end
+local out = {#KEYS / 4}
+local a = 3
+for i = 0, #KEYS / 4 - 1 do
+  local k = 4 * i
+  local op = ARGV[a]
+  local ok, result
+  if op == 'a' then
+    ok, result = pcall(append, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
+      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    a = a + 6
+  elseif op == 'r' then
+    ok, result = pcall(refresh, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
+    a = a + 2
+  else
+    ok, result = pcall(release, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
+    a = a + 2
+  end
+  if ok then
+    out[#out + 1] = result
+  elseif type(result) == 'table' and result.err then
+    out[#out + 1] = result
+  else
+    out[#out + 1] = redis.error_reply(tostring(result))
+  end
+end
+return out
+"""
 
 #: Seconds one round trip of writes may take (as the pipeliner's).
 _ROUND_TRIP = 10.0
@@ -101,9 +169,9 @@ class WriteCommands:
         )
 
     def batch(self, writes: list[Write]) -> bytes:
-        """Every write of ``writes`` as one ``EVALSHA`` of :data:`~fluxstream.relay.
-        redis_scripts.WRITES` in RESP (one Redis, not a cluster): one command, one reply and
-        one script call per frame, not one per stream. A reply's four keys and its owner
+        """Every write of ``writes`` as one ``EVALSHA`` of :data:`WRITES` in RESP (one Redis,
+        not a cluster): one command, one reply and one script call per frame, not one per
+        stream. A reply's four keys and its owner
         are packed once per reply and owner; a write packs its entry number, entry, token
         and final flag."""
         timing = self._timing()

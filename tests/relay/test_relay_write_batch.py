@@ -6,6 +6,7 @@ that is another's, entries lost, an entry that exists, a cancel, the end, a rele
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from fluxstream.errors import RelayLeaseLostError, RelayUnavailableError
 from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
 from fluxstream.relay.codec import Entry
+from fluxstream.relay.redis_writes import WRITES
 from fluxstream.relay.writer import Write
 
 pytestmark = pytest.mark.anyio
@@ -142,3 +144,19 @@ async def test_the_writes_of_a_frame_go_in_one_command(redis_server: RedisServer
     ]) == [False] * 5
     assert await evalsha_calls() - before == 1
     await log.aclose()
+
+
+def test_each_write_of_the_script_touches_only_the_keys_declared_for_it() -> None:
+    """As every script of one reply names its keys as ``KEYS[n]``: here each write's
+    function touches only its own four parameters, and is only given ``KEYS[k + 1..4]``."""
+    functions = dict(re.findall(r"local function (\w+)\(s, m, l, c, ([^)]*)\)", WRITES))
+    assert set(functions) == {"append", "refresh", "release"}
+    calls = re.findall(r"redis\.call\('([A-Z]+)',\s*([^,)]+)", WRITES)
+    assert calls
+    for command, first in calls:
+        assert first.strip() in ("s", "m", "l", "c"), (command, first)
+    given = re.findall(r"pcall\((\w+), ([^\n]*)", WRITES)
+    assert {name for name, _ in given} == set(functions)
+    for _, args in given:
+        assert args.startswith("KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],"), args
+    assert "KEYS[" not in WRITES.split("local out")[0]  # none inside the functions
