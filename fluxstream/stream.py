@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import replace
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -267,7 +267,27 @@ class ReplyStream(StructuredOutput):
             self._pos = pos + 1
             event = batch[pos]
         else:
-            event = await self._next_batch()
+            # The hot path: the transport's read is the one await; its outcome is decided
+            # synchronously unless it calls for more (``StreamReader.took``/``raised``).
+            reader = self._reader
+            body = reader.direct_body()
+            if body is None:
+                event = await self._next_batch()
+            else:
+                try:
+                    data = await body.__anext__()
+                except BaseException as exc:
+                    event = await self._settle(reader.raised(exc))
+                else:
+                    events = reader.took(data)
+                    if not isinstance(events, list):
+                        event = await self._settle(events)
+                    elif events:
+                        self._batch = events
+                        self._pos = 1
+                        event = events[0]
+                    else:  # part of an event, or nothing to deliver: read on
+                        event = await self._next_batch()
         view = self._view
         if view is not None:
             view.feed(event)
@@ -275,6 +295,20 @@ class ReplyStream(StructuredOutput):
         if watching is not None:
             watching.event(event)
         return event
+
+    async def _settle(self, pending: Awaitable[list[Event]]) -> Event:
+        """A read's outcome that took more than its bytes (:meth:`StreamReader.took` or
+        :meth:`StreamReader.raised`), as :meth:`_next_batch` delivers one of its own."""
+        try:
+            events = await pending
+        except BaseException:
+            self._observe_end()  # a typed error or a cancellation that ended the stream
+            raise
+        if events:
+            self._batch = events
+            self._pos = 1
+            return events[0]
+        return await self._next_batch()
 
     async def _next_batch(self) -> Event:
         reader = self._reader

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -280,6 +280,15 @@ class Channel:
         if self.attempt is None:  # closed under us
             raise StopAsyncIteration
         return await self.attempt.read()
+
+    def direct_body(self) -> AsyncIterator[bytes] | None:
+        """The body :meth:`receive` would read, when it reads it directly: no read-ahead
+        task, and a read needs no cancel scope (:attr:`Attempt.scoped_reads`); ``None``
+        otherwise (and when nothing is open to read)."""
+        attempt = self.attempt
+        if attempt is None or attempt.scoped_reads or self._readahead is not None:
+            return None
+        return attempt.body
 
     @property
     def reads_ahead(self) -> bool:

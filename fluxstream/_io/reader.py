@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import anyio
@@ -143,6 +143,23 @@ class StreamReader:
         with anyio.CancelScope(shield=True):
             await self.close_response()
 
+    def direct_body(self) -> AsyncIterator[bytes] | None:
+        """The body to read straight from when the next read needs nothing but its bytes:
+        the stream is open and has not ended, no cancel is asked, no error is held back
+        for it, no deadline applies (:attr:`Progress.deadline_free`) and no read-ahead task
+        or cancel scope stands between (:meth:`Channel.direct_body`). ``None``: the next
+        read is :meth:`read`'s. Its outcome is :meth:`raised`'s or :meth:`took`'s, so the
+        caller awaits the transport's read and nothing else (see ``ReplyStream.__anext__``).
+        """
+        if (
+            self.ended
+            or self.cancel_requested
+            or self._parser.pending_error is not None
+            or not self.progress.deadline_free
+        ):
+            return None
+        return self.channel.direct_body()
+
     async def read(self) -> list[Event]:
         """One read from the network, through the parser. Never raises StopAsyncIteration."""
         parser = self._parser
@@ -161,38 +178,51 @@ class StreamReader:
                     passed, data = got, b""
                 else:
                     data = got
-        except StopAsyncIteration:
-            return await self._bytes_ended(None)
-        except anyio.get_cancelled_exc_class() as exc:
-            await self._interrupted(exc)
-            raise
-        except Exception as exc:
-            return await self._read_failed(exc)
-        except BaseException as exc:  # KeyboardInterrupt, SystemExit: the caller stops all
-            await self._interrupted(exc)
-            raise
+        except BaseException as exc:
+            return await self.raised(exc)
         if passed is not None:
             return await self._deadline_passed(passed)
+        events = self.took(data)
+        return events if isinstance(events, list) else await events
+
+    async def raised(self, exc: BaseException) -> list[Event]:
+        """A read raised ``exc`` (call it where it was caught): the body ended, a drop, a
+        timeout or a failure, acted on; a cancellation or an interrupt closes the response,
+        states the outcome and is re-raised unchanged."""
+        if isinstance(exc, StopAsyncIteration):
+            return await self._bytes_ended(None)
+        if isinstance(exc, Exception) and not isinstance(exc, anyio.get_cancelled_exc_class()):
+            return await self._read_failed(exc)
+        # Cancellation (asyncio's, trio's), KeyboardInterrupt, SystemExit: the caller stops.
+        await self._interrupted(exc)
+        raise exc
+
+    def took(self, data: bytes) -> list[Event] | Coroutine[Any, Any, list[Event]]:
+        """A read's bytes, through the parser and the clocks: the events to deliver, or, when
+        the read calls for more than that (an error event, a resume that did not continue,
+        a deadline passed, a retry), the coroutine that acts on it, for the caller to await.
+        Synchronous in the common case, so the hot path awaits only the transport's read."""
+        parser = self._parser
         try:
             events = parser.feed(data)
         except ResumeMismatchError as exc:
-            return await self._resume_rejected(exc)
+            return self._resume_rejected(exc)
         except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
-            return await self._fail_with(StreamFailedError, exc, str(exc))
+            return self._fail_with(StreamFailedError, exc, str(exc))
         now = time.monotonic()
         if parser.held_error is not None:
-            return await self._error_event(events, now)
+            return self._error_event(events, now)
         if events and not parser.saw_content:
             decision = self.channel.error_event_decision(events, now)
             if decision is not None:
-                return await self._recover(
+                return self._recover(
                     lambda: self._reconnect(decision, "error event before content")
                 )
         overdue = self.progress.read(events, now, self._complete)
         if events and parser.finished:
             self.end([])
         elif overdue is not None:
-            return await self._deadline_passed(overdue)
+            return self._deadline_passed(overdue)
         return events
 
     async def _deadline_passed(
