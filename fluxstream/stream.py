@@ -320,7 +320,8 @@ class ReplyStream(StructuredOutput):
                 return self._batch[self._pos - 1]
             if reader.ended:
                 self._observe_end()
-                await reader.close_response()
+                if not reader.channel.close_now():  # the usual end closes synchronously
+                    await reader.close_response()
                 raise StopAsyncIteration
             try:
                 events = await reader.read()

@@ -366,6 +366,25 @@ class Attempt:
         else:
             abort_connection(response)
 
+    def close_now(self, *, drain: bool = False) -> bool:
+        """:meth:`close`, synchronously, when it has nothing to wait for: nothing to drain
+        (``drain`` is not asked, or the transport has the body's end already) and a response
+        that closes without waiting with no generator chain to unwind under it (fluxstream's
+        own transport). Whether it closed; if not, nothing changed and :meth:`close` is the
+        way."""
+        response = self.response
+        if self._closed or response is None:
+            return True
+        if drain and not self.cancelled and not body_complete(response):
+            return False
+        close = closer(response)
+        if close is None or needs_unwinding(self.body):
+            return False
+        self._closed = True
+        self.body = None
+        close()
+        return True
+
     async def close(self, *, drain: bool = False) -> None:
         """Close the response (idempotent). ``drain``: the sentinel came and nobody else
         reads the body, so read its end first (briefly) and the connection goes back to the

@@ -386,9 +386,30 @@ class Channel:
             and (closed is None or closed.unfinished is None)
         )
 
+    def close_now(self, *, drain: bool = True) -> bool:
+        """:meth:`close`, synchronously, when it has nothing to wait for: no read-ahead task,
+        no body left to finish, and a response that closes at once
+        (:meth:`Attempt.close_now`). Whether it closed; if not, nothing changed and
+        :meth:`close` is the way. Every stream's end comes here."""
+        if self._readahead is not None:
+            return False
+        closed = self._closed
+        if closed is not None and closed.unfinished is not None:
+            return False
+        attempt = self.attempt
+        if attempt is None:
+            return True
+        if not attempt.close_now(drain=drain and self.parser.done and not self.recovery.cancelled):
+            return False
+        self.attempt = None
+        self._closed = attempt
+        return True
+
     async def close(self, *, drain: bool = True) -> None:
         """Close the current response (idempotent). ``drain``: after the sentinel, read the
         body's end first so the connection can go back to the pool."""
+        if self.close_now(drain=drain):
+            return
         # Drain only after the sentinel: the body's end is usually right behind it, and
         # reading it lets the connection go back to the pool instead of being torn down.
         drain = drain and self.parser.done and not self.recovery.cancelled
