@@ -9,6 +9,7 @@ does whenever a deadline, a read-ahead task or a cancel scope applies.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -73,7 +74,7 @@ def _body(parts: list[tuple[str, str]], finish: bool, done: bool, ids: bool) -> 
 
 def _cut(body: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
-    return [body[a:b] for a, b in zip(points, points[1:]) if b > a]
+    return [body[a:b] for a, b in itertools.pairwise(points) if b > a]
 
 
 class _Pieces:
@@ -94,9 +95,8 @@ class _Pieces:
 
 class _Response:
     status_code = 200
-    extensions: dict[str, Any] = {}
-
     def __init__(self, pieces: list[bytes]) -> None:
+        self.extensions: dict[str, Any] = {}
         self.headers = httpx.Headers({"content-type": "text/event-stream"})
         self._body = _Pieces(pieces)
 
