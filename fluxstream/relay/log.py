@@ -28,7 +28,7 @@ import anyio
 from ..errors import RelayKeyError, RelayPositionError, RelayUnavailableError, show_key
 from ..events import End, Outcome
 from .access import LogAccess
-from .codec import Entry, Position, RelayEvent, end_record, parse_position
+from .codec import Entry, Position, RelayEvent, end_record, parse_position, relayed
 from .producer import RecordedStream, Recorder
 from .writer import Write, Writer, current_loop
 
@@ -235,18 +235,16 @@ class ReplyLog(ABC):
                     number = entry.number
                     # The events after ``position``: all of a later entry, the rest of its
                     # own (compared as numbers once per entry, not as positions per event).
+                    # The items are the entry's own, shared with every other follower.
                     if number > position.entry:
-                        first = 0
+                        for item in relayed(entry):
+                            yield item
                     elif number == position.entry:
                         if position.index >= len(entry.events):
                             message = f"position {position} is past the end of {show_key(key)}"
                             raise RelayPositionError(message)
-                        first = position.index + 1
-                    else:
-                        first = len(entry.events)
-                    events = entry.events
-                    for index in range(first, len(events)):
-                        yield RelayEvent(Position(number, index), events[index])
+                        for item in relayed(entry)[position.index + 1:]:
+                            yield item
                     cursor = number
                     if entry.end is not None:
                         finished = True

@@ -49,10 +49,16 @@ _LINGER = 2.0
 _CACHE = 32
 #: Granularity (seconds) of the followers' poll timeouts (see Tailer._expire_after).
 _SLOT = 0.05
+#: Seconds between two looks for streams whose linger ended (a look goes over every
+#: watched stream: once per read, it cost more than the read at a hundred streams).
+_SWEEP = 0.1
 #: Seconds one round trip (a batch, or a blocking read beyond its block time) may take.
 _ROUND_TRIP = 10.0
 
 Arg = bytes | str | int | float
+
+#: ``asyncio.timeout`` (Python 3.11+), else ``None``.
+_timeout: Any = getattr(asyncio, "timeout", None)
 
 
 def pack(args: Sequence[Arg]) -> bytes:
@@ -223,10 +229,24 @@ class Tailer:
         self._deadlines: dict[int, list[asyncio.Future[None]]] = {}
         #: Stream names as RESP bulk strings (an ``XREAD`` names every watched stream).
         self._names: dict[str, bytes] = {}
+        #: The ``XREAD`` of the watched streams, kept between reads and changed where it
+        #: changes: a read costs the streams it finds, not every stream it watches. Built
+        #: again (:meth:`_build`) when ``_version`` (bumped when the watched streams change)
+        #: differs from ``_built``: the streams in order, each one's index, the entry
+        #: number asked after and its RESP id, and the command up to the ids.
+        self._version = 0
+        self._built = -1
+        self._order: list[str] = []
+        self._index: dict[str, int] = {}
+        self._nums: list[int] = []
+        self._ids: list[bytes] = []
+        self._head = b""
+        self._sweep_at = 0.0
         self._task: asyncio.Task[None] | None = None
         self._connection: Any = None
         self._client_id: int | None = None
-        self._blocked_on: frozenset[str] = frozenset()
+        #: The streams of the read in flight (empty: none is).
+        self._blocked_on: dict[str, int] = {}
         self._unblocking = False
         self._closed = False
 
@@ -246,19 +266,27 @@ class Tailer:
         held = self._cache.get(stream)
         if held is None or held[0] > after or not held[1] or held[1][-1].number <= after:
             return None
-        entries = held[1]
+        base, entries = held
+        first = after - base  # entries are numbered without a gap: base + 1, base + 2, ...
+        if first < len(entries) and entries[first].number == after + 1:
+            return entries[first:]
         return entries[bisect.bisect_right(entries, after, key=_number):]
 
     async def wait(self, stream: str, after: int, wait: float) -> None:
         """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
-        if self._latest.get(stream, -1) > after:
+        latest = self._latest.get(stream)
+        if latest is not None and latest > after:
             return
-        self._latest[stream] = max(self._latest.get(stream, after), after)
+        if latest != after:
+            self._set_latest(stream, after)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
-        waiters = self._waiters.setdefault(stream, [])
+        waiters = self._waiters.get(stream)
+        if waiters is None:
+            waiters = self._waiters[stream] = []
+            if self._linger.pop(stream, None) is None:
+                self._version += 1  # newly watched
         waiters.append(future)
-        self._linger.pop(stream, None)
         self._expire_after(loop, future, wait)
         try:
             if self._closed:  # no new read: the follower's own read reports the closed log
@@ -269,12 +297,13 @@ class Tailer:
                 self._interrupt()  # a read is out without this stream: cut it short
             await future
         finally:
-            waiters = self._waiters.get(stream, [])
-            if future in waiters:
-                waiters.remove(future)
-            if not waiters:
-                self._waiters.pop(stream, None)
-                self._linger[stream] = time.monotonic() + _LINGER
+            waiters = self._waiters.get(stream)
+            if waiters is not None:
+                if future in waiters:
+                    waiters.remove(future)
+                if not waiters:
+                    del self._waiters[stream]
+                    self._linger[stream] = time.monotonic() + _LINGER
 
     def _expire_after(self, loop: asyncio.AbstractEventLoop, future: Any, wait: float) -> None:
         """Settle ``future`` after ``wait`` seconds (rounded up to :data:`_SLOT`): one timer
@@ -302,14 +331,44 @@ class Tailer:
             _settle(future)
 
     def _watched(self) -> list[str]:
-        now = time.monotonic()
+        self._sweep(time.monotonic())
+        return [*self._waiters, *self._linger]
+
+    def _sweep(self, now: float) -> None:
+        """Stop watching the streams whose linger ended."""
+        self._sweep_at = now + _SWEEP
         for name, until in list(self._linger.items()):
             if until <= now:
                 del self._linger[name]
                 self._latest.pop(name, None)
                 self._cache.pop(name, None)
                 self._names.pop(name, None)
-        return [*self._waiters, *self._linger]
+                self._version += 1
+
+    def _set_latest(self, stream: str, number: int) -> None:
+        """The newest entry known of ``stream`` (what the next read asks after)."""
+        self._latest[stream] = number
+        at = self._index.get(stream)
+        if at is not None:
+            self._nums[at] = number
+            self._ids[at] = _bulk_id(number)
+
+    def _build(self) -> None:
+        """The ``XREAD`` of the streams watched now (see ``_version``)."""
+        self._built = self._version
+        order = self._order = [*self._waiters, *self._linger]
+        self._index = {name: at for at, name in enumerate(order)}
+        self._nums = [self._latest.get(name, 0) for name in order]
+        self._ids = [_bulk_id(number) for number in self._nums]
+        names = self._names
+        parts = [b"*%d\r\n%s" % (6 + 2 * len(order), _XREAD)]
+        for name in order:
+            packed = names.get(name)
+            if packed is None:
+                data = name.encode()
+                packed = names[name] = b"$%d\r\n%s\r\n" % (len(data), data)
+            parts.append(packed)
+        self._head = b"".join(parts)
 
     def _interrupt(self) -> None:
         client_id = self._client_id
@@ -324,7 +383,8 @@ class Tailer:
                 for _ in range(20):
                     if await self._pipeline.call("CLIENT", "UNBLOCK", client_id):
                         return
-                    if set(self._watched()) <= self._blocked_on:
+                    blocked = self._blocked_on
+                    if blocked and all(name in blocked for name in self._watched()):
                         return
                     await asyncio.sleep(0.002)
             except Exception:  # the read ends by its own timeout anyway
@@ -334,49 +394,43 @@ class Tailer:
 
         asyncio.get_running_loop().create_task(unblock())
 
-    def _xread(self, asked: dict[str, int]) -> bytes:
-        """``XREAD COUNT .. BLOCK .. STREAMS <names> <ids>``, with each name packed once."""
-        names = self._names
-        parts = [b"*%d\r\n%s" % (6 + 2 * len(asked), _XREAD)]
-        for name in asked:
-            packed = names.get(name)
-            if packed is None:
-                data = name.encode()
-                packed = names[name] = b"$%d\r\n%s\r\n" % (len(data), data)
-            parts.append(packed)
-        for number in asked.values():
-            data = b"%d-0" % number
-            parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-        return b"".join(parts)
-
     async def _command(self, *args: Arg) -> Any:
         return await self._send(pack(args))
 
     async def _send(self, command: bytes) -> Any:
         results: list[Any] = []
-        await asyncio.wait_for(
-            round_trip(self._connection, [command], results),
-            _ROUND_TRIP + _TAIL_BLOCK_MS / 1000,
-        )
+        limit = _ROUND_TRIP + _TAIL_BLOCK_MS / 1000
+        if _timeout is not None:  # a timer, where wait_for made a task per read
+            async with _timeout(limit):
+                await round_trip(self._connection, [command], results)
+        else:  # pragma: no cover - Python 3.10
+            await asyncio.wait_for(round_trip(self._connection, [command], results), limit)
         if isinstance(results[0], Exception):
             raise results[0]
         return results[0]
 
     async def _run(self) -> None:
         try:
-            while watched := self._watched():
+            while True:
+                sent = time.monotonic()
+                if sent >= self._sweep_at:
+                    self._sweep(sent)
+                if self._built != self._version:
+                    self._build()
+                if not self._order:
+                    break
                 if self._connection is None:
                     self._connection = await borrow(self._redis)
                     self._client_id = int(await self._command("CLIENT", "ID"))
-                asked = {name: self._latest.get(name, 0) for name in watched}
-                self._blocked_on = frozenset(asked)
-                sent = time.monotonic()
-                found = await self._send(self._xread(asked))
-                self._blocked_on = frozenset()
+                    continue  # streams may have come meanwhile
+                index = self._blocked_on = self._index
+                asked = self._nums.copy()
+                found = await self._send(self._head + b"".join(self._ids))
+                self._blocked_on = {}
                 for name, items in xread_streams(found):
                     name = name.decode() if isinstance(name, bytes) else name
                     if items:
-                        self._found(name, asked.get(name, 0), items)
+                        self._found(name, asked[index[name]], items)
                 if found:  # let entries gather: the next read then rarely blocks
                     rest = sent + min(_TAIL_GAP, _TAIL_GAP_PER_STREAM * len(asked))
                     if rest > time.monotonic():
@@ -386,7 +440,7 @@ class Tailer:
         except Exception as exc:  # wake everyone: their own reads report the failure
             await self._failed(exc)
         finally:
-            self._blocked_on = frozenset()
+            self._blocked_on = {}
 
     async def _failed(self, exc: Exception) -> None:
         """The read failed: wake everyone (their own reads report the failure) and forget
@@ -402,6 +456,7 @@ class Tailer:
         self._latest.clear()
         self._linger.clear()
         self._names.clear()
+        self._version += 1
         await asyncio.sleep(0.05)
 
     def _found(self, name: str, asked: int, items: list[Any]) -> None:
@@ -419,7 +474,7 @@ class Tailer:
             kept = kept[-_CACHE:]
         self._cache[name] = (base, kept)
         if newest > self._latest.get(name, -1):
-            self._latest[name] = newest
+            self._set_latest(name, newest)
             self._wake(name)
 
     async def _drop_connection(self, *, broken: bool) -> None:
@@ -452,6 +507,12 @@ async def round_trip(connection: Any, commands: list[bytes], results: list[Any])
 
 def _number(entry: Any) -> int:
     return int(entry.number)
+
+
+def _bulk_id(number: int) -> bytes:
+    """Entry id ``<number>-0`` as a RESP bulk string."""
+    data = b"%d-0" % number
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 def _settle(future: asyncio.Future[None]) -> None:

@@ -525,6 +525,10 @@ def _entries_lost(key: str, number: int) -> RelayUnavailableError:
 def _decode(item: Any) -> Entry:
     """An entry of a raw ``XRANGE`` / ``XREAD`` reply: ``[id, [field, value, ...]]``."""
     entry_id, fields = item
+    if type(entry_id) is bytes and type(fields) is list and len(fields) == 2 and (
+        fields[0] == b"d"
+    ):  # what the log writes (RESP2, bytes): one field
+        return decode_entry(int(entry_id.partition(b"-")[0]), fields[1])
     if isinstance(entry_id, bytes):
         entry_id = entry_id.decode()
     number = entry_number(entry_id)

@@ -12,25 +12,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
 
-from pydantic import TypeAdapter
-
-from ..events import Event
-from .codec import RelayEvent
+from .codec import RelayEvent, sse_event
 
 __all__ = ["to_sse"]
-
-_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 async def to_sse(
     events: AsyncIterable[RelayEvent], *, retry: int | None = None
 ) -> AsyncIterator[bytes]:
     """Encode followed events as SSE bytes (one ``bytes`` per event). ``retry``: the
-    reconnection delay (ms) to announce first."""
+    reconnection delay (ms) to announce first. An event is serialised once per process
+    however many browsers follow it (:func:`~fluxstream.relay.codec.sse_event`)."""
     if retry is not None:
         yield f"retry: {int(retry)}\n\n".encode()
     async for item in events:
-        data = _EVENT.dump_json(item.event)
-        yield b"id: " + item.id.encode() + b"\nevent: " + item.event.type.encode() + (
-            b"\ndata: " + data + b"\n\n"
-        )
+        yield sse_event(item)

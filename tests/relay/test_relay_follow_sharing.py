@@ -1,0 +1,268 @@
+"""The follower side's shortcuts, each against the general path it replaces: the msgspec
+decoding of an entry against pydantic's (random entries, random damage), the followed items
+and SSE bytes shared by every follower of a process against what each used to build for
+itself, and the tailer's incrementally kept ``XREAD`` against many streams coming and going."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, TypeAdapter, ValidationError
+from relay_support import RedisServer
+
+from fluxstream.events import (
+    End,
+    Event,
+    Finish,
+    Outcome,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+)
+from fluxstream.relay import Position, RelayEvent, to_sse
+from fluxstream.relay.codec import decode_entry, encode_entry, end_record, relayed, sse_event
+
+
+class _Reference(BaseModel):
+    """The general path: pydantic validates the whole entry (what ``decode_entry`` did for
+    every entry before msgspec took the common ones)."""
+
+    e: list[Event]
+    end: dict[str, Any] | None = None
+
+
+def reference(data: bytes) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+    raw = _Reference.model_validate_json(data)
+    return tuple(raw.e), raw.end
+
+
+texts = st.text(max_size=12)
+small = st.integers(min_value=0, max_value=2**40)
+keys = st.sampled_from(["k", "reply-é", ""])
+deltas = st.one_of(
+    st.builds(TextDelta, keys, small, small, texts),
+    st.builds(ReasoningDelta, keys, small, small, texts),
+    st.builds(RefusalDelta, keys, small, small, texts),
+    st.builds(
+        ToolCallDelta, keys, small, small, st.none() | texts, st.none() | texts, texts, small,
+        st.booleans(),
+    ),
+)
+events = st.one_of(deltas, st.builds(Finish, keys, small, st.sampled_from(["stop", "length"])))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(events, min_size=1, max_size=6))
+def test_entries_decode_as_pydantic_decodes_them(items: list[Any]) -> None:
+    data = encode_entry(items).encode()
+    entry = decode_entry(7, data)
+    assert entry.number == 7
+    assert (entry.events, entry.end) == reference(data)
+    assert [type(e) for e in entry.events] == [type(e) for e in items]
+    assert entry.events == tuple(items)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(deltas, min_size=1, max_size=4), st.data())
+def test_damaged_entries_decode_as_pydantic_decodes_them_or_fail_alike(
+    items: list[Any], data: st.DataObject
+) -> None:
+    """Random damage of a stored entry (bytes cut, replaced, inserted): whatever the fast
+    path accepts, pydantic accepts and decodes the same; what pydantic refuses is refused."""
+    raw = bytearray(encode_entry(items).encode())
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(raw)))
+        what = data.draw(st.sampled_from(["cut", "put", "insert"]))
+        piece = data.draw(st.sampled_from(
+            [b'"', b",", b"}", b"]", b"1", b"1.0", b"true", b"null", b'"type":"text"',
+             b'"type":"reasoning"', b"\\ud800", b"\xff", b" ", b'"x":1', b"-"]
+        ))
+        if what == "cut":
+            del raw[at:at + data.draw(st.integers(1, 8))]
+        elif what == "put":
+            raw[at:at + len(piece)] = piece
+        else:
+            raw[at:at] = piece
+    damaged = bytes(raw)
+    try:
+        expected = reference(damaged)
+    except ValidationError:
+        with pytest.raises(ValueError):
+            decode_entry(1, damaged)
+        return
+    entry = decode_entry(1, damaged)
+    assert (entry.events, entry.end) == expected
+
+
+def test_the_fast_path_refuses_what_pydantic_refuses() -> None:
+    """The damage that msgspec alone would let through: an event without its ``type``
+    (msgspec fills in the default), a mixed entry, a float for an int."""
+    text = b'{"key":"k","choice":0,"offset":0,"text":"a"'
+    for data in (
+        b'{"e":[' + text + b'},' + text + b',"type":"text"}]}',
+        b'{"e":[' + text + b',"type":"reasoning"},' + text + b',"type":"text"}]}',
+        b'{"e":[{"key":"k","choice":0,"offset":1.0,"text":"a","type":"text"}]}',
+        b'{"e":[' + text + b',"type":"text"}],"end":{"outcome":"done"}}',
+    ):
+        try:
+            expected = reference(data)
+        except ValidationError:
+            with pytest.raises(ValueError):
+                decode_entry(1, data)
+            continue
+        entry = decode_entry(1, data)
+        assert (entry.events, entry.end) == expected
+
+
+def test_end_entries_and_other_events_take_the_general_path() -> None:
+    end = end_record(Outcome.DONE, None, {"id": "x"}, {"t": 1})
+    data = encode_entry([End(Outcome.DONE, None)], end)
+    entry = decode_entry(9, data)
+    assert entry.events == (End(Outcome.DONE, None),) and entry.end == end
+    assert decode_entry(9, data.encode()) == entry
+
+
+def test_followed_items_are_made_once_per_entry_and_equal_to_one_built_per_follower() -> None:
+    items = [TextDelta("k", 0, 0, "a"), Finish("k", 0, "stop"), ReasoningDelta("k", 0, 0, "r")]
+    entry = decode_entry(4, encode_entry(items))
+    first = relayed(entry)
+    assert relayed(entry) is first
+    assert first == tuple(RelayEvent(Position(4, i), e) for i, e in enumerate(items))
+    assert entry == decode_entry(4, encode_entry(items))  # the cache is not part of equality
+
+
+_EVENT: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+@given(st.lists(events, min_size=1, max_size=4), st.integers(1, 10**6))
+def test_sse_bytes_are_the_general_encoding(items: list[Any], number: int) -> None:
+    for index, event in enumerate(items):
+        item = RelayEvent(Position(number, index), event)
+        general = (
+            b"id: " + item.id.encode() + b"\nevent: " + event.type.encode()
+            + b"\ndata: " + _EVENT.dump_json(event) + b"\n\n"
+        )
+        assert sse_event(item) == general
+        assert sse_event(item) is sse_event(item)
+        assert json.loads(general.split(b"data: ", 1)[1]) == json.loads(_EVENT.dump_json(event))
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_followers_of_one_process_share_the_decoded_events(
+    redis_server: RedisServer,
+) -> None:
+    """Three followers of one Redis reply (one log, one process) get the very same items:
+    each entry decoded once, its items built once, its SSE bytes serialised once."""
+    from fluxstream.relay import RedisReplyLog
+
+    log = RedisReplyLog(redis_server.url, prefix="share:", lease=2.0)
+    writer = RedisReplyLog(redis_server.url, prefix="share:", lease=2.0)
+    try:
+        access = writer._access()
+        owner = access.new_owner()
+        await access.create("k", owner, {})
+        got: list[list[RelayEvent]] = [[], [], []]
+        sse: list[list[bytes]] = [[], []]
+
+        async def follow(into: list[RelayEvent]) -> None:
+            async for item in log.follow("k"):
+                into.append(item)
+
+        async def follow_sse(into: list[bytes]) -> None:
+            async for chunk in to_sse(log.follow("k")):
+                into.append(chunk)
+
+        from fluxstream.relay.codec import Entry
+
+        async with anyio.create_task_group() as tg:
+            for into in got:
+                tg.start_soon(follow, into)
+            for chunks in sse:
+                tg.start_soon(follow_sse, chunks)
+            await anyio.sleep(0.3)
+            for n in range(1, 6):
+                entry = Entry(n, (TextDelta("k", 0, n - 1, "x"), TextDelta("k", 1, n - 1, "y")))
+                await writer._append("k", owner, entry, token=None, final=False)
+                await anyio.sleep(0.05)
+            end = Entry(6, (End(Outcome.DONE, None),), end_record(Outcome.DONE, None, None, None))
+            await writer._append("k", owner, end, token=None, final=True)
+        assert len(got[0]) == 11
+        for other in got[1:]:
+            assert other == got[0]
+            assert all(a is b for a, b in zip(other, got[0], strict=True))
+        assert sse[0] == sse[1]
+        assert sse[0] == [sse_event(item) for item in got[0]]
+        assert all(a is b for a, b in zip(sse[0], sse[1], strict=True))
+    finally:
+        await log.aclose()
+        await writer.aclose()
+
+
+@pytest.mark.anyio
+async def test_many_streams_coming_and_going_are_all_followed_exactly(
+    redis_server: RedisServer,
+) -> None:
+    """The tailer keeps its ``XREAD`` between reads and changes it where it changes: replies
+    that start and end at different moments (streams added while a read is blocked, removed
+    when their linger ends) are each followed exactly."""
+    from fluxstream.relay import RedisReplyLog
+    from fluxstream.relay.codec import Entry
+
+    log = RedisReplyLog(redis_server.url, prefix="many:", lease=2.0)
+    writer = RedisReplyLog(redis_server.url, prefix="many:", lease=2.0)
+    access = writer._access()
+    try:
+        texts: dict[str, str] = {}
+
+        owners = {f"r{i}": access.new_owner() for i in range(12)}
+        for key, owner in owners.items():
+            await access.create(key, owner, {})
+
+        async def produce(key: str, entries: int, delay: float) -> None:
+            owner = owners[key]
+            await anyio.sleep(delay)
+            for n in range(1, entries + 1):
+                entry = Entry(n, (TextDelta(key, 0, n - 1, chr(97 + n % 26)),))
+                await writer._append(key, owner, entry, token=None, final=False)
+                await anyio.sleep(0.01 * (1 + n % 3))
+            end = Entry(
+                entries + 1, (End(Outcome.DONE, None),),
+                end_record(Outcome.DONE, None, None, None),
+            )
+            await writer._append(key, owner, end, token=None, final=True)
+
+        async def follow(key: str) -> None:
+            buf = ""
+            async for item in log.follow(key):
+                if isinstance(item.event, TextDelta):
+                    assert item.event.offset == len(buf)
+                    buf += item.event.text
+            texts[key] = buf
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as producers:
+                for i in range(12):
+                    producers.start_soon(produce, f"r{i}", 5 + i * 3, 0.05 * (i % 4))
+                await anyio.sleep(0.02)
+                async with anyio.create_task_group() as followers:
+                    for i in range(12):
+                        for _ in range(2):
+                            followers.start_soon(follow, f"r{i}")
+                        await anyio.sleep(0.03)
+        for i in range(12):
+            entries = 5 + i * 3
+            assert texts[f"r{i}"] == "".join(chr(97 + n % 26) for n in range(1, entries + 1))
+    finally:
+        await log.aclose()
+        await writer.aclose()
