@@ -83,16 +83,20 @@ class Position:
 START = Position(0, 0)
 
 
+class _Memo:
+    """A slot for what is derived from a frozen value once and kept (:func:`relayed`,
+    :func:`sse_event`): not a dataclass field, so equality, ``repr`` and the fields a
+    caller sees stay those of the value."""
+
+    __slots__ = ("_memo",)
+
+
 @dataclass(frozen=True, slots=True)
-class RelayEvent:
+class RelayEvent(_Memo):
     """One followed event and its follow position (``str(position)`` is its SSE ``id``)."""
 
     position: Position
     event: Event
-    #: The event as SSE bytes, made by :func:`sse_event` on first use and kept: the
-    #: followers of one process share one ``RelayEvent`` per stored event (see
-    #: :func:`relayed`), so it is serialised once, not once per browser.
-    _sse: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -100,7 +104,7 @@ class RelayEvent:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(_Memo):
     """One stored entry: a frame's events, or (``end`` set) the terminal entry."""
 
     number: int
@@ -109,10 +113,6 @@ class Entry:
     end: dict[str, Any] | None = None
     #: Set by a producer now and then: the resume token of the stream at that point.
     token: dict[str, Any] | None = field(default=None, compare=False)
-    #: The events as followed (:func:`relayed`), made on first use and kept.
-    _relayed: tuple[RelayEvent, ...] | None = field(
-        default=None, init=False, repr=False, compare=False
-    )
 
 
 def relayed(entry: Entry) -> tuple[RelayEvent, ...]:
@@ -120,7 +120,7 @@ def relayed(entry: Entry) -> tuple[RelayEvent, ...]:
     every follower that reads it (the entries a process read are shared: the Redis
     tailer's, the memory log's): a follower yields them as they are, so N followers of a
     reply cost one ``RelayEvent`` per event, not N."""
-    made = entry._relayed
+    made: tuple[RelayEvent, ...] | None = getattr(entry, "_memo", None)
     if made is None:
         number = entry.number
         made = tuple(
@@ -128,21 +128,23 @@ def relayed(entry: Entry) -> tuple[RelayEvent, ...]:
             for index, event in enumerate(entry.events)
         )
         # A cache on a frozen instance: equality and hashing ignore the field.
-        object.__setattr__(entry, "_relayed", made)
+        object.__setattr__(entry, "_memo", made)
     return made
 
 
 def sse_event(item: RelayEvent) -> bytes:
     """``item`` as one SSE event (``id:``, ``event:``, ``data:``; see
-    :mod:`fluxstream.relay.sse`), serialised once per ``RelayEvent`` and kept."""
-    made = item._sse
+    :mod:`fluxstream.relay.sse`), serialised once per ``RelayEvent`` and kept: the
+    followers of one process share one ``RelayEvent`` per stored event (:func:`relayed`),
+    so it is serialised once, not once per browser."""
+    made: bytes | None = getattr(item, "_memo", None)
     if made is None:
         event = item.event
         made = b"id: %d-%d\nevent: %s\ndata: %s\n\n" % (
             item.position.entry, item.position.index, event.type.encode(),
             _EVENT.dump_json(event),
         )
-        object.__setattr__(item, "_sse", made)
+        object.__setattr__(item, "_memo", made)
     return made
 
 
