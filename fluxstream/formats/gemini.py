@@ -53,10 +53,11 @@ import base64
 import enum
 import itertools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 import pydantic_core
+from msgspec import UNSET
 
 from ..errors import LimitExceededError
 from ..events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpdate
@@ -79,20 +80,19 @@ from ._base import (
 )
 from ._contract import Claim
 from ._gemini_args import NO_VALUE, PartialArgs, piece_value, pieces_state, restored_pieces
+from ._gemini_quick import NO_USAGE, QUICK_DECODER, QuickPart, QuickResponse, QuickUsage
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
 __all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
 
 _loads = pydantic_core.from_json
-# The decoder of feed_many (as in the Chat Completions format, and for the same reasons):
-# msgspec's, faster than from_json and the same value whenever it succeeds; anything it
-# refuses, and any frame that might nest deeper than from_json allows, goes to feed.
+# The decoder of the general path in feed_many (as in the Chat Completions format, and for the
+# same reasons): msgspec's, faster than from_json and the same value whenever it succeeds;
+# anything it refuses, and any frame that might nest deeper than from_json allows
+# (quick_candidate), goes to feed.
 _fast_loads = msgspec.json.Decoder().decode
 _MAX_DEPTH = 200
 _SHALLOW = 2 * _MAX_DEPTH + 1
-#: Top-level keys of the events feed_many maps in line (nothing else in them counts).
-_QUICK_KEYS = frozenset({"candidates", "usageMetadata", "modelVersion", "responseId",
-                         "createTime"})
 #: Candidate indices are counts below this (as resume tokens carry them).
 _MAX_INDEX = 2**53
 #: Characters of raw JSON gathered outside ``data:`` lines before the object is given up
@@ -549,7 +549,15 @@ class GeminiFormat(_CandidateReader):
     :param limits: caps on candidates and tool calls (:class:`~fluxstream.limits.StreamLimits`).
     """
 
-    __slots__ = ("_blocked", "_errored", "_raw", "_usage", "_usage_sent")
+    __slots__ = ("_blocked", "_errored", "_raw", "_usage_dict", "_usage_frame", "_usage_sent",
+                 "_usage_typed")
+    #: The last usage snapshot's dict (see :attr:`_usage`), unless it is still only
+    #: ``_usage_frame``: the frame whose ``usageMetadata`` it is, its dict not built yet.
+    _usage_dict: dict[str, Any] | None
+    _usage_frame: str | None
+    #: The snapshot as a typed QuickUsage, when the fast path decoded it (the fast path
+    #: compares the next one with it; ``None``: it compares the dicts, once).
+    _usage_typed: QuickUsage | None
 
     @classmethod
     def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
@@ -574,6 +582,27 @@ class GeminiFormat(_CandidateReader):
         self._errored = False
         self.reset()
 
+    # ------------------------------------------------------------------ the usage kept
+
+    @property
+    def _usage(self) -> dict[str, Any] | None:
+        """The last usage snapshot, as the general path keeps it. The fast path, which reads
+        a snapshot only as a typed :class:`QuickUsage`, keeps the frame it came in instead,
+        and its dict is built from that frame when first read here (the snapshot grows on
+        every event, and is read only when delivered or saved)."""
+        frame = self._usage_frame
+        if frame is not None:
+            self._usage_frame = None
+            kept: dict[str, Any] = _fast_loads(frame)["usageMetadata"]
+            self._usage_dict = kept
+        return self._usage_dict
+
+    @_usage.setter
+    def _usage(self, value: dict[str, Any] | None) -> None:
+        self._usage_dict = value
+        self._usage_frame = None
+        self._usage_typed = None
+
     # ------------------------------------------------------------------ resume hooks
 
     def reset(self) -> None:
@@ -583,8 +612,9 @@ class GeminiFormat(_CandidateReader):
         self._holding = 0
         self._kept = 0
         self._blocked = False
-        #: The last usage snapshot, and whether it was delivered (``None``: none came yet).
-        self._usage: dict[str, Any] | None = None
+        #: Whether the last usage snapshot (:attr:`_usage`) was delivered (``None``: none
+        #: came yet).
+        self._usage = None
         self._usage_sent: bool | None = None
         self._raw = _RawObject()
 
@@ -705,17 +735,26 @@ class GeminiFormat(_CandidateReader):
             return self.bad_frame(data, "not a JSON object", False)
         return self._response(obj, scan)
 
+    #: The decoder of the usual events (``None``: every frame through the general path).
+    quick_decoder: ClassVar[msgspec.json.Decoder[QuickResponse] | None] = QUICK_DECODER
+
     def feed_many(self, sses: list[ServerSentEvent], out: list[Event]) -> None:
         """:meth:`feed` each of ``sses`` in order, appending to ``out`` (so that when one
         raises, ``out`` holds the events of those before it).
 
-        Most events of a stream are alike: one known candidate, one part that is text (or a
+        Most events of a stream are alike: one known candidate whose parts are text (or one
         piece extending the string argument being streamed), no finish reason, error or
-        block, a usage snapshot that only grew, no id or model still to take. Those are
-        mapped here in line, the same steps :meth:`_response` takes for them; every other
-        decoded object goes to :meth:`_response`, and everything else (not an object, refused
-        by the fast decoder, a surrogate half held, the end) through :meth:`feed` itself."""
-        loads = _fast_loads
+        block, a usage snapshot after the first, no id or model still to take. Those are
+        decoded by :attr:`quick_decoder` into typed structs (:mod:`._gemini_quick`) and
+        mapped by :meth:`_quick`, the same steps :meth:`_response` takes for them. Anything
+        the typed decoder refuses, and anything :meth:`_quick` declines, takes the general
+        path: decoded to dicts by msgspec and mapped by :meth:`_response`, or, when that
+        decoder refuses it too (or the frame is not an object, might nest deeper than
+        ``from_json`` allows, a surrogate half is held, the stream is done), through
+        :meth:`feed` itself. The events, offsets, state and errors are the same either way
+        (``tests/formats/test_gemini_quick.py``)."""
+        typed = self.quick_decoder
+        decode = typed.decode if typed is not None else None
         for sse in sses:
             data = sse.data
             if (
@@ -727,70 +766,103 @@ class GeminiFormat(_CandidateReader):
             ):
                 out += self.feed(sse)
                 continue
+            if decode is not None:
+                try:
+                    quick = decode(data)
+                except ValueError:
+                    pass  # not the usual event: the general path decides
+                else:
+                    if self._quick(quick, data, out):
+                        continue
             try:
-                obj = loads(data)
+                obj = _fast_loads(data)
             except ValueError:
                 out += self.feed(sse)  # from_json and the fallback decide (skip, strict ...)
                 continue
             if obj.__class__ is not dict:
                 out += self.feed(sse)
-            elif not self._quick(obj, out):
+            else:
                 out += self._response(obj, False)
 
-    def _quick(self, obj: dict[str, Any], out: list[Event]) -> bool:
-        """Map the usual event (see :meth:`feed_many`); ``False``, nothing done, otherwise."""
-        cands = obj.get("candidates")
-        if (cands.__class__ is not list or len(cands) != 1 or not obj.keys() <= _QUICK_KEYS
-                or (self.id is None and "responseId" in obj)
-                or (self.model is None and "modelVersion" in obj)):
+    def _quick(self, obj: QuickResponse, data: str, out: list[Event]) -> bool:
+        """Map the usual event (see :meth:`feed_many`); ``False``, nothing done, otherwise:
+        everything that could decline is checked before anything changes."""
+        cands = obj.candidates
+        if (cands.__class__ is not list or len(cands) != 1
+                or (self.id is None and obj.responseId)
+                or (self.model is None and obj.modelVersion)):
             return False
         cand = cands[0]
-        if cand.__class__ is not dict or "finishReason" in cand:
+        index = cand.index
+        st = self._cands.get(index)
+        content = cand.content
+        if (st is None or content is UNSET or not 0 <= index < _MAX_INDEX
+                or (cand.finishReason and cand.finishReason != st.finish)):
             return False
-        index = cand.get("index", 0)
-        st = self._cands.get(index) if index.__class__ is int else None
-        content = cand.get("content")
-        parts = content.get("parts") if content.__class__ is dict else None
-        if st is None or parts.__class__ is not list or len(parts) != 1:
+        parts = content.parts
+        if parts is UNSET:
             return False
-        part = parts[0]
-        usage = obj.get("usageMetadata")
-        if part.__class__ is not dict or len(part) != 1 or (usage is not None and (
-            usage.__class__ is not dict or self._usage_sent is None
-            or len(usage) > MAX_USAGE_FIELDS
-        )):
-            return False
-        text = part.get("text")
-        if text is not None:
-            if text.__class__ is not str or not text:
+        usage = obj.usageMetadata
+        grew = False
+        decoded: dict[str, Any] | None = None
+        if isinstance(usage, QuickUsage) and usage != NO_USAGE:
+            if self._usage_sent is None:
+                return False  # the first snapshot is delivered at once: the general path
+            known = self._usage_typed
+            if known is None:  # the snapshot kept came from the general path: compare dicts
+                decoded = _fast_loads(data)["usageMetadata"]
+            elif usage != known:
+                grew = True
+        if len(parts) == 1 and parts[0].functionCall is not UNSET:
+            if not self._quick_piece(index, st, parts[0], out):
                 return False
-            out.append(text_delta(self.key, index, st.text, text))
-            st.text += len(text)
         else:
-            if not self._quick_piece(index, st, part.get("functionCall"), out):
-                return False
-        if usage and usage != self._usage:
-            self._usage = usage
+            for part in parts:
+                if (part.text.__class__ is not str or part.functionCall is not UNSET
+                        or part.thoughtSignature is not UNSET):
+                    return False
+            key = self.key
+            for part in parts:
+                text = part.text
+                if not text:
+                    continue
+                if part.thought is True:
+                    out.append(reasoning_delta(key, index, st.reasoning, text))
+                    st.reasoning += len(text)
+                else:
+                    out.append(text_delta(key, index, st.text, text))
+                    st.text += len(text)
+        # The snapshot, as _note_usage takes it (nothing to deliver: it is not the first).
+        if grew:
+            self._usage_frame, self._usage_dict = data, None  # its dict built when read
+            self._usage_typed = usage if isinstance(usage, QuickUsage) else None
             self._usage_sent = False
+        elif decoded is not None:
+            if decoded != self._usage:
+                self._usage = decoded
+                self._usage_sent = False
+            self._usage_typed = usage if isinstance(usage, QuickUsage) else None
         return True
 
-    def _quick_piece(self, index: int, st: _Candidate, fc: object, out: list[Event]) -> bool:
+    def _quick_piece(self, index: int, st: _Candidate, part: QuickPart,
+                     out: list[Event]) -> bool:
+        """The next piece of the string argument being streamed, and nothing else."""
         number = st.open
-        if number is None or fc.__class__ is not dict or len(fc) != 2:
+        fc = part.functionCall
+        if (number is None or fc is UNSET or part.text is not UNSET or part.thought is not UNSET
+                or part.thoughtSignature is not UNSET or fc.willContinue is not True
+                or fc.name is not UNSET or fc.id is not UNSET or fc.args is not UNSET):
             return False
-        got: dict[str, Any] = fc
-        pieces = got.get("partialArgs")
-        if got.get("willContinue") is not True or pieces.__class__ is not list or len(
-            pieces
-        ) != 1:
+        pieces = fc.partialArgs
+        if pieces is UNSET or len(pieces) != 1:
             return False
         piece = pieces[0]
-        if piece.__class__ is not dict or len(piece) != 3 or piece.get("willContinue") is not True:
-            return False
-        value, path = piece.get("stringValue"), piece.get("jsonPath")
+        value, path = piece.stringValue, piece.jsonPath
         call = st.calls[number]
         writer = call.pieces
-        if writer is None or value.__class__ is not str or path.__class__ is not str:
+        if (writer is None or piece.willContinue is not True or value is UNSET or path is UNSET
+                or piece.numberValue is not UNSET or piece.boolValue is not UNSET
+                or piece.nullValue is not UNSET):
             return False
         text = writer.extend(path, value)
         if text is None:
