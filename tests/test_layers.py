@@ -30,7 +30,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (2, ["events", "usage"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
-         "formats._gemini_args", "formats.gemini", "structured.objects"]),
+         "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
+         "structured.objects"]),
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats
     # package's __init__
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",

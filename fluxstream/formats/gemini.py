@@ -489,6 +489,60 @@ class _CandidateReader(FormatBase):
                                      replace=True))
             call.length = len(final)
 
+    # ------------------------------------------------------------------ the fast path
+
+    def _quick_parts(self, index: int, st: _Candidate, parts: list[QuickPart],
+                     out: list[Event]) -> bool:
+        """A known candidate's parts as the fast path of ``feed_many`` reads them (text and
+        thought text, or the next piece of the string argument being streamed), mapped as
+        :meth:`_candidate` maps them; ``False``, nothing done, for any other."""
+        if len(parts) == 1 and parts[0].functionCall is not UNSET:
+            return self._quick_piece(index, st, parts[0], out)
+        for part in parts:
+            if (part.text.__class__ is not str or part.functionCall is not UNSET
+                    or part.thoughtSignature is not UNSET):
+                return False
+        key = self.key
+        for part in parts:
+            text = part.text
+            if not text:
+                continue
+            if part.thought is True:
+                out.append(reasoning_delta(key, index, st.reasoning, text))
+                st.reasoning += len(text)
+            else:
+                out.append(text_delta(key, index, st.text, text))
+                st.text += len(text)
+        return True
+
+    def _quick_piece(self, index: int, st: _Candidate, part: QuickPart,
+                     out: list[Event]) -> bool:
+        """The next piece of the string argument being streamed, and nothing else."""
+        number = st.open
+        fc = part.functionCall
+        if (number is None or fc is UNSET or part.text is not UNSET or part.thought is not UNSET
+                or part.thoughtSignature is not UNSET or fc.willContinue is not True
+                or fc.name is not UNSET or fc.id is not UNSET or fc.args is not UNSET):
+            return False
+        pieces = fc.partialArgs
+        if pieces is UNSET or len(pieces) != 1:
+            return False
+        piece = pieces[0]
+        value, path = piece.stringValue, piece.jsonPath
+        call = st.calls[number]
+        writer = call.pieces
+        if (writer is None or piece.willContinue is not True or value is UNSET or path is UNSET
+                or piece.numberValue is not UNSET or piece.boolValue is not UNSET
+                or piece.nullValue is not UNSET):
+            return False
+        text = writer.extend(path, value)
+        if text is None:
+            return False
+        if text:
+            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
+            call.length += len(text)
+        return True
+
     # ------------------------------------------------------------------ surrogate halves
 
     def _unpaired(self, st: _Candidate, channel: str, text: str) -> str:
@@ -813,25 +867,8 @@ class GeminiFormat(_CandidateReader):
                 decoded = _fast_loads(data)["usageMetadata"]
             elif usage != known:
                 grew = True
-        if len(parts) == 1 and parts[0].functionCall is not UNSET:
-            if not self._quick_piece(index, st, parts[0], out):
-                return False
-        else:
-            for part in parts:
-                if (part.text.__class__ is not str or part.functionCall is not UNSET
-                        or part.thoughtSignature is not UNSET):
-                    return False
-            key = self.key
-            for part in parts:
-                text = part.text
-                if not text:
-                    continue
-                if part.thought is True:
-                    out.append(reasoning_delta(key, index, st.reasoning, text))
-                    st.reasoning += len(text)
-                else:
-                    out.append(text_delta(key, index, st.text, text))
-                    st.text += len(text)
+        if not self._quick_parts(index, st, parts, out):
+            return False
         # The snapshot, as _note_usage takes it (nothing to deliver: it is not the first).
         if grew:
             self._usage_frame, self._usage_dict = data, None  # its dict built when read
@@ -842,34 +879,6 @@ class GeminiFormat(_CandidateReader):
                 self._usage = decoded
                 self._usage_sent = False
             self._usage_typed = usage if isinstance(usage, QuickUsage) else None
-        return True
-
-    def _quick_piece(self, index: int, st: _Candidate, part: QuickPart,
-                     out: list[Event]) -> bool:
-        """The next piece of the string argument being streamed, and nothing else."""
-        number = st.open
-        fc = part.functionCall
-        if (number is None or fc is UNSET or part.text is not UNSET or part.thought is not UNSET
-                or part.thoughtSignature is not UNSET or fc.willContinue is not True
-                or fc.name is not UNSET or fc.id is not UNSET or fc.args is not UNSET):
-            return False
-        pieces = fc.partialArgs
-        if pieces is UNSET or len(pieces) != 1:
-            return False
-        piece = pieces[0]
-        value, path = piece.stringValue, piece.jsonPath
-        call = st.calls[number]
-        writer = call.pieces
-        if (writer is None or piece.willContinue is not True or value is UNSET or path is UNSET
-                or piece.numberValue is not UNSET or piece.boolValue is not UNSET
-                or piece.nullValue is not UNSET):
-            return False
-        text = writer.extend(path, value)
-        if text is None:
-            return False
-        if text:
-            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
-            call.length += len(text)
         return True
 
     def feed_lines(self, lines: list[str]) -> list[Event]:

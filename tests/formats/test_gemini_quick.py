@@ -253,7 +253,7 @@ def twisted(chunk: dict[str, Any], twist: str, draw: st.DrawFn,
         elif where == "text":
             parts[:] = [{k: v for k, v in part.items() if k != "text"} for part in parts]
         else:
-            chunk.pop(where)
+            chunk.pop(where, None)
     elif twist == "wrong_type":
         where, value = draw(st.sampled_from([
             ("text", 5), ("text", None), ("parts", {}), ("parts", None), ("content", "x"),
@@ -275,8 +275,10 @@ def twisted(chunk: dict[str, Any], twist: str, draw: st.DrawFn,
     elif twist in ("finish", "finish_again"):
         cand["finishReason"] = draw(st.sampled_from(
             ["STOP", "STOP", "MAX_TOKENS", "", None, "NEW_REASON"]))
+        if previous and draw(st.booleans()):  # the usage delivered at the finish goes on
+            chunk["usageMetadata"] = previous[-1].get("usageMetadata")
     elif twist == "usage":
-        usage = chunk["usageMetadata"]
+        usage = chunk.setdefault("usageMetadata", common(len(previous))["usageMetadata"])
         variant = draw(st.sampled_from(["empty", "null", "same", "reordered", "float", "bool",
                                         "back", "unknown", "many", "details", "all_fields",
                                         "detail_odd", "string"]))
@@ -364,12 +366,34 @@ def dumped(chunk: dict[str, Any], draw: st.DrawFn) -> str:
 
 @st.composite
 def streams(draw: st.DrawFn) -> list[str]:
+    """A stream of the usual chunks, each maybe twisted. Per stream: one or two candidates
+    (the second then takes every other chunk), text or a streamed call (an opening chunk,
+    then pieces extending ``$.a``), and the chunk from which usage, id and model come (the
+    first, mostly)."""
     chunks: list[dict[str, Any]] = []
     texts: list[str] = []
+    two = draw(st.integers(0, 3)) == 0
+    tool = draw(st.integers(0, 2)) == 0
+    start = {key: draw(st.sampled_from([0] * 6 + [1, 2, 99]), key)
+             for key in ("usageMetadata", "responseId", "modelVersion")}
     for i in range(draw(st.integers(1, 14))):
-        twist = draw(st.sampled_from(TWISTS))
-        chunk = twisted(common(i, text=draw(st.sampled_from([None, None, None, "é😀", ""]))),
-                        twist, draw, chunks)
+        chunk = common(i, text=draw(st.sampled_from([None, None, None, "é😀", ""])))
+        if two and i:
+            chunk["candidates"][0]["index"] = i % 2
+        elif two:
+            chunk["candidates"].append(json.loads(json.dumps(chunk["candidates"][0])))
+            chunk["candidates"][1]["index"] = 1
+        if tool and i == 1:
+            with_part(chunk, {"functionCall": {"name": "f", "willContinue": True}})
+        elif tool and i > 1:
+            value = draw(st.sampled_from(["x", "yz", "é😀", "a\"b\\", ""] * 4
+                                         + ["\ud83d", "\ude00", "x\ud83d"]))
+            with_part(chunk, piece("$.a", value, more=i == 2 or draw(st.integers(0, 9)) > 0))
+        for key, first in start.items():
+            if i < first:
+                chunk.pop(key)
+        twists = TWISTS + ["piece_odd"] * 10 if tool and i > 2 else TWISTS
+        chunk = twisted(chunk, draw(st.sampled_from(twists)), draw, chunks)
         chunks.append(chunk)
         texts.append(dumped(chunk, draw))
     return texts
@@ -470,3 +494,42 @@ def test_thoughts_and_pieces_on_the_fast_path_are_what_the_general_path_makes() 
     reply = fast[3]
     assert reply["choices"][0]["reasoning"] == "thinka"
     assert reply["choices"][0]["tool_calls"][0]["arguments"] == '{"a":"x\\"yz"}'
+
+
+def test_a_snapshot_that_grows_after_a_finish_delivered_it_is_delivered_again() -> None:
+    """Candidate 0 finishes with the usage unchanged (delivered then, nothing new kept);
+    candidate 1 goes on and the usage grows: it is undelivered again, and comes at the end."""
+    start = common(0)
+    start["candidates"].append({"content": {"parts": [{"text": "b"}]}, "index": 1})
+    done = common(1)
+    done["candidates"][0]["finishReason"] = "STOP"
+    done["usageMetadata"] = common(1)["usageMetadata"]
+    later = [common(i, index=1) for i in range(2, 5)]
+    reads = [body([json.dumps(c)]) for c in [start, common(1), done, *later]]
+    fast = parse(reads)
+    with general_path():
+        assert parse(reads) == fast
+    usages = [e for e in fast[0] if type(e).__name__ == "UsageUpdate"]
+    assert [u.usage.total_tokens for u in usages] == [3, 4, 7]
+
+
+def test_a_candidate_a_token_restored_outside_the_counts_takes_the_general_path() -> None:
+    """Offsets restored for a candidate index that is not a count (only a token can make
+    one): its chunks are skipped as the general path skips them, never mapped in line."""
+    results = []
+    for typed in (True, False):
+        with contextlib.nullcontext() if typed else general_path():
+            results.append(_restored_outside_the_counts())
+    assert results[0] == results[1]
+    assert results[0][1] == 2
+
+
+def _restored_outside_the_counts() -> tuple[Any, ...]:
+    fmt = GeminiFormat("k")
+    fmt.restore({"0": {"text": 2}, "-1": {"text": 1}, str(2**60): {"text": 1}}, {}, {})
+    out: list[Event] = []
+    fmt.feed_many([ServerSentEvent(data=json.dumps(common(0)))], out)
+    sses = [ServerSentEvent(data=json.dumps(common(i, index=index)))
+            for i, index in enumerate([-1, 2**60, 0], 1)]
+    fmt.feed_many(sses, out)
+    return out, fmt.skipped, fmt.resume_state()
