@@ -7,6 +7,8 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_formats.py            # full run (a few minutes)
     .venv/bin/python benchmarks/bench_formats.py --quick    # smoke run
     .venv/bin/python benchmarks/bench_formats.py --per-delta  # every API per delta, ~1 minute
+    .venv/bin/python benchmarks/bench_formats.py --per-delta --instructions  # the same, in
+        # instructions (valgrind's cachegrind; independent of the machine's load, ~10 minutes)
 
 Method (the same as ``bench_assembly.py`` for Chat Completions):
 
@@ -440,6 +442,68 @@ def per_delta(n: int, rounds: int) -> None:
         print(f"  {fmt:<20}" + "".join(row))
 
 
+# --------------------------------------------------------------------------- instructions
+#
+# CPU time per delta spreads widely on a loaded machine; instruction counts do not depend on the
+# load. Each (API, regime, size) runs in a child process under cachegrind that only loads the
+# pickled reads and parses them; the same child without the parse is subtracted, and the cost
+# per delta is (count at 5,000 deltas - count at 1,000) / 4,000, so the interpreter's start,
+# the imports and the per-stream work cancel out.
+
+INSTRUCTION_SIZES = (1_000, 5_000)
+
+
+def _count_child(path: str, fmt: str, parse: bool) -> None:
+    import pickle
+
+    with open(path, "rb") as f:
+        reads = pickle.load(f)  # written by this script a moment ago
+    if parse:
+        assert parse_only(fmt, reads)
+
+
+def _instructions(path: str, fmt: str, parse: bool) -> int:
+    import os
+    import re
+    import subprocess
+
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, __file__, "--count-child", path, fmt] + (["--parse"] if parse else [])
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    err = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+    found = re.search(r"I\s+refs:\s+([\d,]+)", err)
+    assert found, err[-2000:]
+    return int(found.group(1).replace(",", ""))
+
+
+def per_delta_instructions() -> None:
+    import pickle
+    import tempfile
+
+    print("\ninstructions per delta, every API: the same text deltas, bytes -> reply "
+          "(StreamParser, no HTTP; cachegrind, (5,000 - 1,000 deltas) / 4,000)")
+    print(f"  {'API':<20}{'packed':>10}{'x chat':>8}{'small':>10}{'x chat':>8}")
+    makers = {"chat_completions": chat_text_body, "responses": responses_text_body,
+              "anthropic_messages": anthropic_text_body, "gemini": gemini_text_body}
+    per: dict[tuple[str, str], float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt, make in makers.items():
+            for regime, cut in (("packed", reads_of), ("small", event_reads)):
+                counts = []
+                for n in INSTRUCTION_SIZES:
+                    path = f"{tmp}/{fmt}-{regime}-{n}.pkl"
+                    with open(path, "wb") as f:
+                        pickle.dump(cut(make(n)), f)
+                    counts.append(_instructions(path, fmt, True)
+                                  - _instructions(path, fmt, False))
+                per[fmt, regime] = (counts[1] - counts[0]) / (
+                    INSTRUCTION_SIZES[1] - INSTRUCTION_SIZES[0])
+    for fmt in makers:
+        row = "".join(f"{per[fmt, r]:10.0f}{per[fmt, r] / per['chat_completions', r]:7.2f}x"
+                      for r in ("packed", "small"))
+        print(f"  {fmt:<20}{row}")
+
+
 # --------------------------------------------------------------------------- driver
 
 CLOCK = time.process_time
@@ -472,10 +536,20 @@ def main() -> None:
     ap.add_argument("--per-delta", action="store_true",
                     help="only the parser's CPU per delta for every API, side by side")
     ap.add_argument("--rounds", type=int, default=9, help="rounds of the per-delta table")
+    ap.add_argument("--instructions", action="store_true",
+                    help="with --per-delta: instruction counts (valgrind), not CPU time")
+    ap.add_argument("--count-child", nargs=2, metavar=("READS", "API"), help=argparse.SUPPRESS)
+    ap.add_argument("--parse", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.count_child:
+        _count_child(*args.count_child, args.parse)
+        return
     global CLOCK
     if args.wall:
         CLOCK = time.perf_counter
+    if args.per_delta and args.instructions:
+        per_delta_instructions()
+        return
     if args.per_delta:
         per_delta(2_000 if args.quick else 20_000, 3 if args.quick else args.rounds)
         return
