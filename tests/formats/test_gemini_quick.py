@@ -533,3 +533,18 @@ def _restored_outside_the_counts() -> tuple[Any, ...]:
             for i, index in enumerate([-1, 2**60, 0], 1)]
     fmt.feed_many(sses, out)
     return out, fmt.skipped, fmt.resume_state()
+
+
+@pytest.mark.parametrize("usage", [{}, None])
+def test_an_empty_or_null_snapshot_mid_stream_changes_nothing(usage: Any) -> None:
+    """``{}`` and ``null`` are no snapshot: the one kept stays, delivered or not."""
+    chunks = [common(0), common(1), common(2), common(3), common(4)]
+    chunks[3]["usageMetadata"] = usage
+    chunks[4]["usageMetadata"] = chunks[2]["usageMetadata"]
+    chunks[4]["candidates"][0]["finishReason"] = "STOP"
+    reads = [body([json.dumps(c)]) for c in chunks]
+    fast = parse(reads)
+    with general_path():
+        assert parse(reads) == fast
+    usages = [e for e in fast[0] if type(e).__name__ == "UsageUpdate"]
+    assert [u.usage.total_tokens for u in usages] == [3, 5]
