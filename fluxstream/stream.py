@@ -277,11 +277,11 @@ class ReplyStream(StructuredOutput):
                 try:
                     data = await body.__anext__()
                 except BaseException as exc:
-                    event = await self._settle(reader.raised(exc))
+                    event = await self._next_batch(reader.raised(exc))
                 else:
                     events = reader.took(data)
                     if not isinstance(events, list):
-                        event = await self._settle(events)
+                        event = await self._next_batch(events)
                     elif events:
                         self._batch = events
                         self._pos = 1
@@ -296,38 +296,30 @@ class ReplyStream(StructuredOutput):
             watching.event(event)
         return event
 
-    async def _settle(self, pending: Awaitable[list[Event]]) -> Event:
-        """A read's outcome that took more than its bytes (:meth:`StreamReader.took` or
-        :meth:`StreamReader.raised`), as :meth:`_next_batch` delivers one of its own."""
-        try:
-            events = await pending
-        except BaseException:
-            self._observe_end()  # a typed error or a cancellation that ended the stream
-            raise
-        if events:
-            self._batch = events
-            self._pos = 1
-            return events[0]
-        return await self._next_batch()
-
-    async def _next_batch(self) -> Event:
+    async def _next_batch(self, pending: Awaitable[list[Event]] | None = None) -> Event:
+        """The next event past the current batch. ``pending``: a read's outcome that took more
+        than its bytes (:meth:`StreamReader.took` or :meth:`StreamReader.raised`), awaited
+        first as a read of this loop's own would be."""
         reader = self._reader
-        if not reader.opened and not reader.ended:
+        if pending is None and not reader.opened and not reader.ended:
             await self._open()
         while True:
-            if self._pos < len(self._batch):
-                self._pos += 1
-                return self._batch[self._pos - 1]
-            if reader.ended:
-                self._observe_end()
-                if not reader.channel.close_now():  # the usual end closes synchronously
-                    await reader.close_response()
-                raise StopAsyncIteration
+            if pending is None:
+                if self._pos < len(self._batch):
+                    self._pos += 1
+                    return self._batch[self._pos - 1]
+                if reader.ended:
+                    self._observe_end()
+                    if not reader.channel.close_now():  # the usual end closes synchronously
+                        await reader.close_response()
+                    raise StopAsyncIteration
+                pending = reader.read()
             try:
-                events = await reader.read()
+                events = await pending
             except BaseException:
                 self._observe_end()  # a typed error or a cancellation that ended the stream
                 raise
+            pending = None
             if events:
                 self._batch = events
                 self._pos = 1
