@@ -24,6 +24,7 @@ from typing import Any
 from redis.exceptions import ConnectionError, ResponseError
 
 from ..errors import RelayError
+from .redis_ticks import WrittenNames
 
 __all__ = [
     "Pipeliner", "Tailer", "bulk", "entry_number", "ignore_result", "pack", "round_trip",
@@ -82,6 +83,9 @@ def bulk(arg: Arg) -> bytes:
 
 #: The fixed start of the tailer's ``XREAD`` (without the array header ``*6\r\n``).
 _XREAD = pack(("XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS"))[4:]
+#: The same without ``BLOCK`` (the streams a "written" message named: see
+#: :mod:`~fluxstream.relay.redis_ticks`), without its header ``*4\r\n``.
+_XREAD_NOW = pack(("XREAD", "COUNT", _TAIL_COUNT, "STREAMS"))[4:]
 
 
 async def borrow(redis: Any) -> Any:
@@ -212,12 +216,23 @@ class Tailer:
     them without another round trip. A stream added while the read is blocked interrupts it
     (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for a moment after
     its last waiter woke (:data:`_LINGER`), so a follower that comes back knows, without
-    asking Redis, that nothing newer exists yet."""
+    asking Redis, that nothing newer exists yet.
+
+    With ``written`` (the log's "written" channel, :mod:`~fluxstream.relay.redis_ticks`)
+    and while its subscription is live, the read does not block: it names only the watched
+    streams a message named, and between messages the tailer waits on the channel."""
 
     def __init__(
-        self, redis: Any, pipeline: Pipeliner, decode: Callable[[Any], Any]
+        self, redis: Any, pipeline: Pipeliner, decode: Callable[[Any], Any],
+        written: WrittenNames | None = None,
     ) -> None:
         self._redis = redis
+        self._written = written
+        #: Streams whose last read returned a full ``COUNT``: read again without a message.
+        self._again: set[str] = set()
+        #: ``_built`` at the last read of every watched stream (a newly watched one may
+        #: have had its message before it was watched).
+        self._read_version = -1
         self._pipeline = pipeline
         self._decode = decode
         self._latest: dict[str, int] = {}
@@ -286,6 +301,8 @@ class Tailer:
             waiters = self._waiters[stream] = []
             if self._linger.pop(stream, None) is None:
                 self._version += 1  # newly watched
+                if self._written is not None:
+                    self._written.poke()
         waiters.append(future)
         self._expire_after(loop, future, wait)
         try:
@@ -410,6 +427,9 @@ class Tailer:
         return results[0]
 
     async def _run(self) -> None:
+        written = self._written
+        if written is not None:
+            written.start()
         try:
             while True:
                 sent = time.monotonic()
@@ -423,16 +443,19 @@ class Tailer:
                     self._connection = await borrow(self._redis)
                     self._client_id = int(await self._command("CLIENT", "ID"))
                     continue  # streams may have come meanwhile
-                index = self._blocked_on = self._index
-                asked = self._nums.copy()
-                found = await self._send(self._head + b"".join(self._ids))
-                self._blocked_on = {}
-                for name, items in xread_streams(found):
-                    name = name.decode() if isinstance(name, bytes) else name
-                    if items:
-                        self._found(name, asked[index[name]], items)
+                if written is not None and written.live:
+                    found = await self._read_written(written)
+                else:
+                    index = self._blocked_on = self._index
+                    asked = self._nums.copy()
+                    found = await self._send(self._head + b"".join(self._ids))
+                    self._blocked_on = {}
+                    for name, items in xread_streams(found):
+                        name = name.decode() if isinstance(name, bytes) else name
+                        if items:
+                            self._found(name, asked[index[name]], items)
                 if found:  # let entries gather: the next read then rarely blocks
-                    rest = sent + min(_TAIL_GAP, _TAIL_GAP_PER_STREAM * len(asked))
+                    rest = sent + min(_TAIL_GAP, _TAIL_GAP_PER_STREAM * len(self._order))
                     if rest > time.monotonic():
                         await asyncio.sleep(rest - time.monotonic())
         except asyncio.CancelledError:
@@ -441,6 +464,39 @@ class Tailer:
             await self._failed(exc)
         finally:
             self._blocked_on = {}
+            if written is not None:  # nobody is watched: no message is worth reading
+                written.stop()
+
+    async def _read_written(self, written: WrittenNames) -> Any:
+        """One read while the "written" channel is live: without blocking, of the watched
+        streams a message named (every watched stream when the subscription just started,
+        a stream became watched, or a second passed without a message); with none due,
+        wait for a message instead. Returns the raw reply (``None`` when nothing was read)."""
+        whole, named = written.take()
+        again, self._again = self._again, set()
+        index = self._index
+        if whole or self._read_version != self._built:
+            self._read_version = self._built
+            order = self._order
+        else:
+            order = [name for name in (named | again if again else named) if name in index]
+        if not order:
+            if not await written.wait(_TAIL_BLOCK_MS / 1000):
+                self._read_version = -1  # a second without a message: read them all
+            return None
+        nums, ids, packed = self._nums, self._ids, self._names
+        asked = {name: nums[index[name]] for name in order}
+        found = await self._send(b"".join([
+            b"*%d\r\n%s" % (4 + 2 * len(order), _XREAD_NOW),
+            *[packed[name] for name in order], *[ids[index[name]] for name in order],
+        ]))
+        for name, items in xread_streams(found):
+            name = name.decode() if isinstance(name, bytes) else name
+            if items:
+                self._found(name, asked[name], items)
+                if len(items) >= _TAIL_COUNT:  # more may follow: read it again
+                    self._again.add(name)
+        return found
 
     async def _failed(self, exc: Exception) -> None:
         """The read failed: wake everyone (their own reads report the failure) and forget
@@ -485,6 +541,8 @@ class Tailer:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._written is not None:
+            await self._written.aclose()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):

@@ -66,6 +66,7 @@ from .redis_scripts import (
     RELEASE,
     STATE,
 )
+from .redis_ticks import WrittenNames
 from .redis_writes import WRITES, WriteChannel, WriteCommands
 
 try:
@@ -142,7 +143,12 @@ class RedisReplyLog(ReplyLog):
         self.cluster = is_cluster(redis)
         self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
-        self._commands = WriteCommands(self.keys, self._shas, lambda: (self.lease, self.ttl))
+        #: Where a frame's script names the streams it appended to (one Redis; a cluster's
+        #: followers poll: :mod:`fluxstream.relay.redis_ticks`).
+        self._written = "" if self.cluster else prefix + "written"
+        self._commands = WriteCommands(
+            self.keys, self._shas, lambda: (self.lease, self.ttl), self._written
+        )
         #: The writer's round trips (a connection of their own; a cluster routes by slot).
         self._write_channel = (
             None if self.cluster else WriteChannel(redis, self._pipeline.call_packed)
@@ -150,7 +156,10 @@ class RedisReplyLog(ReplyLog):
         self._loaded = False
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
-        self._tailer = (ClusterTailer if self.cluster else Tailer)(redis, self._pipeline, _decode)
+        self._tailer: Tailer = (
+            ClusterTailer(redis, self._pipeline, _decode) if self.cluster
+            else Tailer(redis, self._pipeline, _decode, WrittenNames(redis, self._written))
+        )
         # Cancel watch: one pub/sub connection for every producer of this log.
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
@@ -394,7 +403,7 @@ class RedisReplyLog(ReplyLog):
         k = self.keys(key)
         result = await self._run(
             "end", [k["stream"], k["meta"], k["lease"]],
-            [encode_entry(entry_events, end), self._ttl_ms],
+            [encode_entry(entry_events, end), self._ttl_ms, self._written],
         )
         return bool(result)
 

@@ -61,7 +61,8 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 1
 """
 
-# KEYS: stream, meta, lease  ARGV: data, ttl_ms
+# KEYS: stream, meta, lease  ARGV: data, ttl_ms, the "written" channel ('': none; see
+# fluxstream/relay/redis_ticks.py)
 END_UNOWNED = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
@@ -73,6 +74,7 @@ redis.call('XADD', KEYS[1], (n + 1) .. '-0', 'd', ARGV[1])
 redis.call('HSET', KEYS[2], 'ended', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if ARGV[3] and ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], #KEYS[1] .. ':' .. KEYS[1]) end
 return n + 1
 """
 

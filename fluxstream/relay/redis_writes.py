@@ -40,13 +40,16 @@ __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 #: every one of which touches a single reply). Each write's keys are declared
 #: (``KEYS[4i+1..4i+4]``), none is built inside.
 #: KEYS: stream, meta, lease, cancel of each write, in order.
-#: ARGV: lease_ms, ttl_ms, then per write 'a', owner, id, data, token, final (APPEND),
-#:   'r', owner (REFRESH) or 'x', owner (RELEASE).
+#: ARGV: lease_ms, ttl_ms, the "written" channel ('': none), then per write 'a', owner, id,
+#:   data, token, final (APPEND), 'r', owner (REFRESH) or 'x', owner (RELEASE).
 #: Returns the number of writes, then what each one's own script returns; a write that fails
 #: (an entry that exists, a key of the wrong type) gives its error in its place and changes
-#: nothing (its reads come first), as its own EVALSHA would; the others go on.
+#: nothing (its reads come first), as its own EVALSHA would; the others go on. The streams
+#: appended to are published on the channel, once per call, as netstrings
+#: (:mod:`~fluxstream.relay.redis_ticks`: the followers' tailers read just those).
 WRITES = """
-local lease_ms, ttl_ms = ARGV[1], ARGV[2]
+local lease_ms, ttl_ms, channel = ARGV[1], ARGV[2], ARGV[3]
+local written = {}
 local function append(s, m, l, c, owner, id, data, token, final)
   if redis.call('GET', l) ~= owner then return -1 end
   if redis.call('XLEN', s) < tonumber(string.match(id, '^(%d+)')) - 1 then return -2 end
@@ -74,7 +77,7 @@ local function release(s, m, l, c, owner)
   return 1
 end
 local out = {#KEYS / 4}
-local a = 3
+local a = 4
 for i = 0, #KEYS / 4 - 1 do
   local k = 4 * i
   local op = ARGV[a]
@@ -82,6 +85,7 @@ for i = 0, #KEYS / 4 - 1 do
   if op == 'a' then
     ok, result = pcall(append, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
       ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+    if ok and result >= 0 then written[#written + 1] = #KEYS[k + 1] .. ':' .. KEYS[k + 1] end
     a = a + 6
   elseif op == 'r' then
     ok, result = pcall(refresh, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
@@ -97,6 +101,9 @@ for i = 0, #KEYS / 4 - 1 do
   else
     out[#out + 1] = redis.error_reply(tostring(result))
   end
+end
+if channel ~= '' and #written > 0 then
+  redis.call('PUBLISH', channel, table.concat(written))
 end
 return out
 """
@@ -116,6 +123,8 @@ class WriteCommands:
     :param shas: the scripts' SHA1 by name.
     :param timing: the lease and the TTL in seconds, read at each write (a log's ``lease``
         and ``ttl`` are plain attributes); a change packs the prefixes again.
+    :param written: the channel :meth:`batch`'s script names the streams it appended to on
+        (:mod:`~fluxstream.relay.redis_ticks`).
     """
 
     def __init__(
@@ -123,8 +132,10 @@ class WriteCommands:
         keys: Callable[[str], dict[str, str]],
         shas: dict[str, str],
         timing: Callable[[], tuple[float, float]],
+        written: str,
     ) -> None:
         self._keys = keys
+        self._written = bulk(written)
         self._shas = shas
         self._timing = timing
         #: (key, owner) -> (timing, packed append prefix, packed refresh command).
@@ -177,11 +188,11 @@ class WriteCommands:
         timing = self._timing()
         if self._batch_timing[0] != timing:
             lease_ms, ttl_ms = _ms(timing)
-            self._batch_timing = (timing, bulk(lease_ms) + bulk(ttl_ms))
+            self._batch_timing = (timing, bulk(lease_ms) + bulk(ttl_ms) + self._written)
             self._parts.clear()
         keys: list[bytes] = []
         argv: list[bytes] = [self._batch_timing[1]]
-        count = 2
+        count = 3
         for write in writes:
             parts = self._parts.get((write.key, write.owner))
             if parts is None:

@@ -1,0 +1,172 @@
+"""Which replies a frame wrote, pushed to every follower process (one Redis, not a cluster).
+
+A follower process's tailer used to keep one ``XREAD BLOCK`` over every stream it watches.
+Redis pays for a blocking read over many streams three times: it registers the client on
+every key, unregisters it from every key when one of them gets an entry, and runs the read
+again (~430 µs per wake-up over a hundred streams against ~60 µs for a read that blocks on
+nothing, ``INFO commandstats`` under ``benchmarks/bench_relay.py``). That was the largest
+part of Redis's CPU per relayed delta, and since a producer writes every stream of its
+process once per frame, the tailer woke once per frame and paid it every time.
+
+Instead the producer's one script call per frame (``WRITES``) also publishes the names of
+the streams it appended to on the log's "written" channel, and the tailer reads, without
+blocking, just the streams a message named that it watches. Redis publishes one message
+per frame to each follower process, and a read costs what it finds.
+
+The message is the names as netstrings without separators (``<length>:<name>``, the length
+in bytes), so a key holding any character, a newline included, is named exactly.
+
+The stream itself stays the only record: a message names streams, it carries no entry. A
+message lost while the subscription was down costs nothing but time: until the
+subscription is confirmed again the tailer reads as before (a blocking read), and when it
+is, it reads every watched stream once; in between, a watched stream is read at least once
+a second whatever arrives. A message on the channel from anyone else can only make the
+tailer read streams it watches anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+__all__ = ["WrittenNames", "names_of"]
+
+logger = logging.getLogger("fluxstream.relay")
+
+#: Seconds between two attempts to subscribe after the subscription failed.
+_RETRY = 1.0
+#: Seconds one wait for a message lasts before the listener looks again (redis-py's pub/sub
+#: read with a timeout; a blocking one would meet the connection's socket timeout).
+_POLL = 1.0
+#: Names held between two reads of the tailer, at most: more means the tailer fell far
+#: behind; it then reads every stream it watches instead.
+_HELD = 10_000
+
+#: ``asyncio.timeout`` (Python 3.11+), else ``None``.
+_timeout: Any = getattr(asyncio, "timeout", None)
+
+
+def names_of(data: bytes) -> list[str]:
+    """The stream names of a "written" message; :class:`ValueError` if it is malformed."""
+    names: list[str] = []
+    at, size = 0, len(data)
+    while at < size:  # every pass moves past one name (at least two bytes)
+        colon = data.index(b":", at)
+        length = int(data[at:colon])
+        start = colon + 1
+        end = start + length
+        if length < 0 or end > size:
+            raise ValueError("a name runs past the end of the message")
+        names.append(data[start:end].decode())
+        at = end
+    return names
+
+
+class WrittenNames:
+    """A subscription to a log's "written" channel and the stream names it delivered since
+    the tailer last took them (see the module docstring).
+
+    :attr:`live` is true once Redis confirmed the subscription and until it fails; while
+    it is not, nothing guarantees a message for every write, and the tailer reads as if
+    there were no channel.
+    """
+
+    def __init__(self, redis: Any, channel: str) -> None:
+        self._redis = redis
+        self._channel = channel
+        self._names: set[str] = set()
+        #: Every watched stream must be read: the subscription (re)started, a message was
+        #: malformed, or too many names were held.
+        self._whole = True
+        self._event = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.live = False
+
+    def start(self) -> None:
+        """Subscribe in the background (again, if the last listener ended)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._listen())
+
+    def take(self) -> tuple[bool, set[str]]:
+        """(read every watched stream, the names delivered) since the last call, and clear
+        the signal first: a message that arrives while the caller reads signals again."""
+        self._event.clear()
+        whole, self._whole = self._whole, False
+        names, self._names = self._names, set()
+        return whole, names
+
+    def poke(self) -> None:
+        """Wake the waiting tailer (a stream is newly watched, or the subscription changed)."""
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for a message or a poke, at most ``timeout`` seconds; ``False`` if none came
+        (the tailer then reads every stream it watches)."""
+        if self._event.is_set():
+            return True
+        try:
+            if _timeout is not None:  # a timer, where wait_for makes a task per wait
+                async with _timeout(timeout):
+                    await self._event.wait()
+            else:  # pragma: no cover - Python 3.10
+                await asyncio.wait_for(self._event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Unsubscribe in the background (the listener closes its connection as it ends)."""
+        task, self._task = self._task, None
+        self.live = False
+        if task is not None:
+            task.cancel()
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        self.live = False
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _listen(self) -> None:
+        """Subscribe, then take messages until cancelled; on a failure, drop back to reading
+        without the channel, and subscribe again after :data:`_RETRY`."""
+        while True:  # ends only when cancelled (aclose); each failure waits _RETRY
+            pubsub = self._redis.pubsub()
+            try:
+                await pubsub.subscribe(self._channel)
+                while True:  # bounded in time by _POLL per pass; ends by an error or cancel
+                    message = await pubsub.get_message(timeout=_POLL)
+                    if message is not None:
+                        self._got(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.warning("relay: written channel: %s: %s", type(exc).__name__, exc)
+            finally:
+                if self._task is asyncio.current_task():  # not a listener stopped meanwhile
+                    self.live = False
+                    self.poke()
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(pubsub.aclose())
+            await asyncio.sleep(_RETRY)
+
+    def _got(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "subscribe":  # confirmed: from now on no write goes unnamed
+            self.live = self._task is asyncio.current_task()
+            self._whole = True
+        elif kind == "message":
+            try:
+                self._names.update(names_of(message["data"]))
+            except (ValueError, TypeError, UnicodeDecodeError):
+                self._whole = True
+            if len(self._names) > _HELD:
+                self._names.clear()
+                self._whole = True
+        else:
+            return
+        self._event.set()
