@@ -1,0 +1,226 @@
+"""One Redis: a frame's script names the streams it appended to on the log's "written"
+channel, and a follower process's tailer reads just those without blocking
+(``fluxstream/relay/redis_ticks.py``). The stream stays the only record: a lost, foreign or
+malformed message, a writer that never publishes, a subscription killed mid-reply -- every
+follower still gets every entry once, in order, within a bound."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import pytest
+from relay_support import RedisServer
+
+from fluxstream.events import End, Outcome, TextDelta
+from fluxstream.relay import RedisReplyLog
+from fluxstream.relay.codec import Entry, encode_entry
+from fluxstream.relay.redis_ticks import names_of
+from fluxstream.relay.writer import Write
+
+pytestmark = pytest.mark.anyio
+
+END = {"outcome": "done", "reason": None, "reply": None, "token": None}
+
+
+@pytest.fixture(scope="module")
+def redis_alone() -> Iterator[RedisServer]:
+    """A Redis of this module's own: its blocked clients are this module's tailers only."""
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def text(number: int) -> Entry:
+    return Entry(number, (TextDelta("text", 0, number - 1, f"{number}"),))
+
+
+def final(number: int) -> Entry:
+    return Entry(number, (End(Outcome.DONE, None),), END)
+
+
+class Followers:
+    """``count`` followers of ``key`` on their own log (another process's tailer), each
+    keeping (entry text, arrival time)."""
+
+    def __init__(self, log: RedisReplyLog, key: str, count: int) -> None:
+        self.log, self.key = log, key
+        self.got: list[list[tuple[str, float]]] = [[] for _ in range(count)]
+        self.ended = [False] * count
+
+    async def follow(self, at: int) -> None:
+        async for item in self.log.follow(self.key):
+            if isinstance(item.event, TextDelta):
+                self.got[at].append((item.event.text, time.monotonic()))
+            elif isinstance(item.event, End):
+                self.ended[at] = True
+
+    async def until(self, count: int, within: float) -> None:
+        """Every follower has ``count`` texts, within ``within`` seconds."""
+        with anyio.fail_after(within):
+            while any(len(got) < count for got in self.got):
+                await anyio.sleep(0.005)
+
+
+async def blocked_clients(redis: Any) -> int:
+    return int((await redis.info("clients"))["blocked_clients"])
+
+
+async def no_blocked_read_within(redis: Any, within: float) -> None:
+    """The followers' tailer subscribed, and nothing blocks in Redis."""
+    with anyio.fail_after(within):
+        while not (await redis.pubsub_numsub("written:written"))[0][1]:
+            await anyio.sleep(0.02)
+        while await blocked_clients(redis):
+            await anyio.sleep(0.02)
+
+
+@pytest.fixture
+async def logs(redis_alone: RedisServer) -> AsyncIterator[tuple[RedisReplyLog, RedisReplyLog]]:
+    producer = RedisReplyLog(redis_alone.url, prefix="written:")
+    follower = RedisReplyLog(redis_alone.url, prefix="written:")
+    try:
+        yield producer, follower
+    finally:
+        await follower.aclose()
+        await producer.aclose()
+
+
+async def write(log: RedisReplyLog, key: str, *entries: Entry) -> None:
+    results = await log._write_many([
+        Write(key, "me", entry, None, entry.end is not None) for entry in entries
+    ])
+    assert results == [False] * len(entries)
+
+
+async def test_waiting_followers_keep_no_blocking_read_and_get_each_entry_at_once(
+    logs: tuple[RedisReplyLog, RedisReplyLog],
+) -> None:
+    """With the subscription live, nothing blocks in Redis while the followers wait (a
+    blocking read over every watched stream cost Redis most of its CPU per delta), and each
+    entry still reaches every follower within a fraction of the one-second safety read."""
+    producer, follower = logs
+    await producer._create("k", "me", {})
+    followers = Followers(follower, "k", 3)
+    async with anyio.create_task_group() as tg:
+        for at in range(3):
+            tg.start_soon(followers.follow, at)
+        await no_blocked_read_within(producer.redis, 3.0)
+        for number in range(1, 11):
+            sent = time.monotonic()
+            await write(producer, "k", text(number))
+            await followers.until(number, 5.0)
+            assert max(got[-1][1] for got in followers.got) - sent < 0.25
+            assert await blocked_clients(producer.redis) == 0
+        await write(producer, "k", final(11))
+    assert followers.ended == [True] * 3
+    assert [[t for t, _ in got] for got in followers.got] == [[str(n) for n in range(1, 11)]] * 3
+
+
+async def test_more_entries_than_one_read_takes_arrive_without_waiting_for_the_safety_read(
+    logs: tuple[RedisReplyLog, RedisReplyLog],
+) -> None:
+    """A frame with twenty entries of one stream (a read takes eight): the stream is read
+    again at once, not at the next message or the safety read."""
+    producer, follower = logs
+    await producer._create("burst", "me", {})
+    followers = Followers(follower, "burst", 2)
+    async with anyio.create_task_group() as tg:
+        for at in range(2):
+            tg.start_soon(followers.follow, at)
+        await no_blocked_read_within(producer.redis, 3.0)
+        await write(producer, "burst", text(1))
+        await followers.until(1, 5.0)
+        sent = time.monotonic()
+        await write(producer, "burst", *[text(n) for n in range(2, 22)])
+        await followers.until(21, 5.0)
+        assert time.monotonic() - sent < 0.2
+        await write(producer, "burst", final(22))
+    assert [[t for t, _ in got] for got in followers.got] == [[str(n) for n in range(1, 22)]] * 2
+
+
+@pytest.mark.parametrize("key", ["with:colon", "new\nline", "12:34", "é{x}"])
+async def test_any_key_is_named_exactly(
+    logs: tuple[RedisReplyLog, RedisReplyLog], key: str
+) -> None:
+    producer, follower = logs
+    await producer._create(key, "me", {})
+    followers = Followers(follower, key, 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(followers.follow, 0)
+        await no_blocked_read_within(producer.redis, 3.0)
+        for number in (1, 2, 3):
+            sent = time.monotonic()
+            await write(producer, key, text(number))
+            await followers.until(number, 5.0)
+            assert time.monotonic() - sent < 0.25
+        await write(producer, key, final(4))
+    assert [t for t, _ in followers.got[0]] == ["1", "2", "3"]
+
+
+async def test_a_foreign_or_malformed_message_and_a_silent_writer_lose_nothing(
+    logs: tuple[RedisReplyLog, RedisReplyLog],
+) -> None:
+    """Garbage on the channel only makes the tailer read what it watches; an entry appended
+    without a message (a writer that does not publish) arrives by the safety read."""
+    producer, follower = logs
+    await producer._create("quiet", "me", {})
+    k = producer.keys("quiet")
+    followers = Followers(follower, "quiet", 2)
+    async with anyio.create_task_group() as tg:
+        for at in range(2):
+            tg.start_soon(followers.follow, at)
+        await no_blocked_read_within(producer.redis, 3.0)
+        for garbage in (b"x", b"99:short", b"-1:", b"\xff\xfe", b"3:abc"):
+            await producer.redis.publish("written:written", garbage)
+        await write(producer, "quiet", text(1))
+        await followers.until(1, 5.0)
+        sent = time.monotonic()
+        await producer.redis.xadd(k["stream"], {"d": encode_entry([TextDelta("text", 0, 1, "2")])},
+                                  id="2-0")
+        await followers.until(2, 5.0)
+        assert time.monotonic() - sent < 1.5
+        await write(producer, "quiet", text(3), final(4))
+    assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
+
+
+async def test_a_killed_subscription_loses_and_repeats_nothing(
+    logs: tuple[RedisReplyLog, RedisReplyLog],
+) -> None:
+    """The subscription's connection is killed mid-reply, twice: the tailer reads as before
+    until it is subscribed again, then stops blocking again; every entry arrives once."""
+    producer, follower = logs
+    await producer._create("killed", "me", {})
+    followers = Followers(follower, "killed", 2)
+    number = 0
+    async with anyio.create_task_group() as tg:
+        for at in range(2):
+            tg.start_soon(followers.follow, at)
+        for _ in range(2):
+            await no_blocked_read_within(producer.redis, 5.0)
+            for _ in range(5):
+                number += 1
+                await write(producer, "killed", text(number))
+                await followers.until(number, 5.0)
+            assert await producer.redis.execute_command("CLIENT", "KILL", "TYPE", "pubsub") >= 1
+            for _ in range(5):  # while the listener is down or subscribing again
+                number += 1
+                await write(producer, "killed", text(number))
+                await followers.until(number, 5.0)
+        await write(producer, "killed", final(number + 1))
+    expected = [str(n) for n in range(1, number + 1)]
+    assert [[t for t, _ in got] for got in followers.got] == [expected] * 2
+
+
+def test_names_are_read_back_exactly_and_a_malformed_message_is_refused() -> None:
+    names = ["a", "with:colon", "new\nline", "é", "", "x" * 300]
+    data = b"".join(b"%d:%s" % (len(n.encode()), n.encode()) for n in names)
+    assert names_of(data) == names
+    assert names_of(b"") == []
+    for bad in (b"x", b"5:abc", b"3", b":abc", b"-1:a", b"2:\xff\xfe"):
+        with pytest.raises((ValueError, UnicodeDecodeError)):
+            names_of(bad)
