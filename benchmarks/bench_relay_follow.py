@@ -92,6 +92,11 @@ def writer(
     from fluxstream.relay.codec import encode_entry, end_record
 
     names = RedisReplyLog(url).keys
+    # What a producer's frame script publishes: the streams it appended to, as netstrings
+    # (fluxstream/relay/redis_ticks.py), one message per frame.
+    channel = RedisReplyLog(url).prefix + "written"
+    streams = [names(key)["stream"].encode() for key in keys]
+    named = b"".join(b"%d:%s" % (len(s), s) for s in streams)
     client = redis.Redis.from_url(url)
     pipe = client.pipeline(transaction=False)
     for key in keys:
@@ -113,12 +118,14 @@ def writer(
             TextDelta("text", 0, offset + i * len(text), text) for i in range(per_entry)
         ])
         if stagger:  # one reply at a time: a read finds one stream of all it watches
-            for key in keys:
+            for key, stream in zip(keys, streams, strict=True):
                 client.xadd(names(key)["stream"], {"d": data}, id=f"{n}-0")
+                client.publish(channel, b"%d:%s" % (len(stream), stream))
                 sys.stdin.readline()
             continue
         for key in keys:
             pipe.xadd(names(key)["stream"], {"d": data}, id=f"{n}-0")
+        pipe.publish(channel, named)
         pipe.execute()
         if lockstep:
             sys.stdin.readline()
@@ -135,6 +142,7 @@ def writer(
         pipe.xadd(k["stream"], {"d": end}, id=f"{entries + 1}-0")
         pipe.hset(k["meta"], "ended", "1")
         pipe.delete(k["lease"])
+    pipe.publish(channel, named)
     pipe.execute()
     print("done", flush=True)
 

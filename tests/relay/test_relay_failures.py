@@ -223,9 +223,12 @@ async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
                         {"outcome": "done"})
             await log._append("again", "first", end, token=None, final=True)
         assert len(first[0].events) == 21
-        # The tailer still watches the reply (it lingers); its read now fails.
+        # The tailer still watches the reply (it lingers); Redis "restarts": every
+        # connection of the log's tailer closes (its read's, and its subscription's to the
+        # written channel, which wakes it when it is not reading).
         assert log._tailer._client_id is not None
         await probe.client_kill_filter(_id=log._tailer._client_id)
+        await probe.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
         await anyio.sleep(0.2)
         await probe.delete(*(name for name in log.keys("again").values()))
         await log._create("again", "second", {})

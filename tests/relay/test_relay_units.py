@@ -125,7 +125,8 @@ def test_a_packed_write_is_the_command_packed_argument_by_argument() -> None:
     log = RedisReplyLog("redis://127.0.0.1:1/0")
     timing = [5.0, 3600.0]
     commands = WriteCommands(log.keys, {"append": "a" * 40, "refresh": "r" * 40,
-                                        "release": "l" * 40}, lambda: (timing[0], timing[1]))
+                                        "release": "l" * 40}, lambda: (timing[0], timing[1]),
+                             "p:written")
     entry = Entry(7, (TextDelta("k", 0, 0, "é\"x"),))
     end = Entry(8, (End(Outcome.DONE, None),), {"outcome": "done", "reply": None})
     writes = [
