@@ -1,5 +1,7 @@
 """Connection economy of :class:`~fluxstream.relay.RedisReplyLog`: commands pipelined across
-tasks, and one blocking tail read for every waiting follower (redis-py asyncio client).
+tasks, and one tail read for every waiting follower of a process (redis-py asyncio client):
+of the streams the log's "written" channel named (:mod:`~fluxstream.relay.redis_ticks`), or
+a blocking one over every watched stream while that channel is not live.
 
 Both talk RESP on connections borrowed from the client's pool, with commands packed here
 (:func:`pack`) rather than by redis-py's general command packer: a relayed reply costs one
