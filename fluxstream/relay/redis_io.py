@@ -57,7 +57,7 @@ _LINGER = 2.0
 #: Decoded entries the tailer keeps per watched stream (followers a little behind read them
 #: without a round trip; one further behind reads Redis).
 _CACHE = 32
-#: Granularity (seconds) of the followers' poll timeouts (see Tailer._expire_after).
+#: Granularity (seconds) of the followers' poll timeouts (see Tailer.wait).
 _SLOT = 0.05
 #: Seconds between two looks for streams whose linger ended (a look goes over every
 #: watched stream: once per read, it cost more than the read at a hundred streams).
@@ -245,12 +245,12 @@ class Tailer:
         self._pipeline = pipeline
         self._decode = decode
         self._latest: dict[str, int] = {}
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[bool]]] = {}
         self._linger: dict[str, float] = {}
         #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
         self._cache: dict[str, tuple[int, list[Any]]] = {}
         #: Per slot of :data:`_SLOT` seconds: the waits that end then.
-        self._deadlines: dict[int, list[asyncio.Future[None]]] = {}
+        self._deadlines: dict[int, list[asyncio.Future[bool]]] = {}
         #: Stream names as RESP bulk strings (an ``XREAD`` names every watched stream).
         self._names: dict[str, bytes] = {}
         #: The ``XREAD`` of the watched streams, kept between reads and changed where it
@@ -304,7 +304,7 @@ class Tailer:
         if latest != after:
             self._set_latest(stream, after)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        future: asyncio.Future[bool] = loop.create_future()
         waiters = self._waiters.get(stream)
         if waiters is None:
             waiters = self._waiters[stream] = []
@@ -313,40 +313,47 @@ class Tailer:
                 if self._written is not None:
                     self._written.poke()
         waiters.append(future)
-        self._expire_after(loop, future, wait)
-        try:
-            if self._closed:  # no new read: the follower's own read reports the closed log
-                _settle(future)
-            elif self._task is None or self._task.done():
-                self._task = loop.create_task(self._run())
-            elif self._blocked_on and stream not in self._blocked_on:
-                self._interrupt()  # a read is out without this stream: cut it short
-            await future
-        finally:
-            waiters = self._waiters.get(stream)
-            if waiters is not None:
-                if future in waiters:
-                    waiters.remove(future)
-                if not waiters:
-                    del self._waiters[stream]
-                    self._linger[stream] = time.monotonic() + _LINGER
-
-    def _expire_after(self, loop: asyncio.AbstractEventLoop, future: Any, wait: float) -> None:
-        """Settle ``future`` after ``wait`` seconds (rounded up to :data:`_SLOT`): one timer
-        per slot, not one per waiting follower (a thousand followers kept a thousand timers
-        in the loop's heap, re-sorted at every wake-up)."""
+        # Settled after ``wait`` seconds, rounded up to _SLOT: one timer per slot, not one
+        # per waiting follower (a thousand followers kept a thousand timers in the loop's
+        # heap, re-sorted at every wake-up).
         slot = math.ceil((loop.time() + wait) / _SLOT)
-        futures = self._deadlines.get(slot)
-        if futures is None:
-            futures = self._deadlines[slot] = []
+        expiring = self._deadlines.get(slot)
+        if expiring is None:
+            expiring = self._deadlines[slot] = []
             loop.call_at(slot * _SLOT, self._expire, slot)
-        futures.append(future)
+        expiring.append(future)
+        if self._closed:  # no new read: the follower's own read reports the closed log
+            future.set_result(False)
+        elif self._task is None or self._task.done():
+            self._task = loop.create_task(self._run())
+        elif self._blocked_on and stream not in self._blocked_on:
+            self._interrupt()  # a read is out without this stream: cut it short
+        try:
+            if await future:
+                return  # woken by _wake, which took the stream's waiters: nothing to undo
+        except BaseException:
+            self._unwait(stream, future)
+            raise
+        self._unwait(stream, future)
+
+    def _unwait(self, stream: str, future: asyncio.Future[bool]) -> None:
+        """A wait that ended without a wake-up (its time, the log closed, a cancel): this
+        waiter leaves the stream's; the last one starts its linger."""
+        waiters = self._waiters.get(stream)
+        if waiters is not None:
+            if future in waiters:
+                waiters.remove(future)
+            if not waiters:
+                del self._waiters[stream]
+                self._linger[stream] = time.monotonic() + _LINGER
 
     def _expire(self, slot: int) -> None:
-        for future in self._deadlines.pop(slot, []):
-            _settle(future)
+        for future in self._deadlines.pop(slot, ()):
+            if not future.done():
+                future.set_result(False)
 
     def _wake(self, stream: str) -> None:
+        """Wake every follower waiting on ``stream`` (``True``: the waiter was taken off)."""
         futures = self._waiters.pop(stream, None)
         if futures is None:
             return
@@ -354,7 +361,8 @@ class Tailer:
         # waiter left, would end and every wake-up would cost a new read and a new task).
         self._linger[stream] = time.monotonic() + _LINGER
         for future in futures:
-            _settle(future)
+            if not future.done():
+                future.set_result(True)
 
     def _watched(self) -> list[str]:
         self._sweep(time.monotonic())
@@ -581,11 +589,6 @@ def _bulk_id(number: int) -> bytes:
     """Entry id ``<number>-0`` as a RESP bulk string."""
     data = b"%d-0" % number
     return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def xread_streams(found: Any) -> list[tuple[Any, list[Any]]]:

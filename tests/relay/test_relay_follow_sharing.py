@@ -266,3 +266,48 @@ async def test_many_streams_coming_and_going_are_all_followed_exactly(
     finally:
         await log.aclose()
         await writer.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_waiter_cancelled_or_timed_out_leaves_the_others_of_its_stream_waiting(
+    redis_server: RedisServer,
+) -> None:
+    """The tailer's waits: one follower's wait cancelled, another's timed out, a third woken
+    by the entry; the cancel and the time-out take only their own waiter off (none is
+    left behind), the woken one gets the entry."""
+    from fluxstream.relay import RedisReplyLog
+    from fluxstream.relay.codec import Entry
+
+    log = RedisReplyLog(redis_server.url, prefix="waits:", lease=2.0)
+    writer = RedisReplyLog(redis_server.url, prefix="waits:", lease=2.0)
+    access = writer._access()
+    try:
+        owner = access.new_owner()
+        await access.create("k", owner, {})
+        tailer = log._tailer
+        stream = log.keys("k")["stream"]
+        woken: list[Any] = []
+
+        async def read(wait: float) -> None:
+            woken.append(await log._read("k", 0, wait))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as waits:
+                waits.start_soon(read, 5.0)
+                async with anyio.create_task_group() as cancelled:
+                    cancelled.start_soon(read, 5.0)
+                    await anyio.sleep(0.3)
+                    assert len(tailer._waiters[stream]) == 2
+                    cancelled.cancel_scope.cancel()
+                assert len(tailer._waiters[stream]) == 1
+                await read(0.1)  # times out: nothing written yet
+                assert woken == [[]] and len(tailer._waiters[stream]) == 1
+                entry = Entry(1, (TextDelta("k", 0, 0, "a"),))
+                await writer._append("k", owner, entry, token=None, final=False)
+        assert [[e.number for e in entries] for entries in woken] == [[], [1]]
+        assert stream not in tailer._waiters and not any(
+            not future.done() for futures in tailer._deadlines.values() for future in futures
+        )
+    finally:
+        await log.aclose()
+        await writer.aclose()

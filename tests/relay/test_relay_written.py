@@ -62,7 +62,9 @@ class Followers:
     async def until(self, count: int, within: float) -> None:
         """Every follower has ``count`` texts, within ``within`` seconds."""
         with anyio.fail_after(within):
-            while any(len(got) < count for got in self.got):
+            for _ in range(int(within / 0.005) + 1):  # the deadline ends it first
+                if all(len(got) >= count for got in self.got):
+                    return
                 await anyio.sleep(0.005)
 
 
@@ -73,10 +75,15 @@ async def blocked_clients(redis: Any) -> int:
 async def no_blocked_read_within(redis: Any, within: float) -> None:
     """The followers' tailer subscribed, and nothing blocks in Redis."""
     with anyio.fail_after(within):
-        while not (await redis.pubsub_numsub("written:written"))[0][1]:
+        for _ in range(int(within / 0.02) + 1):  # the deadline ends it first
+            if (await redis.pubsub_numsub("written:written"))[0][1]:
+                break
             await anyio.sleep(0.02)
-        while await blocked_clients(redis):
+        for _ in range(int(within / 0.02) + 1):
+            if not await blocked_clients(redis):
+                return
             await anyio.sleep(0.02)
+    raise AssertionError("a read stayed blocked")
 
 
 @pytest.fixture
