@@ -7,10 +7,9 @@ delivered, segments naming both upstreams and APIs, and the prefill the fallback
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from llama_server import LlamaServer
+from shown_text import read_shown
 
 import fluxstream
 from fluxstream import Handoff, Outcome, Upstream
@@ -31,15 +30,7 @@ async def test_messages_primary_drops_and_llama_cpp_goes_on(llama_server: LlamaS
         ) as client:
             stream = client.messages.stream(model="m", messages=MSG, max_tokens=1024,
                                             temperature=0)
-            shown = ""
-            others: list[Any] = []
-            async with stream:
-                async for event in stream:
-                    if event.type == "text":
-                        assert event.offset == len(shown), (event.offset, len(shown))
-                        shown += event.text
-                    else:
-                        others.append(event)
+            shown, others = await read_shown(stream)
     reply = stream.reply
     assert "reset" not in [e.type for e in others]
     (handoff,) = [e for e in others if isinstance(e, Handoff)]
