@@ -74,7 +74,7 @@ redis.call('XADD', KEYS[1], (n + 1) .. '-0', 'd', ARGV[1])
 redis.call('HSET', KEYS[2], 'ended', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-if ARGV[3] and ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], #KEYS[1] .. ':' .. KEYS[1]) end
+if ARGV[3] and ARGV[3] ~= '' then redis.pcall('PUBLISH', ARGV[3], #KEYS[1] .. ':' .. KEYS[1]) end
 return n + 1
 """
 

@@ -36,8 +36,11 @@ __all__ = ["WrittenNames", "names_of"]
 
 logger = logging.getLogger("fluxstream.relay")
 
-#: Seconds between two attempts to subscribe after the subscription failed.
+#: Seconds before the first attempt to subscribe again after the subscription failed; each
+#: further failure in a row doubles it, up to :data:`_RETRY_MAX` (a Redis that refuses the
+#: channel, an ACL without it, is asked twice a minute, not every second).
 _RETRY = 1.0
+_RETRY_MAX = 30.0
 #: Seconds a connection for the subscription may take to come from the pool (to connect).
 _CONNECT = 10.0
 #: Names held between two reads of the tailer, at most: more means the tailer fell far
@@ -146,7 +149,8 @@ class WrittenNames:
 
     async def _listen(self) -> None:
         """Subscribe, then take messages until cancelled; on a failure, drop back to reading
-        without the channel, and subscribe again after :data:`_RETRY`.
+        without the channel, and subscribe again after :data:`_RETRY` (longer after each
+        failure in a row).
 
         The messages are read on a connection made like the client pool's, parsed by its parser
         (hiredis when installed), not through redis-py's ``PubSub``: that cost ~64 µs per
@@ -154,7 +158,8 @@ class WrittenNames:
         channel = self._channel.encode()
         subscribe = b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel)
         pool = self._redis.connection_pool
-        while True:  # ends only when cancelled (stop, aclose); each failure waits _RETRY
+        delay = _RETRY
+        while True:  # ends only when cancelled (stop, aclose); each failure waits `delay`
             # A connection of its own, like the pool's but speaking RESP2 (redis-py 8 speaks
             # RESP3 by default, where messages come as pushes its parser hands elsewhere):
             # a message is then a plain reply, [b"message", channel, data].
@@ -164,6 +169,8 @@ class WrittenNames:
                 await connection.send_packed_command(subscribe)
                 while True:  # one message per pass; ends by an error or a cancel
                     self._got(await connection.read_response(timeout=math.inf))
+                    if self.live:
+                        delay = _RETRY
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -174,7 +181,8 @@ class WrittenNames:
                     self.poke()
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(connection.disconnect())
-            await asyncio.sleep(_RETRY)
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, _RETRY_MAX)
 
     def _got(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) != 3:

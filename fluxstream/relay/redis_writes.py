@@ -46,7 +46,8 @@ __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 #: (an entry that exists, a key of the wrong type) gives its error in its place and changes
 #: nothing (its reads come first), as its own EVALSHA would; the others go on. The streams
 #: appended to are published on the channel, once per call, as netstrings
-#: (:mod:`~fluxstream.relay.redis_ticks`: the followers' tailers read just those).
+#: (:mod:`~fluxstream.relay.redis_ticks`: the followers' tailers read just those); a publish
+#: Redis refuses (a user without the channel) changes nothing of the writes.
 WRITES = """
 local lease_ms, ttl_ms, channel = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
@@ -102,8 +103,8 @@ for i = 0, #KEYS / 4 - 1 do
     out[#out + 1] = redis.error_reply(tostring(result))
   end
 end
-if channel ~= '' and #written > 0 then
-  redis.call('PUBLISH', channel, table.concat(written))
+if channel ~= '' and #written > 0 then  -- refused (an ACL without the channel): read as before
+  redis.pcall('PUBLISH', channel, table.concat(written))
 end
 return out
 """

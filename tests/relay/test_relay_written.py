@@ -231,3 +231,36 @@ def test_names_are_read_back_exactly_and_a_malformed_message_is_refused() -> Non
     for bad in (b"x", b"5:abc", b"3", b":abc", b"-1:a", b"2:\xff\xfe"):
         with pytest.raises((ValueError, UnicodeDecodeError)):
             names_of(bad)
+
+
+async def test_a_user_refused_the_channel_still_records_and_follows(
+    redis_alone: RedisServer,
+) -> None:
+    """A Redis user with every key but no pub/sub channel (``resetchannels``, the default for
+    new ACL users since Redis 7): the frame's script cannot publish and the follower cannot
+    subscribe, yet every write succeeds and every entry arrives (the blocking read)."""
+    from redis.asyncio import Redis
+
+    admin = Redis.from_url(redis_alone.url)
+    await admin.execute_command(
+        "ACL", "SETUSER", "nochannels", "on", ">secret", "~*", "resetchannels", "+@all")
+    url = f"redis://nochannels:secret@127.0.0.1:{redis_alone.port}/0"
+    producer = RedisReplyLog(url, prefix="acl:")
+    follower = RedisReplyLog(url, prefix="acl:")
+    try:
+        await producer._create("k", "me", {})
+        followers = Followers(follower, "k", 2)
+        async with anyio.create_task_group() as tg:
+            for at in range(2):
+                tg.start_soon(followers.follow, at)
+            for number in (1, 2, 3):
+                await write(producer, "k", text(number))
+                await followers.until(number, 5.0)
+            await write(producer, "k", final(4))
+        assert followers.ended == [True, True]
+        assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
+    finally:
+        await follower.aclose()
+        await producer.aclose()
+        await admin.execute_command("ACL", "DELUSER", "nochannels")
+        await admin.aclose()
