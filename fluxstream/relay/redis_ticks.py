@@ -86,6 +86,8 @@ class WrittenNames:
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.live = False
+        #: The last attempt to subscribe failed (a starting tailer then does not wait for it).
+        self._failing = False
 
     def start(self) -> None:
         """Subscribe in the background (again, if the last listener ended)."""
@@ -109,7 +111,8 @@ class WrittenNames:
         starts reads without blocking from its first read)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while not self.live and self._task is not None and not self._task.done():
+        while (not self.live and not self._failing
+               and self._task is not None and not self._task.done()):
             left = deadline - loop.time()  # each pass waits on a message or the deadline
             if left <= 0:
                 break
@@ -174,6 +177,7 @@ class WrittenNames:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self._failing = True
                 logger.warning("relay: written channel: %s: %s", type(exc).__name__, exc)
             finally:
                 if self._task is asyncio.current_task():  # not a listener stopped meanwhile
@@ -190,6 +194,7 @@ class WrittenNames:
         kind = reply[0]
         if kind in (b"subscribe", "subscribe"):  # confirmed: no write goes unnamed now
             self.live = self._task is asyncio.current_task()
+            self._failing = False
             self._whole = True
         elif kind in (b"message", "message"):
             data = reply[2]

@@ -254,8 +254,10 @@ async def test_a_user_refused_the_channel_still_records_and_follows(
             for at in range(2):
                 tg.start_soon(followers.follow, at)
             for number in (1, 2, 3):
+                sent = time.monotonic()
                 await write(producer, "k", text(number))
                 await followers.until(number, 5.0)
+                assert time.monotonic() - sent < 0.25  # not the safety read's time
             await write(producer, "k", final(4))
         assert followers.ended == [True, True]
         assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
