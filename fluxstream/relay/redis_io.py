@@ -45,13 +45,15 @@ _TAIL_COUNT = 8
 #: 4 ms is added to a delivery (nothing for a handful of streams).
 _TAIL_GAP = 0.004
 _TAIL_GAP_PER_STREAM = 8e-6
-#: Seconds without a "written" message after which the tailer reads every watched stream
-#: anyway: an entry a writer appended without naming it (another version of fluxstream in
-#: a rolling upgrade) arrives within this. Four non-blocking reads a second cost Redis less
-#: than one blocking read.
+#: Seconds between two reads of every watched stream while the "written" channel is live,
+#: whatever messages come meanwhile: an entry a writer appended without naming it (another
+#: version of fluxstream in a rolling upgrade, a user refused the channel) arrives within
+#: this. Four non-blocking reads a second cost Redis less than one blocking read.
 _QUIET = 0.25
 #: Seconds a starting tailer waits for its subscription before it reads as before.
 _SUBSCRIBED = 0.5
+#: Seconds the subscription outlives the tailer's last follower (the next one keeps it).
+_KEEP_SUBSCRIBED = 10.0
 #: Seconds a stream stays watched after its last waiter woke.
 _LINGER = 2.0
 #: Decoded entries the tailer keeps per watched stream (followers a little behind read them
@@ -240,8 +242,10 @@ class Tailer:
         #: Streams whose last read returned a full ``COUNT``: read again without a message.
         self._again: set[str] = set()
         #: ``_built`` at the last read of every watched stream (a newly watched one may
-        #: have had its message before it was watched).
+        #: have had its message before it was watched), and when the next one is due
+        #: (:data:`_QUIET`, whatever messages arrive meanwhile).
         self._read_version = -1
+        self._whole_at = 0.0
         self._pipeline = pipeline
         self._decode = decode
         self._latest: dict[str, int] = {}
@@ -482,25 +486,27 @@ class Tailer:
             await self._failed(exc)
         finally:
             self._blocked_on = {}
-            if written is not None:  # nobody is watched: no message is worth reading
-                written.stop()
+            if written is not None:  # nobody is watched: soon no message is worth reading
+                written.stop_later(_KEEP_SUBSCRIBED)
 
     async def _read_written(self, written: WrittenNames) -> Any:
         """One read while the "written" channel is live: without blocking, of the watched
         streams a message named (every watched stream when the subscription just started,
-        a stream became watched, or :data:`_QUIET` passed without a message); with none due,
+        a stream became watched, or :data:`_QUIET` passed since the last such read, whatever
+        messages came meanwhile); with none due,
         wait for a message instead. Returns the raw reply (``None`` when nothing was read)."""
         whole, named = written.take()
         again, self._again = self._again, set()
         index = self._index
-        if whole or self._read_version != self._built:
+        now = time.monotonic()
+        if whole or self._read_version != self._built or now >= self._whole_at:
             self._read_version = self._built
+            self._whole_at = now + _QUIET
             order = self._order
         else:
             order = [name for name in (named | again if again else named) if name in index]
-        if not order:
-            if not await written.wait(_QUIET):
-                self._read_version = -1  # a while without a message: read them all
+        if not order:  # until a message, a poke, or the next read of every watched stream
+            await written.wait(self._whole_at - now)
             return None
         nums, ids, packed = self._nums, self._ids, self._names
         asked = {name: nums[index[name]] for name in order}

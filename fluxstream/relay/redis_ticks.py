@@ -3,10 +3,11 @@
 A follower process's tailer used to keep one ``XREAD BLOCK`` over every stream it watches.
 Redis pays for a blocking read over many streams three times: it registers the client on
 every key, unregisters it from every key when one of them gets an entry, and runs the read
-again (~430 µs per wake-up over a hundred streams against ~60 µs for a read that blocks on
-nothing, ``INFO commandstats`` under ``benchmarks/bench_relay.py``). That was the largest
-part of Redis's CPU per relayed delta, and since a producer writes every stream of its
-process once per frame, the tailer woke once per frame and paid it every time.
+again: ~430 µs per wake-up over a hundred streams under ``benchmarks/bench_relay.py``
+(``INFO commandstats``), where a non-blocking read of them costs 49-135 µs by how many have
+an entry (``benchmarks/bench_redis_reads.py``). Since a producer writes every stream of its
+process once per frame, the tailer woke once per frame and paid it every time: about 40% of
+Redis's CPU per relayed delta.
 
 Instead the producer's one script call per frame (``WRITES``) also publishes the names of
 the streams it appended to on the log's "written" channel, and the tailer reads, without
@@ -19,9 +20,13 @@ in bytes), so a key holding any character, a newline included, is named exactly.
 The stream itself stays the only record: a message names streams, it carries no entry. A
 message lost while the subscription was down costs nothing but time: until the
 subscription is confirmed again the tailer reads as before (a blocking read), and when it
-is, it reads every watched stream once; in between, a watched stream is read at least four
-times a second whatever arrives. A message on the channel from anyone else can only make the
-tailer read streams it watches anyway.
+is, it reads every watched stream once; while it is live, every watched stream is read four
+times a second whatever messages come, so an entry nobody named (a producer of an earlier
+version, a user refused the channel) waits at most a quarter second. A message on the
+channel from anyone else can only make the tailer read streams it watches anyway.
+
+Every follower process receives every frame's message of every producer of the log (P
+producers, F follower processes: P x F messages per frame time), ~20 µs each to read.
 """
 
 from __future__ import annotations
@@ -29,8 +34,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 from typing import Any
+
+from redis.exceptions import ConnectionError
 
 __all__ = ["WrittenNames", "names_of"]
 
@@ -41,8 +47,11 @@ logger = logging.getLogger("fluxstream.relay")
 #: channel, an ACL without it, is asked twice a minute, not every second).
 _RETRY = 1.0
 _RETRY_MAX = 30.0
-#: Seconds a connection for the subscription may take to come from the pool (to connect).
+#: Seconds the subscription's connection may take to connect.
 _CONNECT = 10.0
+#: Seconds of silence on the subscription before a ``PING`` (and then before giving it up).
+_IDLE = 15.0
+_PING = b"*1\r\n$4\r\nPING\r\n"
 #: Names held between two reads of the tailer, at most: more means the tailer fell far
 #: behind; it then reads every stream it watches instead.
 _HELD = 10_000
@@ -86,13 +95,30 @@ class WrittenNames:
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.live = False
-        #: The last attempt to subscribe failed (a starting tailer then does not wait for it).
+        #: The last attempt to subscribe failed (a starting tailer then does not wait for it),
+        #: and how long the next attempt waits (kept across listeners: a refused channel is
+        #: asked again twice a minute, however often a tailer starts).
         self._failing = False
+        self._delay = _RETRY
+        #: A pending stop (see :meth:`stop_later`).
+        self._stopping: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        """Subscribe in the background (again, if the last listener ended)."""
+        """Subscribe in the background (again, if the last listener ended); a pending stop
+        is called off."""
+        if self._stopping is not None:
+            self._stopping.cancel()
+            self._stopping = None
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._listen())
+
+    def stop_later(self, after: float) -> None:
+        """Stop in ``after`` seconds unless :meth:`start` comes first: a tailer that ends
+        when its last follower leaves, and starts again with the next one, keeps its
+        subscription (no connect and subscribe per burst of followers), and a process whose
+        followers are gone reads no more messages."""
+        if self._task is not None and self._stopping is None:
+            self._stopping = asyncio.get_running_loop().call_later(after, self.stop)
 
     def take(self) -> tuple[bool, set[str]]:
         """(read every watched stream, the names delivered) since the last call, and clear
@@ -137,12 +163,18 @@ class WrittenNames:
 
     def stop(self) -> None:
         """Unsubscribe in the background (the listener closes its connection as it ends)."""
+        if self._stopping is not None:
+            self._stopping.cancel()
+            self._stopping = None
         task, self._task = self._task, None
         self.live = False
         if task is not None:
             task.cancel()
 
     async def aclose(self) -> None:
+        if self._stopping is not None:
+            self._stopping.cancel()
+            self._stopping = None
         task, self._task = self._task, None
         self.live = False
         if task is not None:
@@ -152,55 +184,77 @@ class WrittenNames:
 
     async def _listen(self) -> None:
         """Subscribe, then take messages until cancelled; on a failure, drop back to reading
-        without the channel, and subscribe again after :data:`_RETRY` (longer after each
-        failure in a row).
+        without the channel, and subscribe again after a delay that doubles with each failure
+        in a row (:data:`_RETRY` to :data:`_RETRY_MAX`).
 
-        The messages are read on a connection made like the client pool's, parsed by its parser
-        (hiredis when installed), not through redis-py's ``PubSub``: that cost ~64 µs per
-        message, a tenth of a follower process's CPU at one message per frame."""
+        The messages are read on a connection made like the client pool's, parsed by its
+        parser (hiredis when installed), not through redis-py's ``PubSub``: that cost ~64 µs
+        per message, a tenth of a follower process's CPU at one message per frame. A
+        connection silent for :data:`_IDLE` is asked a ``PING``; one that does not answer
+        within as long again is given up (a half-open connection behind a NAT would
+        otherwise be "live" forever)."""
         channel = self._channel.encode()
         subscribe = b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n" % (len(channel), channel)
-        pool = self._redis.connection_pool
-        delay = _RETRY
-        while True:  # ends only when cancelled (stop, aclose); each failure waits `delay`
-            # A connection of its own, like the pool's but speaking RESP2 (redis-py 8 speaks
-            # RESP3 by default, where messages come as pushes its parser hands elsewhere):
-            # a message is then a plain reply, [b"message", channel, data].
-            connection: Any = pool.connection_class(**{**pool.connection_kwargs, "protocol": 2})
+        while True:  # ends only when cancelled (stop, aclose); each failure waits a delay
+            connection: Any = None
             try:
+                connection = self._connection()
                 await asyncio.wait_for(connection.connect(), _CONNECT)
-                await connection.send_packed_command(subscribe)
-                while True:  # one message per pass; ends by an error or a cancel
-                    self._got(await connection.read_response(timeout=math.inf))
-                    if self.live:
-                        delay = _RETRY
-            except asyncio.CancelledError:
-                raise
+                await connection.send_packed_command(subscribe, check_health=False)
+                pinged = False
+                while True:  # one reply per pass; ends by an error, a silence or a cancel
+                    reply = await connection.read_response(timeout=_IDLE)
+                    if reply is not None:
+                        pinged = False
+                        self._got(reply)
+                    elif pinged:
+                        raise ConnectionError("no answer to PING on the written channel")
+                    else:
+                        await connection.send_packed_command(_PING, check_health=False)
+                        pinged = True
             except Exception as exc:
                 self._failing = True
-                logger.warning("relay: written channel: %s: %s", type(exc).__name__, exc)
+                level = logging.WARNING if self._delay == _RETRY else logging.DEBUG
+                logger.log(level, "relay: written channel: %s: %s", type(exc).__name__, exc)
             finally:
                 if self._task is asyncio.current_task():  # not a listener stopped meanwhile
                     self.live = False
                     self.poke()
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(connection.disconnect())
-            await asyncio.sleep(delay)
-            delay = min(2 * delay, _RETRY_MAX)
+                if connection is not None:  # a cancel while it closes still ends the task
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(connection.disconnect())
+            if self._task is not asyncio.current_task():
+                return
+            await asyncio.sleep(self._delay)
+            self._delay = min(2 * self._delay, _RETRY_MAX)
+
+    def _connection(self) -> Any:
+        """A connection like the pool's, but RESP2 (redis-py 8 speaks RESP3 by default, where
+        messages come as pushes its parser hands elsewhere: in RESP2 a message is a plain
+        reply, ``[b"message", channel, data]``), bytes (a foreign message need not be
+        UTF-8), and without the options that need RESP3 or a health check of its own."""
+        pool = self._redis.connection_pool
+        options = {
+            name: value for name, value in pool.connection_kwargs.items()
+            if not name.startswith("maint_notifications")
+        }
+        options.update(protocol=2, decode_responses=False, health_check_interval=0)
+        return pool.connection_class(**options)
 
     def _got(self, reply: Any) -> None:
         if not isinstance(reply, list) or len(reply) != 3:
             return
         kind = reply[0]
-        if kind in (b"subscribe", "subscribe"):  # confirmed: no write goes unnamed now
-            self.live = self._task is asyncio.current_task()
-            self._failing = False
+        if kind == b"subscribe":  # confirmed: no write goes unnamed now
+            if self._task is asyncio.current_task():
+                self.live = True
+                self._failing = False
+                self._delay = _RETRY
             self._whole = True
-        elif kind in (b"message", "message"):
-            data = reply[2]
+        elif kind == b"message":
             try:
-                self._names.update(names_of(data.encode() if isinstance(data, str) else data))
-            except (ValueError, TypeError, AttributeError, UnicodeDecodeError):
+                self._names.update(names_of(reply[2]))
+            except (ValueError, TypeError, UnicodeDecodeError):
                 self._whole = True
             if len(self._names) > _HELD:
                 self._names.clear()

@@ -72,11 +72,13 @@ async def blocked_clients(redis: Any) -> int:
     return int((await redis.info("clients"))["blocked_clients"])
 
 
-async def no_blocked_read_within(redis: Any, within: float) -> None:
+async def no_blocked_read_within(
+    redis: Any, within: float, channel: str = "written:written"
+) -> None:
     """The followers' tailer subscribed, and nothing blocks in Redis."""
     with anyio.fail_after(within):
         for _ in range(int(within / 0.02) + 1):  # the deadline ends it first
-            if (await redis.pubsub_numsub("written:written"))[0][1]:
+            if (await redis.pubsub_numsub(channel))[0][1]:
                 break
             await anyio.sleep(0.02)
         for _ in range(int(within / 0.02) + 1):
@@ -108,8 +110,9 @@ async def test_waiting_followers_keep_no_blocking_read_and_get_each_entry_at_onc
     logs: tuple[RedisReplyLog, RedisReplyLog],
 ) -> None:
     """With the subscription live, nothing blocks in Redis while the followers wait (a
-    blocking read over every watched stream cost Redis most of its CPU per delta), and each
-    entry still reaches every follower within a fraction of the one-second safety read."""
+    blocking read over every watched stream woke Redis at every frame: register on every
+    key, unregister, read again), and each entry reaches every follower at once, not at the
+    next read of every watched stream."""
     producer, follower = logs
     await producer._create("k", "me", {})
     followers = Followers(follower, "k", 3)
@@ -150,30 +153,38 @@ async def test_more_entries_than_one_read_takes_arrive_without_waiting_for_the_s
     assert [[t for t, _ in got] for got in followers.got] == [[str(n) for n in range(1, 22)]] * 2
 
 
-@pytest.mark.parametrize("key", ["with:colon", "new\nline", "12:34", "é{x}"])
-async def test_any_key_is_named_exactly(
-    logs: tuple[RedisReplyLog, RedisReplyLog], key: str
-) -> None:
-    producer, follower = logs
-    await producer._create(key, "me", {})
-    followers = Followers(follower, key, 1)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(followers.follow, 0)
-        await no_blocked_read_within(producer.redis, 3.0)
-        for number in (1, 2, 3):
-            sent = time.monotonic()
-            await write(producer, key, text(number))
-            await followers.until(number, 5.0)
-            assert time.monotonic() - sent < 0.25
-        await write(producer, key, final(4))
-    assert [t for t, _ in followers.got[0]] == ["1", "2", "3"]
+@pytest.mark.parametrize("prefix", ["with:colon:", "new\nline:", "12:34:", "é ü:"])
+async def test_any_stream_name_is_named_exactly(redis_alone: RedisServer, prefix: str) -> None:
+    """Stream names with a colon, a newline, digits before a colon or non-ASCII (the prefix
+    is the caller's; a key with such characters is hashed into the name) reach the tailer
+    as written: each entry arrives at once, not at the next read of every watched stream."""
+    producer = RedisReplyLog(redis_alone.url, prefix=prefix)
+    follower = RedisReplyLog(redis_alone.url, prefix=prefix)
+    try:
+        await producer._create("k", "me", {})
+        followers = Followers(follower, "k", 1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(followers.follow, 0)
+            await no_blocked_read_within(producer.redis, 3.0, channel=prefix + "written")
+            for number in (1, 2, 3):
+                await anyio.sleep(0.3)  # past a read of every watched stream
+                sent = time.monotonic()
+                await write(producer, "k", text(number))
+                await followers.until(number, 5.0)
+                assert time.monotonic() - sent < 0.15
+            await write(producer, "k", final(4))
+        assert [t for t, _ in followers.got[0]] == ["1", "2", "3"]
+    finally:
+        await follower.aclose()
+        await producer.aclose()
 
 
 async def test_a_foreign_or_malformed_message_and_a_silent_writer_lose_nothing(
     logs: tuple[RedisReplyLog, RedisReplyLog],
 ) -> None:
     """Garbage on the channel only makes the tailer read what it watches; an entry appended
-    without a message (a writer that does not publish) arrives by the safety read."""
+    without a message (a writer that does not publish) arrives by the next read of every
+    watched stream, within a quarter second, even while messages keep coming for others."""
     producer, follower = logs
     await producer._create("quiet", "me", {})
     k = producer.keys("quiet")
@@ -186,11 +197,22 @@ async def test_a_foreign_or_malformed_message_and_a_silent_writer_lose_nothing(
             await producer.redis.publish("written:written", garbage)
         await write(producer, "quiet", text(1))
         await followers.until(1, 5.0)
-        sent = time.monotonic()
-        await producer.redis.xadd(k["stream"], {"d": encode_entry([TextDelta("text", 0, 1, "2")])},
-                                  id="2-0")
-        await followers.until(2, 5.0)
-        assert time.monotonic() - sent < 1.5
+
+        async def busy() -> None:  # another producer's frames, every 20 ms
+            for _ in range(200):
+                await producer.redis.publish("written:written", b"9:elsewhere")
+                await anyio.sleep(0.02)
+
+        async with anyio.create_task_group() as others:
+            others.start_soon(busy)
+            await anyio.sleep(0.3)
+            sent = time.monotonic()
+            await producer.redis.xadd(
+                k["stream"], {"d": encode_entry([TextDelta("text", 0, 1, "2")])}, id="2-0"
+            )
+            await followers.until(2, 5.0)
+            assert time.monotonic() - sent < 0.4  # the follower's own poll would be 1 s
+            others.cancel_scope.cancel()
         await write(producer, "quiet", text(3), final(4))
     assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
 
@@ -266,3 +288,43 @@ async def test_a_user_refused_the_channel_still_records_and_follows(
         await producer.aclose()
         await admin.execute_command("ACL", "DELUSER", "nochannels")
         await admin.aclose()
+
+
+async def test_a_silent_subscription_is_given_up_and_made_again(
+    logs: tuple[RedisReplyLog, RedisReplyLog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subscription that stops answering (Redis paused here; a half-open connection behind
+    a NAT in life) is asked a PING, given up when no answer comes, and made again: the
+    followers read as before meanwhile and lose nothing."""
+    from fluxstream.relay import redis_ticks
+
+    monkeypatch.setattr(redis_ticks, "_IDLE", 0.2)  # before the listener's first read
+    producer, follower = logs
+    await producer._create("silent", "me", {})
+    followers = Followers(follower, "silent", 2)
+
+    async def subscriber_ids() -> set[int]:
+        listed = await producer.redis.execute_command("CLIENT", "LIST", "TYPE", "pubsub")
+        text = listed.decode() if isinstance(listed, bytes) else str(listed)
+        return {int(part[3:]) for part in text.split() if part.startswith("id=")}
+
+    async with anyio.create_task_group() as tg:
+        for at in range(2):
+            tg.start_soon(followers.follow, at)
+        await no_blocked_read_within(producer.redis, 3.0)
+        await write(producer, "silent", text(1))
+        await followers.until(1, 5.0)
+        before = await subscriber_ids()
+        await producer.redis.execute_command("CLIENT", "PAUSE", 1200, "ALL")
+        await anyio.sleep(1.3)
+        await write(producer, "silent", text(2))
+        await followers.until(2, 5.0)
+        with anyio.fail_after(5.0):
+            for _ in range(250):  # the deadline ends it first
+                after = await subscriber_ids()
+                if after and not after & before:
+                    break
+                await anyio.sleep(0.02)
+        await no_blocked_read_within(producer.redis, 5.0)
+        await write(producer, "silent", text(3), final(4))
+    assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
