@@ -27,6 +27,8 @@ Method (see benchmarks/README.md, "Relay"):
   streams x (stream duration / frame). CPU: every process's user+system time over the
   streaming phase (``/proc/<pid>/stat``; the producer's own ``time.process_time``), per upstream
   delta (followers: per delta followed), and as a share of the wall time (1.0 = one core).
+  ``redis_command_us_per_delta`` splits Redis's time by command (``INFO commandstats``, the
+  commands over 2% of it): the tail reads (``xread``) against the writes (``evalsha``).
 * ``--profile DIR`` writes cProfile statistics of the producer and the follower process;
   ``--uvloop`` runs the producer and the followers on uvloop (a benchmark option only).
 """
@@ -171,6 +173,23 @@ class Backend:
             finally:
                 client.close()
         return counts
+
+    def command_usec(self) -> dict[str, int]:
+        """Microseconds Redis spent in each command so far, every server summed (``INFO
+        commandstats``; a script's inner commands are counted in the script's time too)."""
+        import redis
+
+        ports = [urlport(self.url)] if self._single is not None else list(self._masters())
+        usec: dict[str, int] = {}
+        for port in ports:
+            client = redis.Redis(host="127.0.0.1", port=port)
+            try:
+                for name, stats in client.info("commandstats").items():
+                    command = name.removeprefix("cmdstat_")
+                    usec[command] = usec.get(command, 0) + int(stats["usec"])
+            finally:
+                client.close()
+        return usec
 
     def stop(self) -> None:
         if self._single is not None:
@@ -455,6 +474,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def mark_start() -> None:
             marks["commands0"] = backend.commands()
+            marks["usec0"] = backend.command_usec()
             marks["cpu_others0"] = {name: proc_cpu(pid) for name, pid in others.items()}
 
         if args.producers <= 1:
@@ -522,6 +542,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         commands1 = backend.commands()
         per_node = {n: c - marks["commands0"].get(n, 0) for n, c in commands1.items()}
         commands = sum(per_node.values())
+        usec1 = backend.command_usec()
+        command_usec = {c: u - marks["usec0"].get(c, 0) for c, u in usec1.items()}
         result = json.loads(out.read_text())
     finally:
         if followers_proc is not None:
@@ -531,7 +553,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         stop(upstream)
         backend.stop()
     return summarize(args, url, produced, result, marks["cpu_others"], per_node, commands,
-                     follow_wall)
+                     follow_wall, command_usec)
 
 
 def forwarded_options(args: argparse.Namespace) -> list[str]:
@@ -549,6 +571,7 @@ def forwarded_options(args: argparse.Namespace) -> list[str]:
 def summarize(
     args: argparse.Namespace, url: str, produced: list[dict[str, Any]], result: dict[str, Any],
     cpu_others: dict[str, float], per_node: dict[str, int], commands: int, follow_wall: float,
+    command_usec: dict[str, int],
 ) -> dict[str, Any]:
     """The figures of a run from what every producer process and the followers noted."""
     delivered: dict[str, list[tuple[int, int, float]]] = {}
@@ -642,6 +665,13 @@ def summarize(
             result["cpu"] / (deltas * args.followers) * 1e6, 1),
         "upstream_cpu_us_per_delta": round(cpu_others["upstream"] / deltas * 1e6, 1),
         "redis_cpu_us_per_delta": round(redis_cpu / deltas * 1e6, 1),
+        # Where Redis's time went, per delta: the commands taking over 2% of it (a script's
+        # inner commands appear both under it and on their own).
+        "redis_command_us_per_delta": {
+            command: round(usec / deltas, 1)
+            for command, usec in sorted(command_usec.items(), key=lambda item: -item[1])
+            if usec > 0.02 * sum(command_usec.values())
+        },
         # Per server (a cluster's masters): its commands/s and its share of a core.
         "redis_per_node": {
             name: {"commands_per_s": round(per_node.get(name.partition(":")[2] or
