@@ -90,13 +90,14 @@ def writer(
     from fluxstream.events import End, Outcome, TextDelta
     from fluxstream.relay import RedisReplyLog
     from fluxstream.relay.codec import encode_entry, end_record
+    from fluxstream.relay.redis_ticks import message_of
 
     names = RedisReplyLog(url).keys
     # What a producer's frame script publishes: the streams it appended to, as netstrings
     # (fluxstream/relay/redis_ticks.py), one message per frame.
     channel = RedisReplyLog(url).prefix + "written"
-    streams = [names(key)["stream"].encode() for key in keys]
-    named = b"".join(b"%d:%s" % (len(s), s) for s in streams)
+    streams = [names(key)["stream"] for key in keys]
+    named = message_of(streams)
     client = redis.Redis.from_url(url)
     pipe = client.pipeline(transaction=False)
     for key in keys:
@@ -120,7 +121,7 @@ def writer(
         if stagger:  # one reply at a time: a read finds one stream of all it watches
             for key, stream in zip(keys, streams, strict=True):
                 client.xadd(names(key)["stream"], {"d": data}, id=f"{n}-0")
-                client.publish(channel, b"%d:%s" % (len(stream), stream))
+                client.publish(channel, message_of([stream]))
                 sys.stdin.readline()
             continue
         for key in keys:

@@ -468,14 +468,11 @@ class Tailer:
                 if written is not None and written.live:
                     found = await self._read_written(written)
                 else:
-                    index = self._blocked_on = self._index
-                    asked = self._nums.copy()
+                    self._blocked_on = self._index
+                    asked = dict(zip(self._order, self._nums, strict=True))
                     found = await self._send(self._head + b"".join(self._ids))
                     self._blocked_on = {}
-                    for name, items in xread_streams(found):
-                        name = name.decode() if isinstance(name, bytes) else name
-                        if items:
-                            self._found(name, asked[index[name]], items)
+                    self._took(found, asked)
                 if found:  # let entries gather: the next read then rarely blocks
                     rest = sent + min(_TAIL_GAP, _TAIL_GAP_PER_STREAM * len(self._order))
                     if rest > time.monotonic():
@@ -493,8 +490,8 @@ class Tailer:
         """One read while the "written" channel is live: without blocking, of the watched
         streams a message named (every watched stream when the subscription just started,
         a stream became watched, or :data:`_QUIET` passed since the last such read, whatever
-        messages came meanwhile); with none due,
-        wait for a message instead. Returns the raw reply (``None`` when nothing was read)."""
+        messages came meanwhile); with none due, wait for a message instead. Returns the raw
+        reply (``None`` when nothing was read)."""
         whole, named = written.take()
         again, self._again = self._again, set()
         index = self._index
@@ -514,13 +511,18 @@ class Tailer:
             b"*%d\r\n%s" % (4 + 2 * len(order), _XREAD_NOW),
             *[packed[name] for name in order], *[ids[index[name]] for name in order],
         ]))
+        self._took(found, asked)
+        return found
+
+    def _took(self, found: Any, asked: dict[str, int]) -> None:
+        """What an ``XREAD`` reply found: each stream's entries after the number it was
+        ``asked`` after; a stream that filled the ``COUNT`` is read again without a message."""
         for name, items in xread_streams(found):
             name = name.decode() if isinstance(name, bytes) else name
             if items:
                 self._found(name, asked[name], items)
-                if len(items) >= _TAIL_COUNT:  # more may follow: read it again
+                if len(items) >= _TAIL_COUNT:  # more may follow
                     self._again.add(name)
-        return found
 
     async def _failed(self, exc: Exception) -> None:
         """The read failed: wake everyone (their own reads report the failure) and forget

@@ -34,11 +34,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from redis.exceptions import ConnectionError
 
-__all__ = ["WrittenNames", "names_of"]
+__all__ = ["WrittenNames", "message_of", "names_of"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -58,6 +59,12 @@ _HELD = 10_000
 
 #: ``asyncio.timeout`` (Python 3.11+), else ``None``.
 _timeout: Any = getattr(asyncio, "timeout", None)
+
+
+def message_of(names: Iterable[str]) -> bytes:
+    """A "written" message naming ``names`` (what the frame's script publishes; for a writer
+    of the log's streams that is not a :class:`~fluxstream.relay.RedisReplyLog`)."""
+    return b"".join(b"%d:%s" % (len(data), data) for data in (name.encode() for name in names))
 
 
 def names_of(data: bytes) -> list[str]:
@@ -161,8 +168,9 @@ class WrittenNames:
             return False
         return True
 
-    def stop(self) -> None:
-        """Unsubscribe in the background (the listener closes its connection as it ends)."""
+    def stop(self) -> asyncio.Task[None] | None:
+        """Unsubscribe in the background (the listener closes its connection as it ends);
+        returns the listener cancelled, if there was one."""
         if self._stopping is not None:
             self._stopping.cancel()
             self._stopping = None
@@ -170,15 +178,11 @@ class WrittenNames:
         self.live = False
         if task is not None:
             task.cancel()
+        return task
 
     async def aclose(self) -> None:
-        if self._stopping is not None:
-            self._stopping.cancel()
-            self._stopping = None
-        task, self._task = self._task, None
-        self.live = False
+        task = self.stop()
         if task is not None:
-            task.cancel()
             with contextlib.suppress(BaseException):
                 await task
 

@@ -17,7 +17,7 @@ from relay_support import RedisServer
 from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
 from fluxstream.relay.codec import Entry, encode_entry
-from fluxstream.relay.redis_ticks import names_of
+from fluxstream.relay.redis_ticks import message_of, names_of
 from fluxstream.relay.writer import Write
 
 pytestmark = pytest.mark.anyio
@@ -51,6 +51,11 @@ class Followers:
         self.log, self.key = log, key
         self.got: list[list[tuple[str, float]]] = [[] for _ in range(count)]
         self.ended = [False] * count
+
+    def start(self, tg: Any) -> None:
+        """Every follower, as a task of ``tg``."""
+        for at in range(len(self.got)):
+            tg.start_soon(self.follow, at)
 
     async def follow(self, at: int) -> None:
         async for item in self.log.follow(self.key):
@@ -117,8 +122,7 @@ async def test_waiting_followers_keep_no_blocking_read_and_get_each_entry_at_onc
     await producer._create("k", "me", {})
     followers = Followers(follower, "k", 3)
     async with anyio.create_task_group() as tg:
-        for at in range(3):
-            tg.start_soon(followers.follow, at)
+        followers.start(tg)
         await no_blocked_read_within(producer.redis, 3.0)
         for number in range(1, 11):
             sent = time.monotonic()
@@ -140,8 +144,7 @@ async def test_more_entries_than_one_read_takes_arrive_without_waiting_for_the_s
     await producer._create("burst", "me", {})
     followers = Followers(follower, "burst", 2)
     async with anyio.create_task_group() as tg:
-        for at in range(2):
-            tg.start_soon(followers.follow, at)
+        followers.start(tg)
         await no_blocked_read_within(producer.redis, 3.0)
         await write(producer, "burst", text(1))
         await followers.until(1, 5.0)
@@ -164,7 +167,7 @@ async def test_any_stream_name_is_named_exactly(redis_alone: RedisServer, prefix
         await producer._create("k", "me", {})
         followers = Followers(follower, "k", 1)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(followers.follow, 0)
+            followers.start(tg)
             await no_blocked_read_within(producer.redis, 3.0, channel=prefix + "written")
             for number in (1, 2, 3):
                 await anyio.sleep(0.3)  # past a read of every watched stream
@@ -190,8 +193,7 @@ async def test_a_foreign_or_malformed_message_and_a_silent_writer_lose_nothing(
     k = producer.keys("quiet")
     followers = Followers(follower, "quiet", 2)
     async with anyio.create_task_group() as tg:
-        for at in range(2):
-            tg.start_soon(followers.follow, at)
+        followers.start(tg)
         await no_blocked_read_within(producer.redis, 3.0)
         for garbage in (b"x", b"99:short", b"-1:", b"\xff\xfe", b"3:abc"):
             await producer.redis.publish("written:written", garbage)
@@ -227,8 +229,7 @@ async def test_a_killed_subscription_loses_and_repeats_nothing(
     followers = Followers(follower, "killed", 2)
     number = 0
     async with anyio.create_task_group() as tg:
-        for at in range(2):
-            tg.start_soon(followers.follow, at)
+        followers.start(tg)
         for _ in range(2):
             await no_blocked_read_within(producer.redis, 5.0)
             for _ in range(5):
@@ -248,6 +249,7 @@ async def test_a_killed_subscription_loses_and_repeats_nothing(
 def test_names_are_read_back_exactly_and_a_malformed_message_is_refused() -> None:
     names = ["a", "with:colon", "new\nline", "é", "", "x" * 300]
     data = b"".join(b"%d:%s" % (len(n.encode()), n.encode()) for n in names)
+    assert message_of(names) == data  # what the frame's script publishes
     assert names_of(data) == names
     assert names_of(b"") == []
     for bad in (b"x", b"5:abc", b"3", b":abc", b"-1:a", b"2:\xff\xfe"):
@@ -273,8 +275,7 @@ async def test_a_user_refused_the_channel_still_records_and_follows(
         await producer._create("k", "me", {})
         followers = Followers(follower, "k", 2)
         async with anyio.create_task_group() as tg:
-            for at in range(2):
-                tg.start_soon(followers.follow, at)
+            followers.start(tg)
             for number in (1, 2, 3):
                 sent = time.monotonic()
                 await write(producer, "k", text(number))
@@ -309,8 +310,7 @@ async def test_a_silent_subscription_is_given_up_and_made_again(
         return {int(part[3:]) for part in text.split() if part.startswith("id=")}
 
     async with anyio.create_task_group() as tg:
-        for at in range(2):
-            tg.start_soon(followers.follow, at)
+        followers.start(tg)
         await no_blocked_read_within(producer.redis, 3.0)
         await write(producer, "silent", text(1))
         await followers.until(1, 5.0)
@@ -328,3 +328,32 @@ async def test_a_silent_subscription_is_given_up_and_made_again(
         await no_blocked_read_within(producer.redis, 5.0)
         await write(producer, "silent", text(3), final(4))
     assert [[t for t, _ in got] for got in followers.got] == [["1", "2", "3"]] * 2
+
+
+async def test_a_frame_publishes_the_streams_it_appended_to_once(
+    logs: tuple[RedisReplyLog, RedisReplyLog],
+) -> None:
+    """One frame's writes to two replies (and a lease refresh, which appends nothing): one
+    message, naming the two streams in order, as :func:`message_of` writes them."""
+    producer, _ = logs
+    for key in ("one", "two:é", "idle"):
+        await producer._create(key, "me", {})
+    pubsub = producer.redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe("written:written")
+    try:
+        results = await producer._write_many([
+            Write("one", "me", text(1)), Write("idle", "me"), Write("two:é", "me", text(1)),
+        ])
+        assert results == [False] * 3
+        with anyio.fail_after(5.0):
+            message = None
+            for _ in range(100):  # the deadline ends it first
+                message = await pubsub.get_message(timeout=0.05)
+                if message is not None:
+                    break
+        assert message is not None
+        streams = [producer.keys(key)["stream"] for key in ("one", "two:é")]
+        assert message["data"] == message_of(streams)
+        assert await pubsub.get_message(timeout=0.2) is None  # once per frame
+    finally:
+        await pubsub.aclose()
