@@ -1,8 +1,8 @@
-"""The fixture corpus the suite owns is complete, says where each piece comes from, and (when
-``../shared`` sits beside the checkout) still equals the upstream copy it was carried from.
+"""The fixture corpus the suite owns is complete, says where each piece comes from, and still
+equals the upstream copy it was carried from (by the digests pinned in
+``tests/fixtures/UPSTREAM.json``: no test reads ``../shared``).
 
-A missing owned fixture fails here and in the tests that use it; only the upstream cross-check
-may skip, because ``../shared`` is optional.
+A missing owned fixture fails here and in the tests that use it; nothing here skips.
 """
 
 from __future__ import annotations
@@ -11,12 +11,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-from fixture_files import CHAT, FIXTURES, SHARED, SSE_CASES, require, sse_cases
+from fixture_files import (
+    CHAT,
+    FIXTURES,
+    SSE_CASES,
+    UPSTREAM_DIGESTS,
+    piece_digests,
+    require,
+    sse_cases,
+)
 
 #: What the suite's tests and the other formats' tests rely on: counts per prefix.
 CHAT_COUNTS = {"cc-": 52, "resp-": 9, "anth-": 14}
-NO_SHARED = f"no upstream copy at {SHARED} to cross-check against"
 
 
 def _json(path: Path) -> Any:
@@ -60,27 +66,10 @@ def test_the_readme_names_every_set_and_every_licence() -> None:
 # --------------------------------------------------------------------------- upstream cross-check
 
 
-def _without_licence(record: dict[str, Any]) -> dict[str, Any]:
-    """The carried copy adds only the ``licence`` note; everything else is upstream's."""
-    return {k: v for k, v in record.items() if k != "licence"}
-
-
-@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_SHARED)
-def test_carried_chat_streams_equal_the_upstream_ones() -> None:
-    upstream = {p.name for p in (SHARED / "chat").iterdir()}
-    carried = {p.name for p in CHAT.iterdir()}
-    assert upstream <= carried, f"not carried yet: {sorted(upstream - carried)}"
-    for name in sorted(upstream):
-        ours, theirs = CHAT / name, SHARED / "chat" / name
-        if name.endswith(".json"):
-            assert _without_licence(_json(ours)) == _json(theirs), name
-        else:
-            assert ours.read_bytes() == theirs.read_bytes(), name
-
-
-@pytest.mark.skipif(not SHARED.is_dir(), reason=NO_SHARED)
-def test_carried_sse_cases_and_quirks_equal_the_upstream_ones() -> None:
-    theirs = _json(SHARED / "sse" / "cases.json")
-    assert [_without_licence(c) for c in sse_cases()] == theirs
-    for piece in ("QUIRKS.md", "sse/README.md"):
-        assert (FIXTURES / piece).read_bytes() == (SHARED / piece).read_bytes(), piece
+def test_carried_pieces_equal_the_upstream_ones() -> None:
+    pinned: dict[str, str] = _json(require(UPSTREAM_DIGESTS))
+    names = sorted(pinned)
+    assert any(n.startswith("chat/") for n in names) and "sse/cases.json" in names
+    for name in names:
+        require(FIXTURES / name)
+    assert piece_digests(FIXTURES, names, carried=True) == pinned
