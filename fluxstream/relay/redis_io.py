@@ -133,6 +133,18 @@ class Pipeliner:
         #: frame is a command per stream, and a future each cost as much as its reply).
         self._queue: list[tuple[list[Any], asyncio.Future[list[Any]]]] = []
         self._task: asyncio.Task[None] | None = None
+        #: The connection of the round trip out, if any (:meth:`aclose` closes it).
+        self._connection: Any = None
+        self._closed = False
+
+    async def aclose(self) -> None:
+        """Fail the round trip out (its connection closed) and every later call; what was
+        asked and not yet sent fails too."""
+        self._closed = True
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.disconnect()
 
     def _queued(self, args: Sequence[Arg]) -> Any:
         """A command as the round trip sends it (packed here; a cluster keeps the args to
@@ -157,6 +169,8 @@ class Pipeliner:
         return await self._call_queued(commands)
 
     async def _call_queued(self, commands: list[Any]) -> list[Any]:
+        if self._closed:
+            raise ConnectionError("the pipeliner is closed")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Any]] = loop.create_future()
         self._queue.append((commands, future))
@@ -202,22 +216,33 @@ class Pipeliner:
         connection: Any = None
         broken = True
         try:
-            connection = await borrow(self._redis)
+            connection = self._connection = await self._borrow()
             try:
                 await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
             except ConnectionError:
-                if results:
-                    raise
+                if results or self._closed:
+                    raise  # closed by aclose(), not by Redis: never sent twice
                 # Nothing was answered: a pooled connection Redis had closed (a restart,
                 # an idle timeout). Once more on a new one, as redis-py's retry would.
                 await give_back(self._redis, connection, broken=True)
-                connection = None
-                connection = await borrow(self._redis)
+                connection = self._connection = None
+                connection = self._connection = await self._borrow()
                 await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
             broken = False
         finally:
+            self._connection = None
             if connection is not None:
                 await give_back(self._redis, connection, broken=broken)
+
+    async def _borrow(self) -> Any:
+        """A connection for one round trip; none once closed."""
+        if self._closed:
+            raise ConnectionError("the pipeliner is closed")
+        connection = await borrow(self._redis)
+        if self._closed:  # closed while connecting
+            await give_back(self._redis, connection, broken=False)
+            raise ConnectionError("the pipeliner is closed")
+        return connection
 
 
 class Tailer:

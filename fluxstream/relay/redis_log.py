@@ -199,6 +199,7 @@ class RedisReplyLog(ReplyLog):
         await self._tailer.aclose()
         if self._write_channel is not None:
             await self._write_channel.aclose()
+        await self._pipeline.aclose()
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):

@@ -287,10 +287,14 @@ class WriteChannel:
         self._connection: Any = None
         self._socket_timeout: float | None = None
         self._busy = False
+        self._closed = False
 
     async def send(self, commands: list[bytes]) -> list[Any]:
         """The raw replies of ``commands`` (an error reply as its exception), in one round
-        trip; a connection failure raises (``redis.exceptions.ConnectionError``, ``OSError``)."""
+        trip; a connection failure raises (``redis.exceptions.ConnectionError``, ``OSError``),
+        as does every round trip once the channel is closed."""
+        if self._closed:
+            raise ConnectionError("the write channel is closed")
         if self._busy:
             return await self._fallback(commands)
         self._busy = True
@@ -304,7 +308,9 @@ class WriteChannel:
                     await round_trip(connection, commands, results)
             except ConnectionError:
                 await self._drop()
-                if results:
+                if results or self._closed:
+                    # Closed by aclose(), not by Redis: sent again, the commands would run
+                    # twice, on a connection nothing closes any more.
                     raise
                 connection = await self._borrow()
                 async with _deadline(_ROUND_TRIP):
@@ -319,8 +325,12 @@ class WriteChannel:
     async def _borrow(self) -> Any:
         """A connection of the pool, kept; its own socket timeout off while kept: redis-py
         sends under ``asyncio.wait_for`` when one is set (a task and two more event-loop
-        passes per round trip), and the round trip has its deadline here."""
-        connection = self._connection = await borrow(self._redis)
+        passes per round trip), and the round trip has its deadline here. None once closed."""
+        connection = await borrow(self._redis)
+        if self._closed:  # closed while connecting
+            await give_back(self._redis, connection, broken=False)
+            raise ConnectionError("the write channel is closed")
+        self._connection = connection
         self._socket_timeout = connection.socket_timeout
         connection.socket_timeout = None
         return connection
@@ -336,7 +346,9 @@ class WriteChannel:
                 await give_back(self._redis, connection, broken=broken)
 
     async def aclose(self) -> None:
-        """Give the kept connection back to the pool (closed if a round trip is out)."""
+        """Give the kept connection back to the pool (closed if a round trip is out, which
+        then fails); every later round trip fails."""
+        self._closed = True
         await self._give_back(broken=self._busy)
 
 

@@ -1,0 +1,175 @@
+"""Closing a Redis log while a round trip is out (a worker shutting down mid-reply). The
+round trip fails once its connection is closed; it must not be taken for a connection Redis
+closed meanwhile and sent again on a new one: that connection would outlive the log (a
+descriptor per close), and a write sent twice finds its entry already there and reports the
+lease lost rather than the log closed. On a real Redis, each with its own server so that
+every client it lists is the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError
+from relay_support import RedisServer, expected_text, request
+
+import fluxstream
+from fluxstream.errors import RelayUnavailableError
+from fluxstream.relay.redis_io import Pipeliner, pack
+from fluxstream.relay.redis_writes import WriteChannel
+from fluxstream.server import ServerThread
+
+pytestmark = pytest.mark.anyio
+
+#: A command Redis answers only after this long: a round trip surely out when closed.
+BLOCKED = pack(["BLPOP", "nothing-ever", "3"])
+
+
+@pytest.fixture
+async def own_redis() -> AsyncIterator[tuple[RedisServer, Redis]]:
+    """A Redis of this test alone, and a probe client of it (one connection, the probe's)."""
+    server = RedisServer().start()
+    probe = Redis.from_url(server.url)
+    try:
+        yield server, probe
+    finally:
+        await probe.aclose()
+        server.stop()
+
+
+async def blocked_clients(probe: Redis) -> int:
+    return sum(1 for client in await probe.client_list() if client["cmd"] == "blpop")
+
+
+async def until_blocked(probe: Redis) -> None:
+    """Until Redis holds the command (bounded: 5 s)."""
+    for _ in range(500):
+        if await blocked_clients(probe):
+            return
+        await anyio.sleep(0.01)
+    raise AssertionError("the command never reached Redis")
+
+
+async def other_clients(probe: Redis) -> list[dict[str, str]]:
+    """The server's clients but the probe, once the closed sockets have been noticed."""
+    await anyio.sleep(0.2)
+    return [c for c in await probe.client_list() if c["cmd"] not in ("client", "client|list")]
+
+
+async def test_a_write_channel_closed_mid_round_trip_fails_it_and_sends_nothing_again(
+    own_redis: tuple[RedisServer, Redis],
+) -> None:
+    server, probe = own_redis
+    redis = Redis.from_url(server.url)
+
+    async def fallback(commands: list[bytes]) -> list[object]:
+        raise AssertionError("one sender: the fallback is never used")
+
+    channel = WriteChannel(redis, fallback)
+    try:
+        sending = asyncio.get_running_loop().create_task(channel.send([BLOCKED]))
+        await until_blocked(probe)
+        await channel.aclose()
+        with anyio.fail_after(1):  # not the 3 s the command would take sent again
+            with pytest.raises(ConnectionError):
+                await sending
+        with pytest.raises(ConnectionError):
+            await channel.send([pack(["PING"])])
+        assert await other_clients(probe) == []
+    finally:
+        await redis.aclose()
+
+
+async def test_a_pipeliner_closed_mid_round_trip_fails_it_and_sends_nothing_again(
+    own_redis: tuple[RedisServer, Redis],
+) -> None:
+    server, probe = own_redis
+    redis = Redis.from_url(server.url)
+    pipeline = Pipeliner(redis)
+    try:
+        calling = asyncio.get_running_loop().create_task(pipeline.call_packed([BLOCKED]))
+        await until_blocked(probe)
+        await pipeline.aclose()
+        with anyio.fail_after(1):
+            with pytest.raises(ConnectionError):
+                await calling
+        with pytest.raises(ConnectionError):
+            await pipeline.call("PING")
+        assert await other_clients(probe) == []
+    finally:
+        await redis.aclose()
+
+
+async def test_a_log_closed_while_its_write_is_out_reports_itself_closed(
+    own_redis: tuple[RedisServer, Redis], upstream: ServerThread
+) -> None:
+    """Redis stopped (SIGSTOP) so that the writer's round trip is surely out when the log
+    closes: the write was sent again on a new connection, and once Redis ran again it found
+    its entry written by the first one (``RelayLeaseLostError: entry N exists``)."""
+    from fluxstream.relay import RedisReplyLog
+
+    server, probe = own_redis
+    assert server.process is not None
+    log = RedisReplyLog(server.url)
+    stopped = False
+    try:
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            req = request(tokens=120)
+            async with log.record(client.chat.stream(content_key="mid", **req)) as recorded:
+                count = 0
+                async for _ in recorded:
+                    count += 1
+                    if count == 10:
+                        os.kill(server.process.pid, signal.SIGSTOP)
+                        stopped = True
+                        await anyio.sleep(4 * log.frame)  # the writer's next frame is out
+                        await log.aclose()
+                        os.kill(server.process.pid, signal.SIGCONT)
+                        stopped = False
+        assert recorded.reply.text == expected_text(req)
+        assert isinstance(recorded.log_error, RelayUnavailableError), recorded.log_error
+        assert await other_clients(probe) == []
+    finally:
+        if stopped:
+            os.kill(server.process.pid, signal.SIGCONT)
+        await log.aclose()
+
+
+async def test_a_log_closed_while_a_read_is_out_keeps_no_connection(
+    own_redis: tuple[RedisServer, Redis],
+) -> None:
+    """A follower's first command is out (Redis stopped) when the log closes: the pipeliner
+    sent it again on a new connection, which stayed open in the closed client's pool."""
+    from fluxstream.relay import RedisReplyLog
+
+    server, probe = own_redis
+    assert server.process is not None
+    log = RedisReplyLog(server.url)
+    await log.redis.ping()  # scripts and connections as a running log has them
+    stopped = False
+
+    async def follow() -> None:
+        async for _ in log.follow("never-made"):
+            pass
+
+    try:
+        os.kill(server.process.pid, signal.SIGSTOP)
+        stopped = True
+        following = asyncio.get_running_loop().create_task(follow())
+        await anyio.sleep(0.2)
+        await log.aclose()
+        os.kill(server.process.pid, signal.SIGCONT)
+        stopped = False
+        with anyio.fail_after(2):
+            with pytest.raises(RelayUnavailableError):
+                await following
+        assert await other_clients(probe) == []
+    finally:
+        if stopped:
+            os.kill(server.process.pid, signal.SIGCONT)
+        await log.aclose()
