@@ -1,5 +1,6 @@
-"""Closing a Redis log while a round trip is out (a worker shutting down mid-reply). The
-round trip fails once its connection is closed; it must not be taken for a connection Redis
+"""Closing a Redis log while it still records or reads (a worker shutting down mid-reply):
+recording stops and is reported, and nothing of the log stays connected. A round trip out
+at that moment fails once its connection is closed; it must not be taken for a connection Redis
 closed meanwhile and sent again on a new one: that connection would outlive the log (a
 descriptor per close), and a write sent twice finds its entry already there and reports the
 lease lost rather than the log closed. On a real Redis, each with its own server so that
@@ -105,11 +106,16 @@ async def test_a_pipeliner_closed_mid_round_trip_fails_it_and_sends_nothing_agai
         await redis.aclose()
 
 
-async def test_a_log_closed_while_its_write_is_out_reports_itself_closed(
-    own_redis: tuple[RedisServer, Redis], upstream: ServerThread
+@pytest.mark.parametrize("write_out", [False, True], ids=["between-writes", "write-out"])
+async def test_a_closed_redis_log_stops_recording_and_opens_no_connection(
+    own_redis: tuple[RedisServer, Redis], upstream: ServerThread, write_out: bool
 ) -> None:
-    """Redis stopped (SIGSTOP) so that the writer's round trip is surely out when the log
-    closes: the write was sent again on a new connection, and once Redis ran again it found
+    """``aclose()`` while a stream is still recorded (a worker shutting down): the log's own
+    client was closed, yet the next write simply opened a new connection, recording went on
+    unreported, and that connection stayed open for good (a leaked descriptor per close).
+
+    ``write-out``: Redis stopped (SIGSTOP) so that the writer's round trip is surely out when
+    the log closes. It was sent again on a new connection, and once Redis ran again it found
     its entry written by the first one (``RelayLeaseLostError: entry N exists``)."""
     from fluxstream.relay import RedisReplyLog
 
@@ -120,19 +126,27 @@ async def test_a_log_closed_while_its_write_is_out_reports_itself_closed(
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
             req = request(tokens=120)
-            async with log.record(client.chat.stream(content_key="mid", **req)) as recorded:
+            async with log.record(client.chat.stream(content_key="closed", **req)) as recorded:
                 count = 0
                 async for _ in recorded:
                     count += 1
                     if count == 10:
-                        os.kill(server.process.pid, signal.SIGSTOP)
-                        stopped = True
-                        await anyio.sleep(4 * log.frame)  # the writer's next frame is out
+                        if write_out:
+                            os.kill(server.process.pid, signal.SIGSTOP)
+                            stopped = True
+                            await anyio.sleep(4 * log.frame)  # the next frame's write is out
                         await log.aclose()
-                        os.kill(server.process.pid, signal.SIGCONT)
-                        stopped = False
+                        writes_at_close = recorded.writes
+                        if stopped:
+                            os.kill(server.process.pid, signal.SIGCONT)
+                            stopped = False
         assert recorded.reply.text == expected_text(req)
         assert isinstance(recorded.log_error, RelayUnavailableError), recorded.log_error
+        assert recorded.writes <= writes_at_close + 1
+        with anyio.fail_after(2):
+            with pytest.raises(RelayUnavailableError):
+                async for _ in log.follow("closed"):
+                    pass
         assert await other_clients(probe) == []
     finally:
         if stopped:
