@@ -197,7 +197,7 @@ def _copy_container(obj: Any) -> Any:
     ``__dict__`` and fields set are its own): its children are shared."""
     if type(obj) is list:
         return obj[:]
-    cls = type(obj)
+    cls: type[BaseModel] = type(obj)
     new = cls.__new__(cls)
     extra = obj.__pydantic_extra__
     private = obj.__pydantic_private__
@@ -295,7 +295,8 @@ class ObjectBuilder(Generic[T]):
         return self._chunks[0] if self._chunks else ""
 
     def snapshot(self) -> T | None:
-        """The partial object as it is now, unaffected by later text.
+        """The partial object as it is now, which later text never changes: the containers
+        still open are copied, complete values are shared (treat the snapshot as read-only).
 
         Only the containers still being filled in (:meth:`open_objects`) are copied; every
         complete value is shared with :attr:`value` and with other snapshots, as it never

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from test_structured import _splits
 
 from fluxstream.structured import ObjectBuilder, partial_object
 
@@ -130,12 +131,10 @@ def test_every_snapshot_is_the_prefix_parsed_afresh_and_never_moves(
     text = doc.model_dump_json(indent=indent)
     builder: ObjectBuilder[Doc] = ObjectBuilder(Doc)
     taken: list[tuple[Any, Any, str]] = []
-    at = step = 0
-    while at < len(text):
-        size = sizes[step % len(sizes)]
-        step += 1
-        builder.feed(text[at : at + size])
-        at += size
+    at = 0
+    for piece in _splits(sizes, text):
+        builder.feed(piece)
+        at += len(piece)
         shot = builder.snapshot()
         fresh = partial_object(text[:at], Doc)
         assert shot == fresh and dump(shot) == dump(fresh)
