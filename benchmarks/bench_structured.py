@@ -4,6 +4,7 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_structured.py            # full run (a few minutes)
     .venv/bin/python benchmarks/bench_structured.py --quick    # smoke run
+    .venv/bin/python benchmarks/bench_structured.py --snapshots  # a snapshot per delta, N/4N
 
 Method:
 
@@ -36,11 +37,19 @@ Method:
 * Figures are medians of ``--repeats`` runs of CPU time (``time.process_time``; all contenders
   are CPU-bound in this process), with the garbage collector enabled as in real use; a
   contender whose first run takes more than ``SLOW`` seconds is run once.
+
+``--snapshots`` measures instead what a frozen partial object after every delta costs, at N
+and 4N items (``--items N``, default 800: a ``Points`` list of ``{"x": ..., "y": ...}``, about
+17 KB at 800, in deltas of 10 characters): ``feed`` alone, ``feed`` + ``snapshot()`` (copies
+only the containers still open) and ``feed`` + ``copy.deepcopy(value)`` (what ``snapshot()``
+did before: a copy of the whole object per delta, quadratic), with the 4N / N time ratio of
+each (4 is linear, 16 quadratic).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import platform
@@ -176,7 +185,7 @@ def run_pydantic_partial(deltas: list[str]) -> Any:
 SLOW = 20.0
 
 
-def measure(fn: Callable[[Any], Any], arg: Any, repeats: int, expected: Catalog) -> float:
+def measure(fn: Callable[[Any], Any], arg: Any, repeats: int, expected: BaseModel) -> float:
     times: list[float] = []
     for _ in range(repeats):
         start = time.process_time()
@@ -189,13 +198,85 @@ def measure(fn: Callable[[Any], Any], arg: Any, repeats: int, expected: Catalog)
     return statistics.median(times)
 
 
+# --------------------------------------------------------------------------- snapshots
+
+
+class Point(BaseModel):
+    x: int
+    y: int
+
+
+class Points(BaseModel):
+    points: list[Point]
+
+
+def points_text(items: int) -> str:
+    """``items`` points of one width (so 4x the items is 4x the text)."""
+    return Points(points=[Point(x=100 + i % 900, y=999 - i % 900)
+                          for i in range(items)]).model_dump_json()
+
+
+def run_feed(deltas: list[str]) -> Any:
+    builder: ObjectBuilder[Points] = ObjectBuilder(Points)
+    for delta in deltas:
+        builder.feed(delta)
+    return builder.value
+
+
+def run_snapshot(deltas: list[str]) -> Any:
+    builder: ObjectBuilder[Points] = ObjectBuilder(Points)
+    shot = None
+    for delta in deltas:
+        builder.feed(delta)
+        shot = builder.snapshot()
+    return shot
+
+
+def run_deepcopy(deltas: list[str]) -> Any:
+    builder: ObjectBuilder[Points] = ObjectBuilder(Points)
+    shot = None
+    for delta in deltas:
+        builder.feed(delta)
+        shot = copy.deepcopy(builder.value)
+    return shot
+
+
+def snapshot_growth(items: int, repeats: int) -> None:
+    """The ``--snapshots`` table: each way at ``items`` and ``4 * items``, and the ratio."""
+    contenders: list[tuple[str, Callable[[list[str]], Any]]] = [
+        ("feed only", run_feed),
+        ("feed + snapshot()", run_snapshot),
+        ("feed + deepcopy (old snapshot)", run_deepcopy),
+    ]
+    sizes = [items, 4 * items]
+    texts = {n: points_text(n) for n in sizes}
+    print(f"python {platform.python_version()}, pydantic {pydantic.VERSION}, repeats {repeats} "
+          "(median CPU seconds); a frozen partial object after every delta of 10 characters")
+    for n in sizes:
+        print(f"  {n:,} items: {len(texts[n].encode()):,} bytes, {len(split(texts[n])):,} deltas")
+    print(f"\n  {'':<31} {sizes[0]:>9,} {sizes[1]:>9,}   ratio")
+    for name, fn in contenders:
+        seconds = []
+        for n in sizes:
+            text = texts[n]
+            expected = Points.model_validate_json(text)
+            seconds.append(measure(fn, split(text), repeats, expected))
+        print(f"  {name:<31} {seconds[0]:9.4f} {seconds[1]:9.4f}   {seconds[1] / seconds[0]:5.1f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else "")
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--snapshots", action="store_true",
+                        help="only the snapshot-per-delta growth (N and 4N items)")
+    parser.add_argument("--items", type=int, default=800, help="N for --snapshots")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
+    if args.snapshots:
+        snapshot_growth(200 if args.quick else args.items, repeats)
+        return
     sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
     others_max = 30_000 if args.quick else 100_000
 

@@ -26,6 +26,12 @@ when the stream failed or was cut; fluxstream's own under ``fluxstream.*``. Usag
 server's when it sent one; otherwise the reply's estimate (``fluxstream.usage.estimated``
 says which, on the span and on the token metric).
 
+What a server sends is bounded before it becomes an attribute: its values are cut to
+``MAX_VALUE_LENGTH`` (``MAX_REASON_LENGTH`` for the end reason), the kinds of stream end per
+server and model on the metrics to ``MAX_RESPONSE_VALUES`` (then ``_OTHER``), and the outcome
+counter's attribute sets, shared by every observer of a meter provider, to
+``MAX_OUTCOME_SETS`` (then OpenTelemetry's overflow set, ``otel.metric.overflow=true``).
+
 Message content (``gen_ai.input.messages``, ``gen_ai.output.messages``) is recorded only with
 ``capture_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``.
 """
@@ -34,7 +40,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from contextvars import Token
@@ -87,7 +95,7 @@ _CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 class _Instruments:
     """The metric instruments, made once per observer."""
 
-    def __init__(self, meter: metrics.Meter) -> None:
+    def __init__(self, meter: metrics.Meter, meter_provider: metrics.MeterProvider | None) -> None:
         self.duration = meter.create_histogram(
             "gen_ai.client.operation.duration", unit="s",
             description="GenAI operation duration.",
@@ -109,23 +117,88 @@ class _Instruments:
             description="Time per output chunk, for each chunk after the first one.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
-        #: Streams ended per attribute set (outcome included), reported when the metrics are
-        #: collected: an observable counter costs a stream a dict update, where a
-        #: synchronous one costs a measurement (several µs in the SDK).
-        self.ended: dict[tuple[tuple[str, Any], ...], int] = {}
-        meter.create_observable_counter(
-            "fluxstream.client.stream.outcomes", callbacks=[self._observe_outcomes],
-            unit="{stream}", description="Streams ended, by fluxstream.outcome.",
-        )
+        self.outcomes = _outcome_counter(meter, meter_provider)
 
     def count_outcome(self, key: tuple[tuple[str, Any], ...]) -> None:
         """One more stream ended with the attributes ``key`` (``tuple(attributes.items())``)."""
-        self.ended[key] = self.ended.get(key, 0) + 1
+        self.outcomes.add(key)
 
-    def _observe_outcomes(self, options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
-        # A copy first: streams may end (in the event loop's thread) while a reader collects.
-        for key, count in list(self.ended.items()):
+
+#: OpenTelemetry's attribute set for what a metric counts past its cardinality limit.
+OVERFLOW: tuple[tuple[str, Any], ...] = (("otel.metric.overflow", True),)
+#: How many attribute sets the outcome counter keeps, all observers of one meter provider
+#: together (the limit OpenTelemetry's SDKs default to); later new sets count as ``OVERFLOW``.
+MAX_OUTCOME_SETS = 2000
+
+
+class OutcomeCounter:
+    """The ``fluxstream.client.stream.outcomes`` counter of one meter provider: streams ended
+    per attribute set (outcome included), reported when the metrics are collected. An
+    observable counter costs a stream a dict update, where a synchronous one costs a
+    measurement (several µs in the SDK).
+
+    Why one per meter provider, shared by its observers: the SDK registers an instrument once
+    per meter and name; a second ``create_observable_counter`` returns the first instrument
+    and drops the new callback, so counts kept per observer would report the first
+    observer's streams only."""
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._counts: dict[tuple[tuple[str, Any], ...], int] = {}
+        # Observers of one provider may run in several threads (one event loop each), and a
+        # reader collects from its own.
+        self._lock = threading.Lock()
+        meter.create_observable_counter(
+            "fluxstream.client.stream.outcomes", callbacks=[self._observe],
+            unit="{stream}", description="Streams ended, by fluxstream.outcome.",
+        )
+
+    def add(self, key: tuple[tuple[str, Any], ...]) -> None:
+        """One more stream ended with the attributes ``key``: counted under ``OVERFLOW`` when
+        it is a new set and ``MAX_OUTCOME_SETS`` are kept already."""
+        with self._lock:
+            counts = self._counts
+            count = counts.get(key)
+            if count is None and len(counts) >= MAX_OUTCOME_SETS:
+                key = OVERFLOW
+                count = counts.get(key)
+            counts[key] = 1 if count is None else count + 1
+
+    def _observe(self, options: metrics.CallbackOptions) -> Iterator[metrics.Observation]:
+        with self._lock:
+            counts = list(self._counts.items())
+        for key, count in counts:
             yield metrics.Observation(count, dict(key))
+
+
+_counters: weakref.WeakKeyDictionary[Any, OutcomeCounter] = weakref.WeakKeyDictionary()
+_counters_lock = threading.Lock()
+#: The global meter provider's counter. The global provider is a proxy until the application
+#: sets its own (once per process); a counter made through the proxy becomes that provider's
+#: then, so observers made later, given no provider or that one, count in it too.
+_global_counter: OutcomeCounter | None = None
+
+
+def _outcome_counter(
+    meter: metrics.Meter, provider: metrics.MeterProvider | None
+) -> OutcomeCounter:
+    """The outcome counter of ``provider`` (``None``: the global one), made with the first
+    observer's meter."""
+    global _global_counter
+    current = metrics.get_meter_provider()
+    key = provider if provider is not None else current
+    with _counters_lock:
+        try:
+            counter = _counters.get(key)
+        except TypeError:  # a provider that cannot be weakly referenced: its own counter
+            return OutcomeCounter(meter)
+        if counter is None:
+            counter = _global_counter if key is current else None
+            if counter is None:
+                counter = OutcomeCounter(meter)
+            _counters[key] = counter
+        if key is current:
+            _global_counter = counter
+    return counter
 
 
 class OpenTelemetryObserver(StreamObserver):
@@ -159,7 +232,7 @@ class OpenTelemetryObserver(StreamObserver):
 
         self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
-        self.instruments = _Instruments(meter)
+        self.instruments = _Instruments(meter, meter_provider)
         if capture_content is None:
             capture_content = os.environ.get(_CAPTURE_ENV, "").strip().lower() == "true"
         self.capture_content = capture_content
@@ -189,6 +262,40 @@ class OpenTelemetryObserver(StreamObserver):
 #: keeps 2,000 series per instrument by default).
 _MAX_SERIES = 256
 
+#: The longest value taken from a server's reply into an attribute (response model and id,
+#: finish reasons, error type): a server may put anything there (a request id, an error
+#: page), and on a metric each distinct value is a series of its own. Longer ones are cut.
+MAX_VALUE_LENGTH = 256
+#: The longest end reason (``fluxstream.end_reason``, the span's status description), which
+#: may quote a server's error message.
+MAX_REASON_LENGTH = 1024
+#: How many kinds of stream end (response model, error type, estimated usage) one server and
+#: model keeps distinct on the metrics; past that, a new kind's response model and error
+#: type are both ``OTHER``, so a server that sends a new model name with every reply grows
+#: no metric.
+MAX_RESPONSE_VALUES = 64
+#: The conventions' value for "another value" (as their ``error.type`` uses it).
+OTHER = "_OTHER"
+
+
+def _cut(value: str | None, limit: int) -> str | None:
+    return value[:limit] if value is not None and len(value) > limit else value
+
+
+def _bound_server_values(attributes: dict[str, Any]) -> None:
+    """Cut the values a server chose (``response_attributes``) to their bounded lengths."""
+    for name in ("gen_ai.response.model", "gen_ai.response.id"):
+        value = attributes.get(name)
+        if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
+            attributes[name] = value[:MAX_VALUE_LENGTH]
+    reasons = attributes.get("gen_ai.response.finish_reasons")
+    if reasons:
+        attributes["gen_ai.response.finish_reasons"] = [
+            r[:MAX_VALUE_LENGTH] if isinstance(r, str) else r for r in reasons]
+    reason = attributes.get("fluxstream.end_reason")
+    if isinstance(reason, str) and len(reason) > MAX_REASON_LENGTH:
+        attributes["fluxstream.end_reason"] = reason[:MAX_REASON_LENGTH]
+
 
 class Series:
     """The attributes of the streams to one server and model: those of the span's start,
@@ -214,12 +321,18 @@ class Series:
         self._records: dict[tuple[str | None, str | None, bool], Records] = {}
 
     def records(self, model: str | None, error: str | None, estimated: bool) -> Records:
+        """The attributes for a stream end (``model`` and ``error`` cut to
+        ``MAX_VALUE_LENGTH``): past ``MAX_RESPONSE_VALUES`` kinds, a new kind is ``OTHER``."""
         key = (model, error, estimated)
         records = self._records.get(key)
         if records is None:
-            if len(self._records) >= _MAX_SERIES:
-                self._records.clear()
-            records = self._records[key] = Records(self.common, model, error, estimated)
+            if len(self._records) >= MAX_RESPONSE_VALUES:
+                model = OTHER if model else model
+                error = None if error is None else OTHER
+                key = (model, error, estimated)
+                records = self._records.get(key)
+            if records is None:
+                records = self._records[key] = Records(self.common, model, error, estimated)
         return records
 
 
@@ -332,20 +445,26 @@ class StreamSpan(StreamObserver):
             return
         self._span = None
         outcome = reply.outcome.value if reply.outcome is not None else "cancelled"
-        error = error_type(reply, stats)
+        error = _cut(error_type(reply, stats), MAX_VALUE_LENGTH)
         tokens = tokens_of(reply)
-        if span.is_recording():  # a span sampled out is only ended: nothing reads it
-            attributes = response_attributes(reply, stats, tokens)
-            attributes["fluxstream.outcome"] = outcome
-            if error is not None:
-                attributes["error.type"] = error
-            if self._owner.capture_content:
-                attributes["gen_ai.output.messages"] = _json(output_messages(reply))
-            span.set_attributes(attributes)
-            if error is not None:
-                span.set_status(Status(StatusCode.ERROR, reply.end_reason or outcome))
-        span.end()
-        self._measure(reply, stats, outcome, error, tokens)
+        # The span ends and the stream is measured even when describing it fails: that is
+        # exactly the stream someone will look for.
+        try:
+            if span.is_recording():  # a span sampled out is only ended: nothing reads it
+                attributes = response_attributes(reply, stats, tokens)
+                _bound_server_values(attributes)
+                attributes["fluxstream.outcome"] = outcome
+                if error is not None:
+                    attributes["error.type"] = error
+                if self._owner.capture_content:
+                    attributes["gen_ai.output.messages"] = _json(output_messages(reply))
+                span.set_attributes(attributes)
+                if error is not None:
+                    span.set_status(Status(StatusCode.ERROR,
+                                           _cut(reply.end_reason, MAX_REASON_LENGTH) or outcome))
+        finally:
+            span.end()
+            self._measure(reply, stats, outcome, error, tokens)
 
     def _measure(
         self, reply: Reply, stats: StreamStats, outcome: str, error: str | None,
@@ -355,7 +474,7 @@ class StreamSpan(StreamObserver):
         series = self._series
         assert series is not None  # set with the span
         inputs, outputs, estimated = tokens
-        records = series.records(reply.model, error, estimated)
+        records = series.records(_cut(reply.model, MAX_VALUE_LENGTH), error, estimated)
         timed = records.timed
         duration = stats.duration
         instruments.duration.record(

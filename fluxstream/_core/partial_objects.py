@@ -20,12 +20,14 @@ nested classes stay the user's classes, and pydantic already has the vocabulary 
 fields arrived" (``model_fields_set``, ``model_dump(exclude_unset=True)``). Model-level
 ``mode="after"`` validators cannot run on half an object; they run when it completes.
 
-Why live objects: handing out an independent copy after every delta costs the size of the open
-lists each time, which is quadratic for the common "list that grows" reply. The builder keeps
-one partial object and updates it in place, so a partial object after every delta costs
+Why live objects: handing out an independent deep copy after every delta costs the size of the
+whole object each time, which is quadratic for the common "list that grows" reply. The builder
+keeps one partial object and updates it in place, so a partial object after every delta costs
 O(bytes of the delta + nesting depth) (plus the length of a string still arriving, which no
-design can avoid). The object only ever moves forward; use :meth:`ObjectBuilder.snapshot`
-(a deep copy) to keep a frozen view.
+design can avoid). The object only ever moves forward; :meth:`ObjectBuilder.snapshot` gives a
+view that later text never changes by copying only the containers still open, sharing every
+complete value: its Python work is per open container, not per value, and what grows with the
+object is one C-level copy of an open list's item pointers (about a nanosecond an item).
 
 The engine is :class:`fluxstream.partial_json.PartialJSON`, which reads each character once;
 this module mirrors only its open path (the containers still open), so completed values are
@@ -45,7 +47,6 @@ model imports it, and nothing here imports the reply, the events or the structur
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from itertools import islice
@@ -162,7 +163,7 @@ def _parse_error(text: str, exc: ValidationError, partial: Any) -> ParseError:
 class _Node:
     """One open container of the document that the partial object mirrors."""
 
-    __slots__ = ("child", "done", "out", "pending", "raw", "seen", "shape", "tail")
+    __slots__ = ("child", "done", "opened", "out", "pending", "raw", "seen", "shape", "tail")
 
     def __init__(self, shape: Shape, raw: Any, out: Any) -> None:
         self.shape = shape
@@ -173,6 +174,10 @@ class _Node:
         self.tail = -1  # length of the open string last shown here
         self.seen = -1  # len(raw) at the last update
         self.child: Any = None  # the open child's partial object placed at the last update
+        #: A child of ``raw`` was open at the last update. Needed besides ``seen``: a child the
+        #: object cannot show while it arrives (a dict, a union ...) is in ``raw`` from its
+        #: first character, so only this says when it completed.
+        self.opened = False
 
 
 def _new_instance(cls: type[BaseModel]) -> BaseModel:
@@ -185,6 +190,36 @@ def _new_instance(cls: type[BaseModel]) -> BaseModel:
         _setattr(obj, "__pydantic_extra__", None)
         _setattr(obj, "__pydantic_private__", None)
         return obj
+
+
+def _copy_container(obj: Any) -> Any:
+    """A shallow copy of an open container (a list, or a partial model instance whose
+    ``__dict__`` and fields set are its own): its children are shared."""
+    if type(obj) is list:
+        return obj[:]
+    cls: type[BaseModel] = type(obj)
+    new = cls.__new__(cls)
+    extra = obj.__pydantic_extra__
+    private = obj.__pydantic_private__
+    _setattr(new, "__dict__", dict(obj.__dict__))
+    _setattr(new, "__pydantic_fields_set__", set(obj.__pydantic_fields_set__))
+    _setattr(new, "__pydantic_extra__", None if extra is None else dict(extra))
+    _setattr(new, "__pydantic_private__", None if private is None else dict(private))
+    return new
+
+
+def _replace_child(parent: Any, child: Any, child_copy: Any) -> None:
+    """Put ``child_copy`` where ``parent`` (a copy) holds the open container ``child``: a
+    list's last item, or one of a model's fields."""
+    if type(parent) is list:
+        if parent and parent[-1] is child:
+            parent[-1] = child_copy
+        return
+    values = parent.__dict__
+    for name, value in values.items():
+        if value is child:
+            values[name] = child_copy
+            return
 
 
 class _Invalid(Exception):
@@ -260,15 +295,36 @@ class ObjectBuilder(Generic[T]):
         return self._chunks[0] if self._chunks else ""
 
     def snapshot(self) -> T | None:
-        """A deep copy of the partial object, unaffected by later text."""
-        return copy.deepcopy(self.value)
+        """The partial object as it is now, which later text never changes: the containers
+        still open are copied, complete values are shared (treat the snapshot as read-only).
+
+        Only the containers still being filled in (:meth:`open_objects`) are copied; every
+        complete value is shared with :attr:`value` and with other snapshots, as it never
+        changes again. So a snapshot costs the open containers (a C-level copy of an open
+        list's item pointers, the fields of an open model), not the whole object, and a
+        snapshot after every delta stays linear in the reply. Once the document is complete
+        (or stopped), the snapshot *is* :attr:`value`: nothing changes any more.
+
+        Treat a snapshot as read-only. Changing a complete value in place (an item of a
+        list, a nested model that closed) shows in every snapshot and live object sharing it;
+        ``copy.deepcopy`` the snapshot to edit it. The builder never reads its objects back,
+        so no change to a snapshot alters later partial objects or the final value.
+        """
+        value = self._value
+        nodes = self._nodes
+        if not nodes or nodes[0].out is not value:
+            return value  # type: ignore[no-any-return]
+        copies = [_copy_container(node.out) for node in nodes]
+        for parent, child, child_copy in zip(copies, nodes[1:], copies[1:], strict=False):
+            _replace_child(parent, child.out, child_copy)
+        return copies[0]  # type: ignore[no-any-return]
 
     def open_objects(self) -> list[Any]:
         """The containers of the partial object still being filled in, root first (partial
-        model instances and lists): the only parts that later text changes in place. Every
-        other value in the partial object is complete and never changes, so a copy that
-        later text cannot change needs to copy only these (see
-        ``fluxstream.ReplyStream.objects``)."""
+        model instances and lists; each holds the next as its last item or one of its
+        fields): the only parts that later text changes in place. Every other value in the
+        partial object is complete and never changes, which is what makes
+        :meth:`snapshot` cheap."""
         return [node.out for node in self._nodes]
 
     def open_path(self) -> tuple[str | int, ...] | None:
@@ -403,17 +459,20 @@ class ObjectBuilder(Generic[T]):
             child = nodes[d + 1].out if d < last else None
             here = tail if d == depth - 1 else None
             size = len(node.raw)
-            if size == node.seen and child is node.child and here is None:
+            child_open = d + 1 < depth
+            if (size == node.seen and child is node.child and here is None
+                    and child_open == node.opened):
                 # Unchanged here, so unchanged above: a parent only changes when this
                 # container closes (and then this node would be gone).
                 break
             node.seen = size
             node.child = child
+            node.opened = child_open
             try:
                 if node.shape.kind == LIST:
-                    self._update_list(node, d + 1 < depth, child, here)
+                    self._update_list(node, child_open, child, here)
                 else:
-                    self._update_model(node, d + 1 < depth, child, keys[d], here)
+                    self._update_model(node, child_open, child, keys[d], here)
             except _Invalid as invalid:
                 prefix = (*self._path_to(d, keys), invalid.key)
                 errors = []

@@ -8,7 +8,7 @@ tool) is the API's own (:meth:`fluxstream.apis.Api.structured_request`).
 track (``response_format=Model``, ``stream.objects(Model)``) or a tool call someone asked about
 (``stream.partial_tool_call(event, Model)``). It holds a
 :class:`~fluxstream.structured.StructuredTracker` (one pass over the JSON, live partial
-objects) and hands out copies of them: see :func:`hand_out`.
+objects) and hands out snapshots of them: see :func:`hand_out`.
 
 Why feed from the stream's ``__anext__`` rather than from the ``objects()`` iterator: a
 consumer may iterate events and ask for a tool call's partial object, or interleave
@@ -18,62 +18,22 @@ exact whichever way the stream is read.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from pydantic import BaseModel
 
 from ..apis import Structured
 from ..events import Event, TextDelta, ToolCallDelta
 from ..reply import Reply
 from ..structured import ObjectBuilder, StructuredTracker
 
-__all__ = ["Structured", "StructuredView", "hand_out", "snapshot"]
-
-_setattr = object.__setattr__
+__all__ = ["Structured", "StructuredView", "hand_out"]
 
 
 def hand_out(builder: ObjectBuilder[Any], live: bool) -> Any:
     """The builder's object as handed to a consumer: the live object, or a snapshot that
-    later text cannot change (:func:`snapshot`)."""
-    return builder.value if live else snapshot(builder)
-
-
-def snapshot(builder: ObjectBuilder[Any]) -> Any:
-    """A copy of the builder's partial object that later text cannot change, copying only the
-    containers still open (:meth:`ObjectBuilder.open_objects`: a chain from the root, each a
-    model instance or a list whose open child is its last item or one of its fields).
-    Complete values never change, so they are shared with the live object and with earlier
-    snapshots. Cost: the size of the open containers themselves (a C-level list copy for a
-    growing list), not of the whole object; a deep copy of a 70 KB object after each of
-    11,000 deltas took 30 s, this takes a fraction of a second."""
-    value = builder.value
-    chain = builder.open_objects()
-    if not chain or chain[0] is not value:
-        return value  # complete or stopped: nothing changes any more
-    return _copy_open(value, {id(o) for o in chain})
-
-
-def _copy_open(value: Any, open_ids: set[int]) -> Any:
-    if type(value) is list:
-        new = list(value)
-        if new and id(new[-1]) in open_ids:
-            new[-1] = _copy_open(new[-1], open_ids)
-        return new
-    if isinstance(value, BaseModel):
-        cls = type(value)
-        obj = cls.__new__(cls)
-        values = {name: _copy_open(item, open_ids) if id(item) in open_ids else item
-                  for name, item in value.__dict__.items()}
-        extra = value.__pydantic_extra__
-        private = value.__pydantic_private__
-        _setattr(obj, "__dict__", values)
-        _setattr(obj, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
-        _setattr(obj, "__pydantic_extra__", None if extra is None else dict(extra))
-        _setattr(obj, "__pydantic_private__", None if private is None else dict(private))
-        return obj
-    return copy.deepcopy(value)  # not a shape the builder fills in place: copy it all
+    later text cannot change (:meth:`ObjectBuilder.snapshot`: only the containers still open
+    are copied, complete values are shared, so a snapshot per delta stays linear)."""
+    return builder.value if live else builder.snapshot()
 
 
 class StructuredView:

@@ -23,7 +23,6 @@ import pytest
 from pydantic import BaseModel, TypeAdapter
 
 import fluxstream
-from fluxstream._io.structured_output import snapshot
 from fluxstream.errors import ParseError
 from fluxstream.reply import Reply
 from fluxstream.server import Server
@@ -483,7 +482,7 @@ def test_snapshots_never_move_and_share_only_complete_values(seed: int) -> None:
         step = rng.randrange(1, 6)
         builder.feed(text[i : i + step])
         i += step
-        shot = snapshot(builder)
+        shot = builder.snapshot()
         if shot is not None:
             assert shot == copy.deepcopy(builder.value)
             taken.append((shot, shot.model_dump(exclude_unset=True)))
