@@ -409,7 +409,7 @@ class StreamSpan(StreamObserver):
         body = info.body
         # Every attribute known now is given at the start, in one dict: samplers see them,
         # and the SDK takes them in one go.
-        attributes = {**series.common, **request_attributes(body)}
+        attributes = {**series.common, **request_attributes(body, info.api)}
         attributes["fluxstream.content_key"] = info.content_key
         attributes["fluxstream.resuming"] = info.resuming
         if owner.capture_content:

@@ -35,6 +35,10 @@ EXPECTED: dict[str, list[str]] = {
         "ToolCallDelta", "ToolCallDone", "Upstream", "Usage", "UsageUpdate", "__version__",
         "aiter_events", "iter_events", "replay",
     ],
+    "fluxstream.apis": [
+        "CONTINUE_INSTRUCTION", "Api", "ApiFeatureError", "Structured", "UnknownApiError",
+        "bearer", "for_token", "get", "names", "registered",
+    ],
     "fluxstream.errors": [
         "APIConnectionError", "APIStatusError", "APITimeoutError", "ArgumentsError",
         "AuthenticationError", "ContentTypeError", "EventTooLargeError", "FirstTokenTimeoutError",

@@ -4,20 +4,23 @@ and a failure, read from a request body, a :class:`~fluxstream.reply.Reply` and 
 attribute names are the ``opentelemetry-semantic-conventions`` package's; a test checks
 them there). :mod:`fluxstream.otel` puts them on spans and metrics.
 
-Each API names its parameters its own way: Chat Completions, Responses and Messages at the
-top of the body in snake_case; Gemini in ``generationConfig``, camelCase as google-genai
-sends it (its REST API also takes snake_case, and ``generation_config``): so both spellings
-are read, at the top and in that object.
+Each API names its parameters its own way and keeps them in its own place (Gemini's in
+``generationConfig``): both are asked of the request's :class:`~fluxstream.apis.Api`
+(:meth:`~fluxstream.apis.Api.request_settings`, where failover's translation reads them
+too, and :meth:`~fluxstream.apis.Api.parameter_fields`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import apis
 from ..events import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..apis import Api
     from ..reply import Reply
     from .progress import StreamStats
 
@@ -26,88 +29,96 @@ __all__ = [
     "response_attributes", "tokens_of",
 ]
 
-#: The conventions' numeric request parameters and each API's field names for them
-#: (Chat Completions, Responses, Messages; Gemini's ``generationConfig`` in both spellings).
-REQUEST_NUMBERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("gen_ai.request.max_tokens",
-     ("max_tokens", "max_completion_tokens", "max_output_tokens", "maxOutputTokens")),
-    ("gen_ai.request.temperature", ("temperature",)),
-    ("gen_ai.request.top_p", ("top_p", "topP")),
-    ("gen_ai.request.top_k", ("top_k", "topK")),
-    ("gen_ai.request.frequency_penalty", ("frequency_penalty", "frequencyPenalty")),
-    ("gen_ai.request.presence_penalty", ("presence_penalty", "presencePenalty")),
-    ("gen_ai.request.seed", ("seed",)),
-)
-#: How many choices a request asks for (the conventions record it only when not 1).
-CHOICE_COUNT = ("n", "candidateCount", "candidate_count")
-STOP_SEQUENCES = ("stop", "stop_sequences", "stopSequences")
-#: Where Gemini keeps its parameters.
-GENERATION_CONFIG = ("generationConfig", "generation_config")
+#: The conventions' numeric request parameters, by the names
+#: :meth:`~fluxstream.apis.Api.parameter_fields` is asked for.
+REQUEST_NUMBERS = {
+    "max_tokens": "gen_ai.request.max_tokens", "temperature": "gen_ai.request.temperature",
+    "top_p": "gen_ai.request.top_p", "top_k": "gen_ai.request.top_k",
+    "frequency_penalty": "gen_ai.request.frequency_penalty",
+    "presence_penalty": "gen_ai.request.presence_penalty", "seed": "gen_ai.request.seed",
+}
 #: The structured-output types that mean JSON (Chat Completions' ``response_format.type``,
 #: Responses' ``text.format.type``, Anthropic's ``output_format.type``).
 JSON_FORMATS = frozenset({"json_object", "json_schema"})
+
+
+class _Fields(NamedTuple):
+    """Where one API's request may hold each parameter (:func:`_reading`)."""
+
+    numbers: tuple[tuple[str, tuple[str, ...]], ...]
+    stop: tuple[str, ...]
+    choices: tuple[str, ...]
 
 
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _parameter_sources(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    sources = [body]
-    for name in GENERATION_CONFIG:
-        config = body.get(name)
-        if isinstance(config, Mapping):
-            sources.append(config)
-    return sources
+@lru_cache(maxsize=16)
+def _reading(api: str | None) -> tuple[Api, _Fields] | None:
+    """The registered API named ``api`` and the fields that may hold each parameter, as it
+    names them (worked out once per API, not per stream); ``None`` for a name no API has."""
+    if api is None or api not in apis.names():
+        return None
+    known = apis.get(api)
+    numbers = tuple((attribute, known.parameter_fields(parameter))
+                    for parameter, attribute in REQUEST_NUMBERS.items())
+    return known, _Fields(numbers, known.parameter_fields("stop"), known.parameter_fields("n"))
 
 
-def request_attributes(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The conventions' request parameters found in a request body (never its content)."""
+def _stop_sequences(value: object) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Sequence) and value and all(isinstance(s, str) for s in value):
+        return list(value)
+    return None
+
+
+def request_attributes(body: Mapping[str, Any], api: str | None) -> dict[str, Any]:
+    """The conventions' request parameters found in a request body (never its content), as
+    the request's API (``api``: its registered name) names them, where it keeps them; a
+    request of no registered API (``None``, an unknown name) has none read."""
     out: dict[str, Any] = {"gen_ai.request.stream": True}
-    for source in _parameter_sources(body):
-        for name, fields in REQUEST_NUMBERS:
-            if name in out:
-                continue
-            for field in fields:
-                value = source.get(field)
+    reading = _reading(api)
+    settings = body if reading is None else reading[0].request_settings(body)
+    if reading is not None:
+        fields = reading[1]
+        for attribute, names in fields.numbers:
+            for name in names:
+                value = settings.get(name)
                 if _number(value):
-                    out[name] = value
+                    out[attribute] = value
                     break
-        if "gen_ai.request.stop_sequences" not in out:
-            for field in STOP_SEQUENCES:
-                stop = source.get(field)
-                if isinstance(stop, str):
-                    out["gen_ai.request.stop_sequences"] = [stop]
-                elif isinstance(stop, Sequence) and stop and all(isinstance(s, str) for s in stop):
-                    out["gen_ai.request.stop_sequences"] = list(stop)
-                else:
-                    continue
+        for name in fields.stop:
+            stop = _stop_sequences(settings.get(name))
+            if stop is not None:
+                out["gen_ai.request.stop_sequences"] = stop
                 break
-        if "gen_ai.request.choice.count" not in out:
-            for field in CHOICE_COUNT:
-                count = source.get(field)
-                if isinstance(count, int) and not isinstance(count, bool):
-                    if count != 1:
-                        out["gen_ai.request.choice.count"] = count
-                    break
-    output = output_type(body)
+        for name in fields.choices:
+            count = settings.get(name)
+            if isinstance(count, int) and not isinstance(count, bool):
+                if count != 1:  # recorded only when not 1, the default
+                    out["gen_ai.request.choice.count"] = count
+                break
+    output = output_type(body, settings)
     if output is not None:
         out["gen_ai.output.type"] = output
     return out
 
 
-def output_type(body: Mapping[str, Any]) -> str | None:
-    """``gen_ai.output.type`` of a request that asks for a format: ``json`` or ``text``."""
+def output_type(body: Mapping[str, Any], settings: Mapping[str, Any]) -> str | None:
+    """``gen_ai.output.type`` of a request that asks for a format: ``json`` or ``text``
+    (``settings``: where the request's API keeps its parameters, Gemini's
+    ``responseMimeType``)."""
     for fmt in (body.get("response_format"), body.get("output_format")):
         if isinstance(fmt, Mapping):
             return "json" if fmt.get("type") in JSON_FORMATS else "text"
     text = body.get("text")
     if isinstance(text, Mapping) and isinstance(text.get("format"), Mapping):
         return "json" if text["format"].get("type") in JSON_FORMATS else "text"
-    for source in _parameter_sources(body)[1:]:
-        mime = source.get("responseMimeType", source.get("response_mime_type"))
-        if isinstance(mime, str):
-            return "json" if mime == "application/json" else "text"
+    mime = settings.get("responseMimeType", settings.get("response_mime_type"))
+    if isinstance(mime, str):
+        return "json" if mime == "application/json" else "text"
     return None
 
 

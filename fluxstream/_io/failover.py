@@ -135,8 +135,8 @@ class Route:
             body["model"] = target.model
         if target.max_tokens is not None:
             body[target.api.max_tokens_field] = target.max_tokens
-        if target.api.name == "chat_completions" and target is not self.targets[0]:
-            body.setdefault("stream_options", {"include_usage": True})
+        if target is not self.targets[0]:
+            target.api.ask_usage(body)
         body["stream"] = True
         return body
 

@@ -7,7 +7,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..structured.schema import anthropic_tool, schema_name
-from .api import Api, Structured, messages_continuation
+from .api import (
+    Api,
+    Structured,
+    described,
+    messages_continuation,
+    object_tools,
+    read_function,
+    text_of,
+)
 
 __all__ = ["ANTHROPIC_MESSAGES", "ANTHROPIC_VERSION", "OVERLOADED", "AnthropicMessages"]
 
@@ -28,6 +36,7 @@ class AnthropicMessages(Api):
     sampling_names: ClassVar[Mapping[str, str]] = {
         "temperature": "temperature", "top_p": "top_p", "stop": "stop_sequences",
     }
+    parameter_names: ClassVar[Mapping[str, tuple[str, ...]]] = {"stop": ("stop_sequences",)}
     title = "Anthropic Messages"
     vendor = "Anthropic"
     provider = "anthropic"
@@ -48,7 +57,20 @@ class AnthropicMessages(Api):
         return "x-api-key", key
 
     def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        return [{"name": f["name"], "input_schema": f["parameters"]} for f in functions]
+        return [described({"name": f["name"], "input_schema": f["parameters"]}, f)
+                for f in functions]
+
+    def declared_functions(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [read_function(tool, "input_schema") for tool in object_tools(body)]
+
+    def put_system(self, fields: dict[str, Any], messages: list[Any], text: str) -> None:
+        """The top-level ``system`` field (Messages has no system turn)."""
+        fields["system"] = text
+
+    def system_of(self, body: Mapping[str, Any]) -> str:
+        """``system``: a string, or text blocks."""
+        system = body.get("system")
+        return "" if system is None else text_of(system)
 
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         """A tool whose ``input_schema`` is the type, forced by ``tool_choice`` (unless one

@@ -61,8 +61,9 @@ class Api:
     """One provider API. Subclasses set the class attributes and override what differs.
 
     The base class implements only what every API here shares (tools go in ``tools``, the key
-    is a Bearer token, no re-read of stored responses); anything an API must say for itself
-    (structured output, continuation) raises :class:`ApiFeatureError` until it does.
+    is a Bearer token, no re-read of stored responses, turns of ``role`` and ``content``);
+    anything an API must say for itself (structured output, continuation, where its system
+    prompt goes, the shape of its tools) raises :class:`ApiFeatureError` until it does.
     """
 
     #: The API's one name: its wire format's (:data:`fluxstream.formats.FORMATS`), the CLI's
@@ -100,6 +101,12 @@ class Api:
     sampling_names: ClassVar[Mapping[str, str]] = {
         "temperature": "temperature", "top_p": "top_p", "stop": "stop",
     }
+    #: The request parameters a trace records (the OpenTelemetry GenAI conventions'
+    #: ``gen_ai.request.*``: ``max_tokens``, ``temperature``, ``top_p``, ``top_k``,
+    #: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``stop``, ``n``), by their Chat
+    #: Completions names, and this API's own names for them where it has its own
+    #: (:meth:`parameter_fields`).
+    parameter_names: ClassVar[Mapping[str, tuple[str, ...]]] = {}
     #: What to send as :attr:`max_tokens_field` when the API requires it and none was given
     #: (``None``: the API does not require it).
     default_max_tokens: ClassVar[int | None] = None
@@ -182,6 +189,19 @@ class Api:
         for an API that nests them)."""
         return body
 
+    def parameter_fields(self, parameter: str) -> tuple[str, ...]:
+        """The fields of :meth:`request_settings` that may hold ``parameter`` (a Chat
+        Completions name, as :attr:`parameter_names`), in order: this API's own names, then
+        that name itself (a request that carries it asked for it, whatever the API); the
+        first that holds a usable value wins."""
+        own = self.parameter_names.get(parameter, ())
+        return own if parameter in own else (*own, parameter)
+
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        """Make ``body`` ask the server to report the reply's usage, where the API must be
+        asked (Chat Completions' ``stream_options.include_usage``), keeping what the request
+        already says; the others report it unasked, and their requests are left as they are."""
+
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]
     ) -> dict[str, Any]:
@@ -213,6 +233,51 @@ class Api:
         """Keyword arguments of this API's ``stream`` that send a stored request ``body``
         again as it was (it already holds every option it was sent with)."""
         return {k: v for k, v in body.items() if k != "stream"}
+
+    # ------------------------------------------------------------------ system prompt, turns, tools
+    # Written and read back by failover (:func:`fluxstream.apis.portable.convert_body`): each
+    # API says where its system prompt is and how its turns and tools are shaped. Where the
+    # base class cannot know, it refuses: a default would give the next API another API's
+    # shape, silently.
+
+    def put_system(self, fields: dict[str, Any], messages: list[Any], text: str) -> None:
+        """Put the system prompt ``text`` where this API takes it: a request field (into
+        ``fields``) or a turn of its own (into ``messages``, the Chat-shaped turns
+        :meth:`conversation` is given)."""
+        raise ApiFeatureError(f"the {self.title} API has no system prompt here")
+
+    def system_of(self, body: Mapping[str, Any]) -> str:
+        """The system prompt ``body`` holds outside its turns, as text (``""``: none; a system
+        turn of the conversation is :meth:`text_turns`')."""
+        raise ApiFeatureError(f"the {self.title} API's system prompt cannot be read here")
+
+    def text_turns(self, body: Mapping[str, Any]) -> list[tuple[Any, str]]:
+        """``body``'s conversation (:attr:`messages_field`) as ``(role, text)`` pairs, each
+        turn read by :meth:`read_turn`; a turn whose content is not text is refused (sent
+        without it, it would ask another question)."""
+        given = body.get(self.messages_field)
+        if isinstance(given, str):  # a Responses input given as one string
+            given = [self.user_turn(given)]
+        turns: list[tuple[Any, str]] = []
+        for item in given if isinstance(given, list) else []:
+            if not isinstance(item, Mapping):
+                raise ApiFeatureError("a conversation item that is not a message")
+            role, content = self.read_turn(item)
+            turns.append((role, text_of(content)))
+        return turns
+
+    def read_turn(self, turn: Mapping[str, Any]) -> tuple[Any, Any]:
+        """A turn of the conversation as its role, named as Chat Completions names it, and
+        its content: the shape :meth:`conversation`, :meth:`user_turn` and
+        :meth:`partial_turn` write (``role`` and ``content``, unless the API overrides them)."""
+        return turn.get("role"), turn.get("content")
+
+    def declared_functions(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """``body``'s tools as function declarations (``name``, ``parameters``, optional
+        ``description``): what :meth:`function_tools` makes of them, read back."""
+        if body.get("tools"):
+            raise ApiFeatureError(f"the {self.title} API's tools cannot be read here")
+        return []
 
     # ------------------------------------------------------------------ after a drop
 
@@ -279,6 +344,52 @@ class Api:
         """``base_url`` as the API root this library joins :attr:`path` to (a vendor whose
         SDK names the host gets its version segment)."""
         return base_url
+
+
+def text_of(content: Any) -> str:
+    """A turn's content (a string, or a list of parts that hold ``text``) as its text; a part
+    that is not text is refused."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+            else:
+                kind = (part.get("type") or next(iter(part), "empty")
+                        if isinstance(part, Mapping) else type(part).__name__)
+                raise ApiFeatureError(f"a {kind!r} part cannot be sent to another API")
+        return "".join(parts)
+    raise ApiFeatureError(f"message content of type {type(content).__name__} is not text")
+
+
+def object_tools(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``body``'s tools that are objects (anything else declares no function)."""
+    return [tool for tool in body.get("tools") or [] if isinstance(tool, Mapping)]
+
+
+def read_function(spec: Mapping[str, Any], *schema_fields: str) -> dict[str, Any]:
+    """The function ``spec`` declares (``name``, ``parameters`` from the first of
+    ``schema_fields`` it has, optional ``description``); a tool that names no function is
+    refused, never carried as something else."""
+    name = spec.get("name")
+    if not isinstance(name, str):
+        raise ApiFeatureError("a tool that is not a named function cannot be translated")
+    params = next((spec[field] for field in schema_fields if field in spec), None)
+    entry: dict[str, Any] = {"name": name, "parameters": params or {"type": "object"}}
+    if isinstance(spec.get("description"), str):
+        entry["description"] = spec["description"]
+    return entry
+
+
+def described(tool: dict[str, Any], function: Mapping[str, Any]) -> dict[str, Any]:
+    """``tool`` with the description of ``function`` (a declaration), when it has one: the
+    model chooses a tool by it."""
+    description = function.get("description")
+    return {**tool, "description": description} if description else tool
 
 
 def messages_continuation(

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..structured.schema import response_format
-from .api import Api, messages_continuation
+from .api import Api, messages_continuation, object_tools, read_function
 
 __all__ = ["CHAT_COMPLETIONS", "ChatCompletions"]
 
@@ -24,9 +24,33 @@ class ChatCompletions(Api):
     endpoint = "chat"
     #: The embedded server (and the servers it stands for) numbers chat events.
     event_ids: ClassVar[bool] = True
+    parameter_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "max_tokens": ("max_tokens", "max_completion_tokens"),
+    }
 
     def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         return [{"type": "function", "function": dict(f)} for f in functions]
+
+    def declared_functions(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Each ``{"type": "function", "function": {...}}`` tool's function (a tool without
+        ``function`` is read as the declaration itself)."""
+        out = []
+        for tool in object_tools(body):
+            inner = tool.get("function")
+            out.append(read_function(inner if isinstance(inner, Mapping) else tool, "parameters"))
+        return out
+
+    def put_system(self, fields: dict[str, Any], messages: list[Any], text: str) -> None:
+        """A ``system`` message, first."""
+        messages.insert(0, {"role": "system", "content": text})
+
+    def system_of(self, body: Mapping[str, Any]) -> str:
+        """Nothing outside the turns: the system prompt is a ``system`` (or ``developer``)
+        message."""
+        return ""
+
+    def ask_usage(self, body: dict[str, Any]) -> None:
+        with_usage(body)
 
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         body["response_format"] = response_format(fmt)

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from urllib.parse import quote
 
 from ..structured.schema import json_schema
-from .api import Api
+from .api import Api, described, object_tools, read_function, text_of
 
 __all__ = ["GEMINI", "Gemini"]
 
@@ -41,6 +41,15 @@ class Gemini(Api):
     sampling_names: ClassVar[Mapping[str, str]] = {
         "temperature": "temperature", "top_p": "topP", "stop": "stopSequences",
     }
+    #: In camelCase, as google-genai sends them (the REST API also takes snake_case, which
+    #: :meth:`parameter_fields` reads after them; :meth:`request_settings` reads
+    #: ``generationConfig`` and ``generation_config``).
+    parameter_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "max_tokens": ("maxOutputTokens", "max_output_tokens"), "top_p": ("topP",),
+        "top_k": ("topK",), "frequency_penalty": ("frequencyPenalty",),
+        "presence_penalty": ("presencePenalty",), "stop": ("stopSequences", "stop_sequences"),
+        "n": ("candidateCount", "candidate_count"),
+    }
     #: A ``model`` turn takes no flag (Google refuses unknown fields).
     continuation_flag: ClassVar[Mapping[str, object] | None] = {}
     base_url_variable = "GOOGLE_GEMINI_BASE_URL"
@@ -65,13 +74,36 @@ class Gemini(Api):
         body["tools"] = [*(body.get("tools") or []), *tools]
 
     def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        declarations = []
-        for f in functions:
-            declaration = {"name": f["name"], "parametersJsonSchema": f["parameters"]}
-            if f.get("description"):
-                declaration["description"] = f["description"]
-            declarations.append(declaration)
+        declarations = [described({"name": f["name"], "parametersJsonSchema": f["parameters"]}, f)
+                        for f in functions]
         return [{"functionDeclarations": declarations}]
+
+    def declared_functions(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The ``functionDeclarations`` of every tool, their schema in ``parameters`` (Google's
+        OpenAPI subset) or ``parametersJsonSchema``; a tool that declares none (``googleSearch``)
+        names no function: refused."""
+        specs: list[Any] = []
+        for tool in object_tools(body):
+            declared = tool.get("functionDeclarations")
+            specs += declared if isinstance(declared, list) else [tool]
+        return [read_function(spec, "parameters", "parametersJsonSchema")
+                for spec in specs if isinstance(spec, Mapping)]
+
+    def put_system(self, fields: dict[str, Any], messages: list[Any], text: str) -> None:
+        """``systemInstruction``, one text part."""
+        fields["systemInstruction"] = {"parts": [{"text": text}]}
+
+    def system_of(self, body: Mapping[str, Any]) -> str:
+        """``systemInstruction``: its parts' text (or a plain string)."""
+        instruction = body.get("systemInstruction")
+        if isinstance(instruction, Mapping):
+            return text_of(instruction.get("parts"))
+        return instruction if isinstance(instruction, str) else ""
+
+    def read_turn(self, turn: Mapping[str, Any]) -> tuple[Any, Any]:
+        """A ``user`` or ``model`` turn (the assistant's), its content in ``parts``."""
+        role = turn.get("role")
+        return "assistant" if role == "model" else role or "user", turn.get("parts")
 
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         """``generationConfig.responseMimeType`` JSON and ``responseJsonSchema`` the type's
@@ -82,8 +114,11 @@ class Gemini(Api):
         body["generationConfig"] = config
 
     def request_settings(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        config = body.get("generationConfig")
-        return {**body, **config} if isinstance(config, Mapping) else body
+        """The top level with ``generationConfig`` over it (or its snake_case spelling,
+        ``generation_config``, which the REST API also takes)."""
+        configs = [body.get(name) for name in ("generation_config", "generationConfig")]
+        found = [config for config in configs if isinstance(config, Mapping)]
+        return {k: v for source in (body, *found) for k, v in source.items()} if found else body
 
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..structured.schema import text_format
-from .api import Api, quoted
+from .api import Api, described, object_tools, quoted, read_function
 
 __all__ = ["RESPONSES", "Responses"]
 
@@ -26,6 +26,9 @@ class Responses(Api):
     max_tokens_field = "max_output_tokens"
     #: No stop sequences in the Responses API.
     sampling_names: ClassVar[Mapping[str, str]] = {"temperature": "temperature", "top_p": "top_p"}
+    parameter_names: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "max_tokens": ("max_output_tokens",),
+    }
     #: A continuation appends the partial answer to ``input`` as an assistant message marked
     #: ``"status": "in_progress"`` (the Responses API's "unfinished" marker, which servers
     #: that continue a partial message honour).
@@ -35,8 +38,22 @@ class Responses(Api):
     assistant_prefill: ClassVar[bool] = False
 
     def function_tools(self, functions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        return [{"type": "function", "name": f["name"], "parameters": f["parameters"]}
-                for f in functions]
+        return [described({"type": "function", "name": f["name"], "parameters": f["parameters"]},
+                          f) for f in functions]
+
+    def declared_functions(self, body: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Each ``{"type": "function", "name": ...}`` tool (a built-in tool, such as
+        ``web_search``, names no function: refused)."""
+        return [read_function(tool, "parameters") for tool in object_tools(body)]
+
+    def put_system(self, fields: dict[str, Any], messages: list[Any], text: str) -> None:
+        """``instructions``."""
+        fields["instructions"] = text
+
+    def system_of(self, body: Mapping[str, Any]) -> str:
+        """``instructions`` (a ``system`` or ``developer`` item of ``input`` is a turn)."""
+        instructions = body.get("instructions")
+        return instructions if isinstance(instructions, str) else ""
 
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}

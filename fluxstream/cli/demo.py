@@ -30,6 +30,8 @@ import httpx
 
 from .. import apis
 from ..apis import Api
+from ..apis.anthropic_messages import ANTHROPIC_MESSAGES
+from ..apis.chat_completions import CHAT_COMPLETIONS
 from ..events import Handoff
 from ..upstream import Upstream
 from .render import visible
@@ -135,8 +137,7 @@ def fallback_api(primary: Api, chosen: str | None) -> Api:
     primary's, so that the reply is continued across APIs."""
     if chosen is not None:
         return apis.get(chosen)
-    return apis.get("anthropic_messages" if primary.name == "chat_completions" else
-                    "chat_completions")
+    return ANTHROPIC_MESSAGES if primary is CHAT_COMPLETIONS else CHAT_COMPLETIONS
 
 
 def fallback_upstream(base_url: str, api: Api) -> Upstream:
@@ -148,7 +149,7 @@ def fallback_upstream(base_url: str, api: Api) -> Upstream:
     ``max_tokens``: 1024 in the demo)."""
     from ..server.script import DEFAULT_DELTAS  # the server costs a quarter second to import
 
-    cap = DEFAULT_DELTAS if api.name == "chat_completions" else None
+    cap = DEFAULT_DELTAS if api is CHAT_COMPLETIONS else None
     return Upstream(base_url, api=api.name, api_key="demo-key", max_tokens=cap)
 
 

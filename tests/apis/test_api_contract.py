@@ -4,12 +4,14 @@ Registering an API (``fluxstream/apis/<name>.py`` and the registry's list) is wh
 through these tests: its recorded streams replay (found by the ``format`` their expectation
 names), a resume token of its stream goes through JSON and resumes on its own endpoint, a drop
 is continued with the API's own continuation body, and ``response_format=Model`` is asked for
-and read back. The live parts run against the embedded server, whose dialects carry the same
-names.
+and read back, and a request translated into every other registered API and back (what
+failover sends) keeps its text turns, system prompt, function tools and length cap. The live
+parts run against the embedded server, whose dialects carry the same names.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from pydantic import BaseModel
 import fluxstream
 from fluxstream import apis
 from fluxstream.apis import Api, Structured
+from fluxstream.apis.portable import convert_body
 from fluxstream.formats import FORMATS
 from fluxstream.parser import replay
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -36,6 +39,12 @@ USER = [{"role": "user", "content": "hello there"}]
 #: already holds the finish resumes to the rest of the bytes only, without the end marker.
 ENDED = (fluxstream.Outcome.DONE, fluxstream.Outcome.FINISHED)
 FIXTURES = [(api, path) for api in APIS for path in api_streams(api.name)]
+PAIRS = [(x, y) for x in APIS for y in APIS if x is not y]
+SYSTEM = "be brief"
+TURNS = [("user", "hello there friend"), ("assistant", "hi!"), ("user", "tell me more")]
+TOOL = {"name": "get_weather", "description": "the weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}
 
 
 class Plan(BaseModel):
@@ -207,3 +216,69 @@ def _structured_fields(api: Api) -> dict[str, Any]:
     body: dict[str, Any] = {}
     api.structured_request(body, Plan)
     return body
+
+
+# ------------------------------------------------------------------ a request asked of another API
+
+
+def portable_request(api: Api) -> dict[str, Any]:
+    """A request of ``api`` made of what means the same in every API, through its own
+    members: text turns, a system prompt, a function tool, a length cap, a temperature."""
+    messages: list[dict[str, Any]] = [{"role": r, "content": t} for r, t in TURNS]
+    fields: dict[str, Any] = {api.max_tokens_field: 77, **api.sampling({"temperature": 0.25})}
+    system: list[dict[str, Any]] = []
+    api.put_system(fields, system, SYSTEM)
+    api.add_tools(fields, api.function_tools([TOOL]))
+    return api.conversation("m", system + messages, fields)
+
+
+@pytest.mark.parametrize("api", APIS, ids=IDS)
+def test_an_api_reads_back_the_request_it_writes(api: Api) -> None:
+    body = portable_request(api)
+    turns = api.text_turns(body)
+    assert [*([("system", SYSTEM)] if not api.system_of(body) else []), *TURNS] == turns
+    assert api.system_of(body) in ("", SYSTEM)
+    assert api.declared_functions(body) == [TOOL]
+    assert api.request_settings(body)[api.max_tokens_field] == 77
+
+
+@pytest.mark.parametrize(("x", "y"), PAIRS, ids=[f"{x.name}-{y.name}" for x, y in PAIRS])
+def test_a_request_translated_to_another_api_and_back_asks_the_same(x: Api, y: Api) -> None:
+    body = portable_request(x)
+    kept = json.loads(json.dumps(body))
+    there = convert_body(body, x, y)
+    back = convert_body(there, y, x)
+    assert body == kept  # the request itself is left as it was
+    assert "stream" not in there and "stream" not in back
+    assert x.system_of(back) == x.system_of(body)
+    assert x.text_turns(back) == x.text_turns(body)
+    assert x.declared_functions(back) == [TOOL]
+    assert x.request_settings(back)[x.max_tokens_field] == 77
+    assert back == body  # and nothing else was added or lost on the way
+
+
+@pytest.mark.parametrize("api", APIS, ids=IDS)
+def test_asking_for_usage_changes_nothing_else_and_overrules_no_one(api: Api) -> None:
+    body = api.streaming_body("m", list(USER), {}, include_usage=False)
+    asked = copy.deepcopy(body)
+    api.ask_usage(asked)
+    assert {k: v for k, v in asked.items() if k != "stream_options"} == {
+        k: v for k, v in body.items() if k != "stream_options"}
+    twice = copy.deepcopy(asked)
+    api.ask_usage(twice)
+    assert twice == asked
+    declined = {**body, "stream_options": {"include_usage": False, "x": 1}}
+    again = copy.deepcopy(declined)
+    api.ask_usage(again)
+    assert again == declined  # a request that declines usage is not overruled
+
+
+@pytest.mark.parametrize("api", APIS, ids=IDS)
+def test_a_trace_reads_the_cap_and_sampling_where_failover_reads_them(api: Api) -> None:
+    """Both read :meth:`~fluxstream.apis.Api.request_settings`, under the API's own names."""
+    assert api.max_tokens_field in api.parameter_fields("max_tokens")
+    for shared, own in api.sampling_names.items():
+        assert own in api.parameter_fields(shared), shared
+    assert set(api.parameter_names) <= {"max_tokens", "temperature", "top_p", "top_k",
+                                        "frequency_penalty", "presence_penalty", "seed",
+                                        "stop", "n"}

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 import fluxstream
 from fluxstream import apis
 from fluxstream.apis import Api, ApiFeatureError, UnknownApiError
+from fluxstream.apis.portable import convert_body
 from fluxstream.errors import FluxstreamError, ResumeTokenError
 from fluxstream.relay import Entry, MemoryReplyLog
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -164,6 +165,34 @@ def test_a_continuation_for_an_api_without_one_is_refused_not_appended_to_messag
     with pytest.raises(ApiFeatureError, match="re-read"):
         Unfinished().replay_path("resp_1", 3)
     assert not Unfinished().replayable({"background": True})
+
+
+def test_a_system_prompt_an_api_has_not_placed_is_refused_not_sent_as_a_message() -> None:
+    """Failover used to give every API but Anthropic's and Responses a system message in its
+    conversation: the next API would have been sent Chat Completions' shape, silently."""
+    chat = apis.get("chat_completions")
+    body = chat.conversation("m", [{"role": "system", "content": "be brief"}, *USER], {})
+    with pytest.raises(ApiFeatureError, match="system prompt"):
+        convert_body(body, chat, Unfinished())
+    with pytest.raises(ApiFeatureError, match="system prompt"):
+        Unfinished().put_system({}, [], "be brief")
+    plain = chat.conversation("m", list(USER), {})  # nothing to place: nothing refused
+    assert convert_body(plain, chat, Unfinished()) == {"model": "m", "messages": USER}
+
+
+def test_a_request_of_an_api_that_has_not_said_how_to_read_it_is_refused() -> None:
+    """Its system prompt or tools would have been left out of the translated request."""
+    body = {"model": "m", "messages": list(USER), "preamble": "be brief"}
+    with pytest.raises(ApiFeatureError, match="system prompt"):
+        convert_body(body, Unfinished(), apis.get("chat_completions"))
+    with pytest.raises(ApiFeatureError, match="system prompt"):
+        Unfinished().system_of(body)
+    with pytest.raises(ApiFeatureError, match="tools"):
+        Unfinished().declared_functions({"tools": [{"name": "f", "parameters": {}}]})
+    assert Unfinished().declared_functions({"tools": []}) == []
+    asked = {"model": "m"}
+    Unfinished().ask_usage(asked)  # nothing to ask: the request is left as it is
+    assert asked == {"model": "m"}
 
 
 async def follow_taking_over(log: MemoryReplyLog, key: str, client: Any) -> list[Any]:

@@ -92,3 +92,46 @@ def test_a_gemini_part_that_is_not_text_is_refused() -> None:
         {"inlineData": {"mimeType": "image/png", "data": "AAAA"}}]}], {})
     with pytest.raises(ApiFeatureError):
         convert_body(body, gemini, apis.get("chat_completions"))
+
+
+def test_a_chat_request_asks_for_the_usage_and_keeps_its_other_stream_options() -> None:
+    """Failover asks a Chat Completions fallback for its usage chunk (a segment's usage),
+    which Chat servers send only when asked."""
+    chat = apis.get("chat_completions")
+    body = chat.conversation("m", [{"role": "user", "content": "x"}], {})
+    chat.ask_usage(body)
+    assert body["stream_options"] == {"include_usage": True}
+    body["stream_options"] = {"continuous_usage_stats": True}
+    chat.ask_usage(body)
+    assert body["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
+
+
+@pytest.mark.parametrize("source", NAMES)
+@pytest.mark.parametrize("target", ["gemini", "anthropic_messages", "responses"])
+def test_no_api_without_stream_options_is_sent_them(source: str, target: str) -> None:
+    converted = convert_body(build(source), apis.get(source), apis.get(target))
+    apis.get(target).ask_usage(converted)
+    assert "stream_options" not in converted
+
+
+def test_each_api_declares_its_tools_its_own_way() -> None:
+    """A tool written another API's way is not taken for a function (it used to be read
+    whatever the request's API): Anthropic's ``input_schema`` is no Chat tool's schema."""
+    chat = apis.get("chat_completions")
+    anthropic = apis.get("anthropic_messages")
+    foreign = {"model": "m", "messages": [{"role": "user", "content": "x"}],
+               "tools": [{"type": "function", "function": {"name": "f"}}]}
+    with pytest.raises(ApiFeatureError, match="named function"):
+        convert_body(foreign, anthropic, chat)
+    assert convert_body(foreign, chat, anthropic)["tools"] == [
+        {"name": "f", "input_schema": {"type": "object"}}]
+
+
+@pytest.mark.parametrize("source", NAMES)
+@pytest.mark.parametrize("target", NAMES)
+def test_a_tools_description_reaches_every_api(source: str, target: str) -> None:
+    """The model chooses a tool by its description: Anthropic's and Responses' tools used to
+    be sent without it."""
+    converted = convert_body(build(source), apis.get(source), apis.get(target))
+    chat = read_back(target, converted)
+    assert [t["function"] for t in chat["tools"]] == [TOOL]

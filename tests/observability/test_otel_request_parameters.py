@@ -12,6 +12,7 @@ from conftest import Telemetry
 from opentelemetry.trace import SpanKind
 
 import fluxstream
+from fluxstream import apis
 from fluxstream._core.genai_attributes import input_messages, request_attributes
 from fluxstream.server import ServerThread
 
@@ -32,7 +33,7 @@ GEMINI_EXPECTED = {
 
 def test_gemini_generation_config_in_google_genai_spelling() -> None:
     body = {"contents": [], "generationConfig": GEMINI_CONFIG}
-    assert request_attributes(body) == GEMINI_EXPECTED
+    assert request_attributes(body, "gemini") == GEMINI_EXPECTED
 
 
 def test_gemini_generation_config_in_snake_case() -> None:
@@ -41,14 +42,15 @@ def test_gemini_generation_config_in_snake_case() -> None:
         "stop_sequences": ["END", "STOP"], "candidate_count": 2, "seed": 11,
         "presence_penalty": 0.5, "frequency_penalty": 0.25,
     }
-    assert request_attributes({"contents": [], "generation_config": snake}) == GEMINI_EXPECTED
+    body = {"contents": [], "generation_config": snake}
+    assert request_attributes(body, "gemini") == GEMINI_EXPECTED
 
 
 @pytest.mark.parametrize(("mime", "output"), [("application/json", "json"),
                                               ("text/plain", "text")])
 def test_gemini_response_mime_type_is_the_output_type(mime: str, output: str) -> None:
     body = {"generationConfig": {"responseMimeType": mime}}
-    assert request_attributes(body)["gen_ai.output.type"] == output
+    assert request_attributes(body, "gemini")["gen_ai.output.type"] == output
 
 
 def test_chat_completions_parameters() -> None:
@@ -57,7 +59,7 @@ def test_chat_completions_parameters() -> None:
         "top_p": 1, "frequency_penalty": -0.5, "presence_penalty": 0.75, "seed": 3,
         "stop": "\n\n", "n": 3, "response_format": {"type": "json_schema", "json_schema": {}},
     }
-    assert request_attributes(body) == {
+    assert request_attributes(body, "chat_completions") == {
         "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 30,
         "gen_ai.request.temperature": 0.0, "gen_ai.request.top_p": 1,
         "gen_ai.request.frequency_penalty": -0.5, "gen_ai.request.presence_penalty": 0.75,
@@ -69,7 +71,7 @@ def test_chat_completions_parameters() -> None:
 def test_chat_completions_one_choice_and_a_text_format() -> None:
     """``n=1`` is the default: the conventions record the count only when it is not 1."""
     body = {"max_tokens": 5, "n": 1, "response_format": {"type": "text"}}
-    assert request_attributes(body) == {
+    assert request_attributes(body, "chat_completions") == {
         "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 5,
         "gen_ai.output.type": "text",
     }
@@ -79,7 +81,7 @@ def test_chat_completions_one_choice_and_a_text_format() -> None:
 def test_responses_parameters(fmt: str, output: str) -> None:
     body = {"model": "m", "input": "hi", "max_output_tokens": 20, "temperature": 0.3,
             "top_p": 0.8, "text": {"format": {"type": fmt}}}
-    assert request_attributes(body) == {
+    assert request_attributes(body, "responses") == {
         "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 20,
         "gen_ai.request.temperature": 0.3, "gen_ai.request.top_p": 0.8,
         "gen_ai.output.type": output,
@@ -89,17 +91,39 @@ def test_responses_parameters(fmt: str, output: str) -> None:
 def test_anthropic_messages_parameters() -> None:
     body = {"model": "m", "messages": [], "max_tokens": 1024, "temperature": 1.0,
             "top_p": 0.7, "top_k": 5, "stop_sequences": ["Human:"]}
-    assert request_attributes(body) == {
+    assert request_attributes(body, "anthropic_messages") == {
         "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 1024,
         "gen_ai.request.temperature": 1.0, "gen_ai.request.top_p": 0.7,
         "gen_ai.request.top_k": 5, "gen_ai.request.stop_sequences": ["Human:"],
     }
 
 
-def test_values_of_the_wrong_type_are_not_recorded() -> None:
+@pytest.mark.parametrize("api", [*apis.names(), None])
+def test_values_of_the_wrong_type_are_not_recorded(api: str | None) -> None:
     body = {"temperature": "hot", "seed": True, "stop": [1, 2], "n": 2.0,
             "generationConfig": {"topK": None, "stopSequences": []}}
-    assert request_attributes(body) == {"gen_ai.request.stream": True}
+    assert request_attributes(body, api) == {"gen_ai.request.stream": True}
+
+
+def test_each_api_is_read_in_its_own_names_first() -> None:
+    """A Responses request is capped by ``max_output_tokens`` (a ``max_tokens`` beside it is
+    no cap its server knows of), and Gemini's spelling is no Responses parameter."""
+    body = {"input": "hi", "max_tokens": 5, "max_output_tokens": 20, "topK": 3}
+    assert request_attributes(body, "responses") == {
+        "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 20,
+    }
+
+
+@pytest.mark.parametrize("api", apis.registered(), ids=apis.names())
+def test_the_cap_and_sampling_a_request_is_made_with_are_recorded(api: apis.Api) -> None:
+    """Read where the API's own request builder put them (Gemini's ``generationConfig``)."""
+    fields = {api.max_tokens_field: 77, **api.sampling({"temperature": 0.25, "top_p": 0.5})}
+    body = api.streaming_body("m", [{"role": "user", "content": "hi"}], fields,
+                              include_usage=False)
+    assert request_attributes(body, api.name) == {
+        "gen_ai.request.stream": True, "gen_ai.request.max_tokens": 77,
+        "gen_ai.request.temperature": 0.25, "gen_ai.request.top_p": 0.5,
+    }
 
 
 def test_gemini_contents_are_the_input_messages() -> None:
