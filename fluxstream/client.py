@@ -46,7 +46,7 @@ from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
 from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
-from .upstream import Failover, Upstream, place_label
+from .upstream import Failover, Upstream, credential_headers, fingerprint, place_label
 from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
@@ -62,6 +62,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
 DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
+#: The most fallbacks' request builders one client keeps (see ``AsyncClient._client_for``).
+_MAX_UPSTREAM_CLIENTS = 256
 #: The standard library's encoder, for what msgspec refuses (see :func:`encode_body`).
 _JSON = json.JSONEncoder(separators=(",", ":"))
 _encode = msgspec.json.Encoder().encode
@@ -159,7 +161,9 @@ class AsyncClient:
         ``auth``, ``key``, ``token``, ``secret``, ``cookie``, ``session``... as
         ``Authorization``, ``x-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``)
         is treated as ``api_key`` is: surrounding whitespace dropped, and any other character
-        a header cannot carry refused here with a ``ValueError`` that does not show it.
+        a header cannot carry refused here with a ``ValueError`` that does not show it. They
+        are this base URL's: a fallback never gets them, unless
+        ``Failover(shared_headers=...)`` names them (never a credential).
     :param default_query: query parameters sent with every request (Azure's
         ``{"api-version": ...}``), after those of ``base_url``'s own query, which keeps
         following the path; a name in both is sent with this value.
@@ -183,7 +187,9 @@ class AsyncClient:
     :param fallbacks: :class:`~fluxstream.upstream.Upstream` s asked in order when this
         client's own ``base_url`` fails, before the reply started (a retryable failure, once
         ``failover.per_upstream_attempts`` are spent) or after (once its own resume
-        strategies are spent: the reply is continued there). A request may give its own.
+        strategies are spent: the reply is continued there). A request may give its own. Each
+        is sent its own key and headers only; two with one label (one URL and API, or this
+        client's own base URL) are a ``ValueError`` asking for a ``name=``.
     :param failover: when to move on, and the circuit breaker
         (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
     """
@@ -235,7 +241,7 @@ class AsyncClient:
         #: Settles every reply's usage estimate and cost when its stream ends.
         self.usage_ledger = UsageLedger(prices)
         #: Where a stream goes when this client's own base URL fails (see ``fallbacks``).
-        self.fallbacks: tuple[Upstream, ...] = checked_upstreams(fallbacks)
+        self.fallbacks: tuple[Upstream, ...] = checked_upstreams(fallbacks, self.base_url)
         self.failover = failover if failover is not None else Failover()
         if not isinstance(self.failover, Failover):
             raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
@@ -421,12 +427,17 @@ class AsyncClient:
 
     def _client_for(self, upstream: Upstream) -> AsyncClient:
         """A client of ``upstream`` on this client's connection pool and settings (made
-        once): it builds the requests sent there (URL, key, headers)."""
-        sub = self._upstream_clients.get(upstream)
+        once): it builds the requests sent there (URL, key, headers). Its key and headers are
+        the upstream's own, never this client's: without a key of its own none is sent (an
+        empty ``api_key`` reads no environment variable)."""
+        subs = self._upstream_clients
+        sub = subs.get(upstream)
         if sub is None:
-            sub = self._upstream_clients[upstream] = AsyncClient(
+            if len(subs) >= _MAX_UPSTREAM_CLIENTS:  # calls may each name their own upstreams
+                del subs[next(iter(subs))]  # it shares the pool: nothing to close
+            sub = subs[upstream] = AsyncClient(
                 upstream.base_url, api_key=upstream.api_key or "", http_client=self._http,
-                timeouts=self._timeouts, headers={**self._headers, **upstream.header_map},
+                timeouts=self._timeouts, headers=upstream.header_map,
                 max_event_bytes=self.max_event_bytes,
                 require_finish_reason=self.require_finish_reason,
                 stream_limits=self.stream_limits,
@@ -639,14 +650,37 @@ class _StreamFactory:
 
         return Target(place_label(client.base_url, api.name), api, None, None, build)
 
-    def target(
-        self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None
-    ) -> Target:
-        sub = _StreamFactory(self.client._client_for(upstream))
+    def _given_headers(self, request: RequestSpec) -> dict[str, str]:
+        """The headers the client's own base URL gets besides fluxstream's: the client's,
+        with ``request``'s own over them (lowercased)."""
+        own = {name.lower(): value for name, value in request.headers.items()}
+        return {**self.client._headers, **own}
+
+    def identity(self, request: RequestSpec) -> str:
+        client = self.client
+        url, key = client._url, client._api_key
+        secrets = fingerprint(
+            url.prefix, url.query, url.auth.reveal() if url.auth is not None else None,
+            key.reveal() if key is not None else None,
+            credential_headers(self._given_headers(request).items()),
+        )
+        return f"{place_label(client.base_url, request.api.name)}#{secrets}"
+
+    def target(self, upstream: Upstream, request: RequestSpec, shared: Sequence[str]) -> Target:
+        client = self.client
+        sub = _StreamFactory(client._client_for(upstream))
         api = apis.get(upstream.api)
+        own = upstream.header_map
+        carried: dict[str, str] = {}
+        if shared:  # the marked headers, the request's value over the client's
+            given = self._given_headers(request)
+            carried = {name: given[name] for name in shared if name in given and name not in own}
+        timeouts = request.timeouts
 
         def build(body: dict[str, Any]) -> RequestSpec:
-            return sub.request(api, body, headers, timeouts)
+            spec = sub.request(api, body, carried, timeouts)
+            spec.sending = request.sending  # trace context, added at each send
+            return spec
 
         return Target(upstream.label, api, upstream.model, upstream.max_tokens, build)
 
