@@ -13,6 +13,7 @@ never from requests.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
 import logging
@@ -124,7 +125,10 @@ class AsyncClient:
         (``...?api-version=...``) is kept after each request's path. Credentials in it
         (``http://user:pw@host/v1``) are sent as Basic authentication in place of the key, as
         httpx does, and are never handed to the HTTP library inside a URL (its log would
-        show them); ``client.base_url`` is the URL without them.
+        show them); ``client.base_url`` is the URL without them. Each API's requests go
+        under it as that API's SDK takes a base URL (``client.messages``: ``/v1`` added when
+        missing; ``client.gemini``: ``/v1beta`` when it ends in no version;
+        :meth:`~fluxstream.apis.Api.root_url`).
     :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
     :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
         it is and never closed by fluxstream.
@@ -300,8 +304,8 @@ class AsyncClient:
 
     @property
     def messages(self) -> Messages:
-        """Anthropic Messages streaming (``POST {base_url}/messages``): ``stream``,
-        ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
+        """Anthropic Messages streaming (``POST {base_url}/v1/messages``, ``/v1`` once):
+        ``stream``, ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
         return self._messages
 
     @property
@@ -504,10 +508,10 @@ class AsyncClient:
     ) -> Any:
         """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), to
         ``api`` (``None``: an API that takes the key as a Bearer token and adds no header)
-        under ``url`` (the client's base URL when ``None``), under the HTTP timeouts of
-        ``timeouts`` (the request's; the client's when ``None``)."""
+        under ``url`` (the client's base URL as ``api``'s root when ``None``), under the
+        HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
         if url is None:
-            url = self._url
+            url = self._url if api is None else self._url.for_api(api)
         if headers:
             all_headers = self._merge_headers(body is not None, headers, api=api)
             self._authenticate(all_headers, api, url)
@@ -553,13 +557,15 @@ class _RequestBuilders:
     """How a client builds the requests of one API to one base URL (a stream's ``build`` and
     ``build_get``): made on the first stream there and shared by the next ones, since
     nothing in them is a request's own (the path, body, headers and timeouts are their
-    arguments)."""
+    arguments). ``url`` is the client's base URL; requests go under it as the API's root
+    (:meth:`_BaseURL.for_api`)."""
 
     __slots__ = ("api", "build", "build_get", "url")
 
-    def __init__(self, client: AsyncClient, api: Api, url: _BaseURL) -> None:
+    def __init__(self, client: AsyncClient, api: Api, base: _BaseURL) -> None:
         self.api = api
-        self.url = url
+        self.url = base
+        url = base.for_api(api)
         make = client._build_request
 
         def build(
@@ -893,7 +899,8 @@ class Responses(_TypedEndpoint):
 
 
 class Messages(_TypedEndpoint):
-    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/messages``)."""
+    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/v1/messages``;
+    ``base_url`` names the host, as ``ANTHROPIC_BASE_URL`` does, with or without ``/v1``)."""
 
     _api = ANTHROPIC_MESSAGES
 
@@ -951,8 +958,9 @@ class Messages(_TypedEndpoint):
 
 class Gemini(_TypedEndpoint):
     """``client.gemini``: Google Gemini streaming (``POST {base_url}/models/{model}:
-    streamGenerateContent?alt=sse``; ``base_url`` is the API root, such as
-    ``https://generativelanguage.googleapis.com/v1beta``)."""
+    streamGenerateContent?alt=sse``; ``base_url`` is the host, as google-genai takes it
+    (``https://generativelanguage.googleapis.com``: ``/v1beta`` is added), or a root that
+    ends in its version (``.../v1beta``, ``.../v1``, a Vertex ``.../publishers/google``))."""
 
     _api = GEMINI
 
@@ -1099,7 +1107,7 @@ class _BaseURL:
     them (httpx logs every request's URL at INFO).
     """
 
-    __slots__ = ("auth", "prefix", "query", "server", "shown")
+    __slots__ = ("_roots", "auth", "prefix", "query", "server", "shown")
 
     def __init__(
         self, raw: str, source: str, default_query: Mapping[str, str | int | float | bool] | None
@@ -1122,6 +1130,21 @@ class _BaseURL:
         self.query = query
         own = url.query.decode("ascii")
         self.shown = f"{self.prefix}?{own}" if own else self.prefix
+        self._roots: dict[Api, _BaseURL] = {}
+
+    def for_api(self, api: Api) -> _BaseURL:
+        """This base URL as ``api``'s root, as that API's own SDK takes a base URL
+        (:meth:`~fluxstream.apis.Api.root_url`: Anthropic's gets ``/v1`` when missing,
+        Gemini's a version when it names none); made once per API."""
+        rooted = self._roots.get(api)
+        if rooted is None:
+            prefix = api.root_url(self.prefix)
+            rooted = self
+            if prefix != self.prefix:
+                rooted = copy.copy(self)
+                rooted.prefix, rooted._roots = prefix, {}
+            self._roots[api] = rooted
+        return rooted
 
     def join(self, path: str) -> str:
         """The URL of ``path`` (which may carry a query of its own, after the base's)."""
