@@ -13,6 +13,7 @@ never from requests.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
 import logging
@@ -27,6 +28,8 @@ import msgspec
 
 from . import apis
 from ._core.failover import CoolDown
+from ._core.headers import checked_headers as checked_headers
+from ._core.headers import header_safe as _header_safe
 from ._io.default_client import make_http_client
 from ._io.endpoint import Endpoint, checked_upstreams, completing
 from ._io.failover import Route, Target
@@ -44,7 +47,7 @@ from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
 from .stream import ReplyStream, RequestSpec
 from .timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
-from .upstream import Failover, Upstream, place_label
+from .upstream import Failover, Upstream, credential_headers, fingerprint, place_label
 from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
@@ -60,6 +63,8 @@ DEFAULT_TIMEOUT = httpx.Timeout(
 #: One client must serve hundreds of concurrent streams; httpx's default pool allows 100.
 DEFAULT_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=1000)
 _USER_AGENT = "fluxstream/0.1"
+#: The most fallbacks' request builders one client keeps (see ``AsyncClient._client_for``).
+_MAX_UPSTREAM_CLIENTS = 256
 #: The standard library's encoder, for what msgspec refuses (see :func:`encode_body`).
 _JSON = json.JSONEncoder(separators=(",", ":"))
 _encode = msgspec.json.Encoder().encode
@@ -120,7 +125,10 @@ class AsyncClient:
         (``...?api-version=...``) is kept after each request's path. Credentials in it
         (``http://user:pw@host/v1``) are sent as Basic authentication in place of the key, as
         httpx does, and are never handed to the HTTP library inside a URL (its log would
-        show them); ``client.base_url`` is the URL without them.
+        show them); ``client.base_url`` is the URL without them. Each API's requests go
+        under it as that API's SDK takes a base URL (``client.messages``: ``/v1`` added when
+        missing; ``client.gemini``: ``/v1beta`` when it ends in no version;
+        :meth:`~fluxstream.apis.Api.root_url`).
     :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
     :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
         it is and never closed by fluxstream.
@@ -157,7 +165,9 @@ class AsyncClient:
         ``auth``, ``key``, ``token``, ``secret``, ``cookie``, ``session``... as
         ``Authorization``, ``x-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``)
         is treated as ``api_key`` is: surrounding whitespace dropped, and any other character
-        a header cannot carry refused here with a ``ValueError`` that does not show it.
+        a header cannot carry refused here with a ``ValueError`` that does not show it. They
+        are this base URL's: a fallback never gets them, unless
+        ``Failover(shared_headers=...)`` names them (never a credential).
     :param default_query: query parameters sent with every request (Azure's
         ``{"api-version": ...}``), after those of ``base_url``'s own query, which keeps
         following the path; a name in both is sent with this value.
@@ -181,7 +191,9 @@ class AsyncClient:
     :param fallbacks: :class:`~fluxstream.upstream.Upstream` s asked in order when this
         client's own ``base_url`` fails, before the reply started (a retryable failure, once
         ``failover.per_upstream_attempts`` are spent) or after (once its own resume
-        strategies are spent: the reply is continued there). A request may give its own.
+        strategies are spent: the reply is continued there). A request may give its own. Each
+        is sent its own key and headers only; two with one label (one URL and API, or this
+        client's own base URL) are a ``ValueError`` asking for a ``name=``.
     :param failover: when to move on, and the circuit breaker
         (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
     """
@@ -233,7 +245,7 @@ class AsyncClient:
         #: Settles every reply's usage estimate and cost when its stream ends.
         self.usage_ledger = UsageLedger(prices)
         #: Where a stream goes when this client's own base URL fails (see ``fallbacks``).
-        self.fallbacks: tuple[Upstream, ...] = checked_upstreams(fallbacks)
+        self.fallbacks: tuple[Upstream, ...] = checked_upstreams(fallbacks, self.base_url)
         self.failover = failover if failover is not None else Failover()
         if not isinstance(self.failover, Failover):
             raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
@@ -292,8 +304,8 @@ class AsyncClient:
 
     @property
     def messages(self) -> Messages:
-        """Anthropic Messages streaming (``POST {base_url}/messages``): ``stream``,
-        ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
+        """Anthropic Messages streaming (``POST {base_url}/v1/messages``, ``/v1`` once):
+        ``stream``, ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
         return self._messages
 
     @property
@@ -419,12 +431,17 @@ class AsyncClient:
 
     def _client_for(self, upstream: Upstream) -> AsyncClient:
         """A client of ``upstream`` on this client's connection pool and settings (made
-        once): it builds the requests sent there (URL, key, headers)."""
-        sub = self._upstream_clients.get(upstream)
+        once): it builds the requests sent there (URL, key, headers). Its key and headers are
+        the upstream's own, never this client's: without a key of its own none is sent (an
+        empty ``api_key`` reads no environment variable)."""
+        subs = self._upstream_clients
+        sub = subs.get(upstream)
         if sub is None:
-            sub = self._upstream_clients[upstream] = AsyncClient(
+            if len(subs) >= _MAX_UPSTREAM_CLIENTS:  # calls may each name their own upstreams
+                del subs[next(iter(subs))]  # it shares the pool: nothing to close
+            sub = subs[upstream] = AsyncClient(
                 upstream.base_url, api_key=upstream.api_key or "", http_client=self._http,
-                timeouts=self._timeouts, headers={**self._headers, **upstream.header_map},
+                timeouts=self._timeouts, headers=upstream.header_map,
                 max_event_bytes=self.max_event_bytes,
                 require_finish_reason=self.require_finish_reason,
                 stream_limits=self.stream_limits,
@@ -491,10 +508,10 @@ class AsyncClient:
     ) -> Any:
         """The stream's ``POST`` of ``body`` (a ``GET`` when ``body`` is ``None``), to
         ``api`` (``None``: an API that takes the key as a Bearer token and adds no header)
-        under ``url`` (the client's base URL when ``None``), under the HTTP timeouts of
-        ``timeouts`` (the request's; the client's when ``None``)."""
+        under ``url`` (the client's base URL as ``api``'s root when ``None``), under the
+        HTTP timeouts of ``timeouts`` (the request's; the client's when ``None``)."""
         if url is None:
-            url = self._url
+            url = self._url if api is None else self._url.for_api(api)
         if headers:
             all_headers = self._merge_headers(body is not None, headers, api=api)
             self._authenticate(all_headers, api, url)
@@ -540,13 +557,15 @@ class _RequestBuilders:
     """How a client builds the requests of one API to one base URL (a stream's ``build`` and
     ``build_get``): made on the first stream there and shared by the next ones, since
     nothing in them is a request's own (the path, body, headers and timeouts are their
-    arguments)."""
+    arguments). ``url`` is the client's base URL; requests go under it as the API's root
+    (:meth:`_BaseURL.for_api`)."""
 
     __slots__ = ("api", "build", "build_get", "url")
 
-    def __init__(self, client: AsyncClient, api: Api, url: _BaseURL) -> None:
+    def __init__(self, client: AsyncClient, api: Api, base: _BaseURL) -> None:
         self.api = api
-        self.url = url
+        self.url = base
+        url = base.for_api(api)
         make = client._build_request
 
         def build(
@@ -637,14 +656,37 @@ class _StreamFactory:
 
         return Target(place_label(client.base_url, api.name), api, None, None, build)
 
-    def target(
-        self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None
-    ) -> Target:
-        sub = _StreamFactory(self.client._client_for(upstream))
+    def _given_headers(self, request: RequestSpec) -> dict[str, str]:
+        """The headers the client's own base URL gets besides fluxstream's: the client's,
+        with ``request``'s own over them (lowercased)."""
+        own = {name.lower(): value for name, value in request.headers.items()}
+        return {**self.client._headers, **own}
+
+    def identity(self, request: RequestSpec) -> str:
+        client = self.client
+        url, key = client._url, client._api_key
+        secrets = fingerprint(
+            url.prefix, url.query, url.auth.reveal() if url.auth is not None else None,
+            key.reveal() if key is not None else None,
+            credential_headers(self._given_headers(request).items()),
+        )
+        return f"{place_label(client.base_url, request.api.name)}#{secrets}"
+
+    def target(self, upstream: Upstream, request: RequestSpec, shared: Sequence[str]) -> Target:
+        client = self.client
+        sub = _StreamFactory(client._client_for(upstream))
         api = apis.get(upstream.api)
+        own = upstream.header_map
+        carried: dict[str, str] = {}
+        if shared:  # the marked headers, the request's value over the client's
+            given = self._given_headers(request)
+            carried = {name: given[name] for name in shared if name in given and name not in own}
+        timeouts = request.timeouts
 
         def build(body: dict[str, Any]) -> RequestSpec:
-            return sub.request(api, body, headers, timeouts)
+            spec = sub.request(api, body, carried, timeouts)
+            spec.sending = request.sending  # trace context, added at each send
+            return spec
 
         return Target(upstream.label, api, upstream.model, upstream.max_tokens, build)
 
@@ -857,7 +899,8 @@ class Responses(_TypedEndpoint):
 
 
 class Messages(_TypedEndpoint):
-    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/messages``)."""
+    """``client.messages``: Anthropic Messages streaming (``POST {base_url}/v1/messages``;
+    ``base_url`` names the host, as ``ANTHROPIC_BASE_URL`` does, with or without ``/v1``)."""
 
     _api = ANTHROPIC_MESSAGES
 
@@ -915,8 +958,9 @@ class Messages(_TypedEndpoint):
 
 class Gemini(_TypedEndpoint):
     """``client.gemini``: Google Gemini streaming (``POST {base_url}/models/{model}:
-    streamGenerateContent?alt=sse``; ``base_url`` is the API root, such as
-    ``https://generativelanguage.googleapis.com/v1beta``)."""
+    streamGenerateContent?alt=sse``; ``base_url`` is the host, as google-genai takes it
+    (``https://generativelanguage.googleapis.com``: ``/v1beta`` is added), or a root that
+    ends in its version (``.../v1beta``, ``.../v1``, a Vertex ``.../publishers/google``))."""
 
     _api = GEMINI
 
@@ -975,71 +1019,6 @@ class Gemini(_TypedEndpoint):
         )
 
     complete = completing(stream)
-
-
-def _header_safe(value: str, what: str, hidden: str) -> str:
-    """A secret as a header carries it. Surrounding whitespace (a key read from a file keeps
-    its newline) is dropped: HTTP drops it from a header value anyway. Any other character a
-    header cannot carry is refused now, without showing the value: the HTTP library would
-    refuse it later with the whole header in its error's text (and httpcore's DEBUG log)."""
-    value = value.strip()
-    if not (value.isascii() and value.isprintable()):
-        raise ValueError(
-            f"{what} holds a character an HTTP header cannot carry (a control character or "
-            f"non-ASCII); {hidden} is not shown"
-        )
-    return value
-
-
-#: Parts of a header name that say its value is a credential: ``Authorization``,
-#: ``Proxy-Authorization``, ``x-api-key``, Azure's ``api-key``, ``Cookie``, ``X-Auth-Token``,
-#: ``Ocp-Apim-Subscription-Key``... A non-secret header caught by this is only checked early.
-_CREDENTIAL_NAME = re.compile(
-    "auth|key|token|secret|cookie|passw|session|credential|signature", re.IGNORECASE
-)
-#: A header name (an RFC 9110 token): anything else is refused by every HTTP library.
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-def checked_headers(headers: Mapping[str, Any] | None, what: str) -> dict[str, str]:
-    """``headers`` as they will be sent, or a ``ValueError`` that never shows a value.
-
-    Names are checked here, and credentials' values (see ``_CREDENTIAL_NAME``) as ``api_key``
-    is (:func:`_header_safe`): the HTTP library would refuse them on every request, with the
-    value in its error's text on httpx (and httpcore's DEBUG log). Every value loses its
-    surrounding whitespace (HTTP drops it anyway; a value read from a file keeps its
-    newline); ``bytes`` values are taken as ASCII text. What else a value cannot carry is
-    refused when the request is sent (``RequestHeaderError``, ``APIConnectionError``).
-    """
-    out: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
-            raise ValueError(f"{what}: {_bad_name(name)}")
-        shown = f"{what} {show_key(name)}"
-        if isinstance(value, bytes):
-            try:
-                value = value.decode("ascii")
-            except UnicodeDecodeError:
-                raise ValueError(f"{shown} is not ASCII; its value is not shown") from None
-        if not isinstance(value, str):
-            raise TypeError(f"{shown} must be a str, not {type(value).__name__}")
-        if _CREDENTIAL_NAME.search(name):
-            value = _header_safe(value, shown, "its value")
-        out[name] = value.strip()
-    return out
-
-
-def _bad_name(name: object) -> str:
-    """Why ``name`` cannot be a header name, showing only the part before its first bad
-    character (a whole ``"Authorization: Bearer sk-..."`` line passed as a name is common)."""
-    if not isinstance(name, str):
-        return f"a header name must be a str, not {type(name).__name__}"
-    if not name:
-        return "an empty header name"
-    good = _HEADER_NAME.match(name)
-    before = show_key(good.group()) if good else "nothing"
-    return (
-        f"a header name holds a character a name cannot carry (a space, ':', a control "
-        f"character or non-ASCII) after {before}; the rest is not shown"
-    )
 
 
 def _carries_key(headers: Mapping[str, str]) -> bool:
@@ -1128,7 +1107,7 @@ class _BaseURL:
     them (httpx logs every request's URL at INFO).
     """
 
-    __slots__ = ("auth", "prefix", "query", "server", "shown")
+    __slots__ = ("_roots", "auth", "prefix", "query", "server", "shown")
 
     def __init__(
         self, raw: str, source: str, default_query: Mapping[str, str | int | float | bool] | None
@@ -1151,6 +1130,21 @@ class _BaseURL:
         self.query = query
         own = url.query.decode("ascii")
         self.shown = f"{self.prefix}?{own}" if own else self.prefix
+        self._roots: dict[Api, _BaseURL] = {}
+
+    def for_api(self, api: Api) -> _BaseURL:
+        """This base URL as ``api``'s root, as that API's own SDK takes a base URL
+        (:meth:`~fluxstream.apis.Api.root_url`: Anthropic's gets ``/v1`` when missing,
+        Gemini's a version when it names none); made once per API."""
+        rooted = self._roots.get(api)
+        if rooted is None:
+            prefix = api.root_url(self.prefix)
+            rooted = self
+            if prefix != self.prefix:
+                rooted = copy.copy(self)
+                rooted.prefix, rooted._roots = prefix, {}
+            self._roots[api] = rooted
+        return rooted
 
     def join(self, path: str) -> str:
         """The URL of ``path`` (which may carry a query of its own, after the base's)."""

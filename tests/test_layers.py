@@ -27,7 +27,8 @@ _ORDER: list[tuple[int, list[str]]] = [
          "_core.type_names", "_core.partial_objects"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
-    (2, ["events", "usage"]),
+    # _core.headers: which header names are credentials, headers checked without showing them
+    (2, ["events", "usage", "_core.headers"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",

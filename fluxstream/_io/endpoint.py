@@ -25,12 +25,14 @@ from ..reply import Reply
 from ..retry import ResumePolicy, RetryPolicy
 from ..stream import RESUME_TOKEN_VERSION, ReplyStream
 from ..timeouts import Timeouts
-from ..upstream import Failover, Upstream
+from ..upstream import Failover, Upstream, place_label
 from .attempt import RequestSpec
 from .failover import Route, Target
 from .stream_objects import track
 
-__all__ = ["Endpoint", "StreamFactory", "checked_upstreams", "completing", "prepare"]
+__all__ = [
+    "Endpoint", "StreamFactory", "checked_upstreams", "completing", "distinct", "prepare",
+]
 
 _DEFAULT_PREFIX_FLAG = ResumePolicy().prefix_flag
 
@@ -38,8 +40,10 @@ _P = ParamSpec("_P")
 _E = TypeVar("_E")
 
 
-def checked_upstreams(upstreams: Any) -> tuple[Upstream, ...]:
-    """``fallbacks`` as a tuple of :class:`Upstream`, or a ``TypeError`` naming what is not."""
+def checked_upstreams(upstreams: Any, base_url: str | None = None) -> tuple[Upstream, ...]:
+    """``fallbacks`` as a tuple of :class:`Upstream`, or a ``TypeError`` naming what is not;
+    a ``ValueError`` when two of them (or one and ``base_url``, the client's own, asked in
+    the fallback's API) have one label (see :func:`distinct`)."""
     if isinstance(upstreams, (str, Upstream)) or not isinstance(upstreams, Sequence):
         raise TypeError("fallbacks is a sequence of fluxstream.Upstream")
     for upstream in upstreams:
@@ -47,7 +51,31 @@ def checked_upstreams(upstreams: Any) -> tuple[Upstream, ...]:
             raise TypeError(
                 f"fallbacks holds fluxstream.Upstream values, not {type(upstream).__name__}"
             )
-    return tuple(upstreams)
+    checked = tuple(upstreams)
+    distinct([u.label for u in checked])
+    if base_url is not None:
+        for upstream in checked:
+            distinct([place_label(base_url, upstream.api), upstream.label], own_first=True)
+    return checked
+
+
+def distinct(labels: Sequence[str], *, own_first: bool = False) -> None:
+    """Refuse two upstreams of one route named alike (``own_first``: the first label is the
+    client's own base URL's): a resume token, a segment and the circuit breaker could not
+    tell them apart. The message names the label, never a key."""
+    for index, label in enumerate(labels):
+        first = labels.index(label)
+        if first == index:
+            continue
+        which = (
+            "a fallback has the label of the client's own base URL"
+            if own_first and first == 0 else "two fallbacks have one label"
+        )
+        raise ValueError(
+            f"{which}, {show_key(label)} (the same base URL and API: a second account of one"
+            " provider?): resume tokens, segments and the circuit breaker know an upstream by"
+            " its label, so give each fallback a distinct name= (Upstream(..., name=...))"
+        )
 
 
 class StreamFactory(Protocol):
@@ -100,10 +128,16 @@ class StreamFactory(Protocol):
         """The client's own base URL as the first upstream, sending ``request``'s kind."""
         ...
 
-    def target(
-        self, upstream: Upstream, headers: Mapping[str, Any], timeouts: Timeouts | None
-    ) -> Target:
-        """``upstream`` as a stream's target (its requests carry ``headers`` too)."""
+    def identity(self, request: RequestSpec) -> str:
+        """The client's own base URL to the circuit breaker: its label and a fingerprint of
+        the credentials ``request`` is sent with (see :attr:`Upstream.identity`)."""
+        ...
+
+    def target(self, upstream: Upstream, request: RequestSpec, shared: Sequence[str]) -> Target:
+        """``upstream`` as a target of the stream of ``request`` (the client's own): its
+        requests carry its own key and headers, and of the client's and ``request``'s
+        headers only those named in ``shared``; ``request``'s deadlines, and its observers'
+        part in each send (trace context)."""
         ...
 
 
@@ -196,9 +230,7 @@ class Endpoint:
         parser = factory.parser(api, content_key or new_content_key(), strict=strict)
         request = factory.request(api, body, extra_headers or {}, timeouts)
         resume_policy = self.resume_policy(resume)
-        route = self.route(
-            request, fallbacks, failover, extra_headers or {}, timeouts, resume_policy
-        )
+        route = self.route(request, fallbacks, failover, resume_policy)
         stream = factory.open(
             request, parser, retry=self.retry_policy(retry), resume=resume_policy,
             resuming=False, route=route,
@@ -207,8 +239,7 @@ class Endpoint:
 
     def route(
         self, request: RequestSpec, fallbacks: Sequence[Upstream] | None,
-        failover: Failover | None, headers: Mapping[str, str], timeouts: Timeouts | None,
-        resume: ResumePolicy,
+        failover: Failover | None, resume: ResumePolicy,
     ) -> Route | None:
         """The upstreams of a request: the client's own, then ``fallbacks`` (``None`` when
         there are none: the stream is exactly what it is without failover)."""
@@ -217,14 +248,27 @@ class Endpoint:
         if not upstreams:
             return None
         policy = self.failover_policy(failover)
-        targets = [factory.primary(self.api, request)]
-        targets += [factory.target(u, headers, timeouts) for u in upstreams]
+        targets, cooldown = self.targets(request, upstreams, policy)
         return Route(
-            targets, request.body, cooldown=factory.cooldown(policy),
+            targets, request.body, cooldown=cooldown,
             per_upstream_attempts=policy.per_upstream_attempts,
             min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
             hedge_after=policy.hedge_after,
         )
+
+    def targets(
+        self, request: RequestSpec, upstreams: Sequence[Upstream], policy: Failover
+    ) -> tuple[list[Target], CoolDown]:
+        """The targets of a route (the client's own base URL first, then ``upstreams``),
+        their labels distinct, and the circuit breaker as this route reads it (each label
+        counted as its upstream's identity)."""
+        factory = self.factory
+        targets = [factory.primary(self.api, request)]
+        distinct([targets[0].label, *(u.label for u in upstreams)], own_first=True)
+        targets += [factory.target(u, request, policy.shared_headers) for u in upstreams]
+        identities = {targets[0].label: factory.identity(request)}
+        identities.update((u.label, u.identity) for u in upstreams)
+        return targets, factory.cooldown(policy).for_route(identities)
 
     def failover_policy(self, failover: Failover | None) -> Failover:
         """``failover`` (checked), or the client's."""
@@ -308,8 +352,7 @@ class Endpoint:
             return request, None
         upstreams = factory.fallbacks if fallbacks is None else checked_upstreams(fallbacks)
         policy = self.failover_policy(failover)
-        targets = [factory.primary(self.api, request)]
-        targets += [factory.target(u, headers, timeouts) for u in upstreams]
+        targets, cooldown = self.targets(request, upstreams, policy)
         index = next((i for i, t in enumerate(targets) if t.label == label), None)
         if index is None or targets[index].api is not self.api:
             known = ", ".join(show_key(t.label) for t in targets if t.api is self.api)
@@ -321,7 +364,7 @@ class Endpoint:
             )
         rest = targets[index:]
         route = Route(
-            rest, body, cooldown=factory.cooldown(policy),
+            rest, body, cooldown=cooldown,
             per_upstream_attempts=policy.per_upstream_attempts,
             min_overlap=resume.min_overlap, prefix_flag=dict(resume.prefix_flag),
         )

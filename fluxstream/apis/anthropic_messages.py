@@ -1,5 +1,6 @@
-"""Anthropic Messages (``POST {base_url}/messages``), with Anthropic's own conventions (as
-anthropic-sdk-python sends them)."""
+"""Anthropic Messages (``POST {base_url}/v1/messages``, the base URL naming the host as
+``ANTHROPIC_BASE_URL`` does), with Anthropic's own conventions (as anthropic-sdk-python sends
+them)."""
 
 from __future__ import annotations
 
@@ -97,8 +98,10 @@ class AnthropicMessages(Api):
         return messages_continuation(body, text, flag)
 
     def root_url(self, base_url: str) -> str:
-        """Anthropic's base URLs name the host, this library's the API root: ``/v1`` is
-        appended when missing, at the end of the path (before a gateway's query)."""
+        """Anthropic's base URLs name the host (anthropic-sdk-python posts to
+        ``{base_url}/v1/messages``), this library's the API root: ``/v1`` is appended when
+        missing, at the end of the path (before a gateway's query), so the host and the
+        host with ``/v1`` both work."""
         path, mark, query = base_url.partition("?")
         path = path.rstrip("/")
         if not path.endswith("/v1"):

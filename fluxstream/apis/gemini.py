@@ -5,6 +5,7 @@ with Google's own conventions (as google-genai sends them)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote
@@ -13,6 +14,11 @@ from ..structured.schema import json_schema
 from .api import Api, described, object_tools, read_function, text_of
 
 __all__ = ["GEMINI", "Gemini"]
+
+#: The last segment of a base URL that already names the API version.
+_VERSION = re.compile(r"v\d+(?:(?:alpha|beta)\d*)?")
+#: How a Vertex AI base URL ends (``.../locations/{l}/publishers/google``).
+_VERTEX_ROOT = "/publishers/google"
 
 #: The ``generationConfig`` fields a caller may give at the top level of ``stream(...)``
 #: (as the other APIs take their length cap there): moved into ``generationConfig``.
@@ -61,14 +67,17 @@ class Gemini(Api):
         return "x-goog-api-key", key
 
     def root_url(self, base_url: str) -> str:
-        """A base URL that names only the host (as ``GOOGLE_GEMINI_BASE_URL`` does for
-        google-genai) gets the ``v1beta`` version segment; one with a version (``/v1``,
-        ``/v1beta``, a Vertex ``/v1/projects/...`` path) is used as given."""
+        """google-genai joins its ``base_url`` (the host, as ``GOOGLE_GEMINI_BASE_URL`` names
+        it, or a gateway's path) and the API version: a base URL that ends in no version gets
+        ``/v1beta``; one that ends in a version (``/v1``, ``/v1beta``, ``/v1alpha``) or is a
+        Vertex publisher path (``/v1/projects/{p}/locations/{l}/publishers/google``) is
+        already the root (the form this library has always taken), used as given."""
         path, mark, query = base_url.partition("?")
-        head = path.split("://", 1)[-1]
-        if "/" in head.rstrip("/"):
-            return base_url
-        return path.rstrip("/") + "/v1beta" + mark + query
+        path = path.rstrip("/")
+        _, slash, last = path.split("://", 1)[-1].rpartition("/")  # no slash: only a host
+        if (slash and _VERSION.fullmatch(last)) or path.endswith(_VERTEX_ROOT):
+            return path + mark + query
+        return path + "/v1beta" + mark + query
 
     def add_tools(self, body: dict[str, Any], tools: Sequence[Mapping[str, Any]]) -> None:
         body["tools"] = [*(body.get("tools") or []), *tools]

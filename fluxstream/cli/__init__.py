@@ -265,7 +265,8 @@ def _shown(url: str) -> str:
 def _client(args: argparse.Namespace, err: Output) -> AsyncClient:
     """The client for ``chat``/``capture``.
 
-    ``--base-url`` is the API root, used as given in every format. Without it an API whose
+    ``--base-url`` is the base URL as the format's own SDK takes it (the client makes it the
+    API's root: Anthropic's and Gemini's may name only the host). Without it an API whose
     SDK reads the client's own ``OPENAI_BASE_URL`` (Chat Completions, Responses) takes it
     (the client's default), and one with its own setting takes that, as its SDK does
     (Anthropic: ``ANTHROPIC_BASE_URL`` + ``/v1``, else the public API). That can be another

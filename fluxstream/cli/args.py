@@ -31,10 +31,10 @@ DEFAULT_FORMAT = FORMATS[0]
 _OWN_SETTINGS = [api for api in apis.registered() if api.base_url_variable != "OPENAI_BASE_URL"]
 
 _BASE_URL_HELP = (
-    "the API root (e.g. http://127.0.0.1:8787/v1), used as given in every format; default:"
-    " OPENAI_BASE_URL"
+    "the base URL as the format's own SDK takes it (e.g. http://127.0.0.1:8787/v1; for"
+    " anthropic_messages and gemini the host alone will do); default: OPENAI_BASE_URL"
     + "".join(
-        f", or with --format {api.name} {api.base_url_variable} + /v1, else"
+        f", or with --format {api.name} {api.base_url_variable} (as its SDK reads it), else"
         f" {api.root_url(api.default_base_url)}"
         for api in _OWN_SETTINGS
     )

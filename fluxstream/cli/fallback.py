@@ -4,7 +4,8 @@
 A spec is ``URL[,api=...,model=...,key-env=NAME,max-tokens=N,name=...]``. The key is never
 part of it: a command line is seen by every user of the machine (``ps``) and kept in shell
 history, so ``key-env`` names the environment variable holding it, and a spec carrying a key
-(``key=``, a password in the URL) is refused without repeating it. A bad spec is an argparse
+(``key=``, a password in the URL, a ``?key=``, ``?access_token=`` or other credential in its
+query) is refused without repeating it. A bad spec is an argparse
 error naming the part at fault; a message repeats a part only when it has the shape of what
 belongs there (an option's or API's name, a variable's name, a short number), which a key
 pasted in the wrong place does not, and with control characters shown, never run.
@@ -16,9 +17,10 @@ import argparse
 import os
 import re
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from .. import apis
+from .._core.headers import CREDENTIAL_NAME
 from ..upstream import Upstream
 from .render import visible
 
@@ -100,6 +102,12 @@ class FallbackSpec:
         )
 
 
+def _credential_parameter(name: str) -> bool:
+    """A query parameter that carries a credential: named as a credential header would be
+    (``key``, ``api_key``, ``access_token``, ``X-Amz-Signature``...), or Azure's SAS ``sig``."""
+    return bool(CREDENTIAL_NAME.search(name)) or name.lower() == "sig"
+
+
 def _check_url(url: str) -> str:
     if not url:
         raise argparse.ArgumentTypeError("a fallback needs a URL first: URL[,api=...,...]")
@@ -114,6 +122,13 @@ def _check_url(url: str) -> str:
         raise argparse.ArgumentTypeError(
             "the URL carries credentials, which a command line shows to every user of the"
             " machine: name the environment variable holding the key with key-env=NAME"
+        )
+    if any(_credential_parameter(name)
+           for name, _ in parse_qsl(parts.query, keep_blank_values=True)):
+        raise argparse.ArgumentTypeError(
+            "the URL's query carries a credential (a key, token or signature parameter),"
+            " which a command line shows to every user of the machine: name the environment"
+            " variable holding the key with key-env=NAME"
         )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(

@@ -1,6 +1,6 @@
-"""Where ``chat``/``capture --format anthropic_messages`` send the request: ``--base-url`` as
-given, always; otherwise Anthropic's own setting, and one line on stderr when that is not the
-``OPENAI_BASE_URL`` the user set."""
+"""Where ``chat``/``capture --format anthropic_messages`` send the request: ``--base-url``,
+always (read as Anthropic's SDK reads a base URL); otherwise Anthropic's own setting, and one
+line on stderr when that is not the ``OPENAI_BASE_URL`` the user set."""
 
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ def two_servers() -> Iterator[tuple[Any, Any]]:
         yield one, other
 
 
-def test_an_explicit_base_url_is_used_as_given() -> None:
+def test_an_explicit_base_url_is_taken_as_the_apis_sdk_takes_it() -> None:
+    """``--base-url`` wins over the environment, and is read as Anthropic's SDK reads its
+    base URL (a gateway's ``.../anthropic`` is posted to ``.../anthropic/v1/messages``)."""
     with canned_server(b"event: message_stop\ndata: {\"type\": \"message_stop\"}\n\n") as srv:
         base = srv.base_url.removesuffix("/v1") + "/gateway/anthropic"
         env = {**ENV, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/elsewhere"}
         result = run_cli("chat", "--format", "anthropic_messages", "--base-url", base, "hi",
                          env=env)
-    assert srv.requests == ["POST /gateway/anthropic/messages HTTP/1.1"], result.stderr
+    assert srv.requests == ["POST /gateway/anthropic/v1/messages HTTP/1.1"], result.stderr
     assert "sending to" not in result.stderr
 
 

@@ -99,6 +99,15 @@ def test_a_bad_spec_is_a_usage_error_naming_the_part(
     f"http://h/v1,key-env=sk{SECRET.upper()}",
     SECRET,
     f"{SECRET}://",
+    f"http://h/v1?key={SECRET},api=gemini",
+    f"http://h/v1beta?alt=sse&key={SECRET}",
+    f"http://h/v1?access_token={SECRET}",
+    f"http://h/v1?api_key={SECRET}",
+    f"http://h/v1?token={SECRET}",
+    f"http://h/v1?Api-Key={SECRET}",
+    f"http://h/v1?api-version=2024-06-01&X-Amz-Signature={SECRET}",
+    f"http://h/v1?sig={SECRET}",
+    f"http://h/v1?{SECRET}_key=x",
 ])
 def test_a_key_on_the_command_line_is_refused_without_repeating_it(
     spec: str, capsys: pytest.CaptureFixture[str]
@@ -109,6 +118,12 @@ def test_a_key_on_the_command_line_is_refused_without_repeating_it(
     out, err = capsys.readouterr()
     assert "argument --fallback" in err
     assert "secret" not in (out + err).lower()
+
+
+def test_a_query_without_credentials_is_kept() -> None:
+    """Azure's ``api-version``, Gemini's ``alt``: not credentials, so the URL is taken."""
+    url = "http://127.0.0.1:9/v1?api-version=2024-06-01&alt=sse"
+    assert parse_fallback(f"{url},api=gemini").upstream("chat_completions").base_url == url
 
 
 # ---------------------------------------------------------------------------- a reply

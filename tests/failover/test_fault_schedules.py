@@ -50,8 +50,9 @@ def servers() -> Iterator[list[ServerThread]]:
 
 
 def _headers(fault: tuple[str, str] | None) -> dict[str, str]:
-    """The per-request fault and profile of one upstream (neutral ones override the
-    client's, which every upstream's requests would otherwise carry)."""
+    """The per-request fault and profile of one upstream: the client's ``headers=`` for its
+    own base URL, each fallback's own ``Upstream.headers`` (the client's never reach a
+    fallback, so a clean fallback needs none; neutral ones are sent all the same)."""
     kind, spec = fault or ("clean", "")
     return {
         "x-fluxstream-fault": spec if kind not in ("clean", "error", "restarts") else "delay=0",
