@@ -30,7 +30,7 @@ from ._core.failover import CoolDown
 from ._io.default_client import make_http_client
 from ._io.endpoint import Endpoint, checked_upstreams, completing
 from ._io.failover import Route, Target
-from ._io.http_library import HttpErrors
+from ._io.http_library import CREDENTIAL_NAME, HttpErrors
 from .apis import Api, bearer
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES
 from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
@@ -991,12 +991,8 @@ def _header_safe(value: str, what: str, hidden: str) -> str:
     return value
 
 
-#: Parts of a header name that say its value is a credential: ``Authorization``,
-#: ``Proxy-Authorization``, ``x-api-key``, Azure's ``api-key``, ``Cookie``, ``X-Auth-Token``,
-#: ``Ocp-Apim-Subscription-Key``... A non-secret header caught by this is only checked early.
-_CREDENTIAL_NAME = re.compile(
-    "auth|key|token|secret|cookie|passw|session|credential|signature", re.IGNORECASE
-)
+#: Header names that say their value is a credential (see ``CREDENTIAL_NAME``).
+_CREDENTIAL_NAME = CREDENTIAL_NAME
 #: A header name (an RFC 9110 token): anything else is refused by every HTTP library.
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 def checked_headers(headers: Mapping[str, Any] | None, what: str) -> dict[str, str]:

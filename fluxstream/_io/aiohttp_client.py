@@ -616,7 +616,11 @@ def _describe(exc: BaseException, *, connecting: bool) -> str:
     ):
         # aiohttp's text names its ``ssl`` setting ("ssl:default"), even for http:// URLs.
         error = exc.os_error
-        reason = os.strerror(error.errno) if error.errno else (str(error) or "failed")
+        # A resolver's error (a negative errno) has its own text: os.strerror would say
+        # "Unknown error -2" for "Name or service not known".
+        reason = error.strerror or (os.strerror(error.errno) if error.errno else "") or (
+            str(error) or "failed"
+        )
         return f"cannot connect to {exc.host}:{exc.port}: {reason}"
     if isinstance(exc, aiohttp.ClientPayloadError):
         cause = exc.__cause__
