@@ -194,3 +194,18 @@ async def test_a_204_says_it_came_with_no_body(ctype: bytes | None, transport: s
     assert "got" not in str(raised), str(raised)  # "expected ... got 'application/json'"
     if ctype is not None:
         assert repr(ctype.decode()) in str(raised)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("api", list(CALLS))
+async def test_an_error_status_that_echoes_the_request_never_shows_our_key(
+    api: str, transport: str
+) -> None:
+    """A catch-all route that answers 404 with the request echoed (our key in it): the
+    ``NotFoundError``'s message and body hold what the server said, without the key."""
+    raised, _ = await run(
+        transport, api, lambda head: answer(b"404 Not Found", b"application/json", echo(head))
+    )
+    assert isinstance(raised, fluxstream.NotFoundError), f"{transport}: {raised!r}"
+    assert '"method": "POST"' in json.dumps(raised.body)
+    assert KEY not in str(raised) and KEY not in json.dumps(raised.body), str(raised)

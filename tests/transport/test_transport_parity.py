@@ -49,7 +49,9 @@ from fluxstream import Outcome
 from fluxstream.errors import (
     APIConnectionError,
     APITimeoutError,
+    ContentTypeError,
     FluxstreamError,
+    NotAReplyError,
     StreamFailedError,
 )
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -231,6 +233,13 @@ def raw_deflate(data: bytes) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
+def answered(status: bytes, ctype: bytes, body: bytes) -> Script:
+    """A whole answer of ``status`` and content type ``ctype`` (none if empty)."""
+    head = [b"HTTP/1.1 " + status, b"content-length: %d" % len(body)]
+    head += [b"content-type: " + ctype] if ctype else []
+    return whole(b"\r\n".join(head) + b"\r\n\r\n", body)
+
+
 CUT_GZIP = gzip(BODY)[: len(gzip(BODY)) // 2]
 LF_CHUNKS = b"".join(b"%x\n%s\n" % (len(p), p) for p in (text("Hel"), finish(), DONE)) + b"0\n\n"
 UNDECODABLE_BODY = b"\x0b\x02\x80 not a compressed stream \x00\xff" * 4
@@ -397,6 +406,19 @@ CASES: dict[str, Case] = {
     "lf-only-chunk-lines": Case(
         whole(sse_head(CHUNKED), LF_CHUNKS), Outcome.TRUNCATED, ("",),
         (httpx.RemoteProtocolError,),
+    ),
+    # -- a 2xx answer that is no reply (a base URL missing its prefix, a catch-all route)
+    "a-200-json-body-that-is-no-reply": Case(
+        answered(b"200 OK", b"application/json", b'{"method": "POST", "path": "/chat"}'),
+        Outcome.FAILED, ("",), (NotAReplyError,), (NotAReplyError,),
+    ),
+    "a-200-html-page": Case(
+        answered(b"200 OK", b"text/html", b"<!doctype html><title>It works!</title>"),
+        Outcome.FAILED, ("",), (ContentTypeError,), (ContentTypeError,),
+    ),
+    "a-204-with-a-json-content-type": Case(
+        answered(b"204 No Content", b"application/json", b""),
+        Outcome.FAILED, ("",), (ContentTypeError,), (ContentTypeError,),
     ),
     # -- content codings
     "gzip-whole": Case(whole(GZIP_HEAD, gzip(BODY)), Outcome.DONE, DONE_TEXT),
