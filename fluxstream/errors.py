@@ -340,11 +340,13 @@ class MissingAPIKeyError(FluxstreamError, ValueError):
     openai-python does. A loopback ``base_url``, credentials in the URL or in ``headers=``,
     or ``api_key=""`` (no key on purpose: a gateway that needs none) need no key."""
 
-    def __init__(self, variable: str, where: str) -> None:
+    def __init__(self, variable: str, where: str, *, option: str = "api_key=") -> None:
         self.variable = variable
+        self.where = where
+        empty = f'{option}""' if option.endswith("=") else f"{option} ''"
         super().__init__(
-            f"no API key for {where}: set {variable} or pass api_key= (api_key=\"\" sends "
-            "none, for a server that needs no key)"
+            f"no API key for {where}: set {variable} or pass {option} ({empty} sends none,"
+            " for a server that needs no key)"
         )
 
 
