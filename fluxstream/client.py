@@ -15,10 +15,12 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import ipaddress
 import json
 import logging
 import os
 import re
+import weakref
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar
@@ -28,6 +30,7 @@ import msgspec
 
 from . import apis
 from ._core.failover import CoolDown
+from ._core.headers import CREDENTIAL_NAME
 from ._core.headers import checked_headers as checked_headers
 from ._core.headers import header_safe as _header_safe
 from ._io.default_client import make_http_client
@@ -39,7 +42,7 @@ from .apis.anthropic_messages import ANTHROPIC_MESSAGES
 from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
 from .apis.gemini import GEMINI
 from .apis.responses import RESPONSES
-from .errors import show_key
+from .errors import MissingAPIKeyError, show_key
 from .limits import StreamLimits
 from .observe import StreamObserver
 from .parser import StreamParser
@@ -129,7 +132,11 @@ class AsyncClient:
         under it as that API's SDK takes a base URL (``client.messages``: ``/v1`` added when
         missing; ``client.gemini``: ``/v1beta`` when it ends in no version;
         :meth:`~fluxstream.apis.Api.root_url`).
-    :param api_key: falls back to ``OPENAI_API_KEY``; may be omitted for local servers.
+    :param api_key: falls back to ``OPENAI_API_KEY``. With neither, the client is refused
+        (:class:`~fluxstream.errors.MissingAPIKeyError`, naming the variable) unless it needs
+        no key: a loopback ``base_url`` (127.0.0.0/8, ::1, ``localhost``), credentials in it
+        (``user:pw@``) or in ``headers=`` (``Authorization``, ``api-key``, ``x-api-key``...).
+        ``api_key=""`` sends none on purpose (a gateway that needs none).
     :param http_client: your own ``httpx.AsyncClient`` (pooling, proxies, transports); used as
         it is and never closed by fluxstream.
     :param transport: for the client fluxstream creates (ignored when ``http_client`` is
@@ -228,8 +235,12 @@ class AsyncClient:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         self._default_query = default_query
         self._url = _BaseURL(base, source, default_query)
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        variable = CHAT_COMPLETIONS.api_key_variable
+        key = api_key if api_key is not None else os.environ.get(variable)
         self._api_key = Secret(_header_safe(key, "api_key", "the key")) if key else None
+        #: The variable a key would come from, while this client has none and was not told
+        #: to go without (``api_key=""``): a base URL that needs a key is refused.
+        self._unkeyed = variable if not key and api_key is None else None
         self._timeouts = _configured_timeouts(
             timeouts, timeout, http_client, idle_timeout=idle_timeout,
             stall_timeout=stall_timeout, first_token_timeout=first_token_timeout,
@@ -254,6 +265,7 @@ class AsyncClient:
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
+        self._check_key(self._url)
         # Merged once: most requests add no headers of their own (see ``_build_request``).
         # Without the key: it is revealed only when a request is built.
         self._post_headers = self._merge_headers(True, {})
@@ -270,6 +282,10 @@ class AsyncClient:
         #: The key is added to requests with none of their own (see ``_build_request``).
         self._sends_key = bool(self._api_key) and not _carries_key(self._headers)
         self._owns_http = http_client is None
+        #: ``aclose()`` was called: every stream of this client has ended, none is opened.
+        self._closed = False
+        #: The streams made by this client, ended by ``aclose()`` (see ``_StreamFactory``).
+        self._streams: weakref.WeakSet[ReplyStream] = weakref.WeakSet()
         if http_client is None:
             http_client = make_http_client(
                 transport, DEFAULT_TIMEOUT, limits if limits is not None else DEFAULT_LIMITS
@@ -326,7 +342,16 @@ class AsyncClient:
 
     @base_url.setter
     def base_url(self, value: str) -> None:
-        self._url = _BaseURL(value, "base_url", self._default_query)
+        url = _BaseURL(value, "base_url", self._default_query)
+        self._check_key(url)
+        self._url = url
+
+    def _check_key(self, url: _BaseURL) -> None:
+        """Refuse a client with no key, none on purpose, for a server that needs one (see
+        :func:`keyless`): every request would go out unauthenticated."""
+        variable = self._unkeyed
+        if variable is not None and _needs_key(url, self._headers):
+            raise MissingAPIKeyError(variable, _safe_url(url.shown))
 
     @property
     def timeouts(self) -> Timeouts:
@@ -415,7 +440,16 @@ class AsyncClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the HTTP client if fluxstream created it; a caller's client is left open."""
+        """End every stream of this client, at once, and close the HTTP client if fluxstream
+        created it (a caller's own is left open, for its other users). Nothing more is sent
+        by this client: no retry, resume or failover of its streams, and a stream opened
+        after raises ``APIConnectionError``. A stream that has its response ends
+        ``truncated`` (cause ``APIConnectionError``), one still waiting for it raises that
+        error; either way its observers see the end."""
+        self._closed = True
+        for stream in list(self._streams):
+            stream._client_closed()
+        self._streams.clear()
         if self._owns_http:
             await self._http.aclose()
 
@@ -700,7 +734,7 @@ class _StreamFactory:
             logger.debug("%s stream model=%s key=%s", request.path,
                          show_key(request.body.get("model")), show_key(parser.content_key),
                          extra={"content_key": parser.content_key, "request_id": None})
-        return ReplyStream(
+        stream = ReplyStream(
             request,
             parser,
             retry=retry,
@@ -709,6 +743,11 @@ class _StreamFactory:
             observers=client.observers,
             route=route,
         )
+        if client._closed:  # refused when it opens, before anything is sent
+            stream._client_closed()
+        else:
+            client._streams.add(stream)
+        return stream
 
 
 class _TypedEndpoint:
@@ -1019,6 +1058,40 @@ class Gemini(_TypedEndpoint):
         )
 
     complete = completing(stream)
+
+
+def keyless(base_url: str, headers: Mapping[str, Any] | None, variable: str) -> str:
+    """``""`` (no key) for a client of ``base_url`` that needs none: a loopback host, or
+    credentials carried in the URL (``user:pw@``) or in ``headers``. Otherwise
+    :class:`~fluxstream.errors.MissingAPIKeyError` naming ``variable``: sent without a key,
+    every request would be refused, or worse, retried. For clients set up the way another
+    API's SDK is (``anthropic_client()``, the CLI), whose key is not ``OPENAI_API_KEY``."""
+    url = _BaseURL(base_url, "base_url", None)
+    names = checked_headers(headers, "headers")
+    if _needs_key(url, {name.lower(): value for name, value in names.items()}):
+        raise MissingAPIKeyError(variable, _safe_url(url.shown))
+    return ""
+
+
+def _needs_key(url: _BaseURL, headers: Mapping[str, str]) -> bool:
+    """A client of ``url`` with ``headers`` (lowercased) and no key would send requests that
+    carry no credentials to a server that is not on this machine."""
+    carried = url.auth is not None or any(CREDENTIAL_NAME.search(name) for name in headers)
+    return not carried and not _loopback(url.server[0])
+
+
+def _loopback(host: str) -> bool:
+    """``host`` is this machine: ``localhost``, or an address in 127.0.0.0/8 or ``::1``
+    (an IPv4-mapped one too)."""
+    host = host.lower().rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
 
 
 def _carries_key(headers: Mapping[str, str]) -> bool:

@@ -30,7 +30,7 @@ from . import apis
 from ._io.endpoint import completing
 from .apis import Api
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES, ANTHROPIC_VERSION
-from .client import AsyncClient, Messages, Responses
+from .client import AsyncClient, Messages, Responses, keyless
 
 __all__ = [
     "ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing", "token_api",
@@ -48,10 +48,14 @@ def api_client(api: Api, base_url: str | None = None, api_key: str | None = None
     """An :class:`~fluxstream.client.AsyncClient` set up the way ``api``'s own SDK is:
     ``base_url`` falls back to the API's environment variable, then to its public root, and
     is made the API root (:meth:`~fluxstream.apis.Api.root_url`); ``api_key`` falls back to
-    the API's key variable. Other arguments as for ``AsyncClient``."""
-    base = base_url or os.environ.get(api.base_url_variable) or api.default_base_url
-    key = api_key if api_key is not None else os.environ.get(api.api_key_variable, "")
-    return AsyncClient(api.root_url(base), key, **kwargs)
+    the API's key variable; with neither, the client is refused naming that variable
+    (:class:`~fluxstream.errors.MissingAPIKeyError`) unless it needs no key (see
+    ``AsyncClient``'s ``api_key``). Other arguments as for ``AsyncClient``."""
+    base = api.root_url(base_url or os.environ.get(api.base_url_variable) or api.default_base_url)
+    key = api_key if api_key is not None else os.environ.get(api.api_key_variable)
+    if not key and api_key is None:  # never the client's own OPENAI_API_KEY instead
+        key = keyless(base, kwargs.get("headers"), api.api_key_variable)
+    return AsyncClient(base, key, **kwargs)
 
 
 def anthropic_client(base_url: str | None = None, api_key: str | None = None,
@@ -60,5 +64,6 @@ def anthropic_client(base_url: str | None = None, api_key: str | None = None,
     gateway): ``base_url`` falls back to ``ANTHROPIC_BASE_URL``, then
     ``https://api.anthropic.com``; ``/v1`` is appended when missing (Anthropic's base URLs
     name the host, fluxstream's the API root). ``api_key`` falls back to
-    ``ANTHROPIC_API_KEY``. Other arguments as for ``AsyncClient``."""
+    ``ANTHROPIC_API_KEY`` (never ``OPENAI_API_KEY``; with neither, see :func:`api_client`).
+    Other arguments as for ``AsyncClient``."""
     return api_client(ANTHROPIC_MESSAGES, base_url, api_key, **kwargs)

@@ -42,7 +42,9 @@ __all__ = [
     "FrameDecodeError",
     "IdleTimeoutError",
     "LimitExceededError",
+    "MissingAPIKeyError",
     "RequestHeaderError",
+    "NotAReplyError",
     "NotFoundError",
     "ParseError",
     "RateLimitError",
@@ -205,15 +207,48 @@ class RateLimitError(APIStatusError):
 
 
 class ContentTypeError(FluxstreamError):
-    """A 2xx response whose content type is neither ``text/event-stream`` nor JSON."""
+    """A 2xx response that is neither an event stream nor a reply: another content type (an
+    HTML page, plain text), no body at all (``204``), or JSON that does not parse.
 
-    def __init__(self, content_type: str, excerpt: str = "") -> None:
+    ``status_code`` and ``content_type`` say what came (``status_code`` is ``None`` only
+    where no response was at hand), ``excerpt`` the start of its body as it came (network
+    data: shown escaped and cut in the message; a credential of the request is never in
+    it).
+    """
+
+    #: How much of the body the message shows.
+    SHOWN_CHARS: ClassVar[int] = 200
+
+    def __init__(
+        self,
+        content_type: str,
+        excerpt: str = "",
+        *,
+        status_code: int | None = None,
+        what: str | None = None,
+    ) -> None:
         self.content_type = content_type
         self.excerpt = excerpt
-        detail = f"; body starts {excerpt!r}" if excerpt else ""
-        super().__init__(
-            f"expected text/event-stream or application/json, got {content_type!r}{detail}"
-        )
+        self.status_code = status_code
+        shown = excerpt[: self.SHOWN_CHARS]
+        detail = f"; body starts {shown!r}" if shown else ""
+        if len(excerpt) > len(shown):
+            detail += "..."
+        if status_code is None:
+            message = f"expected text/event-stream or application/json, got {content_type!r}"
+        else:
+            came = f"{content_type!r}" if content_type else "no content type"
+            said = what or f"{came}, not text/event-stream or a JSON reply"
+            message = f"HTTP {status_code} answered {said}"
+        super().__init__(message + detail)
+
+
+class NotAReplyError(ContentTypeError):
+    """A 2xx JSON body that is not the API's reply object (nor an error object): a catch-all
+    route's echo of the request (a base URL missing its API prefix lands on one), a health
+    check's answer. Read as a reply it would be a successful empty one; the stream fails.
+    The message names the status, the content type, what the API's reply has and the start
+    of the body."""
 
 
 # --------------------------------------------------------------------------- ended streams
@@ -296,6 +331,23 @@ class RelayUnavailableError(RelayError):
 class RelayLeaseLostError(RelayError):
     """A producer no longer holds the reply's lease (it expired and another worker took the
     reply over): its writes are refused so the stored reply never forks."""
+
+
+class MissingAPIKeyError(FluxstreamError, ValueError):
+    """A client made without an API key, with none in the API's environment variable
+    (``variable``: ``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``...), for a server that is not on
+    this machine: refused when the client is made, before anything is sent, as
+    openai-python does. A loopback ``base_url``, credentials in the URL or in ``headers=``,
+    or ``api_key=""`` (no key on purpose: a gateway that needs none) need no key."""
+
+    def __init__(self, variable: str, where: str, *, option: str = "api_key=") -> None:
+        self.variable = variable
+        self.where = where
+        empty = f'{option}""' if option.endswith("=") else f"{option} ''"
+        super().__init__(
+            f"no API key for {where}: set {variable} or pass {option} ({empty} sends none,"
+            " for a server that needs no key)"
+        )
 
 
 class RequestHeaderError(FluxstreamError, ValueError):

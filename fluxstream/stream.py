@@ -246,6 +246,11 @@ class ReplyStream(StructuredOutput):
                 ResourceWarning, stacklevel=2, source=self,
             )
 
+    def _client_closed(self) -> None:
+        """The client that made this stream was closed: the stream ends at once, nothing
+        more is sent for it (see :meth:`StreamReader.client_closed`)."""
+        self._reader.client_closed()
+
     def cancel(self) -> None:
         """Cancel from anywhere (another task, a callback): synchronous and idempotent.
 

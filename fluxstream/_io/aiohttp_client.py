@@ -37,6 +37,7 @@ import asyncio
 import contextvars
 import functools
 import os
+import socket
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
@@ -616,7 +617,10 @@ def _describe(exc: BaseException, *, connecting: bool) -> str:
     ):
         # aiohttp's text names its ``ssl`` setting ("ssl:default"), even for http:// URLs.
         error = exc.os_error
-        reason = os.strerror(error.errno) if error.errno else (str(error) or "failed")
+        if isinstance(error, socket.gaierror):  # the resolver's own words: os.strerror would
+            reason = error.strerror or str(error)  # say "Unknown error -2"
+        else:
+            reason = os.strerror(error.errno) if error.errno else (str(error) or "failed")
         return f"cannot connect to {exc.host}:{exc.port}: {reason}"
     if isinstance(exc, aiohttp.ClientPayloadError):
         cause = exc.__cause__

@@ -28,7 +28,13 @@ import sniffio
 
 from .._core.progress import Wait
 from ..apis import Api
-from ..errors import APIConnectionError, APITimeoutError, ContentTypeError, StreamFailedError
+from ..errors import (
+    APIConnectionError,
+    APITimeoutError,
+    ContentTypeError,
+    NotAReplyError,
+    StreamFailedError,
+)
 from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from .http_library import (
     HttpErrors,
@@ -37,9 +43,12 @@ from .http_library import (
     body_complete,
     can_abort,
     closer,
+    credentials_of,
     seconds,
     status_error,
     undecodable_encoding,
+    unresolved_host,
+    without_credentials,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,6 +64,10 @@ __all__ = ["DRAIN_SECONDS", "Attempt", "AttemptCancelled", "RequestSpec", "read_
 
 #: The most of an error body read to describe it (the rest is not worth waiting for).
 ERROR_BODY_LIMIT = 64 * 1024
+#: The most of a body of another content type read to show its start.
+_EXCERPT_BYTES = 512
+#: Statuses that answer with no body (RFC 9110): whatever their content type, no reply came.
+_NO_BODY = (204, 205)
 _DRAIN_AFTER_END_BYTES = 64 * 1024
 #: Reads that :func:`finish_body` may take from data already buffered under the body (a read
 #: that needs the socket raises at once in its cancelled scope): one socket read's worth of
@@ -109,7 +122,8 @@ class RequestSpec:
 def _plain_event_stream(response: Any) -> bool:
     """A 2xx event stream in a coding read here: the usual response, usable as it is (what
     :meth:`Attempt._check` accepts as an event stream, without reading anything)."""
-    if not 200 <= response.status_code < 300:
+    status = response.status_code
+    if not 200 <= status < 300 or status in _NO_BODY:
         return False
     ctype = response.headers.get("content-type", "")
     return (
@@ -203,13 +217,13 @@ class Attempt:
         except errors.decoding as exc:  # the head announced a coding no decoder here reads
             raise StreamFailedError(f"the response body cannot be decoded: {exc}") from exc
         except errors.request as exc:  # transport errors
-            raise APIConnectionError(f"request failed: {type(exc).__name__}: {exc}") from exc
+            raise _connection_error(exc, request) from exc
         self.response = response
         try:
             if _plain_event_stream(response):  # the usual answer: no coroutine to check it
                 self.body = response.aiter_bytes().__aiter__()
             else:
-                await self._check(response, max_json_bytes)
+                await self._check(response, max_json_bytes, request)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self.close(drain=False)
@@ -282,16 +296,20 @@ class Attempt:
         self._scope = None
         return response
 
-    async def _check(self, response: Any, max_json_bytes: int) -> None:
-        """Status, then content type, before any SSE parsing."""
+    async def _check(self, response: Any, max_json_bytes: int, request: Any) -> None:
+        """Status, then content type, before any SSE parsing. Whatever of a body goes into an
+        error is the server's (network data): the request's credentials are taken out of it
+        first (an echo of the request, such as a catch-all route's, holds them)."""
         status: int = response.status_code
         errors = self.spec.errors
         if not 200 <= status < 300:
             # The status is the error; a body cut short still describes what it can.
             body, _ = await read_limited(response, ERROR_BODY_LIMIT, errors)
-            raise status_error(status, response.headers, body)
+            raise status_error(status, response.headers, _shown(body, request).encode())
         ctype = response.headers.get("content-type", "")
         mime = ctype.partition(";")[0].strip().lower()
+        if status in _NO_BODY:
+            raise _no_body(ctype, status)
         if mime == "text/event-stream":
             coding = undecodable_encoding(response)
             if coding is not None:
@@ -312,20 +330,35 @@ class Attempt:
             if broken is not None:  # the reply itself broke off: a failure, not a retry
                 message = f"the JSON reply broke off: {type(broken).__name__}: {broken}"
                 raise StreamFailedError(message) from broken
+            if not body.strip():
+                raise _no_body(ctype, status)
             try:
                 payload = json.loads(body)
             except ValueError as exc:
-                raise ContentTypeError(ctype, body[:200].decode("utf-8", "replace")) from exc
+                raise ContentTypeError(
+                    ctype, _shown(body, request), status_code=status,
+                    what=f"{ctype!r} that is not JSON",
+                ) from exc
             except RecursionError as exc:
                 raise StreamFailedError("the JSON reply is nested too deeply to read") from exc
             if not isinstance(payload, dict):
                 kind = type(payload).__name__
                 raise StreamFailedError(f"the JSON reply is a {kind}, not a completion object")
+            api = self.spec.api
+            wire = api.format_class
+            if not wire.reads_body(payload):
+                raise NotAReplyError(
+                    ctype, _shown(body, request), status_code=status,
+                    what=f"{ctype!r} that is not a {api.title} reply ({wire.reply_shape}; is "
+                    "base_url the API's root?)",
+                )
             self.payload = payload
             self.is_json = True
             return
-        body, _ = await read_limited(response, 512, errors)
-        raise ContentTypeError(ctype or "(none)", body[:200].decode("utf-8", "replace"))
+        body, _ = await read_limited(response, _EXCERPT_BYTES, errors)
+        if not body:
+            raise _no_body(ctype, status)
+        raise ContentTypeError(ctype, _shown(body, request), status_code=status)
 
     # ------------------------------------------------------------------ reading
 
@@ -419,6 +452,36 @@ class Attempt:
                         # it (set before any checkpoint, so that close cannot come first).
                         self.unfinished = source
                     await response.aclose()
+
+
+def _shown(body: bytes, request: Any) -> str:
+    """The start of a body a server sent, as text an error may show: without the request's
+    credentials (see :func:`~fluxstream._io.http_library.without_credentials`)."""
+    text = body.decode("utf-8", "replace")
+    secrets = credentials_of(getattr(request, "headers", None) or {})
+    return without_credentials(text, secrets) if secrets else text
+
+
+def _no_body(ctype: str, status: int) -> ContentTypeError:
+    """A 2xx answer without a body (a ``204``, an empty ``200``): no reply came, whatever its
+    content type says."""
+    said = f" (content-type {ctype!r})" if ctype else ""
+    return ContentTypeError(
+        ctype, status_code=status,
+        what=f"with no body{said}: no event stream and no reply came",
+    )
+
+
+def _connection_error(exc: BaseException, request: Any) -> APIConnectionError:
+    """The HTTP library's failure to send ``request``, in words: a host name that does not
+    resolve says so (the libraries say ``[Errno -2] Name or service not known`` or
+    ``Unknown error -2``)."""
+    unresolved = unresolved_host(exc)
+    if unresolved is None:
+        return APIConnectionError(f"request failed: {type(exc).__name__}: {exc}")
+    host = getattr(getattr(request, "url", None), "host", None) or "the server's host"
+    reason = unresolved.strerror or str(unresolved)
+    return APIConnectionError(f"could not resolve host {str(host)!r}: {reason}")
 
 
 def _non_ascii_header(headers: Mapping[str, str]) -> str:

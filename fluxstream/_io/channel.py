@@ -33,6 +33,7 @@ from ..observe import SendInfo
 from ..parser import StreamParser
 from ..timeouts import Deadline
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
+from .http_library import unresolvable
 from .readahead import ReadAhead
 
 __all__ = ["Channel"]
@@ -132,10 +133,14 @@ class Channel:
                 if progress.due_before_content(time.monotonic(), self.parser.saw_content):
                     raise  # e.g. the head did not come within first_token: no retry
                 status = getattr(exc, "status_code", None)
+                retryable = (
+                    not unresolvable(exc) if status is None
+                    else status in recovery.retry.retry_status
+                )
                 decision = recovery.after_failed_request(
                     tries=used,
                     now=time.monotonic(),
-                    retryable=status is None or status in recovery.retry.retry_status,
+                    retryable=retryable,
                     retry_after=getattr(exc, "retry_after", None),
                 )
                 if decision.action == "cancel":

@@ -19,11 +19,12 @@ import json
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from .._core.headers import CREDENTIAL_NAME
 from ..errors import (
     APIStatusError,
     AuthenticationError,
@@ -35,10 +36,74 @@ from ..timeouts import Deadline
 
 __all__ = [
     "HttpErrors", "RequestHeaderError", "abort_connection", "body_complete",
-    "close_aiohttp_response", "seconds", "status_error", "undecodable_encoding",
+    "close_aiohttp_response", "credentials_of", "seconds", "status_error",
+    "undecodable_encoding", "unresolvable", "unresolved_host", "without_credentials",
 ]
 
 _EXCERPT_CHARS = 300
+
+#: The shortest credential (or the shortest piece of one cut off at a body's end) hidden.
+_SHORTEST_SECRET = 6
+_HIDDEN = "***"
+
+
+def credentials_of(headers: Any) -> list[str]:
+    """The credentials a request carries, to keep out of what a server sends back: the value
+    of each header whose name says it is one (:data:`CREDENTIAL_NAME`), and for a
+    ``Bearer``/``Basic`` value its token too (a server may echo either); longest first."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if not isinstance(value, str) or not CREDENTIAL_NAME.search(str(name)):
+            continue
+        found.add(value)
+        token = value.partition(" ")[2].strip()
+        if token:
+            found.add(token)
+    return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
+
+
+def without_credentials(text: str, secrets: Iterable[str]) -> str:
+    """``text`` (a body a server sent) with every one of ``secrets`` in it hidden: a catch-all
+    route or an echo service (httpbin's ``/anything``) sends the request's headers back, and
+    its body goes into an error's message. The start of a secret cut off at the end of
+    ``text`` (a body read only in part) is hidden too."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, _HIDDEN)
+        for size in range(min(len(secret), len(text)) - 1, _SHORTEST_SECRET - 1, -1):
+            if text.endswith(secret[:size]):
+                text = text[:-size] + _HIDDEN
+                break
+    return text
+
+
+#: The name-resolution failures worth no retry: the name does not exist (``EAI_NONAME``),
+#: has no address (``EAI_NODATA``), or resolving failed for good (``EAI_FAIL``). A temporary
+#: failure (``EAI_AGAIN``: no answer from the resolver) is retried like any connect error.
+_UNRESOLVABLE = frozenset(
+    getattr(socket, name) for name in ("EAI_NONAME", "EAI_NODATA", "EAI_FAIL")
+    if hasattr(socket, name)
+)
+
+
+def unresolvable(exc: BaseException) -> bool:
+    """``exc`` (or what it was raised from) is a host name that does not resolve, and will
+    not for a while: a retry would fail the same way."""
+    found = unresolved_host(exc)
+    return found is not None and found.errno in _UNRESOLVABLE
+
+
+def unresolved_host(exc: BaseException) -> socket.gaierror | None:
+    """The name-resolution failure under an HTTP library's connect error (httpx keeps it as
+    the cause of the cause, aiohttp as the cause), if that is what it is."""
+    seen = 0
+    cause: BaseException | None = exc
+    while cause is not None and seen < 8:
+        if isinstance(cause, socket.gaierror):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+        seen += 1
+    return None
 
 
 def undecodable_encoding(response: Any) -> str | None:

@@ -27,6 +27,7 @@ import anyio
 from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, Recovery, is_transient_error
 from ..errors import (
+    APIConnectionError,
     APIStatusError,
     APITimeoutError,
     FirstTokenTimeoutError,
@@ -102,6 +103,11 @@ class StreamReader:
         #: The class name of the typed error a failed stream raised (``APIStatusError``,
         #: ``StallTimeoutError``...), for observers (``error.type`` in traces).
         self.error: str | None = None
+        #: A response was usable (the stream's reply had begun coming).
+        self.responded = False
+        #: The error the stream ends with since the client that made it was closed
+        #: (:meth:`client_closed`); ``None`` while it is open.
+        self.client_gone: APIConnectionError | None = None
 
     @property
     def opened(self) -> bool:
@@ -116,6 +122,41 @@ class StreamReader:
         self.channel.cancel()
         if self._hedge is not None:
             self._hedge.cancel()
+
+    def client_closed(self) -> None:
+        """The client that made this stream was closed (``AsyncClient.aclose()``, from any
+        task): whatever is pending (a send, a backoff, a read) is interrupted at once, and
+        the stream ends as a broken connection would, but with nothing sent again: no retry,
+        no resume, no hand-off to a fallback. With its response it ends ``truncated`` (what
+        arrived is kept); still waiting for one, it raises ``APIConnectionError`` (``failed``),
+        as a stream opened on a closed client does. A stream the caller had cancelled
+        stays ``cancelled``."""
+        if self.ended or self.cancel_requested:
+            return
+        self.client_gone = APIConnectionError(
+            "the client was closed (AsyncClient.aclose()): nothing more is sent"
+        )
+        self.cancel()
+
+    def _stopped(self, reason: str = "cancelled by stream.cancel()") -> list[Event]:
+        """A read, a send or a wait ended because the caller stopped the stream: ``cancelled``
+        for :meth:`cancel` and ``aclose()``; for a closed client, see :meth:`client_closed`
+        (raises its error when no response had come)."""
+        gone = self.client_gone
+        if gone is None or self.ended:
+            return self.end(self._parser.cancel(reason))
+        events = self._end_closed(gone)
+        if not self.responded:
+            raise gone
+        return events
+
+    def _end_closed(self, gone: APIConnectionError) -> list[Event]:
+        """End the stream of a closed client (see :meth:`client_closed`)."""
+        self.cause = gone
+        if self.responded:
+            return self.end(self._parser.close(cause=gone))
+        self.error = type(gone).__name__
+        return self.end(self._parser.fail(f"{type(gone).__name__}: {gone}", gone))
 
     def abandon(self) -> bool:
         """The stream was collected: it ends ``cancelled`` (unless it had ended), and whatever
@@ -137,7 +178,10 @@ class StreamReader:
             self.channel.cancel()
             if self._hedge is not None:
                 self._hedge.cancel()
-            self.end(self._parser.cancel("closed by the caller"))
+            if self.client_gone is not None:  # the client's close came first: it decides
+                self._end_closed(self.client_gone)
+            else:
+                self.end(self._parser.cancel("closed by the caller"))
         if self.channel.closed:  # the usual case: the events ran out and closed it
             return
         with anyio.CancelScope(shield=True):
@@ -164,7 +208,7 @@ class StreamReader:
         """One read from the network, through the parser. Never raises StopAsyncIteration."""
         parser = self._parser
         if self.cancel_requested:
-            return self.end(parser.cancel("cancelled by stream.cancel()"))
+            return self._stopped()
         pending = parser.pending_error
         if pending is not None:  # found by the last read, after the events it delivered
             return await self._fail_with(StreamFailedError, pending, str(pending))
@@ -252,9 +296,9 @@ class StreamReader:
     async def _read_failed(self, exc: Exception) -> list[Event]:
         """A read raised: an idle timeout, a drop (maybe resumable), or a failure."""
         if self.cancel_requested or self.ended:
-            # cancel() aborted the connection, or aclose() closed it from another task: the
-            # read's error is the caller's own doing, not the server's.
-            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+            # cancel() aborted the connection, or aclose() closed it from another task (or
+            # the client was closed): the read's error is the caller's doing, not the server's.
+            return self._stopped()
         if isinstance(exc, self._errors.read_timeout):
             return await self._deadline_passed(Deadline.IDLE, exc)
         if isinstance(exc, self._errors.transport):
@@ -315,7 +359,7 @@ class StreamReader:
         try:
             moved = await hand_off(self.channel, route, reason)
         except AttemptCancelled:
-            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+            return self._stopped()
         except anyio.get_cancelled_exc_class() as exc:
             await self._interrupted(exc)
             raise
@@ -375,7 +419,7 @@ class StreamReader:
             result: list[Event] = await how()
             return result
         except AttemptCancelled:
-            return self.end(self._parser.cancel("cancelled by stream.cancel()"))
+            return self._stopped()
         except DeadlinePassed as passed:  # a retry before content ran out of time
             return await self._deadline_passed(passed.deadline)
         except FluxstreamError as exc:
@@ -396,7 +440,7 @@ class StreamReader:
         """The bytes ended (cleanly or by a transport error): end, retry, or resume."""
         parser = self._parser
         if self.cancel_requested or self.ended:
-            return self.end(parser.cancel("cancelled by stream.cancel()"))
+            return self._stopped()
         if exc is not None:
             self.cause = exc
         decision = self.recovery.after_drop(self.channel.drop_state(exc), time.monotonic())
@@ -489,7 +533,7 @@ class StreamReader:
                 return moved
             return first + self._opened(attempt)
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
-            self.end(self._parser.cancel("cancelled by stream.cancel()"))
+            self._stopped()
             return []
         except DeadlinePassed as passed:  # no response in time, across the retries
             return await self._deadline_passed(passed.deadline)
@@ -528,6 +572,7 @@ class StreamReader:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply
         (its events are returned, and the stream has ended)."""
         now = time.monotonic()
+        self.responded = True
         self.progress.connected(now)
         if not attempt.is_json:
             return []

@@ -88,8 +88,8 @@ async def _resume(
         if attempt.is_json:
             # The whole reply instead of the events after ``last_id``: no ids to check it
             # against what was shown, so it is a rejected reconnect, never spliced.
+            refused = _whole_body(attempt, "the whole reply, not its events after the resume point")
             await channel.close(drain=False)
-            refused = ContentTypeError("application/json", "a whole reply, not its events")
             decision = channel.after_rejected_resume(refused)
             if decision.action != "resume":
                 raise refused
@@ -104,6 +104,14 @@ async def _resume(
         events = parser.reset(channel.recovery.restarts, f"restart after a drop ({reason})")
         attempt = await channel.connect(fresh_budget=True)
     return attempt, events
+
+def _whole_body(attempt: Attempt, what: str) -> ContentTypeError:
+    """A resume answered by a whole JSON body (``what`` it was) where events were asked for:
+    refused, with the status and content type that came."""
+    response = attempt.response
+    ctype = str(response.headers.get("content-type", "application/json"))
+    return ContentTypeError(ctype, status_code=response.status_code, what=f"{ctype!r}: {what}")
+
 
 async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
     """OpenAI's resume: ``GET /responses/{id}?stream=true&starting_after=N`` streams the
@@ -122,8 +130,9 @@ async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
         if attempt.is_json:
             # The whole response object instead of its events (``stream`` ignored):
             # reading it would show the delivered text again. Not a re-read.
+            refused = _whole_body(attempt, "the whole response, not its events")
             await channel.close(drain=False)
-            raise ContentTypeError("application/json", "the response, not its events")
+            raise refused
     except (APIStatusError, ContentTypeError) as exc:
         if isinstance(exc, APIStatusError) and exc.status_code not in _NOT_REPLAYABLE:
             raise

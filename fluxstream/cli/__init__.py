@@ -34,10 +34,11 @@ import anyio
 import httpx
 
 from .. import apis
+from .._core.headers import CREDENTIAL_NAME
 from ..apis import Api
-from ..client import AsyncClient, checked_headers, request_for
+from ..client import AsyncClient, checked_headers, keyless, request_for
 from ..endpoints import api_client
-from ..errors import FluxstreamError
+from ..errors import FluxstreamError, MissingAPIKeyError
 from ..events import Handoff
 from ..reply import Outcome
 from ..retry import ResumePolicy
@@ -274,12 +275,22 @@ def _client(args: argparse.Namespace, err: Output) -> AsyncClient:
     says where the request goes, before it is sent.
     """
     api = apis.get(args.format)
-    if api.base_url_variable == _CLIENT_BASE_URL_VARIABLE:
-        return AsyncClient(base_url=args.base_url, api_key=args.api_key)
-    key = args.api_key if args.api_key is not None else os.environ.get(api.api_key_variable, "")
-    if args.base_url:
-        return AsyncClient(base_url=args.base_url, api_key=key)
-    client = api_client(api, None, key)
+    key = args.api_key if args.api_key is not None else os.environ.get(api.api_key_variable)
+    if not key and args.api_key is None:
+        # A credential given with --header needs no key, as one in ``headers=`` does;
+        # otherwise the client is refused, naming the variable to set.
+        headers = _headers(getattr(args, "header", None))
+        key = "" if any(CREDENTIAL_NAME.search(name) for name in headers) else None
+    try:
+        if api.base_url_variable == _CLIENT_BASE_URL_VARIABLE:
+            return AsyncClient(base_url=args.base_url, api_key=key)
+        if args.base_url:
+            if key is None:  # never the client's own OPENAI_API_KEY instead
+                key = keyless(args.base_url, None, api.api_key_variable)
+            return AsyncClient(base_url=args.base_url, api_key=key)
+        client = api_client(api, None, key)
+    except MissingAPIKeyError as exc:  # said the way this command takes a key
+        raise MissingAPIKeyError(exc.variable, exc.where, option="--api-key") from None
     openai_url = os.environ.get(_CLIENT_BASE_URL_VARIABLE)
     if openai_url and openai_url.rstrip("/") != client.base_url:
         why = (f"{api.base_url_variable}, for --format {api.name}"
@@ -457,6 +468,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(anyio.run(runner, args, session))
     except KeyboardInterrupt:
         return _interrupted(args, session)
+    except MissingAPIKeyError as exc:  # nothing was sent: how the command was run
+        err.write(f"fluxstream: {exc}\n")
+        return EXIT_USAGE
     except FluxstreamError as exc:
         err.write(f"fluxstream: {type(exc).__name__}: {exc}\n")
         return EXIT_FAILED

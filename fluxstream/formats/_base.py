@@ -64,6 +64,7 @@ __all__ = [
     "excerpt",
     "finish_event",
     "fold",
+    "is_error_object",
     "normalized_usage",
     "opt_str",
     "reasoning_delta",
@@ -232,6 +233,13 @@ def approx_size(value: object) -> int:
 #: In-band keep-alives (an ``event:`` name or a payload's ``type``): Anthropic's ``ping``, the
 #: ``keepalive`` some Responses servers send. They name no format.
 KEEPALIVES = frozenset({"ping", "keepalive"})
+
+
+def is_error_object(obj: Mapping[str, Any]) -> bool:
+    """An error object of any API: ``{"error": ...}`` (OpenAI's, Gemini's, a proxy's),
+    ``{"object": "error"}`` (OpenAI-style servers) or ``{"type": "error"}`` (Anthropic's).
+    Every format can open with one, so none names a format."""
+    return "error" in obj or obj.get("type") == "error" or obj.get("object") == "error"
 
 
 # --------------------------------------------------------------------------- memory guard
@@ -709,6 +717,19 @@ class Detection:
         """How sure the format is that a whole non-streaming body is its own."""
         return Claim.NO
 
+    #: What a whole body of this format is, for the error that says a body is not one.
+    reply_shape: ClassVar[str] = "a reply object of a known format"
+
+    @classmethod
+    def reads_body(cls, body: Mapping[str, Any]) -> bool:
+        """Whether a whole non-streaming body is one this format reads: its own reply object
+        (a claim of :attr:`Claim.LIKELY` or surer: ``choices``, ``output``, a ``message``,
+        ``candidates``), or an error object (:func:`is_error_object`). Anything else is no
+        reply, whatever its status says: a catch-all route's echo of the request (a base URL
+        missing its API prefix), a health check's ``{"status": "ok"}``. Read as a reply it
+        was a successful empty one."""
+        return cls.claims_body(body) >= Claim.LIKELY or is_error_object(body)
+
     @classmethod
     def claims_state(cls, state: Mapping[str, Any], sequence: int | None) -> Claim:
         """How sure the format is that it wrote a resume token's wire state."""
@@ -794,6 +815,15 @@ class FormatBase(Detection):
         if self.strict:
             raise FrameDecodeError(reason, data)
         return self.skip(reason, data)
+
+    def no_reply(self, body: Mapping[str, Any]) -> list[Event]:
+        """A whole body that is not one this format reads (see :meth:`reads_body`): the
+        reply ends with an error that says so and shows the body's start. Marks the format
+        done (nothing more is coming)."""
+        self.done = True
+        self.done_reason = "completion"
+        message = f"the body is not a reply ({self.reply_shape}): {excerpt(body)}"
+        return [ErrorEvent(message, None, None, None, body)]
 
     def skip(self, reason: str, frame: object) -> list[Event]:
         """Skip and count a frame (or part of one) that cannot be used; never raised, even

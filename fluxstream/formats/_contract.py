@@ -125,6 +125,9 @@ class FormatClass(Protocol):
         payload; ``None`` before it is decoded) is its own."""
     def claims_body(self, body: Mapping[str, Any]) -> Claim:
         """The same for a whole non-streaming body."""
+    def reads_body(self, body: Mapping[str, Any]) -> bool:
+        """Whether a whole non-streaming body is one the format reads (its reply object, or
+        an error object): anything else is no reply, and a stream given it fails."""
     def claims_state(self, state: Mapping[str, Any], sequence: int | None) -> Claim:
         """The same for a resume token's wire state (and its ``sequence``)."""
 

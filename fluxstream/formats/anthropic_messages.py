@@ -53,6 +53,7 @@ from ._base import (
     compact,
     error_event,
     fold,
+    is_error_object,
     normalized_usage,
     text_delta,
     tool_delta,
@@ -157,6 +158,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if kind.__class__ is str and kind in EVENTS:
             return Claim.SURE
         return Claim.LIKELY if event in EVENTS else Claim.NO
+
+    reply_shape = "a message, with 'type': 'message' and its 'content'"
 
     @classmethod
     def claims_body(cls, body: Mapping[str, Any]) -> Claim:
@@ -521,8 +524,10 @@ class AnthropicMessagesFormat(JsonEventFormat):
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
         """A non-streaming ``message`` body (or an ``{"type": "error"}`` body), read as if
         streamed. Marks the format done."""
+        if not self.reads_body(obj):
+            return self.no_reply(obj)
         out: list[Event] = []
-        if obj.get("type") == "error":
+        if obj.get("type") != "message" and is_error_object(obj):
             self.start()
             out.append(error_event(obj, obj))
         else:

@@ -17,7 +17,8 @@ can open with one: ``event: error``, ``{"type": "error"}``, ``{"error": ...}``, 
 "error"}``): each is recorded as the reply's error, so the stream ends ``failed`` as under the
 named formats, and the decision waits. Any other payload no format claims (a ``type`` that is
 not a string, or names nothing known) is skipped and counted (the named formats skip it too);
-a body no format claims is too, and ends the reply. A first payload only ``json.loads``
+a whole body that is no format's reply object nor an error (a catch-all route's echo) ends
+the reply ``failed``, as under a named format (``reads_body``). A first payload only ``json.loads``
 decodes (a lone UTF-16 surrogate half) decides like any other; a big frame full of tiny objects
 is refused before it is decoded (:func:`~fluxstream.formats._base.crowded`).
 :func:`identify` says which format one event belongs to, for tools that tell a user a stream is
@@ -39,7 +40,7 @@ import pydantic_core
 from ..events import ErrorEvent, Event
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import KEEPALIVES, Detection, FormatBase, crowded, error_event
+from ._base import KEEPALIVES, Detection, FormatBase, crowded, error_event, is_error_object
 from ._contract import FORMATS, Claim, WireFormat
 from ._surrogates import fallback_loads
 
@@ -119,6 +120,12 @@ class AutoFormat(Detection):
     # Registered so that ``format="auto"`` is a name; it claims nothing itself (Detection).
     __slots__ = ("_before", "_position", "_restore", "_wire_state", "inner", "key", "limits",
                  "name", "strict")
+
+    @classmethod
+    def reads_body(cls, body: Mapping[str, Any]) -> bool:
+        """A whole body that the format it names reads (see :func:`detect_body`)."""
+        name = detect_body(body)
+        return name is not None and FORMATS[name].reads_body(body)
 
     def __init__(self, key: str, *, strict: bool = False,
                  limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
@@ -205,10 +212,8 @@ class AutoFormat(Detection):
         inner = self.inner
         if inner is None:
             name = detect_body(obj)
-            if name is None:  # no format's body: nothing in it can be read
-                before = self._before
-                before.done, before.done_reason = True, "completion"
-                return before.skip("a body of no known format", obj)
+            if name is None or not FORMATS[name].reads_body(obj):
+                return self._before.no_reply(obj)  # no format's reply: it ends failed
             inner = self._choose(name)
         return inner.feed_completion(obj)
 
@@ -220,7 +225,7 @@ class AutoFormat(Detection):
         if event in KEEPALIVES or (kind.__class__ is str and kind in KEEPALIVES):
             self._before.heartbeats += 1
             return []
-        if event == "error" or kind == "error" or "error" in obj or obj.get("object") == "error":
+        if event == "error" or is_error_object(obj):
             return self._error(error_event(obj, obj))
         return self._before.skip(f"unknown event type {kind!r}", obj)
 

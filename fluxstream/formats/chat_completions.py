@@ -168,6 +168,8 @@ class ChatCompletionsFormat(FormatBase):
             return Claim.WEAK
         return Claim.NO
 
+    reply_shape = "a chat.completion object, with 'choices'"
+
     @classmethod
     def claims_body(cls, body: Mapping[str, Any]) -> Claim:
         """A ``chat.completion`` body (``choices``, or the ``object`` naming it or an error)
@@ -544,6 +546,8 @@ class ChatCompletionsFormat(FormatBase):
 
         Marks the format done (a complete body is as final as the sentinel).
         """
+        if not self.reads_body(obj):
+            return self.no_reply(obj)
         events = self.feed_chunk(_as_chunk(obj))
         self.done = True
         self.done_reason = "completion"

@@ -619,6 +619,8 @@ class GeminiFormat(_CandidateReader):
         surer than any untyped payload (Chat Completions' weak claim)."""
         return Claim.LIKELY if payload is not None and is_gemini(payload) else Claim.NO
 
+    reply_shape = "a GenerateContentResponse, with 'candidates' or 'promptFeedback'"
+
     @classmethod
     def claims_body(cls, body: Mapping[str, Any]) -> Claim:
         return Claim.LIKELY if is_gemini(body) else Claim.NO
@@ -926,7 +928,10 @@ class GeminiFormat(_CandidateReader):
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
         """A whole non-streaming ``GenerateContentResponse`` (or error body). Marks the format
         done: a complete body is as final as an end marker."""
-        out = self._response(_wire_shape(obj), True)
+        shaped = _wire_shape(obj)  # google-genai's snake_case keys, as the wire names them
+        if not self.reads_body(shaped):
+            return self.no_reply(obj)
+        out = self._response(shaped, True)
         self._send_usage(out)
         self._flush_all(out)
         self.done = True

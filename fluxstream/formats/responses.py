@@ -156,6 +156,8 @@ class ResponsesFormat(JsonEventFormat):
             return Claim.SURE
         return Claim.LIKELY if event.startswith("response.") else Claim.NO
 
+    reply_shape = "a response object, with 'output'"
+
     @classmethod
     def claims_body(cls, body: Mapping[str, Any]) -> Claim:
         """A ``response`` object (``object: "response"``, an ``output`` list)."""
@@ -556,6 +558,8 @@ class ResponsesFormat(JsonEventFormat):
     def feed_completion(self, obj: Mapping[str, Any]) -> list[Event]:
         """A non-streaming ``response`` object: its ``output`` items read as if streamed,
         then its status as the terminal event. Marks the format done."""
+        if not self.reads_body(obj):
+            return self.no_reply(obj)
         out: list[Event] = []
         if obj.get("type") == "error" or ("error" in obj and "output" not in obj):
             self.start()

@@ -57,7 +57,7 @@ def test_without_anthropic_base_url_the_public_api_is_named(two_servers: tuple[A
     where it was asked to connect), and stderr says so before anything is sent."""
     local, _ = two_servers
     with canned_server(b"") as proxy:
-        env = {**ENV, "OPENAI_BASE_URL": local.base_url,
+        env = {**ENV, "OPENAI_BASE_URL": local.base_url, "ANTHROPIC_API_KEY": "sk-ant",
                "HTTPS_PROXY": proxy.base_url.removesuffix("/v1")}
         result = run_cli("chat", "--format", "anthropic_messages", "hi", env=env)
     assert result.returncode == 1

@@ -160,6 +160,6 @@ def test_a_get_with_its_own_query_on_every_transport(transport: str) -> None:
 
 
 def test_base_url_keeps_the_query_and_the_repr_hides_it() -> None:
-    client = fluxstream.AsyncClient("https://x.example/openai/deployments/d/?" + VERSION)
+    client = fluxstream.AsyncClient("https://x.example/openai/deployments/d/?" + VERSION, "k")
     assert client.base_url == "https://x.example/openai/deployments/d?" + VERSION
     assert "api-version" not in repr(client)

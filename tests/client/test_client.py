@@ -300,7 +300,7 @@ async def test_other_content_type_is_a_typed_error(anyio_backend: str, transport
         mock.post("/chat/completions").respond(
             200, text="<html>login</html>", headers={"content-type": "text/html"}
         )
-        async with Client("http://mock.local/v1") as client:
+        async with Client("http://mock.local/v1", "sk-t") as client:
             with pytest.raises(fluxstream.ContentTypeError) as info:
                 await client.chat.complete(model="m", messages=USER)
     assert "text/html" in str(info.value)

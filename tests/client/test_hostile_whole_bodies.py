@@ -58,7 +58,8 @@ def scripted(*responses: Callable[[], httpx.Response], **kwargs: Any) -> tuple[
 
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     kwargs.setdefault("retry", FAST)
-    return fluxstream.AsyncClient("http://scripted.test/v1", http_client=http, **kwargs), sent
+    return fluxstream.AsyncClient("http://scripted.test/v1", "sk-test", http_client=http,
+                                  **kwargs), sent
 
 
 @pytest.mark.parametrize("body", [b"[1,2]", b"null", b"5", b'"text"', DEEP])

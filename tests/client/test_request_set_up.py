@@ -164,7 +164,7 @@ async def test_the_usual_response_check_accepts_exactly_what_the_full_check_does
         response = _Response(status, headers, b'{"id": "x", "choices": []}')
         attempt = Attempt(spec)
         try:
-            await attempt._check(response, 1 << 20)
+            await attempt._check(response, 1 << 20, None)
         except Exception:
             stream = False
         else:

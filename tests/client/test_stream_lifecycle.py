@@ -196,7 +196,7 @@ async def test_a_timeout_while_opening_states_the_outcome(server: Any) -> None:
 
 def scripted_client(handler: Any, **kwargs: Any) -> fluxstream.AsyncClient:
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    return fluxstream.AsyncClient("http://scripted.test/v1", http_client=http, **kwargs)
+    return fluxstream.AsyncClient("http://scripted.test/v1", "sk-test", http_client=http, **kwargs)
 
 
 async def test_a_failed_reconnect_after_content_is_a_truncation_with_its_cause(
@@ -334,9 +334,9 @@ async def test_an_injected_clients_timeouts_are_kept(anyio_backend: str) -> None
         return httpx.Response(200, headers=SSE, content=body)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler), timeout=3) as http:
-        async with fluxstream.AsyncClient("http://t/v1", http_client=http) as client:
+        async with fluxstream.AsyncClient("http://t/v1", "sk-t", http_client=http) as client:
             await client.chat.complete(model="m", messages=MSG)
-        async with fluxstream.AsyncClient("http://t/v1", http_client=http,
+        async with fluxstream.AsyncClient("http://t/v1", "sk-t", http_client=http,
                                           idle_timeout=7) as client:
             await client.chat.complete(model="m", messages=MSG)
     assert seen[0] == {"connect": 3, "read": 3, "write": 3, "pool": 3}

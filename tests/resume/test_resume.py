@@ -327,7 +327,8 @@ async def test_error_event_before_any_content_is_retried(anyio_backend: str) -> 
         route = mock.post("/chat/completions")
         route.side_effect = [httpx.Response(200, content=error, headers=sse),
                              httpx.Response(200, content=good, headers=sse)]
-        async with fluxstream.AsyncClient("http://mock.local/v1", retry=FAST_RETRY) as client:
+        async with fluxstream.AsyncClient("http://mock.local/v1", "sk-t",
+                                          retry=FAST_RETRY) as client:
             async with client.chat.stream(model="m", messages=MESSAGES) as stream:
                 events = [e async for e in stream]
     assert route.call_count == 2

@@ -65,6 +65,10 @@ async def test_a_json_answer_to_last_event_id_is_never_spliced(anyio_backend: st
     assert stream.reply.text == "Hel"
     assert stream.outcome is fluxstream.Outcome.TRUNCATED
     assert isinstance(stream.cause, ContentTypeError)
+    # What came, said plainly (it read "expected ... or application/json, got
+    # 'application/json'").
+    assert str(stream.cause).startswith("HTTP 200 answered 'application/json'"), stream.cause
+    assert "not its events" in str(stream.cause) and "got" not in str(stream.cause)
 
 
 async def test_after_a_json_answer_the_next_strategy_takes_over(anyio_backend: str) -> None:

@@ -153,7 +153,7 @@ async def test_proxy_in_the_environment_keeps_the_default_on_httpx(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    client = fluxstream.AsyncClient("https://api.example.test/v1")
+    client = fluxstream.AsyncClient("https://api.example.test/v1", api_key="sk-k")
     try:
         assert isinstance(client.http_client, AutoClient)
         assert not client.http_client.uses_aiohttp

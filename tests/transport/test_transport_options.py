@@ -130,7 +130,7 @@ async def test_a_proxy_aiohttp_cannot_use_is_refused_with_a_clear_error(
     _clear_proxies(monkeypatch)
     monkeypatch.setenv("ALL_PROXY", "socks5://user:hunter2@127.0.0.1:1080")
     with pytest.raises(ValueError, match="ALL_PROXY") as info:
-        fluxstream.AsyncClient("http://api.example.invalid/v1", transport="aiohttp")
+        fluxstream.AsyncClient("http://api.example.invalid/v1", "k", transport="aiohttp")
     assert "hunter2" not in str(info.value)
     assert "transport='httpx'" in str(info.value)
 

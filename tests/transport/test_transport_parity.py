@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import time
 import warnings
 import zlib
@@ -49,7 +50,9 @@ from fluxstream import Outcome
 from fluxstream.errors import (
     APIConnectionError,
     APITimeoutError,
+    ContentTypeError,
     FluxstreamError,
+    NotAReplyError,
     StreamFailedError,
 )
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -231,6 +234,13 @@ def raw_deflate(data: bytes) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
+def answered(status: bytes, ctype: bytes, body: bytes) -> Script:
+    """A whole answer of ``status`` and content type ``ctype`` (none if empty)."""
+    head = [b"HTTP/1.1 " + status, b"content-length: %d" % len(body)]
+    head += [b"content-type: " + ctype] if ctype else []
+    return whole(b"\r\n".join(head) + b"\r\n\r\n", body)
+
+
 CUT_GZIP = gzip(BODY)[: len(gzip(BODY)) // 2]
 LF_CHUNKS = b"".join(b"%x\n%s\n" % (len(p), p) for p in (text("Hel"), finish(), DONE)) + b"0\n\n"
 UNDECODABLE_BODY = b"\x0b\x02\x80 not a compressed stream \x00\xff" * 4
@@ -397,6 +407,19 @@ CASES: dict[str, Case] = {
     "lf-only-chunk-lines": Case(
         whole(sse_head(CHUNKED), LF_CHUNKS), Outcome.TRUNCATED, ("",),
         (httpx.RemoteProtocolError,),
+    ),
+    # -- a 2xx answer that is no reply (a base URL missing its prefix, a catch-all route)
+    "a-200-json-body-that-is-no-reply": Case(
+        answered(b"200 OK", b"application/json", b'{"method": "POST", "path": "/chat"}'),
+        Outcome.FAILED, ("",), (NotAReplyError,), (NotAReplyError,),
+    ),
+    "a-200-html-page": Case(
+        answered(b"200 OK", b"text/html", b"<!doctype html><title>It works!</title>"),
+        Outcome.FAILED, ("",), (ContentTypeError,), (ContentTypeError,),
+    ),
+    "a-204-with-a-json-content-type": Case(
+        answered(b"204 No Content", b"application/json", b""),
+        Outcome.FAILED, ("",), (ContentTypeError,), (ContentTypeError,),
     ),
     # -- content codings
     "gzip-whole": Case(whole(GZIP_HEAD, gzip(BODY)), Outcome.DONE, DONE_TEXT),
@@ -783,3 +806,163 @@ async def test_an_http_proxy_from_the_environment_is_used(
     assert srv.requests and srv.requests[0].startswith(
         b"POST http://upstream.invalid/v1/chat/completions HTTP/1.1"
     ), f"{transport}: {srv.requests[:1]!r}"
+
+
+# ------------------------------------------------------------------ the client closed under it
+
+
+class Ends(fluxstream.StreamObserver):
+    """An observer noting when (and how) each stream's end was observed."""
+
+    def __init__(self) -> None:
+        self.ended: list[tuple[float, Outcome | None]] = []
+
+    def on_end(self, reply: Any, stats: Any) -> None:
+        self.ended.append((time.monotonic(), reply.outcome))
+
+
+#: Each chunk names its event (``id:``) and the reconnection time is short, so a stream
+#: that took the close for a drop would resume (``Last-Event-ID``) at once.
+HEL = b"retry: 10\nid: 1\n" + text("Hel")
+
+
+async def flowing(conn: Conn) -> None:
+    """``Hel``, then a chunk every 5 ms (bounded) until the client closes the connection."""
+    if not await conn.request():
+        return
+    await conn.send(sse_head(CHUNKED) + chunked(HEL, last=False))
+
+    async def feed() -> None:
+        with contextlib.suppress(ConnectionError):
+            for number in range(2, 2000):
+                await conn.send(chunked(b"id: %d\n" % number + text("x"), last=False))
+                await asyncio.sleep(0.005)
+
+    feeder = asyncio.create_task(feed())
+    try:
+        await conn.until_closed()
+    finally:
+        feeder.cancel()
+
+
+async def silent(conn: Conn) -> None:
+    """``Hel``, then nothing until the client closes the connection."""
+    await hold(conn, sse_head(CHUNKED) + chunked(HEL, last=False), until="text")
+
+
+async def headless(conn: Conn) -> None:
+    """The request is read; no head ever comes."""
+    await hold(conn)
+
+
+CLOSE_STATES: dict[str, tuple[Script, str, Outcome, bool]] = {
+    # state: (the server, how the stream is read, its outcome, whether it raises)
+    "before-the-head": (headless, "events", Outcome.FAILED, True),
+    "in-a-read-no-bytes-coming": (silent, "events", Outcome.TRUNCATED, False),
+    "mid-reply-bytes-flowing": (flowing, "events", Outcome.TRUNCATED, False),
+    "inside-text-coalesce": (silent, "text", Outcome.TRUNCATED, False),
+    "with-a-fallback-configured": (silent, "fallback", Outcome.TRUNCATED, False),
+}
+#: "Within milliseconds" on an idle machine; the bound leaves room for a loaded one, far
+#: below the read timeout (30 s) and the default one (600 s) a stream waited out before.
+CLOSED_AT_ONCE = 1.0
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("state", list(CLOSE_STATES))
+async def test_closing_the_client_ends_its_stream_at_once_the_same_way_on_every_transport(
+    state: str, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """README: closing the client ends its open streams at once, as a broken connection
+    would, but nothing more is sent: no retry, no resume, no hand-off to a fallback. A stream
+    with its response ends ``truncated`` (cause ``APIConnectionError``, what it delivered
+    kept); one still waiting for its response raises ``APIConnectionError`` (``failed``).
+    Its observers see the end (a span ends), and no task is left that could send later."""
+    script, how, outcome, raises = CLOSE_STATES[state]
+    before = asyncio.all_tasks()
+    ends = Ends()
+    async with serve_faults(script) as srv:
+        fallbacks = [fluxstream.Upstream(srv.base, api_key="sk-other", name="other")] if how == "fallback" else []
+        c = fluxstream.AsyncClient(srv.base, api_key="sk-parity", transport=transport,
+                                   timeout=httpx.Timeout(READ_TIMEOUT), observers=[ends],
+                                   fallbacks=fallbacks)
+        stream = c.chat.stream(model="m", messages=MSG)
+        shown: list[str] = []
+        seen: list[Any] = []
+
+        async def read() -> None:
+            async with stream:
+                if how == "text":
+                    async for piece in stream.text(coalesce=0.05):
+                        shown.append(piece)
+                        srv.mark("text")
+                    return
+                async for event in stream:
+                    seen.append(event)
+                    if isinstance(event, fluxstream.TextDelta):
+                        shown.append(event.text)
+                        srv.mark("text")
+
+        task = asyncio.create_task(read())
+        async with asyncio.timeout(5):
+            await srv.parked.wait()
+            if outcome is not Outcome.FAILED:
+                await srv.reached("text")
+        closed_at = time.monotonic()
+        await c.aclose()
+        await asyncio.wait([task], timeout=CLOSED_AT_ONCE)
+        took = time.monotonic() - closed_at
+        assert task.done(), f"{transport}: still reading {took:.1f}s after the client closed"
+        raised = task.exception()
+        assert stream.outcome is outcome, f"{transport}: {stream.outcome} {raised!r}"
+        if raises:
+            assert type(raised) is APIConnectionError, f"{transport}: {raised!r}"
+            assert "closed" in str(raised)
+        else:
+            assert raised is None, f"{transport}: {raised!r}"
+            assert type(stream.cause) is APIConnectionError, f"{transport}: {stream.cause!r}"
+        assert stream.reply.text == "".join(shown), "the reply holds text never delivered"
+        assert not [e for e in seen if isinstance(e, (fluxstream.Handoff, fluxstream.Reset))]
+        recovered = [r.getMessage() for r in caplog.records
+                     if r.name == "fluxstream" and r.levelno >= logging.WARNING]
+        assert not recovered, f"{transport}: a closed client's stream went on: {recovered}"
+        if outcome is Outcome.TRUNCATED:
+            assert stream.reply.text.startswith("Hel")
+        assert [o for _, o in ends.ended] == [outcome], f"{transport}: {ends.ended}"
+        assert ends.ended[0][0] - closed_at < CLOSED_AT_ONCE
+        assert await srv.wait_closed(0, AT_ONCE), f"{transport}: the connection stayed open"
+        leaked = await settle(before, srv)
+        assert not leaked, f"{transport}: tasks left running: {leaked}"
+    assert srv.connections == 1 and len(srv.requests) == 1, (
+        f"{transport}: {len(srv.requests)} requests sent, one after the client closed"
+    )
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("own_http_client", [False, True])
+async def test_a_stream_opened_on_a_closed_client_is_refused_at_once(
+    transport: str, own_http_client: bool
+) -> None:
+    """Nothing is sent on a closed client, whether or not fluxstream made its HTTP client
+    (a caller's own is left open, and keeps serving its other users)."""
+
+    async def answer(conn: Conn) -> None:
+        if await conn.request():
+            await conn.send(sse_head(CLOSE) + BODY)
+
+    async with serve_faults(answer) as srv:
+        http = httpx.AsyncClient() if own_http_client else None
+        c = fluxstream.AsyncClient(srv.base, api_key="sk-parity", transport=transport,
+                                   http_client=http)
+        await c.aclose()
+        stream = c.chat.stream(model="m", messages=MSG)
+        started = time.monotonic()
+        with pytest.raises(APIConnectionError, match="closed"):
+            async with stream:
+                pass
+        assert time.monotonic() - started < AT_ONCE
+        assert stream.outcome is Outcome.FAILED and stream.stats.attempts == 0
+        assert srv.requests == []
+        if http is not None:
+            assert not http.is_closed
+            await http.aclose()
