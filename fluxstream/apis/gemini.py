@@ -85,6 +85,13 @@ class Gemini(Api):
         config = body.get("generationConfig")
         return {**body, **config} if isinstance(config, Mapping) else body
 
+    def with_length_cap(self, body: Mapping[str, Any], cap: int) -> dict[str, Any]:
+        """In ``generationConfig`` (Google refuses a top-level ``maxOutputTokens``)."""
+        config = body.get("generationConfig")
+        rest = {k: v for k, v in body.items() if k != self.max_tokens_field}
+        return {**rest, "generationConfig": {
+            **(config if isinstance(config, Mapping) else {}), self.max_tokens_field: cap}}
+
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]
     ) -> dict[str, Any]:

@@ -39,7 +39,7 @@ def convert_body(body: Mapping[str, Any], source: Api, target: Api) -> dict[str,
     elif system:
         messages.append({"role": "system", "content": system})
     messages += turns
-    limit = settings.get(source.max_tokens_field)
+    limit = source.length_cap(body)
     if limit is not None:
         fields[target.max_tokens_field] = limit
     tools = _functions(body, source)
