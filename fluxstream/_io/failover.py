@@ -164,6 +164,7 @@ class Route:
         reply = channel.parser.reply
         self._usage_before = reply.usage
         self._restored = self._chars_before = content_characters(reply)
+        self._start = len(reply.text)  # a resumed reply's text came before its segments
 
     @property
     def current(self) -> Target:

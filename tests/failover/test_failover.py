@@ -223,3 +223,26 @@ async def test_cool_down_skips_a_failing_upstream_for_a_while(fallback: ServerTh
     assert (second.segments[0].kind, second.segments[0].detail) == (SegmentEnd.COOLING_DOWN, "")
     assert second.segments[0].requests == 0
     assert second.outcome is Outcome.DONE and second.text == first.text
+
+
+async def test_a_reply_cut_where_it_is_served_says_so_in_its_segment(
+    fallback: ServerThread,
+) -> None:
+    """A sentinel without a finish reason (llama-cpp-python's interrupted stream) ends the
+    reply ``truncated`` where it is: the serving segment's kind says so, with the reason."""
+    from raw_upstream import HEAD, read_request, text, upstream
+
+    async def interrupted(sock: Any, index: int) -> None:
+        await read_request(sock)
+        await sock.send(HEAD + text("Hello") + b"data: [DONE]\n\n")
+
+    async with upstream(interrupted) as primary:
+        async with fluxstream.AsyncClient(
+            primary.base, api_key="k", fallbacks=[Upstream(fallback.base_url)],
+        ) as client:
+            reply = await client.chat.stream(model="m", messages=MSG).until_done()
+    assert reply.outcome is Outcome.TRUNCATED and reply.text == "Hello"
+    (only,) = reply.segments
+    assert only.kind is SegmentEnd.TRUNCATED and "finish reason" in only.detail
+    assert only.ended == f"truncated: {only.detail}" and (only.start, only.end) == (0, 5)
+    assert only.usage is None and only.usage_estimate is not None  # estimated: it generated
