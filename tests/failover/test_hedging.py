@@ -255,7 +255,7 @@ async def test_a_hedge_failing_after_the_first_delivers_both_handoffs_in_order(
     to the third upstream, and the caller sees both moves, in the order they happened."""
     expected = await answer_of(clean)
     with ServerThread(profile="openai", faults="delay=0.3,status=503") as primary, \
-            ServerThread(profile="openai", faults="delay=0.6,status=503") as second, \
+            ServerThread(profile="openai", faults="delay=1.2,status=503") as second, \
             ServerThread(profile="openai") as third:
         async with three(primary, second, third, hedge_after=0.1) as client:
             stream = client.chat.stream(model="m", messages=MSG)
