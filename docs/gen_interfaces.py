@@ -9,7 +9,8 @@ attribute or constant. So a new public name, field or method appears in the docs
 this script, and a name without documentation shows up as such. Only the part between the
 two markers is generated; the hand-written text around it is kept as it is.
 
-Needs the ``redis`` extra (``fluxstream.relay.RedisReplyLog`` is imported to be described).
+Needs the ``redis`` and ``otel`` extras (``fluxstream.relay.RedisReplyLog`` and
+``fluxstream.otel`` are imported to be described).
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ END = "<!-- END generated -->"
 MODULES = [
     ("fluxstream", "events, the reply, the parser, the client and its policies"),
     ("fluxstream.errors", "every error fluxstream raises; all are `FluxstreamError`"),
+    ("fluxstream.reply", "the assembled reply, its segments, usage and estimates"),
+    ("fluxstream.upstream", "where a reply may come from, and when a stream moves on"),
+    ("fluxstream.usage", "usage estimated when none came, and cost from the caller's prices"),
+    ("fluxstream.otel", "OpenTelemetry spans and metrics (the `otel` extra)"),
     ("fluxstream.structured", "typed partial objects and structured output"),
     ("fluxstream.relay", "one reply followed from any worker, process or browser"),
     ("fluxstream.server", "the embedded OpenAI-compatible server, for demos and tests"),

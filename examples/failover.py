@@ -5,8 +5,8 @@ The primary speaks Anthropic Messages and drops the connection in mid-answer; it
 partial answer and goes on from there. The caller sees one stream and one reply: a ``Handoff``
 event says where the reply went on and from which offset, the text events go on at that
 offset (a renderer writing ``buf[offset:]`` never shows a character twice), and
-``reply.segments`` says which upstream delivered which characters, with the usage each
-reported.
+``reply.segments`` says which upstream delivered which characters and how its part ended,
+with the usage each reported, or its estimate when it was cut before its final count.
 
 Two embedded servers on 127.0.0.1, so it runs offline:  python examples/failover.py
 """
@@ -50,11 +50,15 @@ async def main() -> None:
             reply = stream.reply
             print(f"\n\noutcome: {reply.outcome.value if reply.outcome else None}")
             for s in reply.segments:  # who delivered which characters, and what it cost
-                tokens = s.usage.total_tokens if s.usage else None
+                if s.usage_estimate is not None:  # cut before its final count: estimated
+                    tokens = f"~{s.usage_estimate.output_tokens} output tokens (estimated)"
+                else:
+                    tokens = f"{s.usage.total_tokens if s.usage else None} tokens"
                 print(f"segment: {s.upstream} ({s.api}, {s.model}) characters {s.start}-{s.end},"
-                      f" {s.requests} request(s), {tokens} tokens, ended: {s.ended}")
+                      f" {s.requests} request(s), {tokens}, {s.kind}: {s.detail or 'ok'}")
             total = reply.total_usage
-            print(f"total usage: {total.total_tokens if total else None} tokens")
+            estimated = " (estimated in part)" if total and total.estimated else ""
+            print(f"total usage: {total.total_tokens if total else None} tokens{estimated}")
             assert shown == reply.text
             assert [s.api for s in reply.segments] == ["anthropic_messages", "chat_completions"]
 

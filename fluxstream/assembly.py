@@ -34,7 +34,9 @@ Why it looks the way it does:
   the others keep ``finish_reason=None``.
 * **Usage.** Every usage object is kept in order (``Reply.usage_updates``, at most
   ``_MAX_USAGE_UPDATES``: past that the last entry is replaced, so memory stays bounded when a
-  server sends usage on every chunk); ``Reply.usage`` is the last one received.
+  server sends usage on every chunk); ``Reply.usage`` is the last one received, and
+  ``Reply.usage_partial`` whether it was only a snapshot sent before the end (see
+  :class:`~fluxstream.events.UsageUpdate`), not the format's final count.
 """
 
 from __future__ import annotations
@@ -233,6 +235,8 @@ class ReplyAssembler:
         self.usage: Usage | None = None
         #: Every usage object received, in order (see ``_MAX_USAGE_UPDATES``).
         self.usage_updates: list[Usage] = []
+        #: Whether :attr:`usage` is only an early snapshot, not the format's final count.
+        self.usage_partial = False
         #: Set once the stream has ended (:mod:`fluxstream.usage`): every later snapshot
         #: carries them.
         self.usage_estimate: UsageEstimate | None = None
@@ -351,6 +355,7 @@ class ReplyAssembler:
                 elif cls is UsageUpdate:
                     assert isinstance(ev, UsageUpdate)
                     self.usage = ev.usage
+                    self.usage_partial = not ev.final
                     updates = self.usage_updates
                     if len(updates) < _MAX_USAGE_UPDATES:
                         updates.append(ev.usage)
@@ -468,6 +473,19 @@ class ReplyAssembler:
             return []
         return self._end(Outcome.CANCELLED, Outcome.CANCELLED, reason)
 
+    def end_at_length(self, reason: str) -> list[Event]:
+        """End here, complete: the reply's length cap is spent (counted by the caller across
+        the upstreams that served it). Every choice without a finish reason finishes
+        ``length``, as a model that reached the cap does; the outcome is ``finished``."""
+        if self.finished:
+            return []
+        finishes: list[Event] = [
+            Finish(self.key, st.index, "length", "length")
+            for st in self._choices.values() if st.finish is None
+        ]
+        out = self.feed(finishes) if finishes else []
+        return out + self.end(sentinel=False, cut=False, reason=reason)
+
     def fail(self, reason: str) -> list[Event]:
         if self.finished:
             return []
@@ -486,6 +504,7 @@ class ReplyAssembler:
         self._size = 0
         self.usage = None
         self.usage_updates = []
+        self.usage_partial = False
         self.error = None
         self.outcome = self.stream_end = None
         self.end_reason = None
@@ -549,6 +568,7 @@ class ReplyAssembler:
             )
         self.usage = reply.usage
         self.usage_updates = list(reply.usage_updates[:_MAX_USAGE_UPDATES])
+        self.usage_partial = reply.usage_partial
         self._size = sum(
             len(c.text) + len(c.reasoning or "") + len(c.refusal or "")
             + sum(len(t.arguments) for t in c.tool_calls)
@@ -595,6 +615,7 @@ class ReplyAssembler:
                 "choices": list(self.choices()),
                 "usage": self.usage,
                 "usage_updates": list(self.usage_updates),
+                "usage_partial": self.usage_partial,
                 "usage_estimate": self.usage_estimate,
                 "cost": self.cost,
                 "error": self.error,

@@ -140,9 +140,16 @@ class ReasoningBlock:
 
 @dataclass(frozen=True, slots=True)
 class UsageUpdate:
-    """A non-null ``usage`` object arrived; the last one wins."""
+    """A non-null ``usage`` object arrived; the last one wins.
+
+    ``final`` is false for a snapshot a format sends before the reply's end (Anthropic's
+    ``message_start`` with its placeholder ``output_tokens: 1``, Gemini's running
+    ``usageMetadata``, a Chat Completions chunk's running totals while a choice is still
+    going): its output count is not the reply's, so a stream that ends on one gets its
+    output tokens estimated (:attr:`fluxstream.reply.Reply.usage_estimate`)."""
 
     usage: Usage
+    final: bool = True
     type: Literal["usage"] = field(default="usage", init=False)
 
 

@@ -339,6 +339,14 @@ class StreamParser:
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""
         return self._assembler.cancel(reason)
 
+    def end_at_length(self, reason: str) -> list[Event]:
+        """The reply's length cap is spent (a reply continued across upstreams, counted by
+        the I/O layer): what an echo check still holds is delivered, every unfinished
+        choice finishes ``length`` and the reply ends ``finished``, nothing more asked."""
+        self._held = []
+        events = self._apply([], end=False, final=True)
+        return events + self._assembler.end_at_length(reason)
+
     def fail(self, reason: str, error: BaseException | None = None) -> list[Event]:
         """The transport or protocol failed (``error`` is informational): outcome ``failed``."""
         self._deferred = None

@@ -40,8 +40,10 @@ __all__ = [
     "Outcome",
     "Reply",
     "Segment",
+    "SegmentEnd",
     "StopReason",
     "ToolCall",
+    "TotalUsage",
     "Usage",
     "UsageEstimate",
     "unified_stop",
@@ -240,12 +242,15 @@ class ErrorInfo(BaseModel):
 
 
 class UsageEstimate(BaseModel):
-    """Token usage *estimated* by fluxstream for a reply whose server reported none (a
-    cancelled or cut stream, a server that never sends usage): never the provider's count.
+    """Token usage *estimated* by fluxstream for a reply whose server reported no final count
+    (a cancelled or cut stream, a server that never sends usage, or only a snapshot sent
+    before the end, such as Anthropic's ``message_start`` with its placeholder
+    ``output_tokens: 1``): never the provider's count.
 
     ``output_tokens`` is counted from the content received (text, reasoning, refusal and
     tool-call arguments, every choice; see :func:`fluxstream.usage.estimate_output_tokens`
-    for the heuristic); ``input_tokens`` is the count the server reported for an earlier
+    for the heuristic), never fewer than a snapshot had already counted; ``input_tokens`` is
+    the snapshot's count if one came, else the count the server reported for an earlier
     reply of the same content key on the same client, if one did (``None`` otherwise).
     """
 
@@ -255,16 +260,47 @@ class UsageEstimate(BaseModel):
     estimated: Literal[True] = True
 
 
+class SegmentEnd(str, Enum):
+    """How one upstream's part of a reply ended (:attr:`Segment.kind`): a closed vocabulary,
+    so code can branch on it; :attr:`Segment.detail` says the rest in words."""
+
+    #: It served the reply to its end (the reply's outcome ``done`` or ``finished``).
+    DONE = "done"
+    #: Its response broke off after it had delivered content (a drop, a transport error, a
+    #: stall or idle timeout): the reply went on elsewhere.
+    DROPPED = "dropped"
+    #: It delivered no content (an HTTP status, a connect error, no first token in time, a
+    #: drop before content), or the reply failed while it served.
+    FAILED = "failed"
+    #: An error event came in its stream (a busy provider's ``overloaded_error`` ...).
+    ERROR_EVENT = "error_event"
+    #: It lost a hedged race (:class:`fluxstream.upstream.Failover` ``hedge_after``): its
+    #: connection was aborted, its request is still listed for billing.
+    LOST_HEDGE = "lost_hedge"
+    #: Not asked: the circuit breaker had it cooling down.
+    COOLING_DOWN = "cooling_down"
+    #: The caller cancelled while it served or raced.
+    CANCELLED = "cancelled"
+    #: The reply ended cut short while it served, with no upstream left to go on.
+    TRUNCATED = "truncated"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class Segment(BaseModel):
     """One upstream's part of a reply (see :class:`fluxstream.upstream.Upstream`): who served
-    it, which span of choice 0's text it delivered, and how it ended.
+    it, which span of choice 0's text it delivered, how it ended and what it cost.
 
     ``start``/``end`` are code-point offsets of choice 0's text (``end - start`` characters
     came from this upstream; ``start == end`` for an upstream that delivered nothing: failed
-    before content, or skipped while cooling down). ``ended`` says why the reply moved on
-    (``"dropped: ..."``, ``"failed: ..."``, ``"skipped: cooling down"``) or, for the last
-    segment, the reply's outcome. ``usage`` is what that upstream reported (billing is per
-    upstream); ``requests`` the requests sent to it.
+    before content, lost a hedge, or skipped while cooling down). ``kind`` says how its part
+    ended (:class:`SegmentEnd`), ``detail`` why, in words (the error, the timeout; empty for a
+    reply served to its end). ``usage`` is the usage that upstream reported (billing is per
+    upstream); when it delivered content but reported no final count (cut before its usage
+    came, or only a snapshot such as Anthropic's ``message_start``), ``usage_estimate`` is
+    fluxstream's estimate of its tokens (marked estimated), and the one to bill.
+    ``requests`` is the requests sent to it.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -274,9 +310,39 @@ class Segment(BaseModel):
     model: str | None = None
     start: int = 0
     end: int = 0
-    ended: str = ""
+    kind: SegmentEnd = SegmentEnd.DONE
+    detail: str = ""
     usage: Usage | None = None
+    usage_estimate: UsageEstimate | None = None
     requests: int = 0
+
+    @property
+    def ended(self) -> str:
+        """:attr:`kind` and :attr:`detail` in one line (``"failed: APIStatusError: HTTP
+        503: ..."``, ``"lost_hedge"``, ``"done"``), for a log or a display."""
+        return f"{self.kind.value}: {self.detail}" if self.detail else self.kind.value
+
+
+class TotalUsage(Usage):
+    """:attr:`Reply.total_usage`: the tokens of every upstream of a reply added up;
+    ``estimated`` when any part of it is fluxstream's estimate (an upstream that delivered
+    content but reported no final count)."""
+
+    estimated: bool = False
+
+
+def _counts(
+    usage: Usage | None, estimate: UsageEstimate | None
+) -> tuple[int, int, int, bool] | None:
+    """Input, output and total tokens of one part (its estimate when it has one: it is set
+    only when no final count came), and whether they are estimated."""
+    if estimate is not None:
+        inputs = estimate.input_tokens or 0
+        return inputs, estimate.output_tokens, inputs + estimate.output_tokens, True
+    if usage is None:
+        return None
+    inputs, outputs = usage.prompt_tokens or 0, usage.completion_tokens or 0
+    return inputs, outputs, usage.total_tokens or inputs + outputs, False
 
 
 class Reply(BaseModel):
@@ -297,13 +363,20 @@ class Reply(BaseModel):
     #: Every usage object received, in order (at most 64: past that the last entry is
     #: replaced, so ``usage_updates[-1]`` is always ``usage``).
     usage_updates: list[Usage] = []
-    #: Set when the stream ended without any ``usage`` (then ``usage`` stays ``None``): the
-    #: tokens estimated from what arrived (:class:`UsageEstimate`). ``None`` while streaming
-    #: and whenever the server reported usage.
+    #: Whether ``usage`` is only a snapshot the format sent before the end (Anthropic's
+    #: ``message_start`` with its placeholder ``output_tokens: 1``, Gemini's running
+    #: ``usageMetadata``, a Chat chunk's running totals), not the provider's final count.
+    usage_partial: bool = False
+    #: Set when the stream ended without a final usage (no ``usage`` at all, or only a
+    #: snapshot: ``usage_partial``): the tokens estimated from what arrived
+    #: (:class:`UsageEstimate`); then it, not ``usage``, is the count to bill. ``None``
+    #: while streaming and whenever the server reported its final usage.
     usage_estimate: UsageEstimate | None = None
     #: What the reply cost, in the currency of the client's ``prices`` (per million tokens,
-    #: for its model): from ``usage`` when reported, else from ``usage_estimate`` (then an
-    #: estimate too). ``None`` while streaming, or without a price for the model.
+    #: for its model): from ``usage_estimate`` when there is one (then an estimate too), else
+    #: from ``usage``; a reply served by several upstreams adds up each one's part, priced
+    #: by its model. Never negative. ``None`` while streaming, or without a price for a model
+    #: that has tokens to bill.
     cost: Decimal | None = None
     error: ErrorInfo | None = None
     outcome: Outcome | None = None
@@ -323,19 +396,26 @@ class Reply(BaseModel):
     segments: list[Segment] = []
 
     @property
-    def total_usage(self) -> Usage | None:
-        """The tokens of every upstream added up (:attr:`usage` without fallbacks): a reply
-        continued elsewhere was billed by each upstream it used."""
-        used = [s.usage for s in self.segments if s.usage is not None]
-        if not self.segments or not used:
-            return self.usage
-        return Usage(
-            prompt_tokens=sum(u.prompt_tokens or 0 for u in used),
-            completion_tokens=sum(u.completion_tokens or 0 for u in used),
-            total_tokens=sum(
-                u.total_tokens or (u.prompt_tokens or 0) + (u.completion_tokens or 0)
-                for u in used
-            ),
+    def total_usage(self) -> TotalUsage | None:
+        """The tokens of every upstream added up: a reply continued elsewhere was billed by
+        each upstream it used. Each part is its reported usage or, for an upstream that
+        delivered content without a final count, its estimate; ``estimated`` says whether
+        any part is one. Without fallbacks: :attr:`usage` (or :attr:`usage_estimate`) as a
+        total. ``None`` when there is nothing to add up."""
+        parts = [_counts(s.usage, s.usage_estimate) for s in self.segments]
+        counted = [p for p in parts if p is not None]
+        if not counted:
+            own = _counts(self.usage, self.usage_estimate)
+            if own is None:
+                return None
+            if self.usage is not None and not own[3]:  # reported: every field it has, kept
+                return TotalUsage.model_validate({**self.usage.model_dump(), "estimated": False})
+            counted = [own]
+        return TotalUsage(
+            prompt_tokens=sum(p[0] for p in counted),
+            completion_tokens=sum(p[1] for p in counted),
+            total_tokens=sum(p[2] for p in counted),
+            estimated=any(p[3] for p in counted),
         )
 
     @property

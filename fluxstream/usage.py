@@ -2,12 +2,20 @@
 the cost of a reply from prices the caller gives.
 
 A stream that is cancelled, cut, or served by a server that never sends ``usage`` ends with
-``reply.usage`` ``None``. The client's :class:`UsageLedger` settles every reply when its
-stream ends: it fills ``reply.usage_estimate`` (a :class:`~fluxstream.reply.UsageEstimate`,
-always marked estimated) in that case, and ``reply.cost`` when the caller priced the model.
-It remembers the input tokens the server reported per content key (bounded), so a reply of a
-content key whose earlier reply reported them (a retry of the same request by the caller, a
-second stream resumed from a token) gets them in its estimate.
+``reply.usage`` ``None``, or with only a snapshot the format sent before the end
+(``reply.usage_partial``: Anthropic's ``message_start`` says ``output_tokens: 1``,
+Gemini's running ``usageMetadata`` counts the output so far). The client's
+:class:`UsageLedger` settles every reply when its stream ends: it fills
+``reply.usage_estimate`` (a :class:`~fluxstream.reply.UsageEstimate`, always marked estimated)
+in those cases, and ``reply.cost`` when the caller priced the model. It remembers the input
+tokens the server reported per content key (bounded), so a reply of a content key whose
+earlier reply reported them (a retry of the same request by the caller, a second stream
+resumed from a token) gets them in its estimate.
+
+A reply served by several upstreams (:class:`~fluxstream.upstream.Upstream`) is billed per
+part: each :class:`~fluxstream.reply.Segment` carries its reported usage or, when none was
+final, its estimate (:func:`estimate_part`), and the cost adds the parts up, each priced by
+its own model.
 
 No price table is shipped: prices change. The caller passes :class:`ModelPrice` per model
 (``AsyncClient(prices={"gpt-4o-mini": ModelPrice(input="0.15", output="0.60")})``).
@@ -19,11 +27,14 @@ import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 
-from .reply import Reply, UsageEstimate
+from .reply import Reply, Usage, UsageEstimate
 
-__all__ = ["ModelPrice", "UsageLedger", "estimate_output_tokens", "reply_cost"]
+__all__ = [
+    "ModelPrice", "UsageLedger", "content_characters", "estimate_output_tokens",
+    "estimate_part", "reply_cost",
+]
 
 #: One token per delta while deltas average at most this many characters: servers that stream
 #: one token per chunk (llama.cpp, vLLM, OpenAI) send deltas of one token, which is a few
@@ -53,18 +64,54 @@ def estimate_output_tokens(content_events: int, characters: int) -> int:
     return max(content_events, math.ceil(characters / CHARS_PER_TOKEN))
 
 
+def estimate_part(
+    content_events: int, characters: int, snapshot: Usage | None
+) -> UsageEstimate:
+    """The estimated tokens of one part of a reply (an upstream's segment, or a whole stream)
+    that ended without a final usage: ``content_events`` deltas carrying ``characters`` code
+    points, and the ``snapshot`` it reported before its end, if any. Its output never counts
+    fewer than the snapshot had (a running count is true so far; Anthropic's placeholder 1
+    is not more than any content); its input is the snapshot's (known at the start)."""
+    output = estimate_output_tokens(content_events, characters)
+    inputs = None
+    if snapshot is not None:
+        output = max(output, snapshot.completion_tokens or 0)
+        inputs = snapshot.prompt_tokens
+    return UsageEstimate(output_tokens=output, input_tokens=inputs)
+
+
+def _price(value: Decimal | str | int | None, name: str) -> None:
+    if value is None:
+        return
+    try:
+        number = Decimal(value)
+    except (InvalidOperation, TypeError, ValueError):
+        raise ValueError(f"ModelPrice {name} is a decimal number, not {value!r}") from None
+    if not number.is_finite() or number < 0:
+        raise ValueError(f"ModelPrice {name} is a finite price of 0 or more, not {value!r}")
+
+
 @dataclass(frozen=True)
 class ModelPrice:
     """Prices of one model per million tokens, in the caller's currency (``Decimal``, or
     anything ``Decimal`` takes: ``"0.15"``). ``cached_input`` prices the input tokens the
     server read from its prompt cache (``usage.prompt_tokens_details.cached_tokens``);
-    ``None``: as ``input``."""
+    ``None``: as ``input``. A price is a finite number, 0 or more (``ValueError``
+    otherwise), so no cost is ever negative."""
 
     input: Decimal | str | int
     output: Decimal | str | int
     cached_input: Decimal | str | int | None = None
 
+    def __post_init__(self) -> None:
+        _price(self.input, "input")
+        _price(self.output, "output")
+        _price(self.cached_input, "cached_input")
+
     def cost(self, input_tokens: int, output_tokens: int, cached_tokens: int = 0) -> Decimal:
+        """The cost of these counts; a negative count (from no format: they drop them, but a
+        reply may be built by hand or read back from anywhere) counts as none."""
+        input_tokens, output_tokens = max(input_tokens, 0), max(output_tokens, 0)
         cached = min(max(cached_tokens, 0), input_tokens)
         cached_price = self.input if self.cached_input is None else self.cached_input
         total = (
@@ -75,21 +122,42 @@ class ModelPrice:
         return total / _MILLION
 
 
+def _part_cost(
+    price: ModelPrice, usage: Usage | None, estimate: UsageEstimate | None
+) -> Decimal | None:
+    """The cost of one part: from its estimate when it has one (it is set only when no final
+    count came; the snapshot's cached input still counts as cached), else from its usage."""
+    details = usage.prompt_tokens_details if usage is not None else None
+    cached = (details.cached_tokens if details is not None else None) or 0
+    if estimate is not None:
+        return price.cost(estimate.input_tokens or 0, estimate.output_tokens, cached)
+    if usage is None:
+        return None
+    return price.cost(usage.prompt_tokens or 0, usage.completion_tokens or 0, cached)
+
+
 def reply_cost(reply: Reply, prices: Mapping[str, ModelPrice], model: str | None) -> Decimal | None:
     """The cost of ``reply`` from its usage (or its estimate), priced by the reply's own model
-    or else the requested ``model``; ``None`` without a price or any token count."""
-    price = prices.get(reply.model or "") or prices.get(model or "")
-    if price is None:
+    or else the requested ``model``; ``None`` without a price or any token count.
+
+    A reply served by several upstreams is the sum of its segments' costs, each priced by the
+    segment's model (else as above); ``None`` when a segment with tokens to bill has no
+    price (a partial sum would read as the whole bill)."""
+    fallback = prices.get(reply.model or "") or prices.get(model or "")
+    billed = [s for s in reply.segments if s.usage is not None or s.usage_estimate is not None]
+    if billed:
+        total = Decimal(0)
+        for segment in billed:
+            price = prices.get(segment.model or "") or fallback
+            part = None if price is None else _part_cost(
+                price, segment.usage, segment.usage_estimate)
+            if part is None:
+                return None
+            total += part
+        return total
+    if fallback is None:
         return None
-    usage = reply.usage
-    if usage is not None:
-        details = usage.prompt_tokens_details
-        cached = (details.cached_tokens if details is not None else None) or 0
-        return price.cost(usage.prompt_tokens or 0, usage.completion_tokens or 0, cached)
-    estimate = reply.usage_estimate
-    if estimate is None:
-        return None
-    return price.cost(estimate.input_tokens or 0, estimate.output_tokens)
+    return _part_cost(fallback, reply.usage, reply.usage_estimate)
 
 
 def content_characters(reply: Reply) -> int:
@@ -115,23 +183,21 @@ class UsageLedger:
     def settle(
         self, reply: Reply, content_events: int, model: str | None
     ) -> tuple[UsageEstimate | None, Decimal | None]:
-        """The stream of ``reply`` ended: its usage estimate (if no usage came) and its cost
+        """The stream of ``reply`` ended: its usage estimate (if no final usage came) and its cost
         (if its model is priced); remembers its input tokens if they were reported.
         ``content_events``: content deltas received; ``model``: the requested model."""
         key = reply.content_key
         usage = reply.usage
         estimate = reply.usage_estimate
-        if usage is not None:
-            if usage.prompt_tokens is not None and key:
-                self._inputs[key] = usage.prompt_tokens
-                self._inputs.move_to_end(key)
-                if len(self._inputs) > REMEMBERED_KEYS:
-                    self._inputs.popitem(last=False)
-        elif estimate is None:
-            estimate = UsageEstimate(
-                output_tokens=estimate_output_tokens(content_events, content_characters(reply)),
-                input_tokens=self._inputs.get(key) if key else None,
-            )
+        if usage is not None and usage.prompt_tokens is not None and key:
+            self._inputs[key] = usage.prompt_tokens  # a snapshot's input count is true too
+            self._inputs.move_to_end(key)
+            if len(self._inputs) > REMEMBERED_KEYS:
+                self._inputs.popitem(last=False)
+        if estimate is None and (usage is None or reply.usage_partial):
+            estimate = estimate_part(content_events, content_characters(reply), usage)
+            if estimate.input_tokens is None and key:
+                estimate = estimate.model_copy(update={"input_tokens": self._inputs.get(key)})
         if not self.prices:
             return estimate, None
         priced = reply.model_copy(update={"usage_estimate": estimate})

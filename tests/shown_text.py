@@ -7,6 +7,11 @@ from typing import Any
 
 import fluxstream
 
+#: The embedded server's profile of a fallback that counts a continuation's ``max_tokens`` as
+#: providers count a prefill's (the prefix is input): a client asking for what is left of its
+#: cap ends with exactly the uninterrupted reply.
+CONTINUES = "prefix-as-input"
+
 
 async def read_shown(stream: fluxstream.ReplyStream) -> tuple[str, list[Any]]:
     """The text as such a renderer shows it (every text event's offset must be the end of

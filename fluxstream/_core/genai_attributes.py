@@ -37,6 +37,11 @@ REQUEST_NUMBERS = {
     "frequency_penalty": "gen_ai.request.frequency_penalty",
     "presence_penalty": "gen_ai.request.presence_penalty", "seed": "gen_ai.request.seed",
 }
+#: OTLP carries integer attributes as int64: a larger count cannot be encoded (the exporter
+#: would fail the whole batch), so none is set. The formats drop counts long before this
+#: (:data:`fluxstream.formats._base.MAX_TOKEN_COUNT`); a reply built elsewhere (by hand, read
+#: back from a relay or a resume token) may still hold one.
+INT64_MAX = 2**63 - 1
 #: The structured-output types that mean JSON (Chat Completions' ``response_format.type``,
 #: Responses' ``text.format.type``, Anthropic's ``output_format.type``).
 JSON_FORMATS = frozenset({"json_object", "json_schema"})
@@ -52,6 +57,11 @@ class _Fields(NamedTuple):
 
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: int | None) -> int | None:
+    """A token count an attribute can carry: an ``int`` from 0 to :data:`INT64_MAX`."""
+    return value if type(value) is int and 0 <= value <= INT64_MAX else None
 
 
 @lru_cache(maxsize=16)
@@ -142,8 +152,9 @@ def response_attributes(
         out["gen_ai.usage.output_tokens"] = outputs
     usage = reply.usage
     details = usage.prompt_tokens_details if usage is not None else None
-    if details is not None and details.cached_tokens is not None:
-        out["gen_ai.usage.cache_read.input_tokens"] = details.cached_tokens
+    cached = _count(details.cached_tokens) if details is not None else None
+    if cached is not None:
+        out["gen_ai.usage.cache_read.input_tokens"] = cached
     out["fluxstream.usage.estimated"] = estimated
     if reply.cost is not None:
         out["fluxstream.cost"] = float(reply.cost)
@@ -161,13 +172,20 @@ def response_attributes(
 
 
 def tokens_of(reply: Reply) -> tuple[int | None, int | None, bool]:
-    """Input and output tokens, and whether they are fluxstream's estimate."""
-    usage = reply.usage
-    if usage is not None:
-        return usage.prompt_tokens, usage.completion_tokens, False
+    """Input and output tokens, and whether any of them is fluxstream's estimate: a reply
+    that moved between upstreams counts every upstream's (:attr:`Reply.total_usage`); else
+    the estimate when the server sent no final count (none, or only a snapshot such as
+    Anthropic's ``message_start`` placeholder), else its usage. Never a count an int64
+    attribute cannot hold."""
+    total = reply.total_usage if reply.segments else None
+    if total is not None:
+        return _count(total.prompt_tokens), _count(total.completion_tokens), total.estimated
     estimate = reply.usage_estimate
     if estimate is not None:
-        return estimate.input_tokens, estimate.output_tokens, True
+        return _count(estimate.input_tokens), _count(estimate.output_tokens), True
+    usage = reply.usage
+    if usage is not None:
+        return _count(usage.prompt_tokens), _count(usage.completion_tokens), False
     return None, None, False
 
 

@@ -16,6 +16,15 @@ to the next upstream that answers:
 * a reply that cannot be continued (cut inside a tool call's arguments, several choices) is
   restarted there, announced by a ``Reset``.
 
+A continuation asks for what is left of the request's length cap: the cap minus the output
+already delivered (each closed segment's final usage, else its estimate; the part still open
+estimated), and never more than that upstream's own ``max_tokens``. When nothing is left the
+reply ends there, ``finished`` with stop ``length``, as a model that reached the cap ends:
+asking for more would deliver past the cap the caller set.
+
+Each segment carries its usage, or its estimate when it delivered content without a final
+count (:func:`fluxstream.usage.estimate_part`), so the bill of a reply that moved adds up.
+
 The upstream's own retries and resume strategies come first (the reader asks
 :class:`~fluxstream._core.recovery.Recovery` as it would without fallbacks); a hand-off is
 what happens when they are spent. Reasoning is never carried over (see
@@ -25,30 +34,45 @@ what happens when they are spent. Reasoning is never carried over (see
 from __future__ import annotations
 
 import logging
+import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from .._core.failover import CoolDown
-from .._core.progress import DeadlinePassed
+from .._core.progress import DeadlinePassed, Progress
 from ..apis import Api, ApiFeatureError
 from ..apis.portable import convert_body
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
 from ..events import Event, Handoff
 from ..parser import StreamParser
-from ..reply import Segment, Usage
+from ..reply import Outcome, Reply, Segment, SegmentEnd, Usage, UsageEstimate
+from ..usage import CHARS_PER_TOKEN, content_characters, estimate_part
 from .attempt import Attempt, RequestSpec
 from .channel import Channel
 
 __all__ = [
-    "FAILOVER_ERRORS", "Route", "Target", "continue_here", "hand_off", "reason_of", "start_on",
+    "ERROR_EVENT", "FAILOVER_ERRORS", "Route", "Target", "continue_here", "hand_off",
+    "reason_of", "segment_end", "start_on",
 ]
 
 logger = logging.getLogger("fluxstream")
 
 #: Failures of a request that another upstream may not share.
 FAILOVER_ERRORS = (APIConnectionError, APITimeoutError, APIStatusError, DeadlinePassed)
+#: How every reason of a failover for an in-stream error event begins.
+ERROR_EVENT = "error event"
+#: A segment's kind by the reply's outcome, when the stream ended on it.
+_BY_OUTCOME = {
+    Outcome.DONE: SegmentEnd.DONE, Outcome.FINISHED: SegmentEnd.DONE,
+    Outcome.TRUNCATED: SegmentEnd.TRUNCATED, Outcome.CANCELLED: SegmentEnd.CANCELLED,
+    Outcome.FAILED: SegmentEnd.FAILED,
+}
+#: Connects an upstream before content, the way the stream's first request is connected
+#: (raced against the next upstream with ``hedge_after``): the attempt and the events to
+#: deliver first.
+Connect = Callable[[], Awaitable[tuple[Attempt, list[Event]]]]
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,16 @@ def reason_of(exc: BaseException | None) -> str:
     if isinstance(exc, DeadlinePassed):
         return f"{exc.deadline.value} timeout"
     return one_line(f"{type(exc).__name__}: {exc}")[:200]
+
+
+def segment_end(reason: str, delivered: bool) -> SegmentEnd:
+    """The kind of a segment that ended for ``reason`` (a handoff's), ``delivered``: whether
+    that upstream delivered content. An error event is one whenever it came; otherwise an
+    upstream that delivered content and broke off was dropped, one that delivered none
+    failed (a status, a connect error, no first token in time, a drop before content)."""
+    if reason.startswith(ERROR_EVENT):
+        return SegmentEnd.ERROR_EVENT
+    return SegmentEnd.DROPPED if delivered else SegmentEnd.FAILED
 
 
 class Route:
@@ -105,11 +139,32 @@ class Route:
         #: The latest failure of a request to a fallback: what a stream that found no
         #: upstream left raises (the first upstream's failure is its cause).
         self.last_error: BaseException | None = None
+        #: Handoffs made but not delivered yet: a hedge moved the route, then its request
+        #: failed too (raised, not returned); the next events delivered start with them.
+        self.undelivered: list[Event] = []
         self._finished = False
         self._done: list[Segment] = []
         self._start = 0
-        self._usage_seen = 0
-        self._requests_before = 0
+        #: The stream's clocks (content deltas counted): set by :meth:`attach`.
+        self._progress: Progress | None = None
+        #: Where the open segment began: the reply's usage object then (a later one is its
+        #: own), the content deltas and the code points of content then.
+        self._usage_before: Usage | None = None
+        self._events_before = 0
+        self._chars_before = 0
+        #: Output tokens of the closed segments that delivered content, and ``_restored``:
+        #: code points a resume token's reply held before this stream (spent already).
+        self._spent = 0
+        self._restored = 0
+
+    def attach(self, channel: Channel) -> None:
+        """The stream's channel, once, before anything is read: its clocks count each
+        segment's content, and a reply taken over from a resume token counts as spent."""
+        self._progress = channel.progress
+        reply = channel.parser.reply
+        self._usage_before = reply.usage
+        self._restored = self._chars_before = content_characters(reply)
+        self._start = len(reply.text)  # a resumed reply's text came before its segments
 
     @property
     def current(self) -> Target:
@@ -134,7 +189,7 @@ class Route:
         if target.model is not None:
             body["model"] = target.model
         if target.max_tokens is not None:
-            body[target.api.max_tokens_field] = target.max_tokens
+            body = target.api.with_length_cap(body, target.max_tokens)
         if target is not self.targets[0]:
             target.api.ask_usage(body)
         body["stream"] = True
@@ -148,34 +203,90 @@ class Route:
 
     def _skipped(self, target: Target) -> None:
         logger.info("upstream %s skipped: cooling down", target.label)
-        self._done.append(Segment(
-            upstream=target.label, api=target.api.name, model=self.model_of(target),
-            start=self._start, end=self._start, ended="skipped: cooling down",
-        ))
+        self.noted(target, SegmentEnd.COOLING_DOWN, "", 0)
 
-    def close_segment(self, parser: StreamParser, ended: str, requests: int) -> None:
-        """The serving upstream's part ends (``ended``: why)."""
+    def _open_part(self, reply: Reply) -> tuple[int, int, Usage | None]:
+        """The open segment so far: its content deltas, code points of content (all of the
+        reply's when it started over since: a restart), and the usage it reported."""
+        progress = self._progress
+        events = progress.content_events - self._events_before if progress is not None else 0
+        chars = content_characters(reply)
+        if chars >= self._chars_before:
+            chars -= self._chars_before
+        usage = reply.usage if reply.usage is not self._usage_before else None
+        return events, chars, usage
+
+    def _output(self, reply: Reply) -> tuple[int, Usage | None, UsageEstimate | None]:
+        """The open segment's output tokens (its final usage's, else estimated; 0 when it
+        delivered nothing), its usage, and its estimate (``None`` with a final usage)."""
+        events, chars, usage = self._open_part(reply)
+        if usage is not None and not reply.usage_partial:
+            return usage.completion_tokens or 0, usage, None
+        if not (events or chars):
+            return 0, usage, None
+        estimate = estimate_part(events, chars, usage)
+        return estimate.output_tokens, usage, estimate
+
+    def close_segment(
+        self, parser: StreamParser, ended: str, requests: int, kind: SegmentEnd | None = None,
+    ) -> None:
+        """The serving upstream's part ends (``ended``: why; ``kind``: how, else worked out
+        from the reason and whether it delivered content, see :func:`segment_end`)."""
         reply = parser.reply
         target = self.current
         end = len(reply.choices[0].text) if reply.choices else 0
-        grew = len(reply.usage_updates) > self._usage_seen
-        usage: Usage | None = reply.usage if grew else None
+        output, usage, estimate = self._output(reply)
+        delivered = end > self._start or estimate is not None or (usage is not None and output)
         self._done.append(Segment(
             upstream=target.label, api=target.api.name, model=self.model_of(target),
-            start=self._start, end=max(end, self._start), ended=ended, usage=usage,
-            requests=requests,
+            start=self._start, end=max(end, self._start),
+            kind=segment_end(ended, bool(delivered)) if kind is None else kind,
+            detail=ended, usage=usage, usage_estimate=estimate, requests=requests,
         ))
+        if delivered:
+            self._spent += output
         self._start = end
-        self._usage_seen = len(reply.usage_updates)
+        self._usage_before = reply.usage
+        progress = self._progress
+        self._events_before = progress.content_events if progress is not None else 0
+        self._chars_before = content_characters(reply)
         parser.segments = list(self._done)
 
-    def noted(self, target: Target, ended: str, requests: int) -> None:
+    def restarted(self) -> None:
+        """The reply started over (a ``Reset``): nothing of it is shown any more."""
+        self._chars_before = self._restored = self._spent = 0
+        self._usage_before = None
+
+    def noted(self, target: Target, kind: SegmentEnd, detail: str, requests: int) -> None:
         """A segment for ``target``, which delivered nothing while another upstream serves
-        (a hedge that lost its race or failed, or the one it beat)."""
+        (a hedge that lost its race or failed, the one it beat, one cooling down)."""
         self._done.append(Segment(
             upstream=target.label, api=target.api.name, model=self.model_of(target),
-            start=self._start, end=self._start, ended=ended, requests=requests,
+            start=self._start, end=self._start, kind=kind, detail=detail, requests=requests,
         ))
+
+    def take_undelivered(self) -> list[Event]:
+        events, self.undelivered = self.undelivered, []
+        return events
+
+    # ------------------------------------------------------------------ the length cap
+
+    def spent(self, parser: StreamParser) -> int:
+        """Output tokens the reply has used so far: the closed segments', the open one's, and
+        a resume token's reply (its code points a token per :data:`CHARS_PER_TOKEN`)."""
+        open_part, _, _ = self._output(parser.reply)
+        return self._spent + open_part + math.ceil(self._restored / CHARS_PER_TOKEN)
+
+    def left(self, target: Target | None, parser: StreamParser) -> int | None:
+        """What a continuation on ``target`` (``None``: none is left) may ask for: the
+        request's length cap minus what was spent, and never more than ``target``'s own
+        ``max_tokens``; ``None`` when neither caps it (the body is sent as it is)."""
+        own = target.max_tokens if target is not None else None
+        cap = self.targets[0].api.length_cap(self.body)
+        if cap is None:
+            return own
+        left = cap - self.spent(parser)
+        return left if own is None else min(left, own)
 
     def peek(self, now: float) -> Target | None:
         """The upstream :meth:`advance` would move to at ``now``, without moving."""
@@ -222,8 +333,11 @@ class Route:
         if self.exhausted:
             parser.segments = list(self._done)
             return
-        outcome = parser.reply.outcome
-        self.close_segment(parser, outcome.value if outcome is not None else "ended", requests)
+        reply = parser.reply
+        outcome = reply.outcome
+        kind = _BY_OUTCOME.get(outcome, SegmentEnd.TRUNCATED) if outcome else SegmentEnd.TRUNCATED
+        detail = "" if outcome is Outcome.DONE else reply.end_reason or "ended"
+        self.close_segment(parser, detail, requests, kind)
         if self.cooldown is not None and parser.saw_content:
             self.cooldown.succeeded(self.current.label)
 
@@ -241,18 +355,34 @@ def start_on(channel: Channel, route: Route, now: float) -> None:
 
 
 async def hand_off(
-    channel: Channel, route: Route, reason: str
-) -> tuple[Attempt, list[Event]] | None:
+    channel: Channel, route: Route, reason: str, connect: Connect | None = None,
+) -> tuple[Attempt | None, list[Event]] | None:
     """Move ``channel`` to the next upstream that answers (after the serving one failed for
     ``reason``); the attempt and the events to deliver first (a :class:`Handoff` per upstream
-    tried, and a ``Reset`` where the reply starts over), or ``None`` when none is left."""
+    tried, and a ``Reset`` where the reply starts over), or ``None`` when none is left.
+
+    Before content the next upstream is asked by ``connect`` when given (the reader's own
+    first connect: hedged against the upstream after it with ``hedge_after``). A
+    continuation with nothing left of the request's length cap asks nobody: the attempt is
+    ``None`` and the events end the reply ``finished``, stop ``length``."""
     parser = channel.parser
     recovery = channel.recovery
-    events: list[Event] = []
+    events: list[Event] = route.take_undelivered()
     while True:
         now = time.monotonic()
         route.failed(now)
         route.close_segment(parser, reason, recovery.attempts)
+        continuing = parser.saw_content and parser.continuable()
+        left = route.left(route.peek(now), parser) if continuing else None
+        if left is not None and left <= 0:
+            route.exhausted = True
+            await channel.close(drain=False)
+            logger.info(
+                "stream %s: the length cap is spent (%s); the reply ends here",
+                show_key(parser.content_key), one_line(reason), extra=channel.log_extra(),
+            )
+            return None, events + parser.end_at_length(
+                f"length cap spent when {one_line(reason)}"[:200])
         target = route.advance(now)
         if target is None:
             route.exhausted = True
@@ -266,7 +396,9 @@ async def hand_off(
         recovery.next_upstream(now)
         if not parser.saw_content:
             channel.progress.start(now)  # its own first-token deadline
-        send, how = _continuation(parser, route, target, body)
+        asked = body if left is None else target.api.with_length_cap(
+            body, _asked(left, parser, target))
+        send, how = _continuation(parser, route, target, asked)
         restarted = how == "restart"
         events.append(Handoff(
             parser.content_key, target.label, target.api.name, route.model_of(target),
@@ -285,11 +417,16 @@ async def hand_off(
         if restarted:
             recovery.restarts += 1
             events += parser.reset(recovery.restarts, f"restarted on {target.label}")
+            route.restarted()
         try:
-            attempt = await _send(channel, route, body, send, how)
+            if how == "ask" and connect is not None:
+                attempt, first = await connect()
+                return attempt, events + first
+            attempt = await _send(channel, route, asked, send, how)
         except FAILOVER_ERRORS as exc:
             route.last_error = exc
             reason = reason_of(exc)
+            events += route.take_undelivered()  # a hedge that moved on, then failed too
             continue
         return attempt, events
 
@@ -298,8 +435,9 @@ async def continue_here(
     channel: Channel, route: Route, reason: str
 ) -> Attempt | None:
     """Continue the delivered text on the upstream serving it now, the way a hand-off to it
-    would (:func:`_continuation`: a prefill, or an assistant turn and an instruction); the
-    attempt, or ``None`` when the reply cannot be continued as text.
+    would (:func:`_continuation`: a prefill, or an assistant turn and an instruction), asking
+    for what is left of the length cap; the attempt, or ``None`` when the reply cannot be
+    continued as text (or nothing is left of the cap: the hand-off that follows ends it).
 
     For a reply whose own resume cannot apply there: a token of a reply another upstream
     was continuing (its ids number that continuation, not the token's request), or a
@@ -311,7 +449,12 @@ async def continue_here(
     recovery = channel.recovery
     if not parser.continuable() or recovery.resumes >= recovery.resume.max_resumes:
         return None
+    left = route.left(route.current, parser)
+    if left is not None and left <= 0:
+        return None
     body = channel.spec.body
+    if left is not None:
+        body = route.current.api.with_length_cap(body, _asked(left, parser, route.current))
     send, how = _continuation(parser, route, route.current, body)
     if send is None:
         return None
@@ -323,6 +466,17 @@ async def continue_here(
     recovery.resumes += 1
     channel.resuming_by = "continuation"
     return await _send(channel, route, body, send, how, fresh_budget=True)
+
+
+def _asked(left: int, parser: StreamParser, target: Target) -> int:
+    """The cap to ask a continuation on ``target`` for when ``left`` tokens are left: one
+    more when the prefill loses its trailing whitespace (Anthropic refuses it, see
+    :meth:`StreamParser.begin_continuation`), since the model writes that again first (the
+    echo cut hides it) and it counts against the cap there; never past ``target``'s own."""
+    text = parser.reply.text
+    if text != text.rstrip() and text.strip():
+        left += 1
+    return left if target.max_tokens is None else min(left, target.max_tokens)
 
 
 async def _send(

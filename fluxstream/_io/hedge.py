@@ -6,8 +6,14 @@ upstream asked first has sent no content ``s`` seconds after the request, the sa
 (translated into the next upstream's API, as a handoff before content sends it) goes there
 too; the first of the two to deliver content serves the reply, and the other is closed at
 once (its connection aborted, so the provider stops generating for nobody), its request kept
-in ``reply.segments`` (``ended="lost hedge"``: billing is never a surprise). Only before
+in ``reply.segments`` (``kind="lost_hedge"``: billing is never a surprise). Only before
 content: once text was shown, another generation could not be merged with it.
+
+Which connects race: the stream's first request, and each request a handoff before content
+sends (the upstream handed to, against the one after it: a failing upstream is often a slow
+one too). Never a retry of the same upstream (its own attempts are the first racer's), never
+after content, and never a hedge that serves because the first failed meanwhile (it was
+asked already; a third request would only add cost).
 
 :class:`Hedge` runs in the reader's first connect, in a task group of two racers. Each reads
 its upstream's bytes into a probe parser of that API (thrown away after: only a parser knows
@@ -21,7 +27,9 @@ deadlines, retries and failover see one connection.
 * The hedge fails (a status, a drop, an error event): that upstream is not asked again by
   this stream, the circuit breaker counts it, and the first upstream goes on alone.
 * The first upstream fails while the hedge is out: the hedge is the next upstream, already
-  asked (no third request): it serves, whatever it answers, announced by a ``Handoff``.
+  asked (no third request): it serves, whatever it answers, announced by a ``Handoff``; if
+  its request fails too, the reply moves on from it as from any upstream, and that
+  ``Handoff`` is still delivered, first (:attr:`Route.undelivered`).
 * The hedge wins: a ``Handoff`` whose reason starts with ``"hedged"``, at offset 0.
 * Losing a race is no failure: the circuit breaker does not count it.
 * ``stream.cancel()``, ``aclose()`` from another task, or a cancelled task closes both.
@@ -41,16 +49,14 @@ from ..errors import APIStatusError, FluxstreamError, show_key
 from ..events import ErrorEvent, Event, Handoff
 from ..observe import SendInfo
 from ..parser import StreamParser
+from ..reply import SegmentEnd
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
-from .failover import FAILOVER_ERRORS, Route, Target, reason_of
+from .failover import FAILOVER_ERRORS, Route, Target, reason_of, segment_end
 
-__all__ = ["LOST", "Hedge", "replayed"]
+__all__ = ["Hedge", "replayed"]
 
 logger = logging.getLogger("fluxstream")
-
-#: How a racer that lost is recorded in ``reply.segments``.
-LOST = "lost hedge"
 #: Bytes read from one racer without content before the race stops waiting on it: it is
 #: talking (pings, metadata), and the reader's own limits decide from there.
 _MAX_BUFFERED = 1 << 20
@@ -118,7 +124,8 @@ class Hedge:
         """The attempt that serves the stream, its bytes read so far put back in front of
         its body, and the events to deliver first (a ``Handoff`` when the hedge serves).
         Raises what the first connect would have raised without hedging when the upstream
-        that serves never answered (the reader's failover takes it from there)."""
+        that serves never answered (the reader's failover takes it from there; a
+        ``Handoff`` made before waits in :attr:`Route.undelivered` for it)."""
         channel, route = self.channel, self.route
         target = route.peek(time.monotonic())
         spec = None
@@ -134,7 +141,6 @@ class Hedge:
         hedge: _Racer | None = None
         serving: _Racer | None = None
         loser: _Racer | None = None
-        events: list[Event] = []
         send, receive = anyio.create_memory_object_stream[_Racer](2)
         try:
             with send, receive:
@@ -153,7 +159,7 @@ class Hedge:
                         )
                         group.start_soon(self._race, hedge, self._hedge_connect(hedge, spec),
                                          send)
-                        serving, loser, events = await self._decide(receive, first, hedge)
+                        serving, loser = await self._decide(receive, first, hedge)
                     group.cancel_scope.cancel()  # the loser, still connecting or reading
             if loser is not None and not self.cancelled:
                 with anyio.CancelScope(shield=True):
@@ -168,54 +174,63 @@ class Hedge:
             with anyio.CancelScope(shield=True):
                 await self._close_all()
             raise AttemptCancelled
-        return self._serve(serving, hedge, spec), events
+        return self._serve(serving, hedge, spec), route.take_undelivered()
 
     # ------------------------------------------------------------------ the race
 
     async def _decide(
         self, receive: MemoryObjectReceiveStream[_Racer], first: _Racer, hedge: _Racer
-    ) -> tuple[_Racer, _Racer | None, list[Event]]:
+    ) -> tuple[_Racer, _Racer | None]:
         """Both are out: the first with content serves, the other loses (its connection is
         aborted here, closed once its task has ended); a failure leaves the other to serve,
-        whatever it answers. The one serving, the loser, and the events to deliver first."""
+        whatever it answers. The one serving and the loser; a ``Handoff`` when the route
+        moves goes to :attr:`Route.undelivered`."""
         settled = await receive.receive()
         route = self.route
         if self.cancelled:
-            return settled, None, []
+            return settled, None
         if settled.won:
             if settled is hedge:
                 self._abort(first)
-                return hedge, first, [self._moved(f"hedged: no content within {self.after:.3g}s",
-                                                  LOST)]
+                self._moved(f"hedged: no content within {self.after:.3g}s",
+                            SegmentEnd.LOST_HEDGE, "")
+                return hedge, first
             self._abort(hedge)
-            route.noted(hedge.target, LOST, 1)
+            route.noted(hedge.target, SegmentEnd.LOST_HEDGE, "", 1)
             route.drop(hedge.target)
-            return first, hedge, []
+            return first, hedge
         if settled is hedge:  # the first upstream goes on alone
             self._failed_hedge(hedge)
             with anyio.CancelScope(shield=True):
                 await self._close(hedge)
-            return await receive.receive(), None, []
+            return await receive.receive(), None
         # the first upstream failed: the hedge is the next upstream, asked already
         route.failed(time.monotonic())
         with anyio.CancelScope(shield=True):
             await self.channel.close(drain=False)
-        handoff = self._moved(first.reason, first.reason)
-        return await receive.receive(), None, [handoff]
+        self._moved(first.reason, segment_end(first.reason, False), first.reason)
+        return await receive.receive(), None
 
     async def _race(
         self, racer: _Racer, connect: Callable[[], Awaitable[Attempt]],
         send: MemoryObjectSendStream[_Racer],
     ) -> None:
-        """Connect, then read until content (or the end, or a failure); report it settled."""
+        """Connect, then read until content (or the end, or a failure); report it settled.
+        A connect that failed leaves no attempt: the racer never answered."""
         try:
-            racer.attempt = await connect()
-            if racer.attempt.is_json:  # the whole reply in one body
-                racer.won = True
-            else:
-                await self._read_first(racer, racer.attempt)
-        except Exception as exc:  # kept: raised or replayed to the reader
+            attempt = await connect()
+        except Exception as exc:  # raised to the reader if this racer is left to serve
+            racer.attempt = None
             racer.error = exc
+        else:
+            racer.attempt = attempt
+            try:
+                if attempt.is_json:  # the whole reply in one body
+                    racer.won = True
+                else:
+                    await self._read_first(racer, attempt)
+            except Exception as exc:  # replayed to the reader after the bytes read
+                racer.error = exc
         await send.send(racer)
 
     async def _read_first(self, racer: _Racer, attempt: Attempt) -> None:
@@ -283,26 +298,27 @@ class Hedge:
 
     # ------------------------------------------------------------------ endings
 
-    def _moved(self, reason: str, ended: str) -> Handoff:
+    def _moved(self, reason: str, kind: SegmentEnd, detail: str) -> None:
         """The route moves to the hedge (before content): the first upstream's segment ends
-        as ``ended`` with its requests, and the hedge has sent one."""
+        (``kind``, ``detail``) with its requests, the hedge has sent one, and the
+        ``Handoff`` waits in :attr:`Route.undelivered` to be delivered first."""
         route, channel = self.route, self.channel
         hedge = self._racers[1].target
         recovery = channel.recovery
-        route.close_segment(channel.parser, ended, recovery.attempts)
+        route.close_segment(channel.parser, detail, recovery.attempts, kind)
         route.take_over(hedge)
         recovery.next_upstream(time.monotonic())
         recovery.attempts = 1
         # A hedge that wins is routine (what it is for); an upstream that failed is not.
         logger.log(
-            logging.INFO if ended == LOST else logging.WARNING, "stream %s: %s; %s serves",
-            show_key(channel.parser.content_key), reason, hedge.label,
-            extra=channel.log_extra(),
+            logging.INFO if kind is SegmentEnd.LOST_HEDGE else logging.WARNING,
+            "stream %s: %s; %s serves", show_key(channel.parser.content_key), reason,
+            hedge.label, extra=channel.log_extra(),
         )
-        return Handoff(
+        route.undelivered.append(Handoff(
             channel.parser.content_key, hedge.label, hedge.api.name, route.model_of(hedge),
             reason, 0,
-        )
+        ))
 
     def _abort(self, racer: _Racer) -> None:
         """``racer`` lost: its connection is aborted now (the server sees it close at once;
@@ -331,7 +347,7 @@ class Hedge:
         )
         if counts and route.cooldown is not None:
             route.cooldown.failed(racer.target.label, time.monotonic())
-        route.noted(racer.target, racer.reason, 1)
+        route.noted(racer.target, segment_end(racer.reason, False), racer.reason, 1)
         route.drop(racer.target)
         logger.info("hedge on %s failed (%s); %s goes on", racer.target.label, racer.reason,
                     self._racers[0].target.label, extra=self.channel.log_extra())
@@ -347,7 +363,7 @@ class Hedge:
             await self._close(hedge)
             route = self.route
             if hedge.target in route.targets[route.index + 1:]:
-                route.noted(hedge.target, "cancelled", 1)
+                route.noted(hedge.target, SegmentEnd.CANCELLED, "", 1)
                 route.drop(hedge.target)
 
     def _serve(self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec) -> Attempt:

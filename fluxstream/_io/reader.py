@@ -89,6 +89,8 @@ class StreamReader:
         self.recovery = Recovery(retry, resume)
         self.progress = Progress(spec.timeouts)
         self.channel = Channel(spec, parser, self.recovery, self.progress)
+        if route is not None:  # each segment's content counted, for its usage and the cap
+            route.attach(self.channel)
         # An error event is the parser's to hold back while an upstream is left to move to.
         parser.hold_errors = route is not None
         #: The race of the first content while a hedge is out (see _connect_first).
@@ -357,7 +359,7 @@ class StreamReader:
         if route is None or route.exhausted or self.cancel_requested or self.ended:
             return None
         try:
-            moved = await hand_off(self.channel, route, reason)
+            moved = await hand_off(self.channel, route, reason, self._connect_first)
         except AttemptCancelled:
             return self._stopped()
         except anyio.get_cancelled_exc_class() as exc:
@@ -371,6 +373,8 @@ class StreamReader:
             self._parser.hold_errors = False  # none left: an error event ends the reply
             return None
         attempt, events = moved
+        if attempt is None:  # the length cap is spent: the reply ends here, complete
+            return self.end(events)
         return events + self._opened(attempt)
 
     async def _error_event(self, events: list[Event], now: float) -> list[Event]:

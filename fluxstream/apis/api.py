@@ -202,6 +202,16 @@ class Api:
         asked (Chat Completions' ``stream_options.include_usage``), keeping what the request
         already says; the others report it unasked, and their requests are left as they are."""
 
+    def length_cap(self, body: Mapping[str, Any]) -> int | None:
+        """``body``'s output length cap (:attr:`max_tokens_field`, where the API keeps it), or
+        ``None`` when it has none that is a positive ``int``."""
+        cap = self.request_settings(body).get(self.max_tokens_field)
+        return cap if type(cap) is int and cap > 0 else None
+
+    def with_length_cap(self, body: Mapping[str, Any], cap: int) -> dict[str, Any]:
+        """``body`` asking for at most ``cap`` output tokens, in the API's own field."""
+        return {**body, self.max_tokens_field: cap}
+
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]
     ) -> dict[str, Any]:

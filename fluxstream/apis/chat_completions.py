@@ -11,6 +11,9 @@ from .api import Api, messages_continuation, object_tools, read_function
 
 __all__ = ["CHAT_COMPLETIONS", "ChatCompletions"]
 
+#: OpenAI's newer name of the length cap (``max_tokens`` is still taken, and by most servers).
+_NEW_CAP = "max_completion_tokens"
+
 
 class ChatCompletions(Api):
     """Chat Completions: structured output as ``response_format``; a continuation is a
@@ -54,6 +57,19 @@ class ChatCompletions(Api):
 
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         body["response_format"] = response_format(fmt)
+
+    def length_cap(self, body: Mapping[str, Any]) -> int | None:
+        """``max_completion_tokens`` (OpenAI's name now), else ``max_tokens``."""
+        for name in (_NEW_CAP, self.max_tokens_field):
+            cap = body.get(name)
+            if type(cap) is int and cap > 0:
+                return cap
+        return None
+
+    def with_length_cap(self, body: Mapping[str, Any], cap: int) -> dict[str, Any]:
+        """In every cap field ``body`` has (``max_tokens`` when it has none)."""
+        names = [n for n in (_NEW_CAP, self.max_tokens_field) if n in body]
+        return {**body, **dict.fromkeys(names or [self.max_tokens_field], cap)}
 
     def prompt_arguments(
         self, model: str, messages: list[Any], fields: Mapping[str, Any], *, include_usage: bool

@@ -129,6 +129,13 @@ class Gemini(Api):
         found = [config for config in configs if isinstance(config, Mapping)]
         return {k: v for source in (body, *found) for k, v in source.items()} if found else body
 
+    def with_length_cap(self, body: Mapping[str, Any], cap: int) -> dict[str, Any]:
+        """In ``generationConfig`` (Google refuses a top-level ``maxOutputTokens``)."""
+        config = body.get("generationConfig")
+        rest = {k: v for k, v in body.items() if k != self.max_tokens_field}
+        return {**rest, "generationConfig": {
+            **(config if isinstance(config, Mapping) else {}), self.max_tokens_field: cap}}
+
     def conversation(
         self, model: str, messages: list[Any], fields: Mapping[str, Any]
     ) -> dict[str, Any]:

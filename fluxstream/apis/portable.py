@@ -40,7 +40,7 @@ def convert_body(body: Mapping[str, Any], source: Api, target: Api) -> dict[str,
     if system:
         target.put_system(fields, messages, system)
     messages += turns
-    limit = settings.get(source.max_tokens_field)
+    limit = source.length_cap(body)
     if limit is not None:
         fields[target.max_tokens_field] = limit
     tools = source.declared_functions(body)

@@ -312,9 +312,11 @@ def usage_text(usage: Usage) -> str:
 
 def _usage(reply: Reply) -> str | None:
     """The reply's usage line: every upstream's together when it moved between them."""
-    if any(s.usage is not None for s in reply.segments):
+    if any(s.usage is not None or s.usage_estimate is not None for s in reply.segments):
         total = reply.total_usage
-        return f"{usage_text(total)} (all upstreams)" if total is not None else None
+        if total is None:
+            return None
+        return f"{usage_text(total)} (all upstreams{', estimated in part' * total.estimated})"
     return usage_text(reply.usage) if reply.usage is not None else None
 
 
@@ -322,6 +324,11 @@ def _segment(number: int, segment: Segment) -> str:
     model = f" ({segment.model})" if segment.model else ""
     requests = f"{segment.requests} request{'' if segment.requests == 1 else 's'}"
     usage = f", usage {usage_text(segment.usage)}" if segment.usage is not None else ""
+    estimate = segment.usage_estimate
+    if estimate is not None:  # no final count came: what it cost, estimated
+        counted = Usage(prompt_tokens=estimate.input_tokens,
+                        completion_tokens=estimate.output_tokens)
+        usage = f", usage {usage_text(counted)} (estimated)"
     return (f"{number}. {segment.upstream}{model}: characters {segment.start}-{segment.end},"
             f" {requests}{usage}; {segment.ended}")
 

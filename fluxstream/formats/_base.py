@@ -36,6 +36,7 @@ from ..events import (
     SkippedFrame,
     TextDelta,
     ToolCallDelta,
+    UsageUpdate,
 )
 from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..reply import StopReason, unified_stop
@@ -50,6 +51,8 @@ __all__ = [
     "KEEPALIVES",
     "MAX_KEPT_CHARS",
     "MAX_SEQUENCE",
+    "MAX_TOKEN_COUNT",
+    "USAGE_DROPPED",
     "ChoiceState",
     "Detection",
     "FormatBase",
@@ -62,6 +65,7 @@ __all__ = [
     "crowded",
     "error_event",
     "excerpt",
+    "final_usage",
     "finish_event",
     "fold",
     "is_error_object",
@@ -334,10 +338,13 @@ def usage(raw: Mapping[str, Any]) -> Usage:
 
 def checked_usage(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     """``raw`` without the fields whose values do not fit ``Usage``'s declared types
-    (``"total_tokens": 1.5``, a string for a details object), and whether any was dropped.
-    The provider's own extra fields are kept whatever they hold. Never
+    (``"total_tokens": 1.5``, a string for a details object) or hold an integer that is no
+    token count (negative, or :data:`MAX_TOKEN_COUNT` or more: a hostile server's
+    ``-1000000`` would cancel another upstream's cost in any sum), and whether any was
+    dropped. The provider's own extra fields are kept unless they hold such an integer. Never
     ``model_construct(**raw)``: a key named ``cls`` or ``_fields_set`` would collide."""
-    clean = dict(raw)
+    clean = {k: v for k, v in raw.items() if _counts_fit(v)}
+    dropped = len(clean) != len(raw)
     try:
         Usage.model_validate(clean)
     except ValidationError as exc:
@@ -348,11 +355,30 @@ def checked_usage(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
         except ValidationError:  # pragma: no cover - only the fields named above can fail
             return {}, True
         return clean, True
-    return clean, False
+    return clean, dropped
 
 
-#: Larger counts are not believed (and not summed): no real reply has 2**53 tokens.
-_MAX_COUNT = 2**53
+#: A skipped frame's reason when usage fields were dropped (see :func:`checked_usage`).
+USAGE_DROPPED = "usage fields of the wrong type or no token count dropped"
+#: Token counts at or past this are not believed (dropped, counted, never summed): 2**53 is
+#: the largest integer every JSON reader holds exactly (JavaScript's numbers are doubles),
+#: a million times the largest context window offered today (10**7 tokens), and a sum of a
+#: thousand of them still fits OpenTelemetry's int64 attributes (OTLP cannot encode more).
+MAX_TOKEN_COUNT = 2**53
+_MAX_COUNT = MAX_TOKEN_COUNT
+
+
+def _counts_fit(value: object, depth: int = 0) -> bool:
+    """Whether every integer of a usage field (and of the objects and lists it holds, two
+    levels down: details objects, Gemini's per-modality lists) is a token count."""
+    if type(value) is int:
+        return 0 <= value < _MAX_COUNT
+    if depth < 2:
+        if isinstance(value, dict):
+            return all(_counts_fit(v, depth + 1) for v in value.values())
+        if isinstance(value, list):
+            return all(_counts_fit(v, depth + 1) for v in value)
+    return True
 
 
 def _count(value: object) -> int | None:
@@ -360,6 +386,13 @@ def _count(value: object) -> int | None:
     if value.__class__ is int and 0 <= value < _MAX_COUNT:
         return value
     return None
+
+
+def final_usage(events: list[Event]) -> list[Event]:
+    """``events`` with every usage marked final: a whole (not streamed) body's usage is the
+    reply's count, whatever event of the stream its fields stand in for."""
+    return [UsageUpdate(e.usage) if type(e) is UsageUpdate and not e.final else e
+            for e in events]
 
 
 def _detail(raw: Mapping[str, Any], field: str, name: str) -> int | None:
@@ -845,7 +878,7 @@ class FormatBase(Detection):
             return None
         clean, dropped = checked_usage(raw)
         if dropped:
-            out += self.skip("usage fields of the wrong type dropped", obj)
+            out += self.skip(USAGE_DROPPED, obj)
         return clean
 
     # ------------------------------------------------------------------ connections

@@ -52,6 +52,7 @@ from ._base import (
     approx_size,
     compact,
     error_event,
+    final_usage,
     fold,
     is_error_object,
     normalized_usage,
@@ -360,7 +361,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
         raw = self.usage_of(message.get("usage"), obj, out)
         if raw:
             self._usage = _bounded(raw)
-            out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic")))
+            # A snapshot: its output_tokens is a placeholder (1) until message_delta's count.
+            out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic"),
+                                   final=False))
         content = message.get("content")
         if isinstance(content, list) and content:
             # Blocks the message already holds (Anthropic sends ``[]``; a proxy emulating a
@@ -377,7 +380,9 @@ class AnthropicMessagesFormat(JsonEventFormat):
         raw = self.usage_of(obj.get("usage"), obj, out)
         if raw:
             merged = self._usage = _bounded({**(self._usage or {}), **raw})
-            out.append(UsageUpdate(normalized_usage(merged, vocabulary="anthropic")))
+            # Cumulative, sent with the stop reason: final once it counts the output.
+            out.append(UsageUpdate(normalized_usage(merged, vocabulary="anthropic"),
+                                   final="output_tokens" in raw))
         delta = obj.get("delta")
         reason = delta.get("stop_reason") if isinstance(delta, Mapping) else None
         if reason is not None and not isinstance(reason, str):
@@ -543,7 +548,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
             self._close_all(out)
         self.done = True
         self.done_reason = "completion"
-        return out
+        return final_usage(out)
 
 
 def _bounded(usage: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,7 @@ from ._base import (
     FormatBase,
     compact,
     excerpt,
+    final_usage,
     finish_event,
     opt_str,
     text_delta,
@@ -424,7 +425,12 @@ class ChatCompletionsFormat(FormatBase):
         if usage.__class__ is dict:
             clean = self.usage_of(clean_tree(usage) if scan else usage, obj, out)
             if clean is not None:
-                out.append(UsageUpdate(Usage.model_validate(clean)))
+                # Final once every choice finished (OpenAI's trailing usage chunk, llama.cpp's
+                # on the finishing chunk); a running total (vLLM's, Perplexity's on every
+                # chunk) is a snapshot until then.
+                states = self._choices.values()
+                final = bool(states) and all(st.finish is not None for st in states)
+                out.append(UsageUpdate(Usage.model_validate(clean), final))
         elif usage:
             out += self.skip("usage is not an object", obj)
 
@@ -548,7 +554,7 @@ class ChatCompletionsFormat(FormatBase):
         """
         if not self.reads_body(obj):
             return self.no_reply(obj)
-        events = self.feed_chunk(_as_chunk(obj))
+        events = final_usage(self.feed_chunk(_as_chunk(obj)))
         self.done = True
         self.done_reason = "completion"
         return events + self._flush_all() if self._holding else events

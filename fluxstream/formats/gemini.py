@@ -68,11 +68,13 @@ from ..wire import Usage
 from ._base import (
     BIG_FRAME,
     MAX_KEPT_CHARS,
+    USAGE_DROPPED,
     FormatBase,
     checked_usage,
     compact,
     crowded,
     fill_usage,
+    final_usage,
     finish_event,
     reasoning_delta,
     text_delta,
@@ -936,7 +938,7 @@ class GeminiFormat(_CandidateReader):
         self._flush_all(out)
         self.done = True
         self.done_reason = "completion"
-        return out
+        return final_usage(out)
 
     def body_ended(self, clean: bool) -> list[Event]:
         """The bytes ended (the parser calls this; ``clean``: without a transport error). With
@@ -1043,11 +1045,16 @@ class GeminiFormat(_CandidateReader):
             self._send_usage(out)
 
     def _send_usage(self, out: list[Event]) -> None:
-        """Deliver the last snapshot if it was not yet."""
+        """Deliver the last snapshot if it was not yet: final once every candidate finished
+        or the prompt was blocked (before that it counts the output so far, not the
+        reply's)."""
         if self._usage_sent is not False or self._usage is None:
             return
         self._usage_sent = True
         clean, dropped = checked_usage(self._usage)
         if dropped:
-            out += self._skip(self._usage, "usage fields of the wrong type dropped")
-        out.append(UsageUpdate(gemini_usage(clean)))
+            out += self._skip(self._usage, USAGE_DROPPED)
+        cands = self._cands.values()
+        final = self._blocked or (
+            bool(cands) and all(st.finish is not None for st in cands))
+        out.append(UsageUpdate(gemini_usage(clean), final))

@@ -47,6 +47,11 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
         "a continuation (last message assistant with `prefix: true`) first re-sends the last"
         " min(12, len(prefix)) code points of the prefix, an overlap the client must cut"
     ),
+    "prefix-as-input": (
+        "a continuation's `max_tokens` counts only what it generates after the prefix, as"
+        " providers count a prefill (without it, the continuation ends where the original"
+        " request's reply ends)"
+    ),
     "json": "ignores `stream` and answers one application/json chat.completion",
     "ignore-schema": (
         "a model that ignores `response_format` / `text.format` and answers its plain text"

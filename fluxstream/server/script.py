@@ -41,7 +41,10 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   ``min(12, len(P))`` code points of ``P`` as one extra delta (an overlap the client must cut).
   The prefix is *ignored* (the answer is exactly the original request's, reasoning included)
   when ``T`` does not start with ``P`` (a provider that does not honour prefixes), when the reply
-  has tool calls, and when ``n`` > 1: those are not continuable.
+  has tool calls, and when ``n`` > 1: those are not continuable. ``T`` is cut by the
+  continuation's own ``max_tokens``; with the ``prefix-as-input`` profile that cap counts only
+  the deltas after ``P``, as a provider counts a prefill (the prefix is input): a client that
+  asks for what is left of its cap ends with exactly the uninterrupted reply.
 """
 
 from __future__ import annotations
@@ -417,7 +420,42 @@ def build_script(
     prefix = continuation_prefix(request)
     if prefix is None:
         return _build(request, names, token_cap)
-    return _continue(_build(strip_prefix(request), names, token_cap), prefix, names)
+    original = strip_prefix(request)
+    if "prefix-as-input" in names:
+        original = _cap_after_prefix(original, prefix, names, token_cap)
+    return _continue(_build(original, names, token_cap), prefix, names)
+
+
+_CAPS = ("max_completion_tokens", "max_tokens")
+
+
+def _cap_after_prefix(
+    request: dict[str, Any], prefix: str, names: frozenset[str], token_cap: bool
+) -> dict[str, Any]:
+    """The ``prefix-as-input`` profile: the original request of a continuation whose length
+    cap counts only what it generates, as a provider counts a prefill (it is input): its cap
+    plus the deltas ``prefix`` holds whole (a delta it holds part of is generated again:
+    its rest is the continuation's first delta)."""
+    limit = _int_param(request, *_CAPS)
+    if limit is None or not prefix:
+        return request
+    # Each delta holds a code point or more: the prefix's fit in this many.
+    longer = _build(_capped(request, limit + len(prefix)), names, token_cap)
+    if len(longer.choices) != 1:
+        return request
+    held = end = 0
+    for delta in longer.choices[0].text_deltas:
+        end += len(delta)
+        if end > len(prefix):
+            break
+        held += 1
+    return _capped(request, limit + held)
+
+
+def _capped(request: dict[str, Any], limit: int) -> dict[str, Any]:
+    """``request`` with ``limit`` in each of its cap fields."""
+    names = [n for n in _CAPS if _int_param(request, n) is not None]
+    return {**request, **dict.fromkeys(names, limit)}
 
 
 def _forced_call(
@@ -562,7 +600,9 @@ def expected_reply(
     (``T[len(P):]``, preceded by the overlap under ``prefix-echo``), reasoning is ``None``, and
     id, finish reason and usage are the original reply's. The uninterrupted reply a resuming
     client must end up with is simply the original request's:
-    ``expected_reply(strip_prefix(request))`` (i.e. ``expected_reply(original_request)``).
+    ``expected_reply(strip_prefix(request))`` (i.e. ``expected_reply(original_request)``);
+    under ``prefix-as-input`` the original request's cap is the continuation's plus the
+    deltas the prefix holds (see :func:`build_script`).
     """
     names = set(parse_profiles(profile))
     model = request.get("model")

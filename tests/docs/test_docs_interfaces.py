@@ -32,6 +32,21 @@ def test_interfaces_md_is_what_the_generator_makes(generator: ModuleType) -> Non
     assert generator.render(text) == text, stale
 
 
+def test_the_modules_users_import_for_failover_usage_and_telemetry_are_listed(
+    generator: ModuleType,
+) -> None:
+    """``Upstream``, ``ModelPrice``, ``OpenTelemetryObserver``, ``SegmentEnd`` are imported
+    from their own modules: those are listed with every name they export."""
+    listed = [name for name, _ in generator.MODULES]
+    for module in ("fluxstream.reply", "fluxstream.upstream", "fluxstream.usage",
+                   "fluxstream.otel"):
+        assert module in listed, module
+    text = DOC.read_text(encoding="utf-8")
+    for name in ("ModelPrice", "UsageLedger", "place_label", "OpenTelemetryObserver",
+                 "instrument", "SegmentEnd", "TotalUsage"):
+        assert f"`{name}" in text, name
+
+
 def test_interfaces_md_names_every_public_name_and_field(generator: ModuleType) -> None:
     text = DOC.read_text(encoding="utf-8")
     missing = []

@@ -13,12 +13,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from shown_text import read_shown
+from shown_text import CONTINUES, read_shown
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Reset, Upstream
 from fluxstream.apis import UnknownApiError
 from fluxstream.errors import APIStatusError
+from fluxstream.reply import SegmentEnd
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -28,7 +29,7 @@ MSG = [{"role": "user", "content": "hello there"}]
 
 @pytest.fixture(scope="module")
 def fallback() -> Iterator[ServerThread]:
-    with ServerThread(profile="openai") as running:
+    with ServerThread(profile=CONTINUES) as running:
         yield running
 
 
@@ -95,8 +96,10 @@ async def test_before_content_moves_on_once_own_attempts_are_spent(
     # the client's own base URL is named in the fallbacks' style (host:port/path/api)
     assert first.upstream == Upstream(primary.base_url, api="anthropic_messages").label
     assert second.upstream == Upstream(fallback.base_url).label
-    assert (second.api, second.start, second.end, second.ended) == (
-        "chat_completions", 0, len(expected.text), "done")
+    assert (second.api, second.start, second.end, second.kind, second.ended) == (
+        "chat_completions", 0, len(expected.text), SegmentEnd.DONE, "done")
+    assert first.kind is SegmentEnd.FAILED and first.detail.startswith("APIStatusError")
+    assert first.ended == f"failed: {first.detail}"
 
 
 async def test_when_every_upstream_fails_before_content_the_last_failure_is_raised() -> None:
@@ -161,7 +164,10 @@ async def test_mid_reply_continued_across_apis_at_every_cut(
     first, second = reply.segments
     assert first.api == "anthropic_messages" and second.api == "chat_completions"
     assert first.start == 0 and first.end == second.start == handoffs[0].offset
-    assert second.end == len(expected.text) and second.ended == "done"
+    assert second.end == len(expected.text) and second.kind is SegmentEnd.DONE
+    # broken off after its content, or before any (the earliest cuts): dropped, or failed
+    assert first.kind is (SegmentEnd.DROPPED if first.end else SegmentEnd.FAILED)
+    assert first.detail
     assert token["api"] == "chat_completions" and token["upstream"] == second.upstream
     assert reply.total_usage is not None
 
@@ -212,7 +218,31 @@ async def test_cool_down_skips_a_failing_upstream_for_a_while(fallback: ServerTh
         ) as other:  # the breaker is per client
             await other.chat.complete(model="m", messages=MSG)
             assert requests_to(primary, "/chat/completions") > 1
-    assert first.segments[0].ended.startswith("APIStatusError")
-    assert second.segments[0].ended == "skipped: cooling down"
+    assert first.segments[0].kind is SegmentEnd.FAILED
+    assert first.segments[0].detail.startswith("APIStatusError")
+    assert (second.segments[0].kind, second.segments[0].detail) == (SegmentEnd.COOLING_DOWN, "")
     assert second.segments[0].requests == 0
     assert second.outcome is Outcome.DONE and second.text == first.text
+
+
+async def test_a_reply_cut_where_it_is_served_says_so_in_its_segment(
+    fallback: ServerThread,
+) -> None:
+    """A sentinel without a finish reason (llama-cpp-python's interrupted stream) ends the
+    reply ``truncated`` where it is: the serving segment's kind says so, with the reason."""
+    from raw_upstream import HEAD, read_request, text, upstream
+
+    async def interrupted(sock: Any, index: int) -> None:
+        await read_request(sock)
+        await sock.send(HEAD + text("Hello") + b"data: [DONE]\n\n")
+
+    async with upstream(interrupted) as primary:
+        async with fluxstream.AsyncClient(
+            primary.base, api_key="k", fallbacks=[Upstream(fallback.base_url)],
+        ) as client:
+            reply = await client.chat.stream(model="m", messages=MSG).until_done()
+    assert reply.outcome is Outcome.TRUNCATED and reply.text == "Hello"
+    (only,) = reply.segments
+    assert only.kind is SegmentEnd.TRUNCATED and "finish reason" in only.detail
+    assert only.ended == f"truncated: {only.detail}" and (only.start, only.end) == (0, 5)
+    assert only.usage is None and only.usage_estimate is not None  # estimated: it generated

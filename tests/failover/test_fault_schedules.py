@@ -19,6 +19,7 @@ import anyio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from shown_text import CONTINUES
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Timeouts, Upstream
@@ -44,8 +45,8 @@ FAULTS = st.one_of(
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[list[ServerThread]]:
-    with ServerThread(profile="openai") as a, ServerThread(profile="openai") as b, \
-            ServerThread(profile="openai") as c:
+    with ServerThread(profile=CONTINUES) as a, ServerThread(profile=CONTINUES) as b, \
+            ServerThread(profile=CONTINUES) as c:
         yield [a, b, c]
 
 
@@ -56,7 +57,7 @@ def _headers(fault: tuple[str, str] | None) -> dict[str, str]:
     kind, spec = fault or ("clean", "")
     return {
         "x-fluxstream-fault": spec if kind not in ("clean", "error", "restarts") else "delay=0",
-        "x-fluxstream-profile": "error-midstream" if kind == "error" else "openai",
+        "x-fluxstream-profile": f"error-midstream,{CONTINUES}" if kind == "error" else CONTINUES,
     }
 
 
@@ -109,8 +110,8 @@ async def _scenario(servers: list[ServerThread], faults: list[tuple[str, str]],
     assert len(segments) == len(handoffs) + 1 == served + 1, faults
     assert segments[0].start == 0 and segments[-1].end == len(expected)
     assert all(a.end == b.start for a, b in pairwise(segments))
-    assert segments[-1].ended == "done"
-    assert all(s.ended != "done" for s in segments[:-1])
+    assert segments[-1].kind == "done"
+    assert all(s.kind != "done" for s in segments[:-1])
     for server in servers[: len(segments)]:
         assert await _settled(server), "a connection the stream left was never closed"
 

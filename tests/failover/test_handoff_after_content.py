@@ -15,7 +15,7 @@ import anyio
 import anyio.abc
 import pytest
 from raw_upstream import HEAD, read_request, text, upstream
-from shown_text import read_shown
+from shown_text import CONTINUES, read_shown
 
 import fluxstream
 from fluxstream import Handoff, Outcome, Reset, Upstream
@@ -31,7 +31,7 @@ GEMINI_MSG = [{"role": "user", "parts": [{"text": "hello there"}]}]
 
 @pytest.fixture(scope="module")
 def fallback() -> Iterator[ServerThread]:
-    with ServerThread(profile="openai") as running:
+    with ServerThread(profile=CONTINUES) as running:
         yield running
 
 
@@ -77,8 +77,9 @@ async def test_an_error_event_after_content_continues_on_the_next_upstream(
     assert expected.startswith(shown[:handoff.offset])
     first, second = reply.segments
     assert first.end == second.start == handoff.offset
-    assert first.ended.startswith("error event") and (kind == "error" or kind in first.ended)
-    assert second.ended == "done" and second.api == "chat_completions"
+    assert first.kind == "error_event" and first.detail.startswith("error event")
+    assert kind == "error" or kind in first.detail
+    assert second.kind == "done" and second.api == "chat_completions"
     continuation = fallback.records.requests[-1].json
     assert continuation["messages"][-1]["role"] == "assistant"  # a prefill: chat has one
     assert shown[:handoff.offset].startswith(continuation["messages"][-1]["content"])
@@ -147,7 +148,7 @@ def test_instructed_continuation_in_each_api_shape() -> None:
 async def test_no_prefill_upstream_gets_a_continue_instruction_and_a_restart_is_cut() -> None:
     # The embedded Responses server neither prefills nor follows the instruction: it answers
     # the whole reply again, which the echo cut removes (every character shown once).
-    with ServerThread(profile="openai") as responses_server:
+    with ServerThread(profile=CONTINUES) as responses_server:
         async with fluxstream.AsyncClient(responses_server.base_url, api_key="k") as plain:
             expected = (await plain.responses.complete(model="m", input=MSG)).text
         with ServerThread(profile="openai", faults="drop-after=900") as primary:

@@ -109,9 +109,9 @@ async def test_a_slow_first_upstream_loses_to_the_hedge(clean: ServerThread) -> 
     assert handoffs[0].offset == 0 and handoffs[0].api == "chat_completions"
     assert others[0] is handoffs[0]  # before anything else
     lost, served = reply.segments
-    assert (lost.api, lost.start, lost.end, lost.ended, lost.requests) == (
-        "anthropic_messages", 0, 0, "lost hedge", 1)
-    assert (served.api, served.start, served.end, served.ended, served.requests) == (
+    assert (lost.api, lost.start, lost.end, lost.kind, lost.requests) == (
+        "anthropic_messages", 0, 0, "lost_hedge", 1)
+    assert (served.api, served.start, served.end, served.kind, served.requests) == (
         "chat_completions", 0, len(expected), "done", 1)
     assert served.upstream == handoffs[0].upstream
 
@@ -125,7 +125,7 @@ async def test_a_fast_first_upstream_sends_no_hedge() -> None:
         assert requests_to(primary) == 3 and requests_to(fallback) == 0
     assert shown == reply.text == expected
     assert not any(isinstance(e, Handoff) for e in others)
-    assert [(s.ended, s.requests) for s in reply.segments] == [("done", 1)]
+    assert [(s.kind, s.requests) for s in reply.segments] == [("done", 1)]
 
 
 async def test_the_first_upstream_winning_after_the_hedge_was_sent_closes_the_hedge(
@@ -144,9 +144,9 @@ async def test_the_first_upstream_winning_after_the_hedge_was_sent_closes_the_he
     assert shown == reply.text == expected and reply.outcome is Outcome.DONE
     assert not any(isinstance(e, Handoff) for e in others)
     lost, served = reply.segments
-    assert (lost.upstream, lost.ended, lost.requests) == (
-        Upstream(fallback.base_url).label, "lost hedge", 1)
-    assert (served.ended, served.requests, served.end) == ("done", 1, len(expected))
+    assert (lost.upstream, lost.kind, lost.requests) == (
+        Upstream(fallback.base_url).label, "lost_hedge", 1)
+    assert (served.kind, served.requests, served.end) == ("done", 1, len(expected))
 
 
 async def test_a_failing_hedge_leaves_the_first_upstream_going() -> None:
@@ -162,9 +162,10 @@ async def test_a_failing_hedge_leaves_the_first_upstream_going() -> None:
     assert reply.outcome is Outcome.DONE and shown == reply.text
     assert not any(isinstance(e, Handoff) for e in others)
     failed, served = reply.segments
-    assert failed.ended.startswith("APIStatusError") and "503" in failed.ended
-    assert failed.requests == 1 and (served.ended, served.requests) == ("done", 1)
-    assert [s.ended for s in again.segments] == ["done"]  # no hedge on a cooling upstream
+    assert failed.kind == "failed" and failed.detail.startswith("APIStatusError")
+    assert "503" in failed.detail
+    assert failed.requests == 1 and (served.kind, served.requests) == ("done", 1)
+    assert [s.kind for s in again.segments] == ["done"]  # no hedge on a cooling upstream
 
 
 async def test_the_first_upstream_failing_while_hedging_hands_over_to_the_hedge(
@@ -185,8 +186,8 @@ async def test_the_first_upstream_failing_while_hedging_hands_over_to_the_hedge(
     handoffs = [e for e in others if isinstance(e, Handoff)]
     assert len(handoffs) == 1 and "503" in handoffs[0].reason
     failed, served = reply.segments
-    assert "503" in failed.ended and failed.requests == 1
-    assert (served.ended, served.requests) == ("done", 1)
+    assert "503" in failed.detail and failed.requests == 1 and failed.kind == "failed"
+    assert (served.kind, served.requests) == ("done", 1)
 
 
 async def test_both_failing_ends_the_stream_with_both_requests_counted() -> None:
@@ -201,7 +202,7 @@ async def test_both_failing_ends_the_stream_with_both_requests_counted() -> None
     reply = stream.reply
     assert reply.outcome is Outcome.FAILED
     assert [(s.start, s.end, s.requests) for s in reply.segments] == [(0, 0, 1), (0, 0, 2)]
-    assert all("503" in s.ended for s in reply.segments)
+    assert all("503" in s.detail and s.kind == "failed" for s in reply.segments)
 
 
 @pytest.mark.parametrize("how", ["stream.cancel()", "cancel scope"])
@@ -233,5 +234,70 @@ async def test_cancelling_mid_race_closes_both_connections(how: str) -> None:
         assert requests_to(primary) == 1 and requests_to(fallback) == 1
     reply = stream.reply
     assert reply.outcome is Outcome.CANCELLED
-    assert sorted((s.ended, s.requests) for s in reply.segments) == [
+    assert sorted((s.kind, s.requests) for s in reply.segments) == [
         ("cancelled", 1), ("cancelled", 1)]
+
+
+def three(primary: ServerThread, second: ServerThread, third: ServerThread,
+          **failover: Any) -> Any:
+    return fluxstream.AsyncClient(
+        primary.base_url, api_key="k",
+        fallbacks=[Upstream(second.base_url, api_key="k2"),
+                   Upstream(third.base_url, api_key="k3")],
+        failover=Failover(per_upstream_attempts=1, **failover),
+    )
+
+
+async def test_a_hedge_failing_after_the_first_delivers_both_handoffs_in_order(
+    clean: ServerThread,
+) -> None:
+    """The first fails while the hedge is out, then the hedge fails too: the reply moves on
+    to the third upstream, and the caller sees both moves, in the order they happened."""
+    expected = await answer_of(clean)
+    with ServerThread(profile="openai", faults="delay=0.3,status=503") as primary, \
+            ServerThread(profile="openai", faults="delay=1.2,status=503") as second, \
+            ServerThread(profile="openai") as third:
+        async with three(primary, second, third, hedge_after=0.1) as client:
+            stream = client.chat.stream(model="m", messages=MSG)
+            shown, others, _ = await read(stream)
+        assert [requests_to(s) for s in (primary, second, third)] == [1, 1, 1]
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE and shown == reply.text == expected
+    handoffs = [e for e in others if isinstance(e, Handoff)]
+    assert [h.upstream for h in handoffs] == [Upstream(second.base_url).label,
+                                              Upstream(third.base_url).label]
+    assert all("503" in h.reason and h.offset == 0 for h in handoffs)
+    assert others[:2] == handoffs  # before anything else
+    assert [(s.upstream, s.kind, s.requests) for s in reply.segments] == [
+        (Upstream(primary.base_url).label, "failed", 1),
+        (Upstream(second.base_url).label, "failed", 1),
+        (Upstream(third.base_url).label, "done", 1),
+    ]
+
+
+async def test_a_handoff_before_content_hedges_the_next_pair_too(clean: ServerThread) -> None:
+    """The first upstream fails at once; the second, asked next, is slow: the third is
+    asked after ``hedge_after`` as well, and wins."""
+    expected = await answer_of(clean)
+    with ServerThread(profile="openai", faults="status=503") as primary, \
+            ServerThread(profile="openai", faults=SLOW) as second, \
+            ServerThread(profile="openai") as third:
+        async with three(primary, second, third, hedge_after=0.3) as client:
+            started = time.monotonic()
+            stream = client.chat.stream(model="m", messages=MSG)
+            shown, others, first = await read(stream)
+        closed = await second.wait_disconnect(5.0, completed=False)
+        assert [requests_to(s) for s in (primary, second, third)] == [1, 1, 1]
+    assert first - started < 3.0  # the third's first token, not the second's
+    assert closed.time - first < CLOSE_WITHIN, closed.time - first
+    reply = stream.reply
+    assert reply.outcome is Outcome.DONE and shown == reply.text == expected
+    handoffs = [e for e in others if isinstance(e, Handoff)]
+    assert [h.upstream for h in handoffs] == [Upstream(second.base_url).label,
+                                              Upstream(third.base_url).label]
+    assert "503" in handoffs[0].reason and handoffs[1].reason.startswith("hedged")
+    assert sorted((s.upstream, s.kind) for s in reply.segments) == sorted([
+        (Upstream(primary.base_url).label, "failed"),
+        (Upstream(second.base_url).label, "lost_hedge"),
+        (Upstream(third.base_url).label, "done"),
+    ])

@@ -20,6 +20,7 @@ from handoff_token import token_past_handoff
 import fluxstream
 from fluxstream import Failover, Outcome, ResumePolicy, Upstream
 from fluxstream.errors import APIStatusError, RateLimitError
+from fluxstream.reply import SegmentEnd
 from fluxstream.server import ServerThread
 
 MSG = [{"role": "user", "content": "hello there"}]
@@ -131,7 +132,7 @@ async def test_the_second_account_serves_while_the_first_cools_down(
         Upstream(provider.base_url).label, "account-b"]
     for reply in replies[1:]:
         first, second = reply.segments
-        assert first.ended == "skipped: cooling down" and second.upstream == "account-b"
+        assert first.kind is SegmentEnd.COOLING_DOWN and second.upstream == "account-b"
     assert asked_with(provider, KEY_A, since) == 1
     assert asked_with(provider, KEY_B, since) == 5
 
@@ -149,7 +150,7 @@ async def test_an_account_that_keeps_failing_cools_down_under_the_default_breake
         failover=Failover(per_upstream_attempts=1),
     ) as client:
         replies = [await client.chat.complete(model="m", messages=MSG) for _ in range(5)]
-    assert [r.segments[0].ended.startswith("skipped") for r in replies] == [
+    assert [r.segments[0].kind is SegmentEnd.COOLING_DOWN for r in replies] == [
         False, False, False, True, True]
     assert asked_with(provider, KEY_A, since) == 3
 
@@ -175,14 +176,14 @@ async def test_one_label_in_two_calls_is_two_upstreams_to_the_breaker(
             stream = client.chat.stream(model="m", messages=MSG, fallbacks=[account_a])
             with pytest.raises(APIStatusError) as failed:
                 await stream.complete()
-            skipped_a.append(stream.reply.segments[-1].ended.startswith("skipped"))
+            skipped_a.append(stream.reply.segments[-1].kind is SegmentEnd.COOLING_DOWN)
             if not skipped_a[-1]:
                 assert isinstance(failed.value, RateLimitError)
             reply = await client.chat.complete(model="m", messages=MSG,
                                                fallbacks=[account_b])
             assert reply.outcome is Outcome.DONE
             assert reply.segments[-1].upstream == account_b.label
-            assert reply.segments[-1].ended == "done"
+            assert reply.segments[-1].kind is SegmentEnd.DONE
     assert skipped_a == [False] * failures + [True]
     assert asked_with(provider, KEY_A, since) == failures
     assert asked_with(provider, KEY_B, since) == failures + 1

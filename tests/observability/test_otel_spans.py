@@ -334,3 +334,56 @@ async def test_every_chunk_records_the_time_per_output_chunk_of_each_chunk(
             await s.until_done()
     (point,) = telemetry.metrics()["gen_ai.client.operation.time_per_output_chunk"]
     assert point.count == s.stats.content_events - 1 >= 11
+
+
+async def test_a_stream_cut_on_a_usage_snapshot_says_estimated_on_the_span(
+    server: ServerThread, telemetry: Telemetry
+) -> None:
+    """Anthropic's ``message_start`` usage (``output_tokens: 1``) is a snapshot: the span
+    carries the estimate, marked estimated, never the placeholder."""
+    cut = {"X-Fluxstream-Fault": "drop-after-events=11"}  # after eight text deltas
+    async with fluxstream.AsyncClient(server.base_url, resume=NO_RESUME) as client:
+        reply = await client.messages.stream(
+            model="m", messages=MSG, max_tokens=40, extra_headers=cut,
+            observers=[telemetry.observer()]).until_done()
+    assert reply.usage is not None and reply.usage.completion_tokens == 1
+    a = attrs(telemetry.span())
+    assert a["fluxstream.usage.estimated"] is True
+    assert a["gen_ai.usage.output_tokens"] == 8
+    assert a["gen_ai.usage.input_tokens"] == reply.usage.prompt_tokens
+    output = [p for p in telemetry.metrics()["gen_ai.client.token.usage"]
+              if p.attributes["gen_ai.token.type"] == "output"]
+    assert [(p.sum, p.attributes["fluxstream.usage.estimated"]) for p in output] == [(8, True)]
+
+
+async def test_a_reply_that_moved_counts_every_upstream_on_the_span(
+    server: ServerThread, telemetry: Telemetry
+) -> None:
+    cut = {"X-Fluxstream-Fault": "drop-after-events=11"}
+    async with fluxstream.AsyncClient(
+        server.base_url, resume=NO_RESUME, observers=[telemetry.observer()],
+        fallbacks=[fluxstream.Upstream(server.base_url, name="again")],
+        failover=fluxstream.Failover(per_upstream_attempts=1),
+    ) as client:
+        stream = client.messages.stream(model="m", messages=MSG, max_tokens=40,
+                                        extra_headers=cut)
+        reply = await stream.until_done()
+    total = reply.total_usage
+    assert len(reply.segments) == 2 and total is not None and total.estimated
+    a = attrs(telemetry.span())
+    assert a["gen_ai.usage.output_tokens"] == total.completion_tokens
+    assert a["gen_ai.usage.input_tokens"] == total.prompt_tokens
+    assert a["fluxstream.usage.estimated"] is True
+
+
+def test_a_count_an_int64_attribute_cannot_hold_is_never_set() -> None:
+    from fluxstream._core.genai_attributes import tokens_of
+    from fluxstream.reply import UsageEstimate
+    from fluxstream.wire import Usage
+
+    huge = fluxstream.Reply(usage=Usage(prompt_tokens=10**30, completion_tokens=2))
+    assert tokens_of(huge) == (None, 2, False)
+    negative = fluxstream.Reply(usage=Usage(prompt_tokens=-5, completion_tokens=2**63))
+    assert tokens_of(negative) == (None, None, False)
+    estimated = fluxstream.Reply(usage_estimate=UsageEstimate(output_tokens=3, input_tokens=4))
+    assert tokens_of(estimated) == (4, 3, True)

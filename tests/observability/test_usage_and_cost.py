@@ -149,3 +149,66 @@ def test_nothing_imports_opentelemetry_unless_it_is_used(server: ServerThread) -
                           timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+# ---------------------------------------------------------------- a snapshot is not the bill
+
+#: message_start, content_block_start, ping, then eight text deltas: the cut follows them.
+EIGHT_DELTAS = {"X-Fluxstream-Fault": "drop-after-events=11"}
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_stream_cut_after_message_start_is_billed_by_its_estimate(
+    server: ServerThread,
+) -> None:
+    """``message_start`` says ``output_tokens: 1`` before any text: a placeholder. A stream
+    that ends before ``message_delta``'s count is estimated, never billed one token."""
+    price = ModelPrice(input="3", output="15")
+    async with fluxstream.AsyncClient(server.base_url, resume=NO_RESUME,
+                                      prices={"m": price}) as client:
+        reply = await client.messages.stream(model="m", messages=MSG, max_tokens=40,
+                                             extra_headers=EIGHT_DELTAS).until_done()
+    assert reply.outcome is fluxstream.Outcome.TRUNCATED
+    assert reply.usage is not None and reply.usage.completion_tokens == 1  # as it came
+    assert reply.usage_partial
+    estimate = reply.usage_estimate
+    assert estimate is not None and estimate.estimated
+    assert estimate.output_tokens == 8 and estimate.input_tokens == reply.usage.prompt_tokens
+    assert reply.cost == price.cost(estimate.input_tokens or 0, 8)
+    total = reply.total_usage
+    assert total is not None and total.estimated and total.completion_tokens == 8
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_anthropic_stream_is_billed_by_its_estimate(
+    server: ServerThread,
+) -> None:
+    async with fluxstream.AsyncClient(server.base_url) as client:
+        async with client.messages.stream(model="m", messages=MSG, max_tokens=50,
+                                          extra_headers={"X-Fluxstream-Fault": "drip=0.02"}
+                                          ) as stream:
+            deltas = 0
+            async for event in stream:
+                deltas += event.type == "text"
+                if deltas == 5:
+                    break
+    reply = stream.reply
+    assert reply.outcome is fluxstream.Outcome.CANCELLED and reply.usage_partial
+    assert reply.usage_estimate is not None and reply.usage_estimate.output_tokens >= 5
+
+
+@pytest.mark.anyio
+async def test_a_gemini_stream_cut_on_its_running_usage_is_estimated(
+    server: ServerThread,
+) -> None:
+    """Gemini's ``usageMetadata`` rides on every event and counts the output so far."""
+    async with fluxstream.AsyncClient(server.base_url, resume=NO_RESUME) as client:
+        reply = await client.gemini.stream(
+            model="m", contents=[{"role": "user", "parts": [{"text": "hi there"}]}],
+            maxOutputTokens=40, extra_headers={"X-Fluxstream-Fault": "drop-after-events=6"},
+        ).until_done()
+    assert reply.outcome is fluxstream.Outcome.TRUNCATED and reply.text
+    assert reply.usage is not None and reply.usage_partial
+    estimate = reply.usage_estimate
+    assert estimate is not None and estimate.output_tokens >= 1
+    assert estimate.input_tokens == reply.usage.prompt_tokens

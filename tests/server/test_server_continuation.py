@@ -8,6 +8,7 @@ trio, plus a few pure checks of the script.
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -91,6 +92,27 @@ def test_every_prefix_length_in_the_script() -> None:
         if rest:
             assert rest[1:] == deltas[len(deltas) - len(rest) + 1 :]
             assert deltas[-len(rest)].endswith(rest[0])
+
+
+@pytest.mark.parametrize("token_cap", [False, True], ids=["chat", "messages-like"])
+def test_prefix_as_input_counts_only_the_deltas_after_the_prefix(token_cap: bool) -> None:
+    """A provider counts a prefill as input: a continuation asked for the cap minus the
+    deltas its prefix holds whole ends exactly where the uninterrupted reply does, whatever
+    the cut (between deltas, inside one, inside an emoji, before a whitespace delta); a delta
+    the prefix holds part of is generated again, from where the prefix stops."""
+    cap = 24
+    deltas = build_script(chat(max_tokens=cap), token_cap=token_cap).choices[0].text_deltas
+    whole = "".join(deltas)
+    for cut in range(1, len(whole)):
+        prefix = whole[:cut]
+        held = sum(1 for end in itertools.accumulate(map(len, deltas)) if end <= cut)
+        asked = continuation(chat(max_tokens=cap - held), prefix)
+        (choice,) = build_script(asked, "prefix-as-input", token_cap=token_cap).choices
+        assert prefix + choice.text == whole, cut
+        assert len(choice.text_deltas) == cap - held  # what it was asked for, no more
+        if held:  # without the profile the prefix counts against the cap: it ends sooner
+            (plain,) = build_script(asked, token_cap=token_cap).choices
+            assert prefix + plain.text != whole
 
 
 # -- over sockets ------------------------------------------------------------------------------
