@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, RedisServer, Worker, expected_text, request
+from relay_support import Followed, RedisServer, Worker, expected_text, follow_all, request
 
 import fluxstream
 from fluxstream.errors import RelayKeyError, RelayUnavailableError
@@ -67,6 +67,78 @@ async def test_cancel_from_a_follower_process_stops_the_upstream_within_200ms(
         assert result["outcome"] == "cancelled"
         assert result["offsets_ok"] and expected_text(req).startswith(result["text"])
         assert len(result["text"]) > 0
+
+
+async def test_a_paused_producer_whose_reply_was_taken_over_closes_its_upstream(
+    redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
+) -> None:
+    """A producer process paused longer than its lease (SIGSTOP: a stalled VM, a swap storm)
+    while a follower takes its reply over. Resumed, it finds its lease gone at its next
+    write and, as the stream's only consumer, closes its upstream request at once: the
+    upstream sees the disconnect, and the rest of the reply is generated only once, by the
+    taker, whose followers read it exactly."""
+    import os
+    import signal
+
+    from redis.asyncio import Redis
+
+    lease = 0.5
+    key = "paused-producer"
+    req = request(tokens=400)  # 4 s at the producer's drip: paused and resumed mid-reply
+    producer = Worker("produce", redis_server.url, upstream.base_url, str(lease), key, "400",
+                      "0.01", "only")
+    workers.append(producer)
+    assert producer.line() == "ready"
+    log = RedisReplyLog(redis_server.url, lease=lease)
+    admin = Redis.from_url(redis_server.url)
+    lease_key = log.keys(key)["lease"]
+    seen: list[Followed] = []
+
+    async def until(check: Any, within: float) -> None:
+        with anyio.fail_after(within):
+            for _ in range(int(within / 0.005) + 1):  # the deadline ends it first
+                if await check():
+                    return
+                await anyio.sleep(0.005)
+
+    async def written(entries: int) -> bool:
+        return (await log._state(key)).last >= entries
+
+    try:
+        await until(lambda: written(5), 10.0)
+        first_owner = await admin.get(lease_key)
+        [sent] = upstream.records.requests
+        os.kill(producer.process.pid, signal.SIGSTOP)
+
+        async def taken() -> bool:
+            owner = await admin.get(lease_key)
+            return owner is not None and owner != first_owner
+
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def follow() -> None:
+                    seen.append(await follow_all(log, key, takeover=client))
+
+                tg.start_soon(follow)
+                await until(taken, 10.0)
+                resumed_at = time.monotonic()
+                os.kill(producer.process.pid, signal.SIGCONT)
+                record = await upstream.records.wait_disconnect(
+                    5.0, request=sent.seq, completed=False)
+    finally:
+        os.kill(producer.process.pid, signal.SIGCONT)
+        await admin.aclose()
+        await log.aclose()
+    assert record.time - resumed_at < 1.0, record.time - resumed_at
+    assert producer.line() == f"done {key} cancelled"
+    answered = {r.request: r for r in upstream.records.responses}
+    assert answered[sent.seq].ending == "client-disconnect"
+    assert len(upstream.records.requests) == 2  # the producer's and the taker's, no more
+    [one] = seen
+    one.check()
+    assert one.text == expected_text(req)
+    assert one.end.outcome is fluxstream.Outcome.DONE
 
 
 async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
