@@ -166,7 +166,11 @@ async def test_eventsource_reconnects_with_last_event_id_on_the_other_worker(
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce, client.chat.stream(content_key="es", **req), workers[0])
-            await anyio.sleep(0.05)
+            with anyio.fail_after(10):  # until the reply exists (the producer created it)
+                for _ in range(2000):  # the deadline ends it first
+                    if (await workers[0]._state("es")).exists:
+                        break
+                    await anyio.sleep(0.005)
             buffer: list[str] = []
             last_id: str | None = None
             ended = None
