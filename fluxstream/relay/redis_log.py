@@ -74,7 +74,7 @@ from .redis_scripts import (
     STATE,
     ScriptCalls,
 )
-from .redis_ticks import WrittenNames
+from .redis_ticks import WrittenNames, cancel_asked
 from .redis_writes import WRITES, WriteChannel, WriteCommands
 
 try:
@@ -554,6 +554,8 @@ class RedisReplyLog(ReplyLog):
                 await self._refuse_channels()
                 return
             except Exception as exc:  # the flag on every write still carries the cancel
+                if cancel_asked():  # a cancel lost in the failure (see cancel_asked)
+                    raise asyncio.CancelledError from exc
                 logger.warning("relay: cancel listener: %s: %s", type(exc).__name__, exc)
                 await asyncio.sleep(0.5)
                 continue

@@ -114,8 +114,8 @@ class ScriptCalls:
 
     ``SCRIPT`` (``SCRIPT LOAD``), ``EVALSHA`` and ``EVAL`` are three commands a Redis ACL
     grants apart, and some managed Redis services refuse ``SCRIPT``. A script is called by
-    its SHA1, which costs forty bytes where its text costs up to two and a half kilobytes
-    per call (the frame's ``WRITES``). A script Redis does not know (never loaded, a restart,
+    its SHA1, which costs forty bytes where its text costs up to two kilobytes per call
+    (the frame's ``WRITES``). A script Redis does not know (never loaded, a restart,
     ``SCRIPT FLUSH``, an eviction) is loaded again with ``SCRIPT LOAD``; for a user refused
     ``SCRIPT`` (:attr:`loadable` false) it is sent once by its text instead -- ``EVAL``
     caches it as ``SCRIPT LOAD`` would, so the calls after it go by SHA1 again. Only a user

@@ -230,9 +230,9 @@ async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_type
     upstream: ServerThread,
 ) -> None:
     redis = RedisServer().start()
+    log = RedisReplyLog(redis.url, lease=1.0)
+    follower_log = RedisReplyLog(redis.url, lease=1.0)
     try:
-        log = RedisReplyLog(redis.url, lease=1.0)
-        follower_log = RedisReplyLog(redis.url, lease=1.0)
         req = request(tokens=150)
         errors: list[BaseException] = []
 
@@ -265,9 +265,9 @@ async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_type
         with pytest.raises(RelayKeyError):
             async for _ in follower_log.follow("gone"):
                 pass
+    finally:  # closed whatever failed: a log left open keeps its background tasks
         await log.aclose()
         await follower_log.aclose()
-    finally:
         redis.stop()
 
 

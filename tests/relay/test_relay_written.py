@@ -6,6 +6,8 @@ follower still gets every entry once, in order, within a bound."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -377,3 +379,50 @@ async def test_a_frame_publishes_the_streams_it_appended_to_once(
         assert await pubsub.get_message(timeout=0.2) is None  # once per frame
     finally:
         await pubsub.aclose()
+
+
+@pytest.mark.skipif(
+    not hasattr(asyncio.Task, "cancelling"), reason="Python 3.10: no count of cancel requests"
+)
+async def test_a_cancel_that_arrives_as_the_connect_fails_still_ends_the_subscription(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The subscription's task is cancelled (an event loop shutting down with the log never
+    closed) at the moment its connect fails (Redis gone: refused at once). Python 3.11's
+    ``asyncio.wait_for`` then returns the connect's outcome -- its error -- and the cancel is
+    lost; the listener took the error for one more failed attempt and retried forever, so
+    ``asyncio.run`` never returned (a relay test hung at its event loop's end). A cancel
+    asked of the task is honoured at the next failure."""
+    from fluxstream.relay.redis_ticks import WrittenNames
+
+    listener: list[asyncio.Task[Any]] = []
+    connects = 0
+
+    class Refused:
+        """A connection to a Redis that is gone, cancelled as it is refused (the first time)."""
+
+        async def connect(self) -> None:
+            nonlocal connects
+            connects += 1
+            if connects == 1:
+                listener[0].cancel()  # the loop's end cancels the listener ...
+            raise ConnectionError("refused")  # ... as the connect fails
+
+        async def disconnect(self) -> None:
+            pass
+
+    written = WrittenNames(None, "written:written")
+    monkeypatch.setattr(written, "_connection", Refused)
+    written.start()
+    assert written._task is not None
+    task = written._task
+    listener.append(task)
+    try:
+        with anyio.move_on_after(3):
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+        assert task.cancelled(), f"still running after {connects} connects"
+    finally:
+        written.stop()  # no longer its task: a listener that lost the cancel ends after a retry
+        with anyio.move_on_after(40), contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
