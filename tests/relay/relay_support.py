@@ -179,6 +179,33 @@ def steal_lease(log: ReplyLog, key: str) -> Any:
     return log.redis.set(log.keys(key)["lease"], "another worker", px=60_000)  # type: ignore[attr-defined]
 
 
+async def cancel_after(
+    recorded: Any, stopper: ReplyLog, deltas: int, *, during: Any = None
+) -> tuple[list[Any], float]:
+    """Read the recorded stream ``recorded`` to its end (entering it), and once ``deltas`` text
+    deltas came ask ``stopper`` (another worker's log) to cancel its reply, from a task of its
+    own: the producer reads on meanwhile, as a worker does. ``during(tg)`` starts more tasks
+    in that task group once the reply exists. Returns (what ``cancel`` returned, the
+    ``time.monotonic()`` it was asked at)."""
+    outcome: list[Any] = []
+    asked = 0.0
+    async with recorded, anyio.create_task_group() as tg:
+        if during is not None:
+            during(tg)
+        count = 0
+        async for event in recorded:
+            if isinstance(event, fluxstream.TextDelta):
+                count += 1
+                if count == deltas:
+                    asked = time.monotonic()
+
+                    async def stop() -> None:
+                        outcome.append(await stopper.cancel(recorded.key))
+
+                    tg.start_soon(stop)
+    return outcome, asked
+
+
 async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
     """Everything ``log.follow(key, **options)`` yields, within 20 s."""
     seen = Followed()

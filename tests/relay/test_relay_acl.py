@@ -8,13 +8,19 @@ made by the test and deleted after it."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
-from relay_support import LocalCluster, RedisServer, expected_text, follow_all, request
+from relay_support import (
+    LocalCluster,
+    RedisServer,
+    cancel_after,
+    expected_text,
+    follow_all,
+    request,
+)
 
 import fluxstream
 from fluxstream.relay import RedisReplyLog
@@ -63,23 +69,10 @@ async def test_a_cancel_whose_wake_up_is_refused_reports_the_reply_it_stopped(
     producer = RedisReplyLog(url, prefix="acl-cancel:")
     stopper = RedisReplyLog(url, prefix="acl-cancel:")
     req = request(tokens=500)  # 5 s at the drip: the cancel lands mid-reply
-    outcome: list[Any] = []
-    asked = 0.0
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
             recorded = producer.record(client.chat.stream(content_key="stop", **req))
-            async with recorded, anyio.create_task_group() as tg:
-                deltas = 0
-                async for event in recorded:
-                    if isinstance(event, fluxstream.TextDelta):
-                        deltas += 1
-                        if deltas == 10:
-                            asked = time.monotonic()
-
-                            async def stop() -> None:
-                                outcome.append(await stopper.cancel("stop"))
-
-                            tg.start_soon(stop)
+            outcome, asked = await cancel_after(recorded, stopper, 10)
         seen = await follow_all(stopper, "stop")
     finally:
         await stopper.aclose()
@@ -108,20 +101,10 @@ async def test_a_cancel_without_a_wake_up_reaches_a_silent_producer_within_half_
     url = acl_user("acl-silent", "~*", "resetchannels", "+@all")
     producer = RedisReplyLog(url, prefix="acl-silent:", lease=lease)
     stopper = RedisReplyLog(url, prefix="acl-silent:", lease=lease)
-    outcome: list[Any] = []
-    asked = 0.0
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
             recorded = producer.record(client.chat.stream(content_key="quiet", **request()))
-            async with recorded, anyio.create_task_group() as tg:
-                async for event in recorded:
-                    if isinstance(event, fluxstream.TextDelta) and not asked:
-                        asked = time.monotonic()
-
-                        async def stop() -> None:
-                            outcome.append(await stopper.cancel("quiet"))
-
-                        tg.start_soon(stop)
+            outcome, asked = await cancel_after(recorded, stopper, 1)
     finally:
         await stopper.aclose()
         await producer.aclose()
@@ -178,17 +161,8 @@ async def _record_follow_and_cancel(
                 content_key="stopped", extra_headers={"X-Fluxstream-Fault": "drip=0.01"},
                 **request(tokens=500),
             ))
-            outcome: list[Any] = []
-            async with stopped, anyio.create_task_group() as tg:
-                async for event in stopped:
-                    if isinstance(event, fluxstream.TextDelta) and not outcome:
-                        outcome.append(None)
-
-                        async def stop() -> None:
-                            outcome.append(await follower.cancel("stopped"))
-
-                        tg.start_soon(stop)
-            assert outcome == [None, fluxstream.Outcome.CANCELLED]
+            outcome, _ = await cancel_after(stopped, follower, 1)
+            assert outcome == [fluxstream.Outcome.CANCELLED]
             assert stopped.outcome is fluxstream.Outcome.CANCELLED
             assert stopped.log_error is None, stopped.log_error
     finally:
