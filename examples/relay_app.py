@@ -255,7 +255,8 @@ def make_app(log: ReplyLog, base_url: str, *, auth_token: str | None = None) -> 
             model="m", messages=[{"role": "user", "content": str(body.get("prompt", "hi"))}],
             content_key=key, max_tokens=max_tokens,
         )
-        recorded = log.record(stream)
+        # Only drained below: if another worker takes the reply over, this one stops the model.
+        recorded = log.record(stream, only_consumer=True)
         await recorded.start()  # the key exists now: the page may follow it at once
         if recorded.log_error is not None:  # not stored: nobody could follow it
             await recorded.aclose()

@@ -162,7 +162,9 @@ class ReplyLog(ABC):
 
     # ------------------------------------------------------------------ producing
 
-    def record(self, stream: ReplyStream, *, key: str | None = None) -> RecordedStream:
+    def record(
+        self, stream: ReplyStream, *, key: str | None = None, only_consumer: bool = False
+    ) -> RecordedStream:
         """Record every event ``stream`` delivers under ``key`` (default: the stream's content
         key). The result is the same stream (a :class:`~fluxstream.stream.ReplyStream`, now a
         :class:`~fluxstream.relay.RecordedStream`): use it exactly as before::
@@ -174,8 +176,20 @@ class ReplyLog(ABC):
         one per :attr:`frame`; the lease is refreshed, a cancel from any worker calls
         ``stream.cancel()``, and the outcome is recorded when the stream ends. A failing log
         is reported (``recorded.log_error``, a warning) and never breaks the stream.
+
+        A producer that lost its lease -- another worker took the reply over, or its
+        followers ended it ``producer lost`` after a pause longer than the lease -- stops
+        recording (``log_error`` is :class:`~fluxstream.errors.RelayLeaseLostError`).
+
+        :param only_consumer: nobody reads the stream but to record it (a task that drains
+            it; :func:`~fluxstream.relay.produce` says so itself): a lost lease then cancels
+            the upstream too (outcome ``cancelled``, the response closed), since whoever
+            holds the reply now generates the rest. By default the caller reads the stream
+            and it goes on to the caller, who shows the reply itself.
         """
-        return RecordedStream.adopt(stream, Recorder(stream, self._access(), key=key))
+        return RecordedStream.adopt(
+            stream, Recorder(stream, self._access(), key=key, only_consumer=only_consumer)
+        )
 
     def _access(self) -> LogAccess:
         """What the recorder and a takeover may do to this log (see

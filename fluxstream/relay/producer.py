@@ -91,6 +91,7 @@ class Recorder:
         transform: Callable[[Event], list[Event]] | None = None,
         prefill: list[Event] | None = None,
         release_on_cancel: bool = False,
+        only_consumer: bool = False,
     ) -> None:
         self._stream = stream
         self._log = log
@@ -102,6 +103,10 @@ class Recorder:
         self._transform = transform
         self._pending: list[Event] = list(prefill or [])
         self._release_on_cancel = release_on_cancel
+        #: Nobody reads the stream but to record it: a lost lease (another worker streams
+        #: the reply now, or its followers gave this producer up) cancels the upstream, which
+        #: would otherwise generate -- and bill -- the rest of the reply a second time.
+        self._only_consumer = only_consumer
         #: Seconds unconsumed before recording stops (see :data:`_ABANDONED_MIN`).
         self._abandon = max(_ABANDONED_MIN, 10 * log.lease)
         self._end: End | None = None
@@ -217,12 +222,14 @@ class Recorder:
 
     # ------------------------------------------------------------------ the log's writer
 
-    def broken(self, exc: BaseException) -> None:
+    def broken(self, exc: BaseException, *, cancelled: bool = False) -> None:
+        """Recording stopped on ``exc`` (``cancelled``: and so did the stream)."""
         if self.log_error is None:
             self.log_error = exc
             logger.warning(
-                "relay: recording %s stopped, the stream goes on: %s: %s",
-                show_key(self.key), type(exc).__name__, str(exc),  # not exc: a kept record
+                "relay: recording %s stopped, %s: %s: %s", show_key(self.key),
+                "its upstream is cancelled" if cancelled else "the stream goes on",
+                type(exc).__name__, str(exc),  # not exc: a kept record
                 # (caplog, a MemoryHandler) would keep its traceback and this stream alive
             )
         self._done.set()
@@ -293,9 +300,10 @@ class Recorder:
         cancel = False
         for write, result in outcomes:
             if isinstance(result, Exception):
-                self.broken(result)
-                if isinstance(result, RelayLeaseLostError) and self._release_on_cancel:
-                    self._stream.cancel()  # a takeover that lost the reply to another worker
+                lost = isinstance(result, RelayLeaseLostError) and self._only_consumer
+                self.broken(result, cancelled=lost)
+                if lost:  # another worker streams this reply now: stop generating it here
+                    self._stream.cancel()
                 return True
             self._last_io = now
             if write.release or write.final:
@@ -428,13 +436,17 @@ class RecordedStream(ReplyStream):
 class Records(Protocol):
     """A log that records streams (:class:`~fluxstream.relay.log.ReplyLog`)."""
 
-    def record(self, stream: ReplyStream, *, key: str | None = None) -> RecordedStream: ...
+    def record(
+        self, stream: ReplyStream, *, key: str | None = None, only_consumer: bool = False
+    ) -> RecordedStream: ...
 
 
 async def produce(stream: ReplyStream, log: Records, *, key: str | None = None) -> Reply:
     """Drive ``stream`` to its end, recording it into ``log``; returns the reply. For a
-    worker that relays a reply it does not show itself (followers read it from the log)."""
-    recorded = log.record(stream, key=key)
+    worker that relays a reply it does not show itself (followers read it from the log):
+    the relay is the stream's only consumer, so a lost lease cancels the upstream (see
+    :meth:`~fluxstream.relay.ReplyLog.record`)."""
+    recorded = log.record(stream, key=key, only_consumer=True)
     async with recorded:
         async for _ in recorded:
             pass

@@ -94,9 +94,12 @@ class ClusterPipeliner(Pipeliner):
         routed: list[int] = []
         for index, args in enumerate(commands):
             if args[0] == "SCRIPT":  # keyless: every master must know the script
-                replies[index] = await cluster.execute_command(
-                    *args, target_nodes=cluster.get_primaries()
-                )
+                try:
+                    replies[index] = await cluster.execute_command(
+                        *args, target_nodes=cluster.get_primaries()
+                    )
+                except ResponseError as exc:  # refused (an ACL without SCRIPT): its reply
+                    replies[index] = exc
             else:
                 pipeline.execute_command(*args)
                 routed.append(index)

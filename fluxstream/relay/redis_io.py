@@ -457,6 +457,17 @@ class Tailer:
 
         asyncio.get_running_loop().create_task(unblock())
 
+    async def _own_id(self) -> int | None:
+        """The id of the tailer's connection, which ``CLIENT UNBLOCK`` names; ``None`` for a
+        user refused ``CLIENT`` (an ACL without it): a stream newly watched while a blocking
+        read is out then waits for that read's end (an entry of another watched stream, or
+        its block time, a second) -- only while the "written" channel is not live."""
+        try:
+            return int(await self._command("CLIENT", "ID"))
+        except ResponseError as exc:
+            logger.info("relay: tailer: CLIENT ID refused (%s): reads are not interrupted", exc)
+            return None
+
     async def _command(self, *args: Arg) -> Any:
         return await self._send(pack(args))
 
@@ -488,7 +499,7 @@ class Tailer:
                     break
                 if self._connection is None:
                     self._connection = await borrow(self._redis)
-                    self._client_id = int(await self._command("CLIENT", "ID"))
+                    self._client_id = await self._own_id()
                     continue  # streams may have come meanwhile
                 if written is not None and written.live:
                     found = await self._read_written(written)

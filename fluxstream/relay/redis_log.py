@@ -49,7 +49,14 @@ from typing import Any
 
 from pydantic_core import to_json
 
-from ..errors import RelayError, RelayKeyError, RelayLeaseLostError, RelayUnavailableError, show_key
+from ..errors import (
+    RelayError,
+    RelayKeyError,
+    RelayLeaseLostError,
+    RelayUnavailableError,
+    one_line,
+    show_key,
+)
 from ..events import Event
 from .codec import Entry, decode_entry, encode_entry
 from .log import LogState, ReplyLog, Write
@@ -65,13 +72,14 @@ from .redis_scripts import (
     REFRESH,
     RELEASE,
     STATE,
+    ScriptCalls,
 )
-from .redis_ticks import WrittenNames
+from .redis_ticks import WrittenNames, cancel_asked
 from .redis_writes import WRITES, WriteChannel, WriteCommands
 
 try:
     import redis.asyncio as aioredis
-    from redis.exceptions import NoScriptError, RedisError, ResponseError
+    from redis.exceptions import NoPermissionError, RedisError, ResponseError
 except ImportError as exc:  # pragma: no cover - depends on the install
     raise ImportError(
         "RedisReplyLog needs the optional extra: pip install 'fluxstream[redis]'"
@@ -131,13 +139,11 @@ class RedisReplyLog(ReplyLog):
         self._redis: Any = redis
         self.ttl = ttl
         self.prefix = prefix
-        self._scripts = {
+        #: The scripts, and whether this log's user may load them or call them by SHA1.
+        self._scripts = ScriptCalls({
             "create": CREATE, "append": APPEND, "refresh": REFRESH, "release": RELEASE,
             "end": END_UNOWNED, "acquire": ACQUIRE, "state": STATE, "writes": WRITES,
-        }
-        self._shas = {
-            name: hashlib.sha1(text.encode()).hexdigest() for name, text in self._scripts.items()
-        }
+        })
         #: On a cluster, commands are routed by slot and followers poll (see
         #: :mod:`fluxstream.relay.redis_cluster`).
         self.cluster = is_cluster(redis)
@@ -147,7 +153,7 @@ class RedisReplyLog(ReplyLog):
         #: followers poll: :mod:`fluxstream.relay.redis_ticks`).
         self._written = "" if self.cluster else prefix + "written"
         self._commands = WriteCommands(
-            self.keys, self._shas, lambda: (self.lease, self.ttl), self._written
+            self.keys, self._scripts.shas, lambda: (self.lease, self.ttl), self._written
         )
         #: The writer's round trips (a connection of their own; a cluster routes by slot).
         self._write_channel = (
@@ -164,6 +170,12 @@ class RedisReplyLog(ReplyLog):
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
+        #: Redis refused this log's user the cancel channels (an ACL without them): its
+        #: producers read cancels from the flag every write returns, and subscribe no more.
+        self._channels_refused = False
+        #: Cancel wake-ups (the ``PUBLISH`` after the flag) that Redis refused or that failed:
+        #: each cancel still worked, its producer reading the flag with its next write.
+        self.wake_ups_failed = 0
         #: Set by :meth:`aclose`: every later command fails (a closed redis-py client would
         #: otherwise open a new connection, which nothing closes any more).
         self._closed = False
@@ -214,25 +226,74 @@ class RedisReplyLog(ReplyLog):
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         """One script, pipelined with everything else asked meanwhile."""
+        self._check_open()
+        try:
+            [reply] = await self._scripted(
+                [self._scripts.call(name, keys, args)], self._pipeline.call_many
+            )
+        except (RedisError, OSError) as exc:
+            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
+        if isinstance(reply, Exception):
+            if self._scripts.unknown(reply):
+                raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from reply
+            raise RelayUnavailableError(f"redis: {type(reply).__name__}: {reply}") from reply
+        return reply
+
+    async def _scripted(
+        self, commands: list[Any], send: Callable[[list[Any]], Awaitable[list[Any]]]
+    ) -> list[Any]:
+        """The replies of the script calls ``commands``, sent by ``send`` (an error reply as
+        its exception). A script Redis does not know (a restart, ``SCRIPT FLUSH``, an
+        eviction) is loaded again and called once more -- or, for a user refused ``SCRIPT``,
+        called once by its text, which caches it; a user refused ``EVALSHA`` calls every
+        script by its text from then on (:class:`ScriptCalls`)."""
+        scripts = self._scripts
         if not self._loaded:
             await self._load_scripts()
-        try:
-            return await self._call("EVALSHA", self._shas[name], len(keys), *keys, *args)
-        except NoScriptError:  # Redis restarted (or SCRIPT FLUSH): load them again, once
+        if scripts.by_text:
+            commands = [scripts.with_text(command) for command in commands]
+        replies = await send(commands)
+        again = [
+            at for at, reply in enumerate(replies)
+            if scripts.unknown(reply) or scripts.refused_evalsha(reply)
+        ]
+        if not again:
+            return replies
+        if any(scripts.refused_evalsha(replies[at]) for at in again):
+            if not scripts.by_text:
+                logger.info("relay: this Redis user may not run EVALSHA: every script call"
+                            " carries the script's text (EVAL)")
+            scripts.by_text = True
+        elif scripts.loadable:
             self._loaded = False
             await self._load_scripts()
-        try:
-            return await self._call("EVALSHA", self._shas[name], len(keys), *keys, *args)
-        except NoScriptError as exc:
-            raise RelayUnavailableError(f"redis: script {name} cannot be loaded") from exc
+        by_text = scripts.by_text or not scripts.loadable
+        redo = [scripts.with_text(commands[at]) if by_text else commands[at] for at in again]
+        for at, reply in zip(again, await send(redo), strict=True):
+            replies[at] = reply
+        return replies
 
     async def _load_scripts(self) -> None:
-        """Load every script in one round trip, however many tasks ask at once."""
+        """Load every script in one round trip, however many tasks ask at once. A user
+        refused ``SCRIPT`` loads none: each script is then sent by its text the first time
+        Redis does not know it (:meth:`_scripted`)."""
+        scripts = self._scripts
         if self._loading is None or self._loading.done():
             async def load() -> None:
-                await asyncio.gather(
-                    *(self._call("SCRIPT", "LOAD", text) for text in self._scripts.values())
+                if not scripts.loadable:
+                    return
+                replies = await self._call_many(
+                    [("SCRIPT", "LOAD", text) for text in scripts.texts.values()]
                 )
+                if any(isinstance(reply, NoPermissionError) for reply in replies):
+                    scripts.loadable = False
+                    logger.info("relay: this Redis user may not run SCRIPT: each script is"
+                                " sent by its text (EVAL) once per script cache")
+                    return
+                for reply in replies:
+                    if isinstance(reply, Exception):
+                        raise RelayUnavailableError(
+                            f"redis: {type(reply).__name__}: {reply}") from reply
 
             self._loading = asyncio.get_running_loop().create_task(load())
         await asyncio.shield(self._loading)
@@ -248,8 +309,15 @@ class RedisReplyLog(ReplyLog):
         self._check_open()
         try:
             return await self._pipeline.call(*args)
-        except NoScriptError:
-            raise
+        except (RedisError, OSError) as exc:
+            raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
+
+    async def _call_many(self, commands: list[Any]) -> list[Any]:
+        """Commands in one round trip: their raw replies, an error reply as its exception; a
+        failed round trip raises RelayUnavailableError."""
+        self._check_open()
+        try:
+            return await self._pipeline.call_many(commands)
         except (RedisError, OSError) as exc:
             raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
 
@@ -301,11 +369,6 @@ class RedisReplyLog(ReplyLog):
         if self._closed:
             closed = RelayUnavailableError("the reply log is closed")
             return [closed for _ in writes]
-        if not self._loaded:
-            try:
-                await self._load_scripts()
-            except Exception as exc:
-                return [exc for _ in writes]
         built = self._commands
         if self._write_channel is None:  # a cluster, routed by slot: the arguments, not RESP
             commands: list[Any] = [built.args(write) for write in writes]
@@ -314,16 +377,7 @@ class RedisReplyLog(ReplyLog):
             commands = [built.batch(writes)]
             send = self._write_channel.send
         try:
-            replies = await send(commands)
-            if any(isinstance(reply, NoScriptError) for reply in replies):
-                # Redis restarted (or SCRIPT FLUSH): load them again, once, and redo those.
-                self._loaded = False
-                await self._load_scripts()
-                again = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-                for i, reply in zip(
-                    again, await send([commands[i] for i in again]), strict=True
-                ):
-                    replies[i] = reply
+            replies = await self._scripted(commands, send)
         except (RedisError, OSError) as exc:
             error = RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}")
             error.__cause__ = exc
@@ -416,9 +470,25 @@ class RedisReplyLog(ReplyLog):
         return None if result == LEASE_LOST else int(result)
 
     async def _request_cancel(self, key: str) -> None:
+        """The flag is the cancel; the message on the reply's channel only wakes its producer
+        sooner. A wake-up Redis refuses (a user without pub/sub channels, usual on managed
+        Redis) or that fails is logged and counted, not raised: the producer reads the flag
+        with its next write -- a frame after its next event while the model streams, at most
+        half a lease while it is silent (a lease refresh is due a third of a lease after the
+        last write, and looked for every sixth)."""
         k = self.keys(key)
         await self._call("SET", k["cancel"], "1", "PX", self._ttl_ms)
-        await self._call("PUBLISH", k["channel"], "cancel")
+        try:
+            await self._call("PUBLISH", k["channel"], "cancel")
+        except RelayUnavailableError as exc:
+            self.wake_ups_failed += 1
+            # A user refused the channel is refused every time: said loud once, then quieter.
+            logger.log(
+                logging.WARNING if self.wake_ups_failed == 1 else logging.INFO,
+                "relay: the cancel wake-up of %s was not delivered (%s): its producer reads the"
+                " flag with its next write, within %g s", show_key(key),
+                one_line(str(exc)), self.lease / 2,
+            )
 
     async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
         self._check_open()
@@ -426,11 +496,12 @@ class RedisReplyLog(ReplyLog):
         callbacks = self._watchers.setdefault(channel, [])
         callbacks.append(callback)
         try:
-            if self._pubsub is None:
-                self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-            await self._pubsub.subscribe(channel)
-            if self._listener is None or self._listener.done():
-                self._listener = asyncio.get_running_loop().create_task(self._listen())
+            if not self._channels_refused:
+                if self._pubsub is None:
+                    self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+                await self._pubsub.subscribe(channel)
+                if self._listener is None or self._listener.done():
+                    self._listener = asyncio.get_running_loop().create_task(self._listen())
             # A cancel published before the subscription took effect left its flag.
             if await self._call("EXISTS", self.keys(key)["cancel"]):
                 self._fire(channel)
@@ -479,7 +550,12 @@ class RedisReplyLog(ReplyLog):
                 message = await self._pubsub.get_message(timeout=1.0)
             except asyncio.CancelledError:
                 raise
+            except NoPermissionError:  # an ACL without the channels: no use asking again
+                await self._refuse_channels()
+                return
             except Exception as exc:  # the flag on every write still carries the cancel
+                if cancel_asked():  # a cancel lost in the failure (see cancel_asked)
+                    raise asyncio.CancelledError from exc
                 logger.warning("relay: cancel listener: %s: %s", type(exc).__name__, exc)
                 await asyncio.sleep(0.5)
                 continue
@@ -488,6 +564,21 @@ class RedisReplyLog(ReplyLog):
                 if isinstance(channel, bytes):
                     channel = channel.decode()
                 self._fire(channel)
+
+
+    async def _refuse_channels(self) -> None:
+        """Redis refused the subscription (this user may not use the cancel channels): say so
+        once and subscribe no more. Cancels still reach this log's producers, through the
+        flag each write and lease refresh returns."""
+        self._channels_refused = True
+        logger.warning(
+            "relay: this Redis user may not subscribe to the cancel channels: a cancel reaches"
+            " a producer of this log with its next write, within %g s", self.lease / 2,
+        )
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
 
 
 def _written(write: Write, reply: Any) -> bool | Exception:

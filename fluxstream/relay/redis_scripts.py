@@ -1,11 +1,18 @@
 """The Lua scripts of :class:`~fluxstream.relay.RedisReplyLog`: every change to a reply is one
-atomic script, fenced by the lease (see :mod:`fluxstream.relay.redis_log` for the keys)."""
+atomic script, fenced by the lease (see :mod:`fluxstream.relay.redis_log` for the keys), and
+:class:`ScriptCalls`, how the log names a script to Redis by what its user may run."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoPermissionError, NoScriptError
+
 __all__ = [
     "ACQUIRE", "APPEND", "CREATE", "END_UNOWNED", "ENTRIES_LOST", "LEASE_LOST", "REFRESH",
-    "RELEASE", "STATE",
+    "RELEASE", "STATE", "ScriptCalls",
 ]
 
 #: What a fenced script returns when the lease is not the caller's.
@@ -100,3 +107,64 @@ local n = 0
 if #last > 0 then n = tonumber(string.match(last[1][1], '^(%d+)')) end
 return {exists, n, ended, lease, redis.call('EXISTS', KEYS[4])}
 """
+
+
+class ScriptCalls:
+    """How a log names its scripts to Redis: by SHA1 (``EVALSHA``) or by text (``EVAL``).
+
+    ``SCRIPT`` (``SCRIPT LOAD``), ``EVALSHA`` and ``EVAL`` are three commands a Redis ACL
+    grants apart, and some managed Redis services refuse ``SCRIPT``. A script is called by
+    its SHA1, which costs forty bytes where its text costs up to two kilobytes per call
+    (the frame's ``WRITES``). A script Redis does not know (never loaded, a restart,
+    ``SCRIPT FLUSH``, an eviction) is loaded again with ``SCRIPT LOAD``; for a user refused
+    ``SCRIPT`` (:attr:`loadable` false) it is sent once by its text instead -- ``EVAL``
+    caches it as ``SCRIPT LOAD`` would, so the calls after it go by SHA1 again. Only a user
+    refused ``EVALSHA`` (:attr:`by_text`) has every call carry its script's text.
+
+    :param scripts: each script's text by name.
+    """
+
+    def __init__(self, scripts: dict[str, str]) -> None:
+        self.texts = dict(scripts)
+        self.shas = {
+            name: hashlib.sha1(text.encode()).hexdigest() for name, text in scripts.items()
+        }
+        self._text_of = {sha.encode(): text.encode() for sha, text in zip(
+            self.shas.values(), self.texts.values(), strict=True)}
+        #: ``SCRIPT LOAD`` has not been refused (an ACL without ``SCRIPT`` refuses it).
+        self.loadable = True
+        #: ``EVALSHA`` was refused: every call carries its script's text.
+        self.by_text = False
+
+    def call(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+        """The command calling script ``name`` (its arguments, command name first)."""
+        if self.by_text:
+            return ["EVAL", self.texts[name], len(keys), *keys, *args]
+        return ["EVALSHA", self.shas[name], len(keys), *keys, *args]
+
+    def with_text(self, command: Any) -> Any:
+        """``command`` -- an ``EVALSHA`` as arguments or packed in RESP -- as the ``EVAL`` of
+        its script's text (anything else as it is)."""
+        if isinstance(command, bytes):
+            head, sep, rest = command.partition(b"\r\n$7\r\nEVALSHA\r\n$40\r\n")
+            text = self._text_of.get(rest[:40]) if sep else None
+            if text is None or b"\r\n" in head or rest[40:42] != b"\r\n":
+                return command
+            return b"%s\r\n$4\r\nEVAL\r\n$%d\r\n%s\r\n%s" % (
+                head, len(text), text, rest[42:])
+        if command and str(command[0]).upper() == "EVALSHA":
+            sha = command[1].encode() if isinstance(command[1], str) else command[1]
+            text = self._text_of.get(sha)
+            if text is not None:
+                return ["EVAL", text.decode(), *command[2:]]
+        return command
+
+    @staticmethod
+    def refused_evalsha(reply: Any) -> bool:
+        """Whether ``reply`` is Redis refusing this user ``EVALSHA`` (an ACL error)."""
+        return isinstance(reply, NoPermissionError) and "evalsha" in str(reply).lower()
+
+    @staticmethod
+    def unknown(reply: Any) -> bool:
+        """Whether ``reply`` says Redis does not know the script (``NOSCRIPT``)."""
+        return isinstance(reply, NoScriptError)

@@ -39,7 +39,7 @@ from typing import Any
 
 from redis.exceptions import ConnectionError
 
-__all__ = ["WrittenNames", "message_of", "names_of"]
+__all__ = ["WrittenNames", "cancel_asked", "message_of", "names_of"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -59,6 +59,17 @@ _HELD = 10_000
 
 #: ``asyncio.timeout`` (Python 3.11+), else ``None``.
 _timeout: Any = getattr(asyncio, "timeout", None)
+
+
+def cancel_asked() -> bool:
+    """Whether the running task was asked to cancel and has not been (Python 3.11+; ``False``
+    before). Python 3.11's ``asyncio.wait_for`` hands back the outcome of an awaitable that
+    finished as the cancel came -- a connect refused at once by a Redis that is gone -- and
+    the cancel is lost; a loop that retries on errors would then never end, and an event
+    loop's end, which cancels each task once and waits for it, waited forever."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is not None and cancelling() > 0
 
 
 def message_of(names: Iterable[str]) -> bytes:
@@ -217,6 +228,8 @@ class WrittenNames:
                         await connection.send_packed_command(_PING, check_health=False)
                         pinged = True
             except Exception as exc:
+                if cancel_asked():  # the cancel came with this failure: end, as asked
+                    raise asyncio.CancelledError from exc
                 self._failing = True
                 level = logging.WARNING if self._delay == _RETRY else logging.DEBUG
                 logger.log(level, "relay: written channel: %s: %s", type(exc).__name__, exc)

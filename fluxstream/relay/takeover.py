@@ -181,7 +181,7 @@ async def take_over(log: LogAccess, key: str, client: Any) -> Callable[[], None]
     logger.warning("relay: producer of %s lost; taking over after entry %d", show_key(key), last)
     recorded = RecordedStream.adopt(stream, Recorder(
         stream, log, key=key, owner=owner, first_entry=last,
-        transform=stored.filter, prefill=prefill, release_on_cancel=True,
+        transform=stored.filter, prefill=prefill, release_on_cancel=True, only_consumer=True,
     ))
 
     async def run() -> None:

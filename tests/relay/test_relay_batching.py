@@ -12,11 +12,11 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, expected_text, follow_all, request
+from relay_support import Followed, expected_text, follow_all, request, steal_lease
 
 import fluxstream
 from fluxstream.errors import RelayLeaseLostError
-from fluxstream.relay import MemoryReplyLog, ReplyLog
+from fluxstream.relay import ReplyLog
 from fluxstream.relay.log import Write
 from fluxstream.relay.redis_io import pack
 from fluxstream.server import ServerThread
@@ -118,17 +118,12 @@ async def test_what_is_due_together_is_written_in_one_batch(make_log: MakeLog) -
         assert recorder.log_error is None and recorder.writes == 2
 
 
-def steal_lease(log: ReplyLog, key: str) -> Any:
-    """Make another worker the lease holder of ``key`` (what a takeover does)."""
-    if isinstance(log, MemoryReplyLog):
-        log._replies[key].owner = "another worker"
-        return None
-    return log.redis.set(log.keys(key)["lease"], "another worker", px=60_000)  # type: ignore[attr-defined]
-
-
 async def test_a_stream_whose_lease_is_lost_stops_recording_alone(
     make_log: MakeLog, upstream: ServerThread
 ) -> None:
+    """A stream its caller reads (``log.record(stream)``) goes on to its caller when its lease
+    is lost: only its recording stops (see ``test_relay_lease_lost.py`` for a stream the
+    relay alone reads, whose upstream is cancelled then)."""
     log = make_log()
     req = request(tokens=80)
     expected = expected_text(req)

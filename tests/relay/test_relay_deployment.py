@@ -7,7 +7,6 @@ into one real Redis; this process follows replies of both on one log of its own.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -27,7 +26,7 @@ FOLLOWERS = 2
 
 
 def start_producers(
-    redis_url: str, base_url: str, run: int, *, lease: float, tokens: int, drip: float
+    redis_url: str, base_url: str, run: str, *, lease: float, tokens: int, drip: float
 ) -> list[tuple[Worker, list[str]]]:
     """Two producer processes of ``STREAMS`` replies each, every reply created once both
     said ``ready``."""
@@ -53,7 +52,7 @@ def done_lines(worker: Worker, count: int) -> dict[str, str]:
 async def test_two_producer_processes_one_redis_followers_of_both_and_a_cancel(
     redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
 ) -> None:
-    run = random.randrange(1 << 30)
+    run = "two-and-a-cancel"
     tokens = 200  # ~1.2 s per reply at a 6 ms drip: the cancel lands mid-reply
     req = request(tokens=tokens)
     expected = expected_text(req)
@@ -111,7 +110,7 @@ async def test_one_of_two_producer_processes_killed_mid_reply(
     """SIGKILL one producer process mid-reply: its replies end ``truncated`` ("producer
     lost") for plain followers, or are taken over and end exact; the other process's
     replies are untouched. Every follower ends within its bound, never with text twice."""
-    run = random.randrange(1 << 30)
+    run = "one-killed"
     lease = 0.6
     tokens = 300  # ~1.8 s per reply: the kill below lands mid-reply
     req = request(tokens=tokens)

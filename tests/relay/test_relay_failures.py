@@ -229,7 +229,11 @@ async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
         assert log._tailer._client_id is not None
         await probe.client_kill_filter(_id=log._tailer._client_id)
         await probe.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-        await anyio.sleep(0.2)
+        with anyio.fail_after(5):  # until the tailer's read failed and it gave up
+            for _ in range(1000):  # the deadline ends it first
+                if log._tailer._task is None or log._tailer._task.done():
+                    break
+                await anyio.sleep(0.01)
         await probe.delete(*(name for name in log.keys("again").values()))
         await log._create("again", "second", {})
         entry = Entry(1, (fluxstream.TextDelta("again", 0, 0, "y"),))
@@ -311,10 +315,11 @@ async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothi
             async with anyio.create_task_group() as tg:
                 for n in range(3):
                     tg.start_soon(follower, n)
-                with anyio.fail_after(10):
-                    while len(upstream.records.requests) == before:  # noqa: ASYNC110
+                with anyio.fail_after(10):  # until the taker streams: its first entry
+                    for _ in range(2000):  # the deadline ends it first
+                        if (await log._state(key)).last:
+                            break
                         await anyio.sleep(0.01)
-                await anyio.sleep(0.1)  # the taker streams
                 outcomes.append(await stopper.cancel(key))
             assert outcomes == [fluxstream.Outcome.CANCELLED], round_
             for seen in results.values():

@@ -6,6 +6,7 @@ itself, and the tailer's incrementally kept ``XREAD`` against many streams comin
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -185,16 +186,27 @@ async def test_followers_of_one_process_share_the_decoded_events(
 
         from fluxstream.relay.codec import Entry
 
+        async def until(check: Callable[[], bool]) -> None:
+            with anyio.fail_after(5):
+                for _ in range(2000):  # the deadline ends it first
+                    if check():
+                        return
+                    await anyio.sleep(0.005)
+
+        waiters = log._tailer._waiters
+        stream = log.keys("k")["stream"]
         async with anyio.create_task_group() as tg:
             for into in got:
                 tg.start_soon(follow, into)
             for chunks in sse:
                 tg.start_soon(follow_sse, chunks)
-            await anyio.sleep(0.3)
+            # Every follower waits on the tailer before an entry comes, and has each entry
+            # before the next (none reads one of its own, however slow the machine).
+            await until(lambda: len(waiters.get(stream, ())) == 5)
             for n in range(1, 6):
                 entry = Entry(n, (TextDelta("k", 0, n - 1, "x"), TextDelta("k", 1, n - 1, "y")))
                 await writer._append("k", owner, entry, token=None, final=False)
-                await anyio.sleep(0.05)
+                await until(lambda n=n: all(len(seen) >= 2 * n for seen in [*got, *sse]))
             end = Entry(6, (End(Outcome.DONE, None),), end_record(Outcome.DONE, None, None, None))
             await writer._append("k", owner, end, token=None, final=True)
         assert len(got[0]) == 11
@@ -296,7 +308,10 @@ async def test_a_waiter_cancelled_or_timed_out_leaves_the_others_of_its_stream_w
                 waits.start_soon(read, 5.0)
                 async with anyio.create_task_group() as cancelled:
                     cancelled.start_soon(read, 5.0)
-                    await anyio.sleep(0.3)
+                    for _ in range(1000):  # until both wait (the deadline ends it first)
+                        if len(tailer._waiters.get(stream, ())) == 2:
+                            break
+                        await anyio.sleep(0.005)
                     assert len(tailer._waiters[stream]) == 2
                     cancelled.cancel_scope.cancel()
                 assert len(tailer._waiters[stream]) == 1

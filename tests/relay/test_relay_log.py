@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, expected_text, follow_all, request
+from relay_support import Followed, cancel_after, expected_text, follow_all, request
 
 import fluxstream
 from fluxstream.errors import RelayKeyError, RelayPositionError
@@ -105,18 +105,13 @@ async def test_cancel_from_another_worker_stops_the_upstream_and_ends_every_foll
         followers.append(await follow_all(other, "stop"))
 
     async with fluxstream.AsyncClient(upstream.base_url) as client:
-        async with anyio.create_task_group() as tg:
-            recorded = producer_log.record(client.chat.stream(content_key="stop", **req))
-            async with recorded:
-                tg.start_soon(follower)
-                tg.start_soon(follower)
-                count = 0
-                async for event in recorded:
-                    if isinstance(event, fluxstream.TextDelta):
-                        count += 1
-                        if count == 10:
-                            asked = time.monotonic()
-                            tg.start_soon(other.cancel, "stop")
+        recorded = producer_log.record(client.chat.stream(content_key="stop", **req))
+
+        def follow(tg: Any) -> None:
+            tg.start_soon(follower)
+            tg.start_soon(follower)
+
+        _, asked = await cancel_after(recorded, other, 10, during=follow)
     record = await upstream.records.wait_disconnect(timeout=2.0)
     assert record.time - asked < 0.2, record.time - asked
     assert not record.completed
@@ -166,7 +161,11 @@ async def test_eventsource_reconnects_with_last_event_id_on_the_other_worker(
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(produce, client.chat.stream(content_key="es", **req), workers[0])
-            await anyio.sleep(0.05)
+            with anyio.fail_after(10):  # until the reply exists (the producer created it)
+                for _ in range(2000):  # the deadline ends it first
+                    if (await workers[0]._state("es")).exists:
+                        break
+                    await anyio.sleep(0.005)
             buffer: list[str] = []
             last_id: str | None = None
             ended = None

@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, RedisServer, Worker, expected_text, request
+from relay_support import Followed, RedisServer, Worker, expected_text, follow_all, request
 
 import fluxstream
-from fluxstream.errors import RelayKeyError, RelayUnavailableError
+from fluxstream.errors import RelayKeyError, RelayUnavailableError, show_key
 from fluxstream.relay import PRODUCER_LOST, RedisReplyLog
 from fluxstream.server import ServerThread
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.anyio
 def test_producer_and_followers_in_three_processes(
     redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
 ) -> None:
-    key = f"procs-{random.randrange(1 << 30)}"
+    key = "procs-three-processes"
     req = request(tokens=150)
     first = Worker("follow", redis_server.url, key, "start")
     second = Worker("follow", redis_server.url, key, "middle,end")
@@ -45,7 +45,7 @@ async def test_cancel_from_a_follower_process_stops_the_upstream_within_200ms(
     redis_server: RedisServer, server_factory: Any, workers: list[Worker]
 ) -> None:
     upstream: ServerThread = server_factory(profile="openai", faults="drip=0.01")
-    key = f"cancel-{random.randrange(1 << 30)}"
+    key = "cancel-from-a-follower-process"
     log = RedisReplyLog(redis_server.url)
     req = request(tokens=500)
     async with fluxstream.AsyncClient(upstream.base_url) as client:
@@ -69,32 +69,108 @@ async def test_cancel_from_a_follower_process_stops_the_upstream_within_200ms(
         assert len(result["text"]) > 0
 
 
+async def test_a_paused_producer_whose_reply_was_taken_over_closes_its_upstream(
+    redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
+) -> None:
+    """A producer process paused longer than its lease (SIGSTOP: a stalled VM, a swap storm)
+    while a follower takes its reply over. Resumed, it finds its lease gone at its next
+    write and, as the stream's only consumer, closes its upstream request at once: the
+    upstream sees the disconnect, and the rest of the reply is generated only once, by the
+    taker, whose followers read it exactly."""
+    import os
+    import signal
+
+    from redis.asyncio import Redis
+
+    lease = 0.5
+    key = "paused-producer"
+    req = request(tokens=400)  # 4 s at the producer's drip: paused and resumed mid-reply
+    producer = Worker("produce", redis_server.url, upstream.base_url, str(lease), key, "400",
+                      "0.01", "only")
+    workers.append(producer)
+    assert producer.line() == "ready"
+    log = RedisReplyLog(redis_server.url, lease=lease)
+    admin = Redis.from_url(redis_server.url)
+    lease_key = log.keys(key)["lease"]
+    seen: list[Followed] = []
+
+    async def until(check: Any, within: float) -> None:
+        with anyio.fail_after(within):
+            for _ in range(int(within / 0.005) + 1):  # the deadline ends it first
+                if await check():
+                    return
+                await anyio.sleep(0.005)
+
+    async def written(entries: int) -> bool:
+        return (await log._state(key)).last >= entries
+
+    try:
+        await until(lambda: written(5), 10.0)
+        first_owner = await admin.get(lease_key)
+        [sent] = upstream.records.requests
+        os.kill(producer.process.pid, signal.SIGSTOP)
+
+        async def taken() -> bool:
+            owner = await admin.get(lease_key)
+            return owner is not None and owner != first_owner
+
+        async with fluxstream.AsyncClient(upstream.base_url) as client:
+            async with anyio.create_task_group() as tg:
+
+                async def follow() -> None:
+                    seen.append(await follow_all(log, key, takeover=client))
+
+                tg.start_soon(follow)
+                await until(taken, 10.0)
+                resumed_at = time.monotonic()
+                os.kill(producer.process.pid, signal.SIGCONT)
+                record = await upstream.records.wait_disconnect(
+                    5.0, request=sent.seq, completed=False)
+    finally:
+        os.kill(producer.process.pid, signal.SIGCONT)
+        await admin.aclose()
+        await log.aclose()
+    assert record.time - resumed_at < 1.0, record.time - resumed_at
+    assert producer.line() == f"done {key} cancelled"
+    answered = {r.request: r for r in upstream.records.responses}
+    assert answered[sent.seq].ending == "client-disconnect"
+    assert len(upstream.records.requests) == 2  # the producer's and the taker's, no more
+    [one] = seen
+    one.check()
+    assert one.text == expected_text(req)
+    assert one.end.outcome is fluxstream.Outcome.DONE
+
+
 async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
     redis_server: RedisServer, upstream: ServerThread, workers: list[Worker],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """20 kill points with takeover, 20 without: four producer processes of five streams each
-    (different speeds), each killed at a random moment."""
+    """Four producer processes of five streams each (different speeds), ten streams followed
+    with takeover (two followers racing for it), ten without; each process SIGKILLed once
+    every one of its streams has written a number of entries drawn (seeded) for it. The kill
+    is driven by what the log holds, not by the clock, so it lands mid-reply for every
+    stream however loaded the machine: each of the twenty is taken over exactly or reported
+    lost, every time."""
     caplog.set_level(logging.WARNING, logger="fluxstream.relay")
-    rng = random.Random()
+    rng = random.Random(14)
     lease = 0.6
-    tokens = 150  # 0.9 to 1.5 s per stream: every kill below lands mid-reply
+    tokens = 300  # 1.8 to 3 s per stream at the drips below: each kill lands mid-reply
     req = request(tokens=tokens)
     expected = expected_text(req)
-    run = rng.randrange(1 << 30)
-    groups: list[tuple[bool, list[str], Worker]] = []
+    groups: list[tuple[bool, list[str], Worker, int]] = []
     for group in range(4):
-        keys = [f"kill-{run}-{group}-{i}" for i in range(5)]
+        keys = [f"kill-{group}-{i}" for i in range(5)]
         drips = ",".join(str(0.006 + 0.001 * i) for i in range(5))
         worker = Worker("produce", redis_server.url, upstream.base_url, str(lease),
                         ",".join(keys), str(tokens), drips)
         workers.append(worker)
-        groups.append((group < 2, keys, worker))
-    for _, _, worker in groups:
+        groups.append((group < 2, keys, worker, rng.randint(2, 12)))
+    for _, _, worker, _ in groups:
         assert worker.line() == "ready"
     log = RedisReplyLog(redis_server.url, lease=lease)
     results: dict[str, list[tuple[Followed, float]]] = {}
     killed_at: dict[str, float] = {}
+    ended_before_kill: list[str] = []
 
     async def follower(key: str, takeover: Any) -> None:
         seen = Followed()
@@ -103,48 +179,60 @@ async def test_sigkilled_producers_are_taken_over_exactly_or_reported_lost(
                 seen.events.append(item)
         results.setdefault(key, []).append((seen, time.monotonic()))
 
-    async def killer(keys: list[str], worker: Worker) -> None:
-        await anyio.sleep(rng.uniform(0.05, 0.5))
+    async def killer(keys: list[str], worker: Worker, entries: int) -> None:
+        """SIGKILL ``worker`` once each of its ``keys`` has ``entries`` entries."""
+        with anyio.fail_after(20):
+            for _ in range(4000):  # the deadline ends it first
+                states = [await log._state(key) for key in keys]
+                if all(state.last >= entries for state in states):
+                    break
+                await anyio.sleep(0.005)
         worker.kill()
         for key in keys:
             killed_at[key] = time.monotonic()
+            if (await log._state(key)).ended:
+                ended_before_kill.append(key)
 
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         async with anyio.create_task_group() as tg:
-            for takeover, keys, worker in groups:
+            for takeover, keys, worker, entries in groups:
                 for key in keys:
                     tg.start_soon(follower, key, client if takeover else None)
                     if takeover:  # a second follower races for the same takeover
                         tg.start_soon(follower, key, client)
-                tg.start_soon(killer, keys, worker)
+                tg.start_soon(killer, keys, worker, entries)
     await log.aclose()
-    outcomes = []
-    for takeover, keys, _ in groups:
+    assert ended_before_kill == []  # every kill landed mid-reply
+    for takeover, keys, _, _ in groups:
         for key in keys:
+            assert len(results[key]) == (2 if takeover else 1)
             for seen, ended in results[key]:
                 seen.check()
-                outcomes.append(seen.end.outcome)
                 if takeover:
                     assert seen.text == expected, key
                     assert seen.end.outcome is fluxstream.Outcome.DONE
-                elif seen.end.outcome is not fluxstream.Outcome.DONE:
+                else:
                     assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
                     assert seen.end.reason == PRODUCER_LOST
-                    assert expected.startswith(seen.text)
-                    assert ended - killed_at[key] < lease + 0.5
-    # The kills really came mid-reply for most streams, and those were taken over.
-    assert outcomes.count(fluxstream.Outcome.TRUNCATED) >= 10
-    takeovers = [r for r in caplog.records if "taking over" in r.getMessage()]
-    assert len(takeovers) >= 10
+                    assert expected.startswith(seen.text) and seen.text != expected
+                    # Noticed within a lease of the kill (and a poll, on a loaded machine).
+                    assert ended - killed_at[key] < lease + 2.0, ended - killed_at[key]
+    # Each of the ten was taken over (by one of its two followers; a taker whose own lease
+    # lapsed on a starved machine may be taken over again, never text twice).
+    said = [r.getMessage() for r in caplog.records if "taking over" in r.getMessage()]
+    for takeover, keys, _, _ in groups:
+        for key in keys:
+            taken = [m for m in said if f"producer of {show_key(key)} lost" in m]
+            assert bool(taken) is takeover, key
 
 
 async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_typed_error(
     upstream: ServerThread,
 ) -> None:
     redis = RedisServer().start()
+    log = RedisReplyLog(redis.url, lease=1.0)
+    follower_log = RedisReplyLog(redis.url, lease=1.0)
     try:
-        log = RedisReplyLog(redis.url, lease=1.0)
-        follower_log = RedisReplyLog(redis.url, lease=1.0)
         req = request(tokens=150)
         errors: list[BaseException] = []
 
@@ -177,9 +265,9 @@ async def test_redis_killed_mid_stream_the_producer_goes_on_followers_get_a_type
         with pytest.raises(RelayKeyError):
             async for _ in follower_log.follow("gone"):
                 pass
+    finally:  # closed whatever failed: a log left open keeps its background tasks
         await log.aclose()
         await follower_log.aclose()
-    finally:
         redis.stop()
 
 
@@ -192,8 +280,7 @@ async def test_many_followers_share_a_few_redis_connections(
 
     producer_log, follower_log = RedisReplyLog(redis_server.url), RedisReplyLog(redis_server.url)
     req = request(tokens=40)
-    run = random.randrange(1 << 30)
-    keys = [f"many-{run}-{i}" for i in range(20)]
+    keys = [f"many-{i}" for i in range(20)]
     results: dict[str, list[Followed]] = {key: [] for key in keys}
     peak = 0
     admin = aioredis.Redis.from_url(redis_server.url)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import random
 import uuid
 
 import pytest
@@ -15,7 +15,7 @@ from fluxstream.parser import StreamParser, new_content_key
 def test_generated_key_is_uuid4_hex_of_the_same_random_bytes(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    raw = os.urandom(16) if seed else b"\xff" * 16
+    raw = random.Random(seed).randbytes(16) if seed else b"\xff" * 16
     monkeypatch.setattr(parser_module, "_RANDOM", lambda n: raw[:n])
     assert new_content_key() == uuid.UUID(bytes=raw, version=4).hex
     assert StreamParser().content_key == uuid.UUID(bytes=raw, version=4).hex
