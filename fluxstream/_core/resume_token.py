@@ -95,8 +95,7 @@ def read_token(token: object, format: str | None = None) -> TokenParts:
     """
     if not isinstance(token, Mapping) or not isinstance(token.get("key"), str):
         raise ResumeTokenError("a resume token is a mapping with a string 'key'")
-    key: str = token["key"]
-    reply = _checked_reply(token.get("reply"), key)
+    reply = _checked_reply(token.get("reply"))
     given = token.get("offsets")
     offsets = None
     if given is not None:
@@ -111,7 +110,7 @@ def read_token(token: object, format: str | None = None) -> TokenParts:
             f" id), which a {named} stream never has"
         )
     return TokenParts(
-        key=key,
+        key=token["key"],
         reply=reply,
         offsets=offsets,
         sequence=sequence,
@@ -126,9 +125,10 @@ def read_token(token: object, format: str | None = None) -> TokenParts:
 # --------------------------------------------------------------------------- the reply
 
 
-def _checked_reply(data: object, key: str) -> Reply:
+def _checked_reply(data: object) -> Reply:
     """The token's partial reply: a mapping (``[]`` or ``None`` is no reply, not an empty
-    one), each choice once, each call of a choice once, of this token's content key."""
+    one), each choice once, each call of a choice once. (Its ``content_key`` is not read: the
+    token's ``key`` names the stream.)"""
     if not isinstance(data, Mapping):
         raise ResumeTokenError(
             f"the resume token's 'reply' (the partial reply it goes on from) is not a "
@@ -138,8 +138,6 @@ def _checked_reply(data: object, key: str) -> Reply:
         reply = Reply.model_validate(data)
     except DAMAGE as exc:
         raise damaged(exc) from exc
-    if reply.content_key not in ("", key):
-        raise ResumeTokenError("the resume token's reply is of another content key than the token")
     seen: set[int] = set()
     for choice in reply.choices:
         index = _bounded(choice.index, "choice index")
