@@ -27,6 +27,7 @@ import msgspec
 
 from . import apis
 from ._core.failover import CoolDown
+from ._core.token_signature import TokenSigner
 from ._io.default_client import make_http_client
 from ._io.endpoint import Endpoint, checked_upstreams, completing
 from ._io.failover import Route, Target
@@ -184,6 +185,19 @@ class AsyncClient:
         strategies are spent: the reply is continued there). A request may give its own.
     :param failover: when to move on, and the circuit breaker
         (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
+    :param raise_for_outcome: ``True``: a stream that did not end well (``truncated``,
+        ``failed``, ``cancelled``) raises at the end of its ``async for`` (and ``text()``,
+        ``objects()``) what :meth:`~fluxstream.reply.Reply.raise_for_outcome` raises, after
+        its last event and after the observers were told of the end, as the official SDKs
+        raise on a cut stream. ``False`` (default): iteration ends quietly and
+        ``stream.reply.outcome`` says how. A request may say otherwise
+        (``raise_for_outcome=`` of ``stream`` and ``resume``).
+    :param token_secret: a secret (at least 16 characters), or several (the first signs, any
+        verifies: rotate keys by putting the new one first), for resume tokens that pass
+        through browsers or other untrusted hands: every token this client's streams issue
+        is signed (HMAC-SHA256), and ``resume()`` refuses an unsigned or altered token with
+        :class:`~fluxstream.errors.ResumeTokenError` before anything is sent. Kept like
+        ``api_key``: never in a repr, a log line or an error.
     """
 
     def __init__(
@@ -211,6 +225,8 @@ class AsyncClient:
         prices: Mapping[str, ModelPrice] | None = None,
         fallbacks: Sequence[Upstream] = (),
         failover: Failover | None = None,
+        raise_for_outcome: bool = False,
+        token_secret: str | Sequence[str] | None = None,
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -239,6 +255,13 @@ class AsyncClient:
             raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
         self._cooldown: CoolDown | None = None
         self._upstream_clients: dict[Upstream, AsyncClient] = {}
+        if not isinstance(raise_for_outcome, bool):
+            raise TypeError(
+                f"raise_for_outcome is True or False, not {type(raise_for_outcome).__name__}")
+        #: Whether this client's streams raise at the end of iteration unless they ended
+        #: well (see the ``raise_for_outcome`` parameter); assignable.
+        self.raise_for_outcome = raise_for_outcome
+        self._token_signer = _token_signer(token_secret)
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -579,6 +602,14 @@ class _StreamFactory:
     def resume(self) -> ResumePolicy:
         return self.client.resume
 
+    @property
+    def raise_for_outcome(self) -> bool:
+        return self.client.raise_for_outcome
+
+    @property
+    def token_signer(self) -> TokenSigner | None:
+        return self.client._token_signer
+
     def parser(self, api: Api, content_key: str, *, strict: bool) -> StreamParser:
         client = self.client
         return StreamParser(
@@ -651,6 +682,7 @@ class _StreamFactory:
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
         resume: ResumePolicy, resuming: bool, route: Route | None = None,
+        raise_for_outcome: bool = False,
     ) -> ReplyStream:
         """The one place a request becomes a stream."""
         client = self.client
@@ -666,6 +698,8 @@ class _StreamFactory:
             resuming=resuming,
             observers=client.observers,
             route=route,
+            token_signer=client._token_signer,
+            raise_for_outcome=raise_for_outcome,
         )
 
 
@@ -691,6 +725,7 @@ class _TypedEndpoint:
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
@@ -700,11 +735,12 @@ class _TypedEndpoint:
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks`` and ``failover``: as for ``stream`` (the
         upstream the token names as serving must be among them; the resume goes on there,
-        then moves along the ones after it)."""
+        then moves along the ones after it); ``raise_for_outcome`` too. A client with a
+        ``token_secret`` resumes only a token signed with one of its secrets."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
 
@@ -736,6 +772,7 @@ class Chat(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -752,7 +789,9 @@ class Chat(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -761,7 +800,7 @@ class Chat(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     def resume(
@@ -776,6 +815,7 @@ class Chat(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -788,13 +828,15 @@ class Chat(_TypedEndpoint):
         partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
         this stream only (after the client's own). ``fallbacks`` and ``failover``: as for
         ``stream`` (the upstream the token names as serving must be among them; the resume
-        goes on there, then moves along the ones after it)."""
+        goes on there, then moves along the ones after it); ``raise_for_outcome`` too. A
+        client with a ``token_secret`` resumes only a token signed with one of its secrets,
+        and refuses any other before anything is sent (``ResumeTokenError``)."""
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -824,6 +866,7 @@ class Responses(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -839,7 +882,9 @@ class Responses(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -850,7 +895,7 @@ class Responses(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -881,6 +926,7 @@ class Messages(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -897,7 +943,9 @@ class Messages(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -907,7 +955,7 @@ class Messages(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -940,6 +988,7 @@ class Gemini(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -955,8 +1004,8 @@ class Gemini(_TypedEndpoint):
         ``done`` when the body ends after every candidate's ``finishReason``; a body that
         ends before is ``truncated`` (and, with ``ResumePolicy(continuation=True)``,
         continued by sending the delivered text back as a ``model`` turn).
-        ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``: as for
-        ``client.chat.stream``.
+        ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
+        ``raise_for_outcome``: as for ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -971,10 +1020,44 @@ class Gemini(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
+
+
+#: The shortest ``token_secret`` accepted: a shorter one could be found by trying secrets,
+#: offline, against any one signed token.
+MIN_TOKEN_SECRET_CHARS = 16
+
+
+def _token_signer(secret: str | Sequence[str] | None) -> TokenSigner | None:
+    """The signer of ``token_secret`` (``None``: tokens are neither signed nor checked), its
+    secrets kept as :class:`Secret` s; a wrong one is refused without being shown."""
+    if secret is None:
+        return None
+    secrets = [secret] if isinstance(secret, str) else secret
+    if not isinstance(secrets, (list, tuple)):
+        raise TypeError(
+            f"token_secret is a str or a list of str, not {type(secret).__name__} (random "
+            "bytes: pass their .hex())"
+        )
+    kept: list[Secret] = []
+    for value in secrets:
+        if not isinstance(value, str):
+            raise TypeError(
+                f"token_secret holds str values, not {type(value).__name__} (random bytes: "
+                "pass their .hex())"
+            )
+        if len(value) < MIN_TOKEN_SECRET_CHARS:
+            raise ValueError(
+                f"a token_secret has at least {MIN_TOKEN_SECRET_CHARS} characters (such as "
+                "secrets.token_hex(32)); the one given is shorter, and not shown"
+            )
+        kept.append(Secret(value))
+    if not kept:
+        raise ValueError("token_secret is an empty list: give at least one secret")
+    return TokenSigner(kept)
 
 
 def _header_safe(value: str, what: str, hidden: str) -> str:
