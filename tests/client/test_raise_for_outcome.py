@@ -113,8 +113,9 @@ def client(upstream: ServerThread, transport: str, **options: Any) -> fluxstream
 
 
 TRANSPORTS = pytest.mark.parametrize("transport", ["auto", "httpx"])
-#: Events one by one, so that a cancel after the first delta comes before the end.
-SLOW = {"X-Fluxstream-Fault": "drip=0.02"}
+#: A pause of the server after a few events, so that a cancel after the first delta comes
+#: before the end however loaded the machine is.
+SLOW = {"X-Fluxstream-Fault": "stall=3,stall-after-events=3"}
 
 
 @pytest.mark.anyio
