@@ -7,9 +7,11 @@ which is someone else's cost, and the event id or sequence number a reply goes o
 which no check against the reply can catch. A client given a secret signs every token it
 issues, and refuses an unsigned or altered token before anything is sent.
 
-The signature is HMAC-SHA256 (stdlib :mod:`hmac`) over the token's canonical JSON: keys
-sorted, compact, ASCII, and every number as JSON readers agree on it (an integral float is
-an integer: JavaScript's ``JSON.stringify`` writes ``1.0`` as ``1``), so a token that went
+The signature is HMAC-SHA256 (stdlib :mod:`hmac`) over the token's canonical JSON: the
+token as pydantic-core writes it (what the relay stores, and it writes what a request body
+may hold and ``json`` cannot, such as a ``datetime``) and reads it back, then keys sorted,
+compact, ASCII, and every number as JSON readers agree on it (an integral float is an
+integer: JavaScript's ``JSON.stringify`` writes ``1.0`` as ``1``), so a token that went
 through JSON in any language still verifies; only a number beyond 2**53 (which JavaScript
 cannot hold exactly) or a reordered list breaks it. The comparison is constant-time. Keys
 rotate: a client holds several secrets, signs with the first and accepts any of them.
@@ -22,6 +24,8 @@ import hmac
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
+
+import pydantic_core
 
 from ..errors import ResumeTokenError
 
@@ -100,10 +104,10 @@ def _mac(secret: Revealing, message: bytes) -> str:
 
 def canonical(token: Mapping[str, Any]) -> bytes:
     """What is signed: ``token`` without its signature, as JSON reads it back (object keys
-    are strings, tuples are lists), numbers as every JSON reader agrees on them, keys
-    sorted, compact and ASCII."""
+    are strings, tuples are lists, a ``datetime`` its ISO text), numbers as every JSON reader
+    agrees on them, keys sorted, compact and ASCII."""
     unsigned = {name: value for name, value in token.items() if name != SIGNATURE}
-    plain = json.loads(json.dumps(unsigned))
+    plain = pydantic_core.from_json(pydantic_core.to_json(unsigned))
     return json.dumps(
         _agreed_numbers(plain), sort_keys=True, separators=(",", ":"), ensure_ascii=True
     ).encode("ascii")

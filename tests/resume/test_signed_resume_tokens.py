@@ -263,3 +263,25 @@ def test_a_secret_that_cannot_sign_is_refused_when_the_client_is_made(
     with pytest.raises(error) as caught:
         fluxstream.AsyncClient("http://127.0.0.1:9/v1", api_key="sk-x", token_secret=secret)
     assert "short-secret" not in str(caught.value) and "0123456789" not in str(caught.value)
+
+
+def test_a_request_json_cannot_write_is_signed_as_the_relay_stores_it() -> None:
+    """A request body may hold values the HTTP body's encoder writes and ``json`` does not (a
+    ``datetime`` in ``metadata``): signing such a token raised ``TypeError`` in
+    ``resume_token()``, inside a relay's recorder too. It is signed as the relay stores it
+    (pydantic-core's JSON), and verifies as it was issued and as it was stored."""
+    import datetime
+
+    import pydantic_core
+
+    client = fluxstream.AsyncClient("http://127.0.0.1:9/v1", api_key="sk-x",
+                                    token_secret=SECRET)
+    stream = client.chat.stream(model="m", messages=USER,
+                                metadata={"at": datetime.datetime(2026, 1, 2, 3, 4, 5)})
+    token = stream.resume_token()
+    stored = pydantic_core.from_json(pydantic_core.to_json(token))
+    assert stored["body"]["metadata"] == {"at": "2026-01-02T03:04:05"}
+    client.chat.resume(token)  # opened lazily: nothing is sent
+    client.chat.resume(stored)
+    with pytest.raises(ResumeTokenError):
+        client.chat.resume({**stored, "body": {**stored["body"], "metadata": {}}})
