@@ -33,6 +33,7 @@ from ._core.failover import CoolDown
 from ._core.headers import CREDENTIAL_NAME
 from ._core.headers import checked_headers as checked_headers
 from ._core.headers import header_safe as _header_safe
+from ._core.token_signature import TokenSigner
 from ._io.default_client import make_http_client
 from ._io.endpoint import Endpoint, checked_upstreams, completing
 from ._io.failover import Route, Target
@@ -203,6 +204,19 @@ class AsyncClient:
         client's own base URL) are a ``ValueError`` asking for a ``name=``.
     :param failover: when to move on, and the circuit breaker
         (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
+    :param raise_for_outcome: ``True``: a stream that did not end well (``truncated``,
+        ``failed``, ``cancelled``) raises at the end of its ``async for`` (and ``text()``,
+        ``objects()``) what :meth:`~fluxstream.reply.Reply.raise_for_outcome` raises, after
+        its last event and after the observers were told of the end, as the official SDKs
+        raise on a cut stream. ``False`` (default): iteration ends quietly and
+        ``stream.reply.outcome`` says how. A request may say otherwise
+        (``raise_for_outcome=`` of ``stream`` and ``resume``).
+    :param token_secret: a secret (at least 16 characters), or several (the first signs, any
+        verifies: rotate keys by putting the new one first), for resume tokens that pass
+        through browsers or other untrusted hands: every token this client's streams issue
+        is signed (HMAC-SHA256), and ``resume()`` refuses an unsigned or altered token with
+        :class:`~fluxstream.errors.ResumeTokenError` before anything is sent. Kept like
+        ``api_key``: never in a repr, a log line or an error.
     """
 
     def __init__(
@@ -230,6 +244,8 @@ class AsyncClient:
         prices: Mapping[str, ModelPrice] | None = None,
         fallbacks: Sequence[Upstream] = (),
         failover: Failover | None = None,
+        raise_for_outcome: bool = False,
+        token_secret: str | Sequence[str] | None = None,
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -262,6 +278,13 @@ class AsyncClient:
             raise TypeError(f"failover is a Failover, not {type(failover).__name__}")
         self._cooldown: CoolDown | None = None
         self._upstream_clients: dict[Upstream, AsyncClient] = {}
+        if not isinstance(raise_for_outcome, bool):
+            raise TypeError(
+                f"raise_for_outcome is True or False, not {type(raise_for_outcome).__name__}")
+        #: Whether this client's streams raise at the end of iteration unless they ended
+        #: well (see the ``raise_for_outcome`` parameter); assignable.
+        self.raise_for_outcome = raise_for_outcome
+        self._token_signer = _token_signer(token_secret)
         self._headers = {
             name.lower(): value for name, value in checked_headers(headers, "headers").items()
         }
@@ -632,6 +655,14 @@ class _StreamFactory:
     def resume(self) -> ResumePolicy:
         return self.client.resume
 
+    @property
+    def raise_for_outcome(self) -> bool:
+        return self.client.raise_for_outcome
+
+    @property
+    def token_signer(self) -> TokenSigner | None:
+        return self.client._token_signer
+
     def parser(self, api: Api, content_key: str, *, strict: bool) -> StreamParser:
         client = self.client
         return StreamParser(
@@ -727,6 +758,7 @@ class _StreamFactory:
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
         resume: ResumePolicy, resuming: bool, route: Route | None = None,
+        raise_for_outcome: bool = False,
     ) -> ReplyStream:
         """The one place a request becomes a stream."""
         client = self.client
@@ -742,6 +774,8 @@ class _StreamFactory:
             resuming=resuming,
             observers=client.observers,
             route=route,
+            token_signer=client._token_signer,
+            raise_for_outcome=raise_for_outcome,
         )
         if client._closed:  # refused when it opens, before anything is sent
             stream._client_closed()
@@ -772,6 +806,7 @@ class _TypedEndpoint:
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
@@ -781,11 +816,12 @@ class _TypedEndpoint:
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks`` and ``failover``: as for ``stream`` (the
         upstream the token names as serving must be among them; the resume goes on there,
-        then moves along the ones after it)."""
+        then moves along the ones after it); ``raise_for_outcome`` too. A client with a
+        ``token_secret`` resumes only a token signed with one of its secrets."""
         return self._endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
 
@@ -817,6 +853,7 @@ class Chat(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -833,7 +870,9 @@ class Chat(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -842,7 +881,7 @@ class Chat(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     def resume(
@@ -857,6 +896,7 @@ class Chat(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -869,13 +909,15 @@ class Chat(_TypedEndpoint):
         partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
         this stream only (after the client's own). ``fallbacks`` and ``failover``: as for
         ``stream`` (the upstream the token names as serving must be among them; the resume
-        goes on there, then moves along the ones after it)."""
+        goes on there, then moves along the ones after it); ``raise_for_outcome`` too. A
+        client with a ``token_secret`` resumes only a token signed with one of its secrets,
+        and refuses any other before anything is sent (``ResumeTokenError``)."""
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(
             token, extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -905,6 +947,7 @@ class Responses(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -920,7 +963,9 @@ class Responses(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -931,7 +976,7 @@ class Responses(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -963,6 +1008,7 @@ class Messages(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -979,7 +1025,9 @@ class Messages(_TypedEndpoint):
         ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover` (see :class:`AsyncClient`).
+        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        iteration raises unless the stream ended well (see :class:`AsyncClient`; ``None``:
+        the client's).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -989,7 +1037,7 @@ class Messages(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -1023,6 +1071,7 @@ class Gemini(_TypedEndpoint):
         observers: Sequence[StreamObserver] = (),
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -1038,8 +1087,8 @@ class Gemini(_TypedEndpoint):
         ``done`` when the body ends after every candidate's ``finishReason``; a body that
         ends before is ``truncated`` (and, with ``ResumePolicy(continuation=True)``,
         continued by sending the delivered text back as a ``model`` turn).
-        ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``: as for
-        ``client.chat.stream``.
+        ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
+        ``raise_for_outcome``: as for ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -1054,7 +1103,7 @@ class Gemini(_TypedEndpoint):
             body, tools=tools, response_format=response_format, log=log,
             content_key=content_key, extra_headers=extra_headers, strict=strict, retry=retry,
             resume=resume, timeouts=timeouts, observers=observers,
-            fallbacks=fallbacks, failover=failover,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
         )
 
     complete = completing(stream)
@@ -1071,6 +1120,40 @@ def keyless(base_url: str, headers: Mapping[str, Any] | None, variable: str) -> 
     if _needs_key(url, {name.lower(): value for name, value in names.items()}):
         raise MissingAPIKeyError(variable, _safe_url(url.shown))
     return ""
+
+
+#: The shortest ``token_secret`` accepted: a shorter one could be found by trying secrets,
+#: offline, against any one signed token.
+MIN_TOKEN_SECRET_CHARS = 16
+
+
+def _token_signer(secret: str | Sequence[str] | None) -> TokenSigner | None:
+    """The signer of ``token_secret`` (``None``: tokens are neither signed nor checked), its
+    secrets kept as :class:`Secret` s; a wrong one is refused without being shown."""
+    if secret is None:
+        return None
+    secrets = [secret] if isinstance(secret, str) else secret
+    if not isinstance(secrets, (list, tuple)):
+        raise TypeError(
+            f"token_secret is a str or a list of str, not {type(secret).__name__} (random "
+            "bytes: pass their .hex())"
+        )
+    kept: list[Secret] = []
+    for value in secrets:
+        if not isinstance(value, str):
+            raise TypeError(
+                f"token_secret holds str values, not {type(value).__name__} (random bytes: "
+                "pass their .hex())"
+            )
+        if len(value) < MIN_TOKEN_SECRET_CHARS:
+            raise ValueError(
+                f"a token_secret has at least {MIN_TOKEN_SECRET_CHARS} characters (such as "
+                "secrets.token_hex(32)); the one given is shorter, and not shown"
+            )
+        kept.append(Secret(value))
+    if not kept:
+        raise ValueError("token_secret is an empty list: give at least one secret")
+    return TokenSigner(kept)
 
 
 def _needs_key(url: _BaseURL, headers: Mapping[str, str]) -> bool:

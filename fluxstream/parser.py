@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._core.reread import RereadChecks
-from ._core.resume_token import DAMAGE, TokenParts, damaged, read_token
+from ._core.resume_token import DAMAGE, MAX_ID_CHARS, TokenParts, damaged, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
 from .events import ErrorEvent, Event, Finish, TextDelta
@@ -55,8 +55,8 @@ def new_content_key() -> str:
     return "%032x" % (int.from_bytes(_RANDOM(16), "big") & _KEY_MASK | _KEY_BITS)
 
 
-#: Longer response ids are not used to resume (see :attr:`StreamParser.response_id`).
-_MAX_ID_CHARS = 1024
+#: The wire format a parser reads when none is named.
+_DEFAULT_FORMAT = "chat_completions"
 
 
 class StreamParser:
@@ -81,7 +81,7 @@ class StreamParser:
         self,
         *,
         content_key: str | None = None,
-        format: str = "chat_completions",
+        format: str = _DEFAULT_FORMAT,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         strict: bool = False,
         require_finish_reason: bool = True,
@@ -478,14 +478,15 @@ class StreamParser:
         optional ``offsets``, ``last_event_id``, ``reconnection_time``): the partial reply is
         taken over and offsets go on where they stopped.
 
-        :raises ResumeTokenError: ``token`` is not one this library wrote, or is damaged (a
-            part missing or of the wrong shape): tokens travel through databases, browsers
-            and other workers, so that is bad input, never a crash deep in a format
-            (:mod:`fluxstream._core.resume_token`).
+        :raises ResumeTokenError: ``token`` is not one this library wrote, is damaged (a
+            part missing or of the wrong shape), or its parts disagree (offsets that are not
+            the reply's lengths, wire state naming what the reply lacks): tokens travel
+            through databases, browsers and other workers, so that is bad input, never a
+            crash deep in a format nor a reply with a gap (:mod:`fluxstream._core.resume_token`).
         """
-        parts = read_token(token)
         try:
-            return cls._restored(parts, **parser_kwargs)
+            return cls._restored(read_token(token, parser_kwargs.get("format", _DEFAULT_FORMAT)),
+                                 **parser_kwargs)
         except ResumeTokenError:
             raise
         except DAMAGE as exc:
@@ -581,7 +582,7 @@ class StreamParser:
         ``starting_after`` resume re-reads; after a continuation, the new response's)."""
         rid = self._format.response_id
         # Real ids are tens of characters; a server's megabyte "id" is not put into a URL.
-        return rid if isinstance(rid, str) and 0 < len(rid) <= _MAX_ID_CHARS else None
+        return rid if isinstance(rid, str) and 0 < len(rid) <= MAX_ID_CHARS else None
 
     @property
     def last_event_id(self) -> str:

@@ -423,6 +423,39 @@ class Reply(BaseModel):
         """``choices[0].text``, or ``""`` when there is no choice."""
         return self.choices[0].text if self.choices else ""
 
+    def raise_for_outcome(self) -> Reply:
+        """This reply if it ended well (``done`` or ``finished``), so that calls chain
+        (``text = reply.raise_for_outcome().text``); otherwise a typed error carrying it as
+        ``error.reply``, as ``httpx.Response.raise_for_status()`` does for a status. A cut
+        stream ends quietly with outcome ``truncated``; code that never reads ``outcome``
+        calls this (or lets the client do it: ``raise_for_outcome=True``).
+
+        :raises StreamTruncatedError: ``truncated``: the bytes ended (or the connection broke)
+            before the end marker and before every choice finished.
+        :raises StreamFailedError: ``failed``: an error payload, or an HTTP, transport or
+            protocol failure (its message is the reply's ``error`` when there is one).
+        :raises StreamError: ``cancelled`` (the stream was stopped before its end: the reply
+            is partial), or no outcome yet (the stream has not ended).
+        """
+        # The stream errors carry the reply (typed): they name this class, so it names them
+        # only here, when one is raised (tests/test_layers.py, DELIBERATE_UPWARD).
+        from .errors import StreamError, StreamFailedError, StreamTruncatedError
+
+        outcome = self.outcome
+        if outcome is Outcome.DONE or outcome is Outcome.FINISHED:
+            return self
+        if outcome is Outcome.TRUNCATED:
+            raise StreamTruncatedError(
+                "the stream ended before the sentinel and before every choice finished", self
+            )
+        if outcome is Outcome.FAILED:
+            error = self.error
+            raise StreamFailedError(
+                error.message if error is not None else "the stream failed", self)
+        if outcome is Outcome.CANCELLED:
+            raise StreamError("the stream was cancelled", self)
+        raise StreamError("the stream has not ended: the reply has no outcome yet", self)
+
     @overload
     def parse(
         self, tp: type[T], *, choice: int = 0, tool: str | None = None

@@ -36,11 +36,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._core.coalesce import Coalesced, FuncSource, Picked
 from ._core.observers import ObserverSet
 from ._core.progress import StreamStats
+from ._core.token_signature import TokenSigner
 from ._io.attempt import RequestSpec
 from ._io.failover import Route
 from ._io.reader import StreamReader
 from ._io.stream_objects import StructuredOutput
-from .errors import StreamError, StreamFailedError, StreamTruncatedError, show_key
+from .errors import StreamError, show_key
 from .events import Event, Outcome, TextDelta
 from .observe import StreamInfo, StreamObserver
 from .parser import StreamParser
@@ -71,6 +72,11 @@ class ReplyStream(StructuredOutput):
     response at once and states the outcome ``cancelled``. Without ``async with``, the request
     is sent by the first ``anext`` and the response is closed when the events run out or by
     :meth:`aclose`.
+
+    A stream that did not end well ends its iteration quietly (``stream.reply.outcome`` says
+    how it ended) unless made with ``raise_for_outcome=True``: its ``async for`` (and
+    ``text()``, ``objects()``) then raises what :meth:`Reply.raise_for_outcome` raises, after
+    the last event was delivered and the observers were told of the end.
     """
 
     def __init__(
@@ -83,10 +89,16 @@ class ReplyStream(StructuredOutput):
         resuming: bool = False,
         observers: Iterable[StreamObserver] = (),
         route: Route | None = None,
+        token_signer: TokenSigner | None = None,
+        raise_for_outcome: bool = False,
     ) -> None:
         # Every deadline comes with the request (``spec.timeouts``), down to the clocks.
         self._spec = spec
         self._parser = parser
+        #: Signs this stream's resume tokens (the client's ``token_secret``), if any.
+        self._token_signer = token_signer
+        #: The end of iteration raises for an outcome other than done or finished.
+        self._raise_at_end = raise_for_outcome
         self._reader = StreamReader(
             spec, parser, retry=retry, resume=resume, resuming=resuming, route=route
         )
@@ -161,13 +173,15 @@ class ReplyStream(StructuredOutput):
         this logical stream in another process: key, request, last event id, partial reply.
 
         The request's headers are not included (they may hold secrets); the resuming client
-        adds its own key.
+        adds its own key. A client with a ``token_secret`` signs the token (its
+        ``"signature"``), and resumes only tokens signed so.
         """
         reader = self._reader
         token = reader.channel.resume_token(RESUME_TOKEN_VERSION)
         if reader.route is not None:  # its API and body are that upstream's: say which
             token["upstream"] = reader.route.current.label
-        return token
+        signer = self._token_signer
+        return token if signer is None else signer.sign(token)
 
     # ------------------------------------------------------------------ context manager
 
@@ -317,6 +331,8 @@ class ReplyStream(StructuredOutput):
                     self._observe_end()
                     if not reader.channel.close_now():  # the usual end closes synchronously
                         await reader.close_response()
+                    if self._raise_at_end:  # after the last event, and after on_end
+                        self._raise_for_outcome()
                     raise StopAsyncIteration
                 pending = reader.read()
             try:
@@ -381,24 +397,26 @@ class ReplyStream(StructuredOutput):
     # ------------------------------------------------------------------ whole reply
 
     async def until_done(self) -> Reply:
-        """Read to the end and return the reply (whatever its outcome)."""
+        """Read to the end and return the reply (whatever its outcome, also with
+        ``raise_for_outcome=True``)."""
+        self._raise_at_end = False
         async for _ in self:
             pass
         return self._parser.reply
 
     async def complete(self) -> Reply:
-        """Read to the end; raise a typed error carrying the partial reply unless it ended well."""
-        reply = await self.until_done()
-        if reply.outcome in (Outcome.DONE, Outcome.FINISHED):
-            return reply
-        if reply.outcome is Outcome.TRUNCATED:
-            raise StreamTruncatedError(
-                "the stream ended before the sentinel and before every choice finished", reply
-            ) from self.cause
-        if reply.outcome is Outcome.CANCELLED:
-            raise StreamError("the stream was cancelled", reply) from self.cause
-        message = reply.error.message if reply.error is not None else "the stream failed"
-        raise StreamFailedError(message, reply) from self.cause
+        """Read to the end; raise a typed error carrying the partial reply unless it ended well
+        (:meth:`Reply.raise_for_outcome`, caused by the stream's :attr:`cause`)."""
+        await self.until_done()
+        return self._raise_for_outcome()
+
+    def _raise_for_outcome(self) -> Reply:
+        """:meth:`Reply.raise_for_outcome` of the reply, its error caused by :attr:`cause`."""
+        reply = self._parser.reply
+        try:
+            return reply.raise_for_outcome()
+        except StreamError as exc:
+            raise exc from self.cause
 
 def _choice0_text(event: Event) -> str | None:
     return event.text if type(event) is TextDelta and event.choice == 0 else None

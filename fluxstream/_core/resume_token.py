@@ -5,19 +5,31 @@ every part is checked into exactly the shape the parser wrote (:class:`TokenPart
 anything else is a :class:`~fluxstream.errors.ResumeTokenError`, never a crash deep in a
 format. Kept apart from the parser because it is its own rulebook (which numbers a token may
 hold, which parts are optional), tested on its own, while the parser only applies the parts.
+
+A token says several things twice, and the copies must agree before it is believed: the
+offsets are the lengths of the stored reply's text, reasoning, refusal and tool-call
+arguments (code points delivered), for exactly the reply's choices and calls; the wire state
+names open blocks, calls and candidates the reply holds. Trusted one by one, a token whose
+text offset was 1,000,000 on a reply of 15 characters resumed at offset 1,000,000, and one
+whose reply was ``[]`` resumed as an empty reply with the delivered text missing; both ended
+``done``. What a token says of the server's own stream (its last event id, a Responses
+sequence number, the request) has no second copy: only its type is checked here, and a
+signed token (:mod:`fluxstream._core.token_signature`) is what keeps it from being altered.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ResumeTokenError
 from ..formats._base import MAX_SEQUENCE
-from ..reply import Reply
+from ..reply import Choice, Reply
+from ..sse import MAX_RETRY_MS
 
-__all__ = ["DAMAGE", "TokenParts", "damaged", "read_token"]
+__all__ = ["DAMAGE", "MAX_ID_CHARS", "TokenParts", "damaged", "read_token"]
 
 #: What a damaged token can make the restoring code raise (pydantic's ValidationError is a
 #: ValueError): each becomes a :class:`ResumeTokenError` (see :func:`damaged`).
@@ -27,6 +39,16 @@ DAMAGE = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowE
 #: Indices and counts of a token stay below this in size (a format keeps any integer index
 #: the wire gives, negative ones included; anything larger is not a token we wrote).
 _TOKEN_NUMBER_BOUND = 10**40
+#: The longest response id a token (or a ``starting_after`` URL) carries: real ids are tens of
+#: characters, and a server's megabyte "id" is not put into a URL.
+MAX_ID_CHARS = 1024
+#: A block index as the Anthropic format writes it (``str`` of a count).
+_BLOCK_INDEX = re.compile(r"[0-9]{1,16}")
+_BLOCK_KINDS = frozenset({"text", "thinking", "tool", "ignored", "closed"})
+_CHANNELS = ("text", "reasoning", "refusal")
+#: Characters an SSE event id never holds (the decoder drops an id with NUL, and a line
+#: ends at CR or LF): one in a token's id would only forge a ``Last-Event-ID`` header.
+_NOT_IN_AN_ID = re.compile("[\x00\r\n]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,17 +57,18 @@ class TokenParts:
 
     key: str
     reply: Reply
-    #: Offsets as :meth:`~fluxstream.assembly.ReplyAssembler.offsets` writes them; ``None``:
-    #: the token has none (they are then the reply's own).
+    #: Offsets as :meth:`~fluxstream.assembly.ReplyAssembler.offsets` writes them, equal to
+    #: the reply's own lengths; ``None``: the token has none (they are then the reply's).
     offsets: dict[str, Any] | None
     #: Responses' ``starting_after`` (a count), or ``None``.
     sequence: int | None
     response_id: str | None
     #: The wire format's own state (:meth:`~fluxstream.formats._contract.WireFormat.
-    #: resume_state`), checked by the format that takes it over.
-    wire: Any
+    #: resume_state`), of the shape its format writes and naming only what the reply holds.
+    wire: Mapping[str, Any] | None
     last_event_id: str
-    reconnection_time: Any
+    #: The server's ``retry:`` in milliseconds, as the SSE decoder bounds it.
+    reconnection_time: int | None
 
     def calls(self) -> dict[int, dict[int, tuple[Any, Any]]]:
         """Per choice, ``{call index: (id, name)}`` of the reply's tool calls."""
@@ -62,32 +85,113 @@ def damaged(exc: BaseException) -> ResumeTokenError:
     return ResumeTokenError(f"the resume token is damaged: {type(exc).__name__}: {str(exc)[:200]}")
 
 
-def read_token(token: object) -> TokenParts:
+def read_token(token: object, format: str | None = None) -> TokenParts:
     """The checked parts of ``token`` (``key``, ``reply``, optional ``offsets``,
-    ``sequence``, ``response_id``, ``wire``, ``last_event_id``, ``reconnection_time``).
+    ``sequence``, ``response_id``, ``wire``, ``last_event_id``, ``reconnection_time``), for a
+    parser of ``format`` (``None`` or ``"auto"``: whichever the token's parts claim).
 
-    :raises ResumeTokenError: ``token`` is not one this library wrote, or is damaged.
+    :raises ResumeTokenError: ``token`` is not one this library wrote, is damaged, or its
+        parts disagree with each other.
     """
     if not isinstance(token, Mapping) or not isinstance(token.get("key"), str):
         raise ResumeTokenError("a resume token is a mapping with a string 'key'")
-    try:
-        reply = Reply.model_validate(token.get("reply") or {})
-    except DAMAGE as exc:
-        raise damaged(exc) from exc
+    reply = _checked_reply(token.get("reply"))
     given = token.get("offsets")
-    sequence = token.get("sequence")
-    response_id = token.get("response_id")
+    offsets = None
+    if given is not None:
+        offsets = _checked_offsets(given)
+        _agree(offsets, reply)
+    sequence = _optional_count(token.get("sequence"), "sequence number", MAX_SEQUENCE)
+    response_id = _response_id(token.get("response_id"))
+    named = format if format not in (None, "auto") else None
+    if named not in (None, "responses") and (sequence is not None or response_id is not None):
+        raise ResumeTokenError(
+            f"the resume token carries a Responses position (a sequence number or a response"
+            f" id), which a {named} stream never has"
+        )
     return TokenParts(
         key=token["key"],
         reply=reply,
-        offsets=_checked_offsets(given) if given else None,
-        # Events at or below it are never shown again: only a count is believed.
-        sequence=sequence if type(sequence) is int and 0 <= sequence < MAX_SEQUENCE else None,
-        response_id=response_id if isinstance(response_id, str) and response_id else None,
-        wire=token.get("wire"),
-        last_event_id=str(token.get("last_event_id") or ""),
-        reconnection_time=token.get("reconnection_time"),
+        offsets=offsets,
+        sequence=sequence,
+        response_id=response_id,
+        wire=_checked_wire(token.get("wire"), named, reply),
+        last_event_id=_event_id(token.get("last_event_id")),
+        reconnection_time=_optional_count(
+            token.get("reconnection_time"), "reconnection time", MAX_RETRY_MS + 1),
     )
+
+
+# --------------------------------------------------------------------------- the reply
+
+
+def _checked_reply(data: object) -> Reply:
+    """The token's partial reply: a mapping (``[]`` or ``None`` is no reply, not an empty
+    one), each choice once, each call of a choice once. (Its ``content_key`` is not read: the
+    token's ``key`` names the stream.)"""
+    if not isinstance(data, Mapping):
+        raise ResumeTokenError(
+            f"the resume token's 'reply' (the partial reply it goes on from) is not a "
+            f"mapping but {type(data).__name__}"
+        )
+    try:
+        reply = Reply.model_validate(data)
+    except DAMAGE as exc:
+        raise damaged(exc) from exc
+    seen: set[int] = set()
+    for choice in reply.choices:
+        index = _bounded(choice.index, "choice index")
+        if index in seen:
+            raise ResumeTokenError(f"the resume token's reply holds choice {index} twice")
+        seen.add(index)
+        calls = [_bounded(call.index, "tool call index") for call in choice.tool_calls]
+        if len(set(calls)) != len(calls):
+            raise ResumeTokenError(
+                f"the resume token's reply holds a tool call of choice {index} twice")
+    return reply
+
+
+def _bounded(index: int, what: str) -> int:
+    if not -_TOKEN_NUMBER_BOUND < index < _TOKEN_NUMBER_BOUND:
+        raise ResumeTokenError(f"the resume token's {what} is not a number it can hold")
+    return index
+
+
+def _lengths(choice: Choice) -> dict[str, Any]:
+    """The offsets of ``choice`` as the assembler writes them: its lengths."""
+    return {
+        "text": len(choice.text), "reasoning": len(choice.reasoning or ""),
+        "refusal": len(choice.refusal or ""),
+        "tool_calls": {str(t.index): len(t.arguments) for t in choice.tool_calls},
+    }
+
+
+def _agree(offsets: dict[str, Any], reply: Reply) -> None:
+    """Offsets are the reply's lengths, for exactly its choices and calls: an offset past
+    them would leave a gap, one short of them would show text twice."""
+    choices = {str(c.index): c for c in reply.choices}
+    if set(offsets) != set(choices):
+        raise ResumeTokenError(
+            f"the resume token's offsets name choices {sorted(offsets)[:8]} where its reply "
+            f"holds {sorted(choices)[:8]}"
+        )
+    for index, counts in offsets.items():
+        lengths = _lengths(choices[index])
+        for channel in _CHANNELS:
+            if counts.get(channel, 0) != lengths[channel]:
+                raise ResumeTokenError(
+                    f"the resume token's {channel} offset of choice {index} "
+                    f"({counts.get(channel, 0)}) is not the length of its reply's "
+                    f"{channel} ({lengths[channel]})"
+                )
+        if counts["tool_calls"] != lengths["tool_calls"]:
+            raise ResumeTokenError(
+                f"the resume token's tool call offsets of choice {index} are not the lengths "
+                f"of its reply's tool call arguments"
+            )
+
+
+# --------------------------------------------------------------------------- numbers, ids
 
 
 def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
@@ -100,6 +204,36 @@ def _token_number(value: Any, what: str, *, signed: bool = False) -> int:
     low = -_TOKEN_NUMBER_BOUND if signed else 0
     if type(value) is not int or not low <= value < _TOKEN_NUMBER_BOUND:
         raise ResumeTokenError(f"the resume token's {what} is not a number it can hold")
+    return value
+
+
+def _optional_count(value: object, what: str, bound: int) -> int | None:
+    """``None``, or a plain int from 0 to below ``bound`` (not a bool, not a string)."""
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value < bound:
+        raise ResumeTokenError(f"the resume token's {what} is not a count below {bound}")
+    return value
+
+
+def _response_id(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
+        raise ResumeTokenError(
+            f"the resume token's response id is not an id of 1 to {MAX_ID_CHARS} characters")
+    return value
+
+
+def _event_id(value: object) -> str:
+    """The ``Last-Event-ID`` to send: a string an SSE ``id:`` field can hold (``None``: none)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or _NOT_IN_AN_ID.search(value):
+        raise ResumeTokenError(
+            "the resume token's last event id is not an SSE event id (a string without NUL, "
+            "CR or LF)"
+        )
     return value
 
 
@@ -116,7 +250,7 @@ def _checked_offsets(offsets: Any) -> dict[str, Any]:
             raise ResumeTokenError("the resume token's offsets of a choice are not a mapping")
         entry: dict[str, Any] = {
             channel: _token_number(counts[channel], f"{channel} offset")
-            for channel in ("text", "reasoning", "refusal")
+            for channel in _CHANNELS
             if channel in counts
         }
         calls = counts.get("tool_calls") or {}
@@ -128,5 +262,179 @@ def _checked_offsets(offsets: Any) -> dict[str, Any]:
             )
             for call, length in calls.items()
         }
+        if str(index) in checked:
+            raise ResumeTokenError(f"the resume token's offsets name choice {index} twice")
         checked[str(index)] = entry
     return checked
+
+
+# --------------------------------------------------------------------------- wire state
+
+
+def _checked_wire(wire: object, format: str | None, reply: Reply) -> Mapping[str, Any] | None:
+    """The format's own state, of the shape that format writes (``format`` ``None``: the one
+    its parts claim, as ``auto`` chooses), naming only blocks, calls and candidates the
+    reply holds. ``None`` or ``{}``: no state (Chat Completions writes none; ``auto``
+    writes ``{}`` before it knows the format)."""
+    if wire is None:
+        return None
+    if not isinstance(wire, Mapping):
+        raise ResumeTokenError("the resume token's wire state is not a mapping")
+    if not wire:
+        return wire
+    name = format if format is not None else _claimed(wire)
+    rule = _WIRE_RULES.get(name or "")
+    if rule is None:
+        raise ResumeTokenError(
+            f"the resume token carries wire state, which a {name or 'stream of its kind'} "
+            f"stream never writes"
+        )
+    rule(wire, reply)
+    return wire
+
+
+def _claimed(wire: Mapping[str, Any]) -> str | None:
+    """The format whose state ``wire`` is, by the part only that format writes."""
+    for part, name in (("blocks", "anthropic_messages"), ("parts", "responses"),
+                       ("candidates", "gemini")):
+        if part in wire:
+            return name
+    return None
+
+
+def _wrong(format: str, part: str) -> ResumeTokenError:
+    return ResumeTokenError(f"the resume token's {format} wire state has a wrong '{part}'")
+
+
+def _is_count(value: object) -> bool:
+    return type(value) is int and 0 <= value < MAX_SEQUENCE
+
+
+def _optional(wire: Mapping[str, Any], part: str, kind: type | tuple[type, ...],
+              format: str) -> None:
+    value = wire.get(part)
+    if value is not None and not isinstance(value, kind):
+        raise _wrong(format, part)
+
+
+def _calls(reply: Reply, index: int) -> dict[int, str]:
+    """The tool calls of choice ``index``: ``{call index: arguments}``."""
+    choice = next((c for c in reply.choices if c.index == index), None)
+    return {} if choice is None else {t.index: t.arguments for t in choice.tool_calls}
+
+
+def _held_of_one_choice(held: object, reply: Reply, format: str) -> None:
+    """UTF-16 high halves held back, ``[channel, None, unit]`` or ``["tool", call, unit]``
+    (:meth:`~fluxstream.formats._base.ChoiceState.held_state`)."""
+    calls = _calls(reply, 0)
+    for entry in _entries(held, format, "held"):
+        channel, index, unit = entry
+        if not (
+            (channel in _CHANNELS and index is None)
+            or (channel == "tool" and type(index) is int and index in calls)
+        ) or not _is_high_half(unit):
+            raise _wrong(format, "held")
+
+
+def _entries(value: object, format: str, part: str, size: int = 3) -> list[list[Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(
+        isinstance(entry, list) and len(entry) == size for entry in value
+    ):
+        raise _wrong(format, part)
+    return value
+
+
+def _is_high_half(unit: object) -> bool:
+    return type(unit) is int and 0xD800 <= unit <= 0xDBFF
+
+
+def _anthropic_wire(wire: Mapping[str, Any], reply: Reply) -> None:
+    """The content blocks open at the token: a tool block is a call of the reply, an open
+    thinking block's text is the end of the reply's reasoning."""
+    name = "anthropic_messages"
+    blocks = wire.get("blocks")
+    if not isinstance(blocks, Mapping):
+        raise _wrong(name, "blocks")
+    calls = _calls(reply, 0)
+    reasoning = next((c.reasoning or "" for c in reply.choices if c.index == 0), "")
+    for key, block in blocks.items():
+        if not (isinstance(key, str) and _BLOCK_INDEX.fullmatch(key)
+                and isinstance(block, Mapping) and isinstance(block.get("kind"), str)
+                and block["kind"] in _BLOCK_KINDS):
+            raise _wrong(name, "blocks")
+        kind = block["kind"]
+        if kind == "tool" and (int(key) not in calls or not isinstance(
+                block.get("input", ""), str)):
+            raise _wrong(name, "blocks")
+        if kind == "thinking":
+            thinking, signature = block.get("thinking", ""), block.get("signature", "")
+            if not (isinstance(thinking, str) and isinstance(signature, str)
+                    and reasoning.endswith(thinking)):
+                raise _wrong(name, "blocks")
+    if not isinstance(wire.get("message_started", False), bool):
+        raise _wrong(name, "message_started")
+    _optional(wire, "usage", Mapping, name)
+    _optional(wire, "stop", str, name)
+    _held_of_one_choice(wire.get("held"), reply, name)
+
+
+def _responses_wire(wire: Mapping[str, Any], reply: Reply) -> None:
+    """The parts that received deltas, the output items by id, the call streamed last (a
+    call of the reply)."""
+    name = "responses"
+    for part in ("parts", "shown"):
+        for kind, output, index in _entries(wire.get(part), name, part):
+            if not (isinstance(kind, str) and (output is None or _is_count(output))
+                    and (index is None or _is_count(index))):
+                raise _wrong(name, part)
+    for item, position in _entries(wire.get("items"), name, "items", size=2):
+        if not (isinstance(item, str) and _is_count(position)):
+            raise _wrong(name, "items")
+    if "positions" in wire and not _is_count(wire["positions"]):
+        raise _wrong(name, "positions")
+    last = wire.get("last_call")
+    if last is not None and not (_is_count(last) and last in _calls(reply, 0)):
+        raise _wrong(name, "last_call")
+    if not isinstance(wire.get("errored", False), bool):
+        raise _wrong(name, "errored")
+    _held_of_one_choice(wire.get("held"), reply, name)
+
+
+def _gemini_wire(wire: Mapping[str, Any], reply: Reply) -> None:
+    """Per candidate of the reply its thought signatures and the call still streaming (a call
+    of that candidate, whose arguments written so far are the reply's)."""
+    name = "gemini"
+    candidates = wire.get("candidates", {})
+    indices = {c.index for c in reply.choices}
+    if not isinstance(candidates, Mapping):
+        raise _wrong(name, "candidates")
+    for key, entry in candidates.items():
+        index = _token_number(key, "candidate index", signed=True)
+        if index not in indices or not isinstance(entry, Mapping) or not _is_count(
+                entry.get("signatures", 0)):
+            raise _wrong(name, "candidates")
+        if "open" in entry:
+            calls = _calls(reply, index)
+            pieces = entry.get("pieces")
+            if not (type(entry["open"]) is int and entry["open"] in calls) or (
+                pieces is not None and not (
+                    isinstance(pieces, Mapping)
+                    and pieces.get("written") == calls[entry["open"]])):
+                raise _wrong(name, "candidates")
+    _optional(wire, "usage", Mapping, name)
+    for flag in ("usage_sent", "blocked"):
+        if not isinstance(wire.get(flag, False), bool):
+            raise _wrong(name, flag)
+    for index, channel, unit in _entries(wire.get("held"), name, "held"):
+        if not (type(index) is int and index in indices and channel in ("text", "reasoning")
+                and _is_high_half(unit)):
+            raise _wrong(name, "held")
+
+
+_WIRE_RULES: dict[str, Callable[[Mapping[str, Any], Reply], None]] = {
+    "anthropic_messages": _anthropic_wire,
+    "responses": _responses_wire,
+    "gemini": _gemini_wire,
+}

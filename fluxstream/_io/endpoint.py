@@ -17,6 +17,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 from .. import apis
 from .._core.failover import CoolDown
+from .._core.token_signature import TokenSigner
 from ..apis import Api, Structured
 from ..errors import ResumeTokenError, show_key
 from ..observe import StreamObserver
@@ -88,6 +89,18 @@ class StreamFactory(Protocol):
     @property
     def resume(self) -> ResumePolicy: ...
 
+    @property
+    def raise_for_outcome(self) -> bool:
+        """Whether the client's streams raise at the end of iteration unless they ended
+        well (a request may say otherwise)."""
+        ...
+
+    @property
+    def token_signer(self) -> TokenSigner | None:
+        """Signs the resume tokens of the client's streams and checks the ones it resumes
+        (``None``: the client has no ``token_secret``)."""
+        ...
+
     def parser(self, api: Api, content_key: str, *, strict: bool) -> StreamParser:
         """A parser of ``api``'s wire format for a new stream."""
         ...
@@ -107,9 +120,11 @@ class StreamFactory(Protocol):
     def open(
         self, request: RequestSpec, parser: StreamParser, *, retry: RetryPolicy,
         resume: ResumePolicy, resuming: bool, route: Route | None = None,
+        raise_for_outcome: bool = False,
     ) -> ReplyStream:
         """The stream of ``request`` read by ``parser``, told to the client's observers,
-        moving along ``route`` when its upstream fails."""
+        moving along ``route`` when its upstream fails, its resume tokens signed with the
+        client's secret, raising at the end of iteration when ``raise_for_outcome``."""
         ...
 
     @property
@@ -216,11 +231,14 @@ class Endpoint:
         observers: Sequence[StreamObserver],
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
         """What every endpoint's ``stream`` does once its API's own fields are in ``body``:
         tools, structured output, ``stream: true``, then the stream (opened lazily) under
         ``timeouts`` over the client's, told to the client's ``observers`` then the call's,
-        moving to ``fallbacks`` (the client's when ``None``) when its upstream fails."""
+        moving to ``fallbacks`` (the client's when ``None``) when its upstream fails, raising
+        at the end of iteration unless it ended well when ``raise_for_outcome`` (the
+        client's when ``None``)."""
         api = self.api
         if tools is not None:
             api.add_tools(body, tools)
@@ -234,8 +252,19 @@ class Endpoint:
         stream = factory.open(
             request, parser, retry=self.retry_policy(retry), resume=resume_policy,
             resuming=False, route=route,
+            raise_for_outcome=self.raises_for_outcome(raise_for_outcome),
         )
         return prepare(stream, structured, log, observers)
+
+    def raises_for_outcome(self, raise_for_outcome: bool | None) -> bool:
+        """``raise_for_outcome`` (checked), or the client's."""
+        if raise_for_outcome is None:
+            return self.factory.raise_for_outcome
+        if not isinstance(raise_for_outcome, bool):
+            raise TypeError(
+                f"raise_for_outcome is True, False or None, not {type(raise_for_outcome).__name__}"
+            )
+        return raise_for_outcome
 
     def route(
         self, request: RequestSpec, fallbacks: Sequence[Upstream] | None,
@@ -290,13 +319,18 @@ class Endpoint:
         observers: Sequence[StreamObserver],
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
+        raise_for_outcome: bool | None = None,
     ) -> ReplyStream:
-        """The one way a resume token becomes a stream: the token must be of this API
-        (:func:`fluxstream.apis.for_token`), or of the API of one of this client's
+        """The one way a resume token becomes a stream: signed with one of the client's
+        secrets when it has a ``token_secret`` (checked first, before any part is read), of
+        this API (:func:`fluxstream.apis.for_token`), or of the API of one of this client's
         ``fallbacks`` (the client's when ``None``) that the token names as serving it, and
         of this version; its partial reply and offsets are taken over by a parser of that
         API's wire format, and its body is sent again to that API's own path, moving along
         the upstreams after it (under ``failover``) when it fails."""
+        signer = self.factory.token_signer
+        if signer is not None:
+            signer.verify(token)
         api = self.api
         named = apis.for_token(token)  # refuses a token that is no mapping
         if named is not api:
@@ -313,7 +347,7 @@ class Endpoint:
             return Endpoint(self.factory, named).resume(
                 token, extra_headers=extra_headers, resume=resume, retry=retry,
                 response_format=response_format, timeouts=timeouts, observers=observers,
-                fallbacks=fallbacks, failover=failover,
+                fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
             )
         if token.get("version") != RESUME_TOKEN_VERSION:
             raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
@@ -329,6 +363,7 @@ class Endpoint:
         stream = factory.open(
             request, parser, retry=self.retry_policy(retry), resume=resume_policy,
             resuming=True, route=route,
+            raise_for_outcome=self.raises_for_outcome(raise_for_outcome),
         )
         return prepare(stream, api.structured(response_format), None, observers)
 

@@ -16,7 +16,7 @@ from gemini_corpus import as_corpus, check, gemini_expected, gemini_streams
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxstream.errors import FrameDecodeError, LimitExceededError
+from fluxstream.errors import FrameDecodeError, LimitExceededError, ResumeTokenError
 from fluxstream.events import (
     ErrorEvent,
     Finish,
@@ -492,6 +492,8 @@ def test_a_token_between_the_halves_of_an_emoji_and_mid_arguments() -> None:
 
 
 def test_a_damaged_wire_state_never_crashes() -> None:
+    """A damaged state is a typed refusal of the token (``ResumeTokenError``); no state at
+    all is a token of a stream that wrote none, and resumes."""
     from resume_tokens import frames, token
 
     pieces = frames(require(FILES[IDS.index("gem-vercel-vertex-partial-args")]).read_bytes())
@@ -499,9 +501,12 @@ def test_a_damaged_wire_state_never_crashes() -> None:
     for piece in pieces[:4]:
         first.feed(piece)
     state = token(first)
-    for wire in (None, 5, {"candidates": {"0": {"open": 1, "pieces": {"stack": [[1]]}}}},
+    for wire in (5, {"candidates": {"0": {"open": 1, "pieces": {"stack": [[1]]}}}},
                  {"candidates": {"x": 1, "0": {"open": "1", "signatures": -1}},
                   "held": [[0, "text", 5], "x"], "usage": 3}):
+        with pytest.raises(ResumeTokenError):
+            StreamParser.from_token({**state, "wire": wire}, format="gemini")
+    for wire in (None, state["wire"]):
         second = StreamParser.from_token({**state, "wire": wire}, format="gemini")
         for piece in pieces[4:]:
             second.feed(piece)

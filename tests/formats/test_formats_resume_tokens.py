@@ -18,6 +18,7 @@ import pytest
 from fixture_files import chat_streams, require
 from resume_tokens import ANTH, RESP, content, frames, read, resumed, token
 
+from fluxstream.errors import ResumeTokenError
 from fluxstream.events import Outcome
 from fluxstream.parser import StreamParser
 
@@ -71,11 +72,16 @@ def test_auto_resumed_responses_keeps_starting_after() -> None:
     [1, 2],
 ])
 def test_a_hostile_anthropic_wire_state_cannot_crash(blocks: Any) -> None:
-    """A token is data from outside: what is not what ``resume_state`` writes is left out,
-    and the stream goes on with typed skips only (before: ``KeyError`` / ``ValueError``)."""
+    """A token is data from outside: such a token is refused with the typed error
+    (``fluxstream._core.resume_token`` checks the wire state's shape), and the format itself,
+    given the state, leaves out what is not what ``resume_state`` writes: the stream goes on
+    with typed skips only (before: ``KeyError`` / ``ValueError``)."""
     state = {"key": "k", "reply": {},
              "wire": {"blocks": blocks, "message_started": True, "usage": 3, "stop": 4}}
-    parser = StreamParser.from_token(state, format="anthropic_messages", strict=True)
+    with pytest.raises(ResumeTokenError):
+        StreamParser.from_token(state, format="anthropic_messages", strict=True)
+    parser = StreamParser(content_key="k", format="anthropic_messages", strict=True)
+    parser._format.restore_state(state["wire"])
     body = (
         b'data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta",'
         b'"partial_json":"{}"}}\n\n'
