@@ -1,7 +1,7 @@
 """What one ``XREAD`` over many streams costs Redis itself (``INFO commandstats``), by how many
 of the streams have an entry, and a blocking one that finds nothing: why the relay's followers
 read only the streams a "written" message named, without blocking
-(``fluxstream/relay/redis_ticks.py``).
+(``fluxstream/relay/_redis_written_channel.py``).
 
     python benchmarks/bench_redis_reads.py --streams 100 --reads 500
 

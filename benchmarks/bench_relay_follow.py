@@ -89,12 +89,12 @@ def writer(
 
     from fluxstream.events import End, Outcome, TextDelta
     from fluxstream.relay import RedisReplyLog
+    from fluxstream.relay._redis_written_channel import message_of
     from fluxstream.relay.codec import encode_entry, end_record
-    from fluxstream.relay.redis_ticks import message_of
 
     names = RedisReplyLog(url).keys
     # What a producer's frame script publishes: the streams it appended to, as netstrings
-    # (fluxstream/relay/redis_ticks.py), one message per frame.
+    # (fluxstream/relay/_redis_written_channel.py), one message per frame.
     channel = RedisReplyLog(url).prefix + "written"
     streams = [names(key)["stream"] for key in keys]
     named = message_of(streams)

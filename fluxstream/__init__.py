@@ -1,14 +1,18 @@
-"""fluxstream: correct, fast asyncio streaming of LLM replies from OpenAI-style endpoints.
+"""fluxstream: correct, fast asyncio streaming of LLM replies -- Chat Completions, OpenAI
+Responses, Anthropic Messages and Gemini -- through one event model.
 
-Layers, each usable alone (lower layers never import higher ones):
+Layers, each usable alone (lower layers never import higher ones; ``docs/architecture.md``):
 
 * :mod:`fluxstream.sse` - sans-IO ``text/event-stream`` decoder (WHATWG rules, linear time).
 * :mod:`fluxstream.formats` - wire formats -> normalized, format-neutral :mod:`~fluxstream.events`.
 * :mod:`fluxstream.assembly` - normalized events -> the :class:`~fluxstream.reply.Reply`.
 * :mod:`fluxstream.parser` - the three composed: bytes in, events out, reply kept; ``replay()``.
-* :mod:`fluxstream.client` / :mod:`fluxstream.stream` - httpx transport, cancellation, timeouts.
+* :mod:`fluxstream.apis` - what differs per provider API (path, credentials, continuation).
+* :mod:`fluxstream.client` / :mod:`fluxstream.stream` - the client (aiohttp under asyncio, httpx
+  elsewhere), cancellation, timeouts, retries, resumes and failover.
 * :mod:`fluxstream.relay` - one reply followed from any worker or browser (memory or Redis log).
-* :mod:`fluxstream.server` - an embedded OpenAI-compatible streaming server for demos and tests.
+* :mod:`fluxstream.server` - an embedded streaming server, one dialect per API, for demos and
+  tests.
 """
 
 from typing import TYPE_CHECKING, Any

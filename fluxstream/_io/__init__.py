@@ -2,7 +2,9 @@
 
 One request and its response (``attempt``), the loop over attempts and the reads
 (``channel``), what each resume strategy sends after a drop (``reconnect``), the reader that
-enforces the deadlines and states the outcome (``reader``), the body read in a task of its own
+enforces the deadlines and states the outcome (``reader``), the move to the next upstream
+before or after content started (``failover``) and the next upstream asked too when the first
+token is slow (``hedge``), the body read in a task of its own
 for ``text(coalesce=)`` (``readahead``, on ``tasks``), the stream's structured output
 (``stream_objects``, ``structured_output``), the one generic endpoint every API's requests go
 through (``endpoint``), the HTTP clients fluxstream creates (``default_client``,

@@ -268,7 +268,9 @@ class Attempt:
             return await self._send_scoped(request, head)
         loop = asyncio.get_running_loop()
         if head is not None and getattr(request, "head_bounded", True) is False:
-            request.head_bounded = True  # the deadline below bounds the head: see _aiohttp
+            # The deadline below bounds the head (see
+            # :attr:`~fluxstream._io.aiohttp_client.AiohttpRequest.head_bounded`).
+            request.head_bounded = True
         timeout = asyncio.timeout_at(None if head is None else loop.time() + head)
         self._timeout = timeout
         try:

@@ -187,7 +187,7 @@ async def _demo(args: argparse.Namespace, session: _Session) -> int:
     elif api.prefill_resume:
         # Where the text does not end in whitespace, for an API resumed by a prefill.
         # Anthropic (and the embedded server) refuse a prefill ending in whitespace, but the
-        # client sends it trimmed (``StreamParser.continuation``), so the shared drop point
+        # client sends it trimmed (``StreamParser.begin_continuation``), so the shared drop point
         # would work too: this one is kept only so that each API's demo shows what it showed.
         defaults = tuple(
             "drop-after-events=14" if f.startswith("drop-after-events=") else f

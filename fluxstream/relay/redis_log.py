@@ -16,22 +16,26 @@ can never address another reply's keys or break the hash tag.
 Every write is a small Lua script, so it is atomic and fenced by the lease (a producer that
 lost it cannot write), refreshes the lease and the TTL, stores the token when given and
 returns the cancel flag. On one Redis the writes of every stream of a frame are one
-``EVALSHA`` together (:data:`~fluxstream.relay.redis_writes.WRITES`: one command, one reply
+``EVALSHA`` together (:data:`~fluxstream.relay._redis_writes.WRITES`: one command, one reply
 and one script call per frame, each write still failing alone); on a cluster each write is its
 own ``EVALSHA`` (the replies lie in different slots), all in one pipelined round trip.
 
-A log uses four connections whatever the number of streams and followers: the writes of
-every stream the process records go out together, one round trip per frame, on a connection
-the writer keeps (:mod:`fluxstream.relay.writer`,
-:class:`~fluxstream.relay.redis_writes.WriteChannel`); the other commands of producers and
+On one Redis a log uses five connections whatever the number of streams and followers: the
+writes of every stream the process records go out together, one round trip per frame, on a
+connection the writer keeps (:mod:`fluxstream.relay.writer`,
+:class:`~fluxstream.relay._redis_writes.WriteChannel`); the other commands of producers and
 followers are *pipelined* together (whatever was asked while the previous round trip was in
-flight goes out in one); one *tailer* connection runs a single ``XREAD BLOCK`` over every
-stream that has a waiting follower, keeps the entries it read and wakes those followers, who
-take them from it (a follower further behind reads with ``XRANGE``), so a thousand followers
-never hold a thousand blocked connections nor re-read what the tailer read; and one pub/sub
+flight goes out in one: :mod:`~fluxstream.relay._redis_pipeliner`); one *tailer* connection
+reads for every stream that has a waiting follower (:mod:`~fluxstream.relay._redis_tailer`),
+keeps the entries it read and wakes those followers, who take them from it (a follower
+further behind reads with ``XRANGE``), so a thousand followers never hold a thousand blocked
+connections nor re-read what the tailer read; one subscription to the log's "written"
+channel tells the tailer which streams a frame appended to, so that it reads just those
+without blocking (:mod:`~fluxstream.relay._redis_written_channel`); and one pub/sub
 connection carries cancels to producers (the flag that every write returns covers a message
-missed while subscribing). Commands are packed and
-replies read by :mod:`fluxstream.relay.redis_io` (RESP on the client's pooled connections).
+missed while subscribing). On a cluster the writes are pipelined and followers poll
+(:mod:`~fluxstream.relay._redis_cluster`). Commands are packed and replies read by
+:mod:`~fluxstream.relay._redis_connection` (RESP on the client's pooled connections).
 
 redis-py's asyncio client runs on asyncio only (not trio). Install ``fluxstream[redis]``.
 """
@@ -58,11 +62,10 @@ from ..errors import (
     show_key,
 )
 from ..events import Event
-from .codec import Entry, decode_entry, encode_entry
-from .log import LogState, ReplyLog, Write
-from .redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
-from .redis_io import Pipeliner, Tailer, entry_number, ignore_result
-from .redis_scripts import (
+from ._redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
+from ._redis_connection import cancel_asked, entry_number
+from ._redis_pipeliner import Pipeliner
+from ._redis_scripts import (
     ACQUIRE,
     APPEND,
     CREATE,
@@ -74,8 +77,11 @@ from .redis_scripts import (
     STATE,
     ScriptCalls,
 )
-from .redis_ticks import WrittenNames, cancel_asked
-from .redis_writes import WRITES, WriteChannel, WriteCommands
+from ._redis_tailer import Tailer
+from ._redis_writes import WRITES, WriteChannel, WriteCommands
+from ._redis_written_channel import WrittenNames
+from .codec import Entry, decode_entry, encode_entry
+from .log import LogState, ReplyLog, Write
 
 try:
     import redis.asyncio as aioredis
@@ -145,12 +151,12 @@ class RedisReplyLog(ReplyLog):
             "end": END_UNOWNED, "acquire": ACQUIRE, "state": STATE, "writes": WRITES,
         })
         #: On a cluster, commands are routed by slot and followers poll (see
-        #: :mod:`fluxstream.relay.redis_cluster`).
+        #: :mod:`fluxstream.relay._redis_cluster`).
         self.cluster = is_cluster(redis)
         self._pipeline = ClusterPipeliner(redis) if self.cluster else Pipeliner(redis)
         self._key_cache: dict[str, dict[str, str]] = {}
         #: Where a frame's script names the streams it appended to (one Redis; a cluster's
-        #: followers poll: :mod:`fluxstream.relay.redis_ticks`).
+        #: followers poll: :mod:`fluxstream.relay._redis_written_channel`).
         self._written = "" if self.cluster else prefix + "written"
         self._commands = WriteCommands(
             self.keys, self._scripts.shas, lambda: (self.lease, self.ttl), self._written
@@ -432,7 +438,7 @@ class RedisReplyLog(ReplyLog):
                     self._ranges.pop(slot, None)
 
             shared = self._ranges[slot] = asyncio.get_running_loop().create_task(read())
-            shared.add_done_callback(ignore_result)  # every waiter may have gone
+            shared.add_done_callback(_ignore_result)  # every waiter may have gone
         return list(await asyncio.shield(shared))
 
     async def _state(self, key: str) -> LogState:
@@ -528,7 +534,7 @@ class RedisReplyLog(ReplyLog):
         if self._pubsub is not None:
             pubsub = self._pubsub
             task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
-            task.add_done_callback(ignore_result)
+            task.add_done_callback(_ignore_result)
 
     def _fire(self, channel: str) -> None:
         callbacks = self._watchers.pop(channel, [])
@@ -641,3 +647,10 @@ def _decode(item: Any) -> Entry:
     if data is None:
         raise RelayError(f"stored entry {entry_id} has no data")
     return decode_entry(number, data)
+
+
+def _ignore_result(task: asyncio.Task[Any]) -> None:
+    """A done callback for a task nobody may await: its exception counts as retrieved (else
+    asyncio logs "Task exception was never retrieved" when it is collected)."""
+    if not task.cancelled():
+        task.exception()

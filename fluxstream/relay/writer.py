@@ -4,15 +4,15 @@ A task per recorded stream, each with its own frame timer, wake-ups and round tr
 about as much CPU per write as parsing the upstream delta (cProfile at 500 streams,
 ``benchmarks/bench_relay.py``), and its round trips went out one by one as the tasks woke.
 Instead one background task writes what every stream has due, together, in one call
-(the log's batch write: one pipelined round trip on Redis); what becomes due while a
-round trip is out goes in the next one. The rules per stream stay those of a writer of its
-own: an event is written at once when the stream's last write is a frame old, else at that
-frame's end (at most one write per stream per frame, never held longer than a frame); the
-lease is refreshed when there is nothing to write; the terminal entry is written as soon as
-the stream ends. (A shared frame clock instead made every delta wait half a frame on
-average.) What each write means
-(cancel requested, lease lost, log failed) goes back to its stream
-(:meth:`Recording.written`), so one stream's failure never stops another's recording.
+(the log's batch write: on Redis one round trip, and on one Redis one script call); what
+becomes due while a round trip is out goes in the next one. The rules per stream stay those
+of a writer of its own: an event is written at once when the stream's last write is a frame
+old, else at that frame's end (at most one write per stream per frame, never held longer
+than a frame); the lease is refreshed when there is nothing to write; the terminal entry is
+written as soon as the stream ends. (A shared frame clock instead made every delta wait half
+a frame on average.) What each write means (cancel requested, lease lost, log failed) goes
+back to its stream (:meth:`Recording.written`), so one stream's failure never stops
+another's recording.
 
 The writer knows a log only as the batch write it is given, and a stream only as a
 :class:`Recording`: it stands below the log and the recorder, which both use it.

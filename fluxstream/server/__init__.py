@@ -8,11 +8,14 @@ other providers (:mod:`~fluxstream.server.profiles`), whose transport can misbeh
 (:mod:`~fluxstream.server.records`) so that cancellation is provable from the other end.
 Besides Chat Completions (``/v1/chat/completions``) it speaks OpenAI's Responses API
 (``/v1/responses``, with ``background`` responses resumable by ``GET /v1/responses/{id}?
-stream=true&starting_after=N``) and Anthropic Messages (``/v1/messages``): the same scripted
-content (:mod:`~fluxstream.server.dialects` translates those requests), rendered per format by
-:mod:`~fluxstream.server.render_responses` and :mod:`~fluxstream.server.render_messages`. Each
-API is one entry of :data:`~fluxstream.server.dialect_table.DIALECTS`, named by the API's one
-name (``chat_completions``, ``responses``, ``anthropic_messages``).
+stream=true&starting_after=N``), Anthropic Messages (``/v1/messages``) and Gemini
+(``/v1beta/models/{model}:streamGenerateContent?alt=sse``): the same scripted content
+(:mod:`~fluxstream.server.dialects` translates the Responses and Messages requests,
+:mod:`~fluxstream.server.render_gemini` Gemini's), rendered per format by
+:mod:`~fluxstream.server.render_responses`, :mod:`~fluxstream.server.render_messages` and
+:mod:`~fluxstream.server.render_gemini`. Each API is one entry of
+:data:`~fluxstream.server.dialect_table.DIALECTS`, named by the API's one name
+(``chat_completions``, ``responses``, ``anthropic_messages``, ``gemini``).
 It also honours assistant-prefix continuation (a last message ``{"role": "assistant",
 "content": P, "prefix": true}`` gets only the rest of the reply after ``P``; see
 :mod:`~fluxstream.server.script`), which clients use to resume a broken stream.

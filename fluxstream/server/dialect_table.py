@@ -7,9 +7,9 @@ so a test can go from one to the other without a mapping. Everything the server 
 differently per API is read from this table; the request loop (:mod:`.dispatch`) never
 switches on a name or a path.
 
-Adding an API (say Gemini, ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``):
-write its module (the request's translation to the chat request it amounts to, its events
-and its JSON object, and its answer function, as :mod:`.render_messages` does), and add one
+Adding an API: write its module (the request's translation to the chat request it amounts
+to, its events and its JSON object, and its answer function, as :mod:`.render_gemini` does
+for ``POST /v1beta/models/{model}:streamGenerateContent?alt=sse``), and add one
 :class:`Dialect` below: its name, the path prefix it owns, its routes, how it takes a key and
 its error shape (:mod:`.error_shapes`, or a new one there).
 

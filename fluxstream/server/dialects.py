@@ -1,11 +1,12 @@
 """Responses and Messages requests read as the Chat Completions request they amount to.
 
 The server has one notion of "what the model says" (:mod:`.script`, computed from a chat
-request); the other two APIs only ask the same thing in other words. So a Responses or
-Anthropic Messages body is translated here into the canonical chat request, the script is
-built from that, and a format renderer (:mod:`.render_responses`, :mod:`.render_messages`)
-frames it. Pure functions: the same body always gives the same canonical request, hence the
-same reply, the same ids and the same usage.
+request); the other APIs only ask the same thing in other words. So a Responses or
+Anthropic Messages body is translated here into the canonical chat request (a Gemini body
+in :mod:`.render_gemini`, beside its events), the script is built from that, and a format
+renderer (:mod:`.render_responses`, :mod:`.render_messages`) frames it. Pure functions: the
+same body always gives the same canonical request, hence the same reply, the same ids and
+the same usage.
 
 What is translated (anything else is ignored, as a model ignores unknown knobs):
 

@@ -19,7 +19,7 @@ from relay_support import Followed, LocalCluster, expected_text, follow_all, req
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
-from fluxstream.relay import RedisReplyLog, redis_scripts
+from fluxstream.relay import RedisReplyLog, _redis_scripts
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -137,8 +137,8 @@ def test_replies_spread_over_slots_and_a_prefix_cannot_carry_a_hash_tag() -> Non
 def test_scripts_touch_only_the_keys_they_declare() -> None:
     """A key built inside a script could lie in another slot (and redis-py could not route
     by it): every ``redis.call`` names a key as ``KEYS[n]``."""
-    for name in redis_scripts.__all__:
-        text = getattr(redis_scripts, name)
+    for name in _redis_scripts.__all__:
+        text = getattr(_redis_scripts, name)
         if not isinstance(text, str):
             continue
         calls = re.findall(r"redis\.call\('([A-Z]+)',\s*([^,)]+)", text)

@@ -217,7 +217,7 @@ async def test_a_user_without_script_sends_each_script_once_by_its_text(
     await _record_follow_and_cancel(url, "acl-noscript:", upstream, flush=flush)
     after = await _script_calls(redis_server)
     by_text = after["eval"] - before["eval"]
-    scripts = 8  # the log's scripts (redis_scripts, and the frame's WRITES)
+    scripts = 8  # the log's scripts (_redis_scripts, and the frame's WRITES)
     assert 0 < by_text <= 2 * scripts  # each at most once per cache: before and after the flush
     assert after["evalsha"] - before["evalsha"] > 5 * by_text
 

@@ -17,8 +17,8 @@ from relay_support import Followed, expected_text, follow_all, request, steal_le
 import fluxstream
 from fluxstream.errors import RelayLeaseLostError
 from fluxstream.relay import ReplyLog
+from fluxstream.relay._redis_connection import pack
 from fluxstream.relay.log import Write
-from fluxstream.relay.redis_io import pack
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

@@ -21,8 +21,9 @@ from relay_support import RedisServer, expected_text, request
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
-from fluxstream.relay.redis_io import Pipeliner, pack
-from fluxstream.relay.redis_writes import WriteChannel
+from fluxstream.relay._redis_connection import pack
+from fluxstream.relay._redis_pipeliner import Pipeliner
+from fluxstream.relay._redis_writes import WriteChannel
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

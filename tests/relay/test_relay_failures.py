@@ -378,9 +378,9 @@ async def test_a_stuck_redis_on_a_client_without_timeouts_bounds_every_call(
     to open the upstream request, and a follower never returned."""
     from redis.asyncio import Redis
 
-    from fluxstream.relay import RedisReplyLog, producer, redis_io
+    from fluxstream.relay import RedisReplyLog, _redis_connection, producer
 
-    monkeypatch.setattr(redis_io, "_ROUND_TRIP", 1.0)
+    monkeypatch.setattr(_redis_connection, "ROUND_TRIP", 1.0)
     monkeypatch.setattr(producer, "_CLOSE_WAIT", 0.5)
     redis = RedisServer().start()
     assert redis.process is not None

@@ -117,9 +117,9 @@ def test_a_packed_write_is_the_command_packed_argument_by_argument() -> None:
     packing every argument gives (append with and without token, final, refresh, release),
     and a changed lease or TTL packs the prefix again."""
     pytest.importorskip("redis")
-    from fluxstream.relay.redis_io import pack
+    from fluxstream.relay._redis_connection import pack
+    from fluxstream.relay._redis_writes import WriteCommands
     from fluxstream.relay.redis_log import RedisReplyLog
-    from fluxstream.relay.redis_writes import WriteCommands
     from fluxstream.relay.writer import Write
 
     log = RedisReplyLog("redis://127.0.0.1:1/0")

@@ -15,8 +15,8 @@ from relay_support import RedisServer
 from fluxstream.errors import RelayLeaseLostError, RelayUnavailableError
 from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
+from fluxstream.relay._redis_writes import WRITES
 from fluxstream.relay.codec import Entry
-from fluxstream.relay.redis_writes import WRITES
 from fluxstream.relay.writer import Write
 
 pytestmark = pytest.mark.anyio

@@ -1,8 +1,8 @@
 """One Redis: a frame's script names the streams it appended to on the log's "written"
 channel, and a follower process's tailer reads just those without blocking
-(``fluxstream/relay/redis_ticks.py``). The stream stays the only record: a lost, foreign or
-malformed message, a writer that never publishes, a subscription killed mid-reply -- every
-follower still gets every entry once, in order, within a bound."""
+(``fluxstream/relay/_redis_written_channel.py``). The stream stays the only record: a lost,
+foreign or malformed message, a writer that never publishes, a subscription killed
+mid-reply -- every follower still gets every entry once, in order, within a bound."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from relay_support import RedisServer
 
 from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
+from fluxstream.relay._redis_written_channel import message_of, names_of
 from fluxstream.relay.codec import Entry, encode_entry
-from fluxstream.relay.redis_ticks import message_of, names_of
 from fluxstream.relay.writer import Write
 
 pytestmark = pytest.mark.anyio
@@ -39,9 +39,9 @@ def no_safety_read(monkeypatch: pytest.MonkeyPatch) -> None:
     """The tailer's read of every watched stream, due a quarter second after the last one,
     put off for a minute: an entry then arrives by its message or not within
     :data:`AT_ONCE`."""
-    from fluxstream.relay import redis_io
+    from fluxstream.relay import _redis_tailer
 
-    monkeypatch.setattr(redis_io, "_QUIET", 60.0)
+    monkeypatch.setattr(_redis_tailer, "_QUIET", 60.0)
 
 
 @pytest.fixture(scope="module")
@@ -319,9 +319,9 @@ async def test_a_silent_subscription_is_given_up_and_made_again(
     """A subscription that stops answering (Redis paused here; a half-open connection behind
     a NAT in life) is asked a PING, given up when no answer comes, and made again: the
     followers read as before meanwhile and lose nothing."""
-    from fluxstream.relay import redis_ticks
+    from fluxstream.relay import _redis_written_channel
 
-    monkeypatch.setattr(redis_ticks, "_IDLE", 0.2)  # before the listener's first read
+    monkeypatch.setattr(_redis_written_channel, "_IDLE", 0.2)  # before the listener's first read
     producer, follower = logs
     await producer._create("silent", "me", {})
     followers = Followers(follower, "silent", 2)
@@ -393,7 +393,7 @@ async def test_a_cancel_that_arrives_as_the_connect_fails_still_ends_the_subscri
     lost; the listener took the error for one more failed attempt and retried forever, so
     ``asyncio.run`` never returned (a relay test hung at its event loop's end). A cancel
     asked of the task is honoured at the next failure."""
-    from fluxstream.relay.redis_ticks import WrittenNames
+    from fluxstream.relay._redis_written_channel import WrittenNames
 
     listener: list[asyncio.Task[Any]] = []
     connects = 0

@@ -1,15 +1,9 @@
-"""Connection economy of :class:`~fluxstream.relay.RedisReplyLog`: commands pipelined across
-tasks, and one tail read for every waiting follower of a process (redis-py asyncio client):
-of the streams the log's "written" channel named (:mod:`~fluxstream.relay.redis_ticks`), or
-a blocking one over every watched stream while that channel is not live.
-
-Both talk RESP on connections borrowed from the client's pool, with commands packed here
-(:func:`pack`) rather than by redis-py's general command packer: a relayed reply costs one
-``EVALSHA`` of about fifteen arguments per frame per stream, and redis-py's packer (which
-handles every type and buffer size) cost as much CPU as parsing the upstream delta itself
-(cProfile, ``benchmarks/bench_relay.py``). Replies are parsed by redis-py's parser (hiredis
-when installed) and returned raw: the callers in :mod:`~fluxstream.relay.redis_log` read
-them.
+"""The tailer of :class:`~fluxstream.relay.RedisReplyLog`: one read for every waiting follower
+of a process (:class:`Tailer`), on a connection of its own -- of the streams the log's
+"written" channel named (:mod:`~fluxstream.relay._redis_written_channel`), or a blocking one
+over every watched stream while that channel is not live. It keeps the entries it read,
+decoded once, for the followers it wakes. A cluster's tailer
+(:mod:`~fluxstream.relay._redis_cluster`) polls instead.
 """
 
 from __future__ import annotations
@@ -20,22 +14,28 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from redis.exceptions import ConnectionError, ResponseError
+from redis.exceptions import ResponseError
 
-from ..errors import RelayError
-from .redis_ticks import WrittenNames
+from . import _redis_connection
+from ._redis_connection import (
+    Arg,
+    borrow,
+    deadline,
+    give_back,
+    pack,
+    round_trip,
+    xread_streams,
+)
+from ._redis_pipeliner import Pipeliner
+from ._redis_written_channel import WrittenNames
 
-__all__ = [
-    "Pipeliner", "Tailer", "bulk", "entry_number", "ignore_result", "pack", "round_trip",
-    "xread_streams",
-]
+__all__ = ["Tailer"]
 
 logger = logging.getLogger("fluxstream.relay")
 
-_BATCH = 1000
 _TAIL_BLOCK_MS = 1000
 _TAIL_COUNT = 8
 #: The least time (seconds) between two reads of the tailer that found entries, per watched
@@ -59,190 +59,17 @@ _LINGER = 2.0
 #: Decoded entries the tailer keeps per watched stream (followers a little behind read them
 #: without a round trip; one further behind reads Redis).
 _CACHE = 32
-#: Granularity (seconds) of the followers' poll timeouts (see Tailer.wait).
+#: Granularity (seconds) of the followers' poll timeouts (see :meth:`Tailer.wait`).
 _SLOT = 0.05
 #: Seconds between two looks for streams whose linger ended (a look goes over every
 #: watched stream: once per read, it cost more than the read at a hundred streams).
 _SWEEP = 0.1
-#: Seconds one round trip (a batch, or a blocking read beyond its block time) may take.
-_ROUND_TRIP = 10.0
-
-Arg = bytes | str | int | float
-
-#: ``asyncio.timeout`` (Python 3.11+), else ``None``.
-_timeout: Any = getattr(asyncio, "timeout", None)
-
-
-def pack(args: Sequence[Arg]) -> bytes:
-    """One command in RESP (an array of bulk strings)."""
-    return b"*%d\r\n" % len(args) + b"".join(bulk(arg) for arg in args)
-
-
-def bulk(arg: Arg) -> bytes:
-    """One argument as a RESP bulk string (a command is ``*<count>`` and its arguments: a
-    caller that sends many commands differing in a few arguments packs the rest once)."""
-    if isinstance(arg, bytes):
-        data = arg
-    elif isinstance(arg, str):
-        data = arg.encode()
-    elif isinstance(arg, int):
-        data = b"%d" % arg
-    else:
-        data = repr(arg).encode()
-    return b"$%d\r\n%s\r\n" % (len(data), data)
-
 
 #: The fixed start of the tailer's ``XREAD`` (without the array header ``*6\r\n``).
 _XREAD = pack(("XREAD", "COUNT", _TAIL_COUNT, "BLOCK", _TAIL_BLOCK_MS, "STREAMS"))[4:]
 #: The same without ``BLOCK`` (the streams a "written" message named: see
-#: :mod:`~fluxstream.relay.redis_ticks`), without its header ``*4\r\n``.
+#: :mod:`~fluxstream.relay._redis_written_channel`), without its header ``*4\r\n``.
 _XREAD_NOW = pack(("XREAD", "COUNT", _TAIL_COUNT, "STREAMS"))[4:]
-
-
-async def borrow(redis: Any) -> Any:
-    """A connection of ``redis``'s pool (redis-py 5.0 wants a command name, 5.3+ none),
-    within :data:`_ROUND_TRIP` seconds: a new one connects and shakes hands, which a client
-    made without timeouts (redis-py's default) would wait for forever on a hung Redis.
-    ``TimeoutError`` (an ``OSError``: reported as ``RelayUnavailableError``) after that."""
-    pool = redis.connection_pool
-    try:
-        return await asyncio.wait_for(pool.get_connection(), _ROUND_TRIP)
-    except TypeError:  # pragma: no cover - redis-py < 5.3
-        return await asyncio.wait_for(pool.get_connection("_"), _ROUND_TRIP)
-
-
-async def give_back(redis: Any, connection: Any, *, broken: bool) -> None:
-    """Return a borrowed connection; a broken one is closed first (the pool reconnects)."""
-    if broken:
-        with contextlib.suppress(Exception):
-            await connection.disconnect()
-    await redis.connection_pool.release(connection)
-
-
-class Pipeliner:
-    """Sends the commands of every task in as few round trips as possible: whatever is asked
-    while a round trip is in flight goes out together in the next one (at most ``_BATCH``).
-    One connection at a time, so a log never exhausts its client's pool. A command that
-    Redis answers with an error raises that error (``redis.exceptions.ResponseError``); a
-    connection failure fails every command of its round trip."""
-
-    def __init__(self, redis: Any) -> None:
-        self._redis = redis
-        #: What was asked since the last round trip left: each caller's commands and the
-        #: future of their replies (one future per caller, not per command: a producer's
-        #: frame is a command per stream, and a future each cost as much as its reply).
-        self._queue: list[tuple[list[Any], asyncio.Future[list[Any]]]] = []
-        self._task: asyncio.Task[None] | None = None
-        #: The connection of the round trip out, if any (:meth:`aclose` closes it).
-        self._connection: Any = None
-        self._closed = False
-
-    async def aclose(self) -> None:
-        """Fail the round trip out (its connection closed) and every later call; what was
-        asked and not yet sent fails too."""
-        self._closed = True
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.disconnect()
-
-    def _queued(self, args: Sequence[Arg]) -> Any:
-        """A command as the round trip sends it (packed here; a cluster keeps the args to
-        route them)."""
-        return pack(args)
-
-    async def call(self, *args: Arg) -> Any:
-        """Send the command ``args`` (name first); its raw reply."""
-        [reply] = await self._call_queued([self._queued(args)])
-        if isinstance(reply, Exception):
-            raise reply
-        return reply
-
-    async def call_many(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Send ``commands`` in order, in one round trip with whatever else is asked; their
-        raw replies, an error reply as its exception (a lost connection raises)."""
-        return await self._call_queued([self._queued(args) for args in commands])
-
-    async def call_packed(self, commands: list[bytes]) -> list[Any]:
-        """:meth:`call_many` for commands already in RESP (:func:`pack`; not on a cluster,
-        whose pipeliner routes commands by their arguments)."""
-        return await self._call_queued(commands)
-
-    async def _call_queued(self, commands: list[Any]) -> list[Any]:
-        if self._closed:
-            raise ConnectionError("the pipeliner is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Any]] = loop.create_future()
-        self._queue.append((commands, future))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._flush())
-        results = await future
-        for result in results:
-            if isinstance(result, Exception) and not isinstance(result, ResponseError):
-                raise result  # the round trip failed
-        return results
-
-    async def _flush(self) -> None:
-        while self._queue:
-            # Whole callers, up to _BATCH commands (a caller with more goes alone).
-            taken = 0
-            count = 0
-            for commands, _ in self._queue:
-                if taken and count + len(commands) > _BATCH:
-                    break
-                taken += 1
-                count += len(commands)
-            batch, self._queue = self._queue[:taken], self._queue[taken:]
-            results: list[Any] = []
-            try:
-                await self._send_batch([c for commands, _ in batch for c in commands], results)
-            except BaseException as exc:  # connection lost: every caller of this batch fails
-                error = exc if isinstance(exc, Exception) else RelayError("closed")
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
-                if not isinstance(exc, Exception):
-                    raise
-                continue
-            at = 0
-            for commands, future in batch:
-                if not future.done():
-                    future.set_result(results[at:at + len(commands)])
-                at += len(commands)
-
-    async def _send_batch(self, commands: list[Any], results: list[Any]) -> None:
-        """One round trip: append each command's reply (an error reply as its exception) to
-        ``results``; raises when the connection failed."""
-        connection: Any = None
-        broken = True
-        try:
-            connection = self._connection = await self._borrow()
-            try:
-                await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
-            except ConnectionError:
-                if results or self._closed:
-                    raise  # closed by aclose(), not by Redis: never sent twice
-                # Nothing was answered: a pooled connection Redis had closed (a restart,
-                # an idle timeout). Once more on a new one, as redis-py's retry would.
-                await give_back(self._redis, connection, broken=True)
-                connection = self._connection = None
-                connection = self._connection = await self._borrow()
-                await asyncio.wait_for(round_trip(connection, commands, results), _ROUND_TRIP)
-            broken = False
-        finally:
-            self._connection = None
-            if connection is not None:
-                await give_back(self._redis, connection, broken=broken)
-
-    async def _borrow(self) -> Any:
-        """A connection for one round trip; none once closed."""
-        if self._closed:
-            raise ConnectionError("the pipeliner is closed")
-        connection = await borrow(self._redis)
-        if self._closed:  # closed while connecting
-            await give_back(self._redis, connection, broken=False)
-            raise ConnectionError("the pipeliner is closed")
-        return connection
 
 
 class Tailer:
@@ -254,7 +81,7 @@ class Tailer:
     its last waiter woke (:data:`_LINGER`), so a follower that comes back knows, without
     asking Redis, that nothing newer exists yet.
 
-    With ``written`` (the log's "written" channel, :mod:`~fluxstream.relay.redis_ticks`)
+    With ``written`` (the log's "written" channel, :mod:`~fluxstream.relay._redis_written_channel`)
     and while its subscription is live, the read does not block: it names only the watched
     streams a message named, and between messages the tailer waits on the channel."""
 
@@ -473,12 +300,9 @@ class Tailer:
 
     async def _send(self, command: bytes) -> Any:
         results: list[Any] = []
-        limit = _ROUND_TRIP + _TAIL_BLOCK_MS / 1000
-        if _timeout is not None:  # a timer, where wait_for made a task per read
-            async with _timeout(limit):
-                await round_trip(self._connection, [command], results)
-        else:  # pragma: no cover - Python 3.10
-            await asyncio.wait_for(round_trip(self._connection, [command], results), limit)
+        # A timer, where wait_for made a task per read.
+        async with deadline(_redis_connection.ROUND_TRIP + _TAIL_BLOCK_MS / 1000):
+            await round_trip(self._connection, [command], results)
         if isinstance(results[0], Exception):
             raise results[0]
         return results[0]
@@ -614,17 +438,6 @@ class Tailer:
         await self._drop_connection(broken=True)
 
 
-async def round_trip(connection: Any, commands: list[bytes], results: list[Any]) -> None:
-    """Send ``commands`` in one write and append their replies (an error reply as its
-    exception) to ``results``."""
-    await connection.send_packed_command(b"".join(commands))
-    for _ in commands:
-        try:
-            results.append(await connection.read_response(timeout=math.inf))
-        except ResponseError as exc:
-            results.append(exc)
-
-
 def _number(entry: Any) -> int:
     return int(entry.number)
 
@@ -633,24 +446,3 @@ def _bulk_id(number: int) -> bytes:
     """Entry id ``<number>-0`` as a RESP bulk string."""
     data = b"%d-0" % number
     return b"$%d\r\n%s\r\n" % (len(data), data)
-
-
-def xread_streams(found: Any) -> list[tuple[Any, list[Any]]]:
-    """The ``XREAD`` reply as (stream, entries) pairs: a list (RESP2), a map (RESP3), or
-    nothing (the block time passed)."""
-    if not found:
-        return []
-    if isinstance(found, dict):
-        return list(found.items())
-    return [(item[0], item[1]) for item in found]
-
-
-def entry_number(entry_id: Any) -> int:
-    if isinstance(entry_id, bytes):
-        entry_id = entry_id.decode()
-    return int(str(entry_id).partition("-")[0])
-
-
-def ignore_result(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -18,23 +18,22 @@ streams at 50 tokens per second) that was most of what recording added per delta
 
 from __future__ import annotations
 
-import asyncio
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager, suppress
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any
 
 from pydantic_core import to_json
 from redis.exceptions import ConnectionError
 
+from . import _redis_connection
+from ._redis_connection import borrow, bulk, deadline, give_back, pack, round_trip
 from .codec import entry_json
-from .redis_io import borrow, bulk, give_back, pack, round_trip
 from .writer import Write
 
 __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 
 #: Every write of a producer's frame in one script call: APPEND, REFRESH and RELEASE of
-#: :mod:`~fluxstream.relay.redis_scripts`, each write its own function, in order. One Redis
+#: :mod:`~fluxstream.relay._redis_scripts`, each write its own function, in order. One Redis
 #: only: the writes of a frame touch replies in many slots, so on a cluster each write stays
 #: its own script, routed by its reply's slot (which is why this script is not among those,
 #: every one of which touches a single reply). Each write's keys are declared
@@ -46,8 +45,9 @@ __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 #: (an entry that exists, a key of the wrong type) gives its error in its place and changes
 #: nothing (its reads come first), as its own EVALSHA would; the others go on. The streams
 #: appended to are published on the channel, once per call, as netstrings
-#: (:mod:`~fluxstream.relay.redis_ticks`: the followers' tailers read just those); a publish
-#: Redis refuses (a user without the channel) changes nothing of the writes.
+#: (:mod:`~fluxstream.relay._redis_written_channel`: the followers' tailers read just
+#: those); a publish Redis refuses (a user without the channel) changes nothing of the
+#: writes.
 WRITES = """
 local lease_ms, ttl_ms, channel = ARGV[1], ARGV[2], ARGV[3]
 local written = {}
@@ -109,9 +109,6 @@ end
 return out
 """
 
-#: Seconds one round trip of writes may take (as the pipeliner's).
-_ROUND_TRIP = 10.0
-
 #: Replies whose packed command prefixes are kept (the replies of one moment).
 _PREFIX_CACHE = 4096
 _FINAL = (bulk("0"), bulk("1"))
@@ -125,7 +122,7 @@ class WriteCommands:
     :param timing: the lease and the TTL in seconds, read at each write (a log's ``lease``
         and ``ttl`` are plain attributes); a change packs the prefixes again.
     :param written: the channel :meth:`batch`'s script names the streams it appended to on
-        (:mod:`~fluxstream.relay.redis_ticks`).
+        (:mod:`~fluxstream.relay._redis_written_channel`).
     """
 
     def __init__(
@@ -304,7 +301,7 @@ class WriteChannel:
             if connection is None:
                 connection = await self._borrow()
             try:
-                async with _deadline(_ROUND_TRIP):
+                async with deadline(_redis_connection.ROUND_TRIP):
                     await round_trip(connection, commands, results)
             except ConnectionError:
                 await self._drop()
@@ -313,7 +310,7 @@ class WriteChannel:
                     # twice, on a connection nothing closes any more.
                     raise
                 connection = await self._borrow()
-                async with _deadline(_ROUND_TRIP):
+                async with deadline(_redis_connection.ROUND_TRIP):
                     await round_trip(connection, commands, results)
             return results
         except BaseException:
@@ -350,30 +347,3 @@ class WriteChannel:
         then fails); every later round trip fails."""
         self._closed = True
         await self._give_back(broken=self._busy)
-
-
-if sys.version_info >= (3, 11):
-    _deadline = asyncio.timeout  # no task per round trip (``wait_for`` makes one)
-else:  # pragma: no cover - Python 3.10
-
-    @asynccontextmanager
-    async def _deadline(seconds: float) -> AsyncIterator[None]:
-        """``asyncio.timeout`` of Python 3.10: cancels the task at the deadline."""
-        task = asyncio.current_task()
-        assert task is not None
-        expired = False
-
-        def expire() -> None:
-            nonlocal expired
-            expired = True
-            task.cancel()
-
-        handle = asyncio.get_running_loop().call_later(seconds, expire)
-        try:
-            yield
-        except asyncio.CancelledError:
-            if expired:
-                raise TimeoutError from None
-            raise
-        finally:
-            handle.cancel()

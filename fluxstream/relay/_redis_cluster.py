@@ -34,7 +34,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from .redis_io import Arg, Pipeliner, Tailer, pack, round_trip, xread_streams
+from . import _redis_connection
+from ._redis_connection import Arg, pack, round_trip, xread_streams
+from ._redis_pipeliner import Pipeliner
+from ._redis_tailer import Tailer
 
 try:
     from redis.asyncio.cluster import RedisCluster
@@ -49,8 +52,6 @@ _POLL = 0.01
 #: a poll every 20 ms (25 000 single-stream reads a second over the cluster at most).
 _POLL_PER_STREAM = 2e-5
 _POLL_MAX = 0.05
-#: Seconds one round trip may take (redis-py's own retries and redirections included).
-_ROUND_TRIP = 10.0
 #: Seconds a command keeps following redirections (a slot half-migrated answers a script
 #: over keys of which some moved, or do not exist, with ``TRYAGAIN`` until it is done).
 _REDIRECTED = 5.0
@@ -64,7 +65,7 @@ def is_cluster(redis: Any) -> bool:
 
 
 class ClusterPipeliner(Pipeliner):
-    """The :class:`~fluxstream.relay.redis_io.Pipeliner` on a cluster: the commands asked
+    """The :class:`~fluxstream.relay._redis_pipeliner.Pipeliner` on a cluster: the commands asked
     while a round trip is in flight go out together as one redis-py cluster pipeline."""
 
     def _queued(self, args: Sequence[Arg]) -> Any:
@@ -76,7 +77,10 @@ class ClusterPipeliner(Pipeliner):
 
     async def _send_batch(self, commands: list[Any], results: list[Any]) -> None:
         try:
-            replies = await asyncio.wait_for(self._execute(commands), _ROUND_TRIP)
+            # redis-py's own retries and redirections included.
+            replies = await asyncio.wait_for(
+                self._execute(commands), _redis_connection.ROUND_TRIP
+            )
         except RedisClusterException as exc:
             # redis-py's routing failures (no node serves the slot during a failover) are
             # not RedisErrors: made one, so the log reports RelayUnavailableError.
@@ -159,7 +163,7 @@ class ClusterPipeliner(Pipeliner):
 
 
 class ClusterTailer(Tailer):
-    """The :class:`~fluxstream.relay.redis_io.Tailer` on a cluster: polls every watched
+    """The :class:`~fluxstream.relay._redis_tailer.Tailer` on a cluster: polls every watched
     stream with a single-stream ``XREAD`` (no ``BLOCK``: a blocked read would hold a
     connection per reply), all of one poll in one pipelined round trip."""
 

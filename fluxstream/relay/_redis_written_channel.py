@@ -39,7 +39,9 @@ from typing import Any
 
 from redis.exceptions import ConnectionError
 
-__all__ = ["WrittenNames", "cancel_asked", "message_of", "names_of"]
+from ._redis_connection import cancel_asked, deadline
+
+__all__ = ["WrittenNames", "message_of", "names_of"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -56,21 +58,6 @@ _PING = b"*1\r\n$4\r\nPING\r\n"
 #: Names held between two reads of the tailer, at most: more means the tailer fell far
 #: behind; it then reads every stream it watches instead.
 _HELD = 10_000
-
-#: ``asyncio.timeout`` (Python 3.11+), else ``None``.
-_timeout: Any = getattr(asyncio, "timeout", None)
-
-
-def cancel_asked() -> bool:
-    """Whether the running task was asked to cancel and has not been (Python 3.11+; ``False``
-    before). Python 3.11's ``asyncio.wait_for`` hands back the outcome of an awaitable that
-    finished as the cancel came -- a connect refused at once by a Redis that is gone -- and
-    the cancel is lost; a loop that retries on errors would then never end, and an event
-    loop's end, which cancels each task once and waits for it, waited forever."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    return cancelling is not None and cancelling() > 0
-
 
 def message_of(names: Iterable[str]) -> bytes:
     """A "written" message naming ``names`` (what the frame's script publishes; for a writer
@@ -170,12 +157,9 @@ class WrittenNames:
         if self._event.is_set():
             return True
         try:
-            if _timeout is not None:  # a timer, where wait_for makes a task per wait
-                async with _timeout(timeout):
-                    await self._event.wait()
-            else:  # pragma: no cover - Python 3.10
-                await asyncio.wait_for(self._event.wait(), timeout)
-        except asyncio.TimeoutError:
+            async with deadline(timeout):  # a timer, where wait_for makes a task per wait
+                await self._event.wait()
+        except TimeoutError:
             return False
         return True
 

@@ -69,7 +69,7 @@ return 1
 """
 
 # KEYS: stream, meta, lease  ARGV: data, ttl_ms, the "written" channel ('': none; see
-# fluxstream/relay/redis_ticks.py)
+# fluxstream/relay/_redis_written_channel.py)
 END_UNOWNED = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
