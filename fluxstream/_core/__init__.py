@@ -3,7 +3,9 @@
 ``recovery`` decides retry, resume or give up (state in, decision out); ``progress`` keeps a
 stream's clocks and says what is overdue; ``resume_check`` verifies a reconnect before it is
 trusted and ``reread`` runs the checks a new connection's first events pass; ``resume_token``
-reads a resume token from outside into exactly the shape the parser wrote; ``failover`` is
+reads a resume token from outside into exactly the shape the parser wrote and
+``token_signature`` signs and verifies one (HMAC, for tokens that pass through untrusted
+hands); ``failover`` is
 the circuit breaker that skips a failing upstream for a while; ``headers`` says which header
 names carry a credential and checks headers without showing a value; ``coalesce`` paces
 items per frame; ``observers`` tells a stream's observers, once each, whatever one of them
