@@ -142,7 +142,9 @@ def _send_again(client: Any, key: str, base: dict[str, Any]) -> Any:
     by :func:`fluxstream.apis.for_token`)."""
     api = apis.for_token(base)  # stored input: it chooses among the registered APIs, no more
     body = dict(base.get("body") or {})
-    return getattr(client, api.endpoint).stream(content_key=key, **api.stored_body_arguments(body))
+    return getattr(client, api.endpoint).stream(
+        content_key=key, raise_for_outcome=False, **api.stored_body_arguments(body)
+    )
 
 
 async def take_over(log: LogAccess, key: str, client: Any) -> Callable[[], None] | None:
@@ -160,7 +162,9 @@ async def take_over(log: LogAccess, key: str, client: Any) -> Callable[[], None]
         token = meta.get("token")
         if token:
             prefill = stored.gaps(token.get("reply") or {})
-            stream = client.chat.resume(token)
+            # No caller reads this stream: its outcome is the followers' to read, so the
+            # client's raise_for_outcome (meant for a caller's own loop) is not asked.
+            stream = client.chat.resume(token, raise_for_outcome=False)
         else:  # nothing was stored yet: the request is simply sent again
             prefill = []
             stream = _send_again(client, key, dict(meta.get("base") or {}))

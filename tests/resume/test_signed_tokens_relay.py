@@ -88,3 +88,39 @@ async def test_a_takeover_resumes_a_signed_token_only_with_a_secret_that_signed_
         assert text == whole.text
         assert end.outcome is fluxstream.Outcome.DONE
         assert len(upstream.records.requests) == sent + 1
+
+
+@pytest.fixture(scope="module")
+def dropping() -> Iterator[ServerThread]:
+    """An upstream that drops every stream after ten events, the resumed one too."""
+    with ServerThread(profile="openai", faults="drop-after-events=10") as running:
+        yield running
+
+
+@pytest.mark.parametrize("stored", ["token", "request"])
+async def test_a_takeover_client_that_raises_for_outcomes_still_relays_a_cut_reply(
+    dropping: ServerThread, stored: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``raise_for_outcome`` is for a caller's own loop: the takeover's stream has no caller,
+    so its client's setting must not turn a reply that ended ``truncated`` into a "takeover
+    failed" (the outcome is the followers' to read, as for any takeover)."""
+    key = f"raising-{stored}"
+    token, delivered = await died_after_some_text(dropping, key)
+    log = MemoryReplyLog(lease=0.2)
+    base = {name: value for name, value in token.items() if name != "reply"}
+    await log._create(key, "died", base)
+    if stored == "token":
+        await log._append(key, "died", Entry(1, (fluxstream.TextDelta(key, 0, 0, delivered),)),
+                          token=token, final=False)
+    seen: list[fluxstream.Event] = []
+    # One resume: the token's (by Last-Event-ID); the resumed stream's own drop ends it.
+    async with fluxstream.AsyncClient(dropping.base_url, token_secret=SECRET,
+                                      resume=ResumePolicy(max_resumes=1, default_delay=0),
+                                      retry=RetryPolicy.off(), raise_for_outcome=True) as client:
+        with anyio.fail_after(20):
+            async for item in log.follow(key, takeover=client):
+                seen.append(item.event)
+    end = seen[-1]
+    assert isinstance(end, fluxstream.End) and end.outcome is fluxstream.Outcome.TRUNCATED
+    assert "".join(e.text for e in seen if isinstance(e, fluxstream.TextDelta))
+    assert not [r for r in caplog.records if "takeover of" in r.getMessage()]
