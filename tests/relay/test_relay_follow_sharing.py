@@ -29,6 +29,8 @@ from fluxstream.events import (
 from fluxstream.relay import Position, RelayEvent, to_sse
 from fluxstream.relay.codec import decode_entry, encode_entry, end_record, relayed, sse_event
 
+pytestmark = pytest.mark.asyncio_only
+
 
 class _Reference(BaseModel):
     """The general path: pydantic validates the whole entry (what ``decode_entry`` did for
@@ -152,11 +154,6 @@ def test_sse_bytes_are_the_general_encoding(items: list[Any], number: int) -> No
         assert sse_event(item) == general
         assert sse_event(item) is sse_event(item)
         assert json.loads(general.split(b"data: ", 1)[1]) == json.loads(_EVENT.dump_json(event))
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 @pytest.mark.anyio

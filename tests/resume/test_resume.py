@@ -313,10 +313,9 @@ async def test_connect_errors_are_retried_then_raised(caplog: pytest.LogCaptureF
     assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2
 
 
+@pytest.mark.asyncio_only  # respx mocks httpx's transport; one backend is enough
 async def test_error_event_before_any_content_is_retried(anyio_backend: str) -> None:
     respx = pytest.importorskip("respx")
-    if anyio_backend != "asyncio":
-        pytest.skip("respx mocks httpx's transport; one backend is enough")
     error = (b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
              b"data: [DONE]\n\n")
     chunk = {"id": "c1", "model": "m", "choices": [
