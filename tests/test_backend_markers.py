@@ -16,20 +16,23 @@ async def test_an_unmarked_test_runs_on_each_backend(
     assert request.node.name == f"{request.node.originalname}[{anyio_backend}]"
 
 
+def ran_alone_on(backend: str, anyio_backend: str, request: pytest.FixtureRequest) -> None:
+    assert sniffio.current_async_library() == anyio_backend == backend
+    assert request.node.name == request.node.originalname  # one run: no backend in its id
+
+
 @pytest.mark.asyncio_only
 async def test_asyncio_only_runs_on_asyncio_alone(
     anyio_backend: str, request: pytest.FixtureRequest
 ) -> None:
-    assert sniffio.current_async_library() == anyio_backend == "asyncio"
-    assert request.node.name == request.node.originalname
+    ran_alone_on("asyncio", anyio_backend, request)
 
 
 @pytest.mark.trio_only
 async def test_trio_only_runs_on_trio_alone(
     anyio_backend: str, request: pytest.FixtureRequest
 ) -> None:
-    assert sniffio.current_async_library() == anyio_backend == "trio"
-    assert request.node.name == request.node.originalname
+    ran_alone_on("trio", anyio_backend, request)
 
 
 @pytest.mark.asyncio_only
