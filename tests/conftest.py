@@ -122,7 +122,10 @@ def _parametrizes_backend(metafunc: pytest.Metafunc) -> bool:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """An anyio test runs once per backend its markers allow, its id naming the backend when
     there are several; ``flavours`` also gives it ``flavour``: ``asyncio``, ``asyncio+aiohttp``
-    or ``trio``."""
+    or ``trio``. A suite on one backend marks its modules from its ``conftest.py`` (relay,
+    integration). A test that parametrises ``anyio_backend`` with another argument keeps it; a
+    module's or class's own ``anyio_backend`` fixture is refused, since the parametrisation here
+    would override it without a word."""
     if metafunc.definition.get_closest_marker("flavours") is not None:
         if "anyio_backend" in metafunc.fixturenames:
             runs = [(flavour.partition("+")[0], flavour) for flavour in FLAVOURS]
@@ -132,6 +135,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if "anyio_backend" not in metafunc.fixturenames or _parametrizes_backend(metafunc):
         return
+    for owner in (metafunc.module, metafunc.cls):
+        if owner is not None and "anyio_backend" in vars(owner):
+            pytest.fail(
+                f"{metafunc.definition.nodeid}: its own anyio_backend fixture would be ignored;"
+                " mark the test, class or module asyncio_only, trio_only or flavours instead",
+                pytrace=False,
+            )
     backends = backends_of(metafunc.definition)
     if len(backends) > 1:
         metafunc.parametrize("anyio_backend", backends)

@@ -15,8 +15,7 @@ import fluxstream
 from fluxstream import Handoff, Outcome, Upstream
 from fluxstream.server import ServerThread
 
-#: asyncio only (a real model is slow); tests that matter on trio parametrise the backend.
-pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 MODEL = "gemma-3-270m"
 MSG = [{"role": "user", "content": "Write one sentence about rivers."}]

@@ -30,8 +30,7 @@ from llama_server import LlamaServer
 import fluxstream
 from fluxstream.cli import load_fixture
 
-#: asyncio only (a real model is slow); tests that matter on trio parametrise the backend.
-pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 MODEL = "gemma-3-270m"
 #: The model echoes and continues this; its reply holds accented letters, guillemets, emoji.

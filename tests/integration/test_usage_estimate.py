@@ -12,8 +12,7 @@ from llama_server import LlamaServer
 
 import fluxstream
 
-#: asyncio only (a real model is slow); tests that matter on trio parametrise the backend.
-pytestmark = [pytest.mark.integration, pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = [pytest.mark.integration, pytest.mark.anyio]
 
 MODEL = "gemma-3-270m"
 PROMPT = "Write a short story about a lighthouse keeper and a storm, in plain English."

@@ -22,7 +22,7 @@ from fluxstream.errors import RelayUnavailableError
 from fluxstream.relay import RedisReplyLog, redis_scripts
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., RedisReplyLog]
 

@@ -26,7 +26,7 @@ import fluxstream
 from fluxstream.relay import RedisReplyLog
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeUser = Callable[..., str]
 

@@ -21,7 +21,7 @@ from fluxstream.relay.log import Write
 from fluxstream.relay.redis_io import pack
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 

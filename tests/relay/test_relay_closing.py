@@ -25,7 +25,7 @@ from fluxstream.relay.redis_io import Pipeliner, pack
 from fluxstream.relay.redis_writes import WriteChannel
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 #: A command Redis answers only after this long: a round trip surely out when closed.
 BLOCKED = pack(["BLPOP", "nothing-ever", "3"])

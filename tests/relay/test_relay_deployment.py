@@ -18,7 +18,7 @@ import fluxstream
 from fluxstream.relay import PRODUCER_LOST, RedisReplyLog
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 #: Streams per producer process, followers per stream.
 STREAMS = 4

@@ -21,7 +21,7 @@ from fluxstream.errors import RelayUnavailableError
 from fluxstream.relay import ReplyLog
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 

@@ -29,8 +29,6 @@ from fluxstream.events import (
 from fluxstream.relay import Position, RelayEvent, to_sse
 from fluxstream.relay.codec import decode_entry, encode_entry, end_record, relayed, sse_event
 
-pytestmark = pytest.mark.asyncio_only
-
 
 class _Reference(BaseModel):
     """The general path: pydantic validates the whole entry (what ``decode_entry`` did for

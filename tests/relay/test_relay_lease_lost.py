@@ -21,7 +21,7 @@ from fluxstream.errors import RelayLeaseLostError
 from fluxstream.relay import ReplyLog, produce
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 

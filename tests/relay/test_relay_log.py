@@ -29,7 +29,7 @@ from fluxstream.relay import (
 from fluxstream.server import ServerThread
 from fluxstream.sse import SSEDecoder
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 

@@ -22,7 +22,7 @@ from fluxstream.relay import MemoryReplyLog, ReplyLog
 from fluxstream.server import ServerThread
 from fluxstream.structured import StructuredTracker
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 

@@ -17,7 +17,7 @@ from fluxstream.errors import RelayKeyError, RelayUnavailableError, show_key
 from fluxstream.relay import PRODUCER_LOST, RedisReplyLog
 from fluxstream.server import ServerThread
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 
 def test_producer_and_followers_in_three_processes(

@@ -19,7 +19,7 @@ from fluxstream.relay.codec import Entry
 from fluxstream.relay.redis_writes import WRITES
 from fluxstream.relay.writer import Write
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 KEYS = ["r0", "r1", "r{2} x"]
 

@@ -22,7 +22,7 @@ from fluxstream.relay.codec import Entry, encode_entry
 from fluxstream.relay.redis_ticks import message_of, names_of
 from fluxstream.relay.writer import Write
 
-pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
+pytestmark = pytest.mark.anyio
 
 END = {"outcome": "done", "reason": None, "reply": None, "token": None}
 
