@@ -5,8 +5,8 @@ The ``server`` fixtures run the server on its own event loop in a background thr
 asyncio and trio, pytest-asyncio tests, and plain synchronous tests. Tests that want the server
 in their own event loop use ``aserver`` (anyio tests only) or ``fluxstream.server.serve``.
 
-``anyio_backend`` is parametrised over asyncio and trio, so every ``@pytest.mark.anyio`` test
-runs on both.
+Every ``@pytest.mark.anyio`` test runs on asyncio and trio, unless a marker says otherwise:
+``asyncio_only``, ``trio_only``, or ``flavours`` (httpx on both, and aiohttp on asyncio).
 
 Hypothesis runs under the ``deterministic`` profile unless told otherwise, so the README's test
 command gives the same result on every run and machine; ``--hypothesis-profile=explore`` (or
@@ -86,9 +86,72 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 TEST_API_KEY = "sk-fluxstream-test"
 
 
-@pytest.fixture(params=["asyncio", "trio"])
+# ----------------------------------------------------------------------- anyio backends
+#: Markers that choose the backends an anyio test runs on (pyproject.toml registers them). The
+#: closest one wins: a test's own over its class's, its class's over its module's.
+BACKEND_MARKERS: dict[str, tuple[str, ...]] = {
+    "asyncio_only": ("asyncio",),
+    "trio_only": ("trio",),
+}
+#: The backends of an unmarked anyio test.
+BOTH_BACKENDS = ("asyncio", "trio")
+#: The runs of a test marked ``flavours``: httpx on asyncio and on trio, aiohttp on asyncio.
+FLAVOURS = ("asyncio", "asyncio+aiohttp", "trio")
+
+
+def backends_of(node: pytest.Item | pytest.Collector) -> tuple[str, ...]:
+    """The backends the closest backend marker names; both when there is none."""
+    for mark in node.iter_markers():
+        if mark.name in BACKEND_MARKERS:
+            return BACKEND_MARKERS[mark.name]
+    return BOTH_BACKENDS
+
+
+def _parametrizes_backend(metafunc: pytest.Metafunc) -> bool:
+    """Whether the test parametrises ``anyio_backend`` itself (with another argument: the
+    integration suite pairs backends with modes)."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs["argnames"]
+        if isinstance(names, str):
+            names = [name.strip() for name in names.split(",")]
+        if "anyio_backend" in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """An anyio test runs once per backend its markers allow, its id naming the backend when
+    there are several; ``flavours`` also gives it ``flavour``: ``asyncio``, ``asyncio+aiohttp``
+    or ``trio``. A suite on one backend marks its modules from its ``conftest.py`` (relay,
+    integration). A test that parametrises ``anyio_backend`` with another argument keeps it; a
+    module's or class's own ``anyio_backend`` fixture is refused, since the parametrisation here
+    would override it without a word."""
+    if metafunc.definition.get_closest_marker("flavours") is not None:
+        if "anyio_backend" in metafunc.fixturenames:
+            runs = [(flavour.partition("+")[0], flavour) for flavour in FLAVOURS]
+            metafunc.parametrize(("anyio_backend", "flavour"), runs, ids=FLAVOURS)
+        elif "flavour" in metafunc.fixturenames:  # a plain test of the module: each transport
+            metafunc.parametrize("flavour", FLAVOURS)
+        return
+    if "anyio_backend" not in metafunc.fixturenames or _parametrizes_backend(metafunc):
+        return
+    for owner in (metafunc.module, metafunc.cls):
+        if owner is not None and "anyio_backend" in vars(owner):
+            pytest.fail(
+                f"{metafunc.definition.nodeid}: its own anyio_backend fixture would be ignored;"
+                " mark the test, class or module asyncio_only, trio_only or flavours instead",
+                pytrace=False,
+            )
+    backends = backends_of(metafunc.definition)
+    if len(backends) > 1:
+        metafunc.parametrize("anyio_backend", backends)
+
+
+@pytest.fixture
 def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
+    """The one backend a test marked ``asyncio_only`` or ``trio_only`` runs on (a test that runs
+    on several is parametrised over them by :func:`pytest_generate_tests`)."""
+    return backends_of(request.node)[0]
 
 
 @pytest.fixture

@@ -205,7 +205,7 @@ async def follow_taking_over(log: MemoryReplyLog, key: str, client: Any) -> list
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("stored", ["token", "base"])
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+@pytest.mark.asyncio_only  # the relay runs on asyncio
 async def test_a_takeover_of_a_token_naming_an_unknown_api_sends_nothing(
     server: ServerThread, stored: str, anyio_backend: str
 ) -> None:
@@ -232,7 +232,7 @@ async def test_a_takeover_of_a_token_naming_an_unknown_api_sends_nothing(
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+@pytest.mark.asyncio_only  # the relay runs on asyncio
 @pytest.mark.parametrize("api", apis.registered(), ids=apis.names())
 async def test_a_takeover_before_the_first_entry_sends_the_request_to_its_own_api(
     server: ServerThread, api: Api, anyio_backend: str

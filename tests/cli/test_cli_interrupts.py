@@ -18,12 +18,11 @@ from pathlib import Path
 
 import pytest
 from cli_support import ENV, free_port, run_cli
+from sse_frames import chat_choice, chat_frame
 
 
 def _event(text: str) -> bytes:
-    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return chat_frame(chat_choice(text, with_finish=True), id="c1", typed=True)
 
 
 #: What the stalling server sends before it stalls: a head, then three events.

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from cli_support import canned_server, run_cli
+from sse_frames import chat_frame
 
 from fluxstream.cli import main
 
@@ -27,9 +28,7 @@ RAW_CONTROLS = ("\x1b", "\x07", "\u009b", "\r")
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-    chunk = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    return chat_frame({"index": 0, "delta": delta, "finish_reason": finish}, id="c1", typed=True)
 
 
 BODY = (

@@ -10,7 +10,6 @@ other way to say the same, and wins over the base URL's own value of a parameter
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +18,8 @@ import anyio
 import anyio.abc
 import httpx
 import pytest
+from raw_upstream import read_request, upstream
+from sse_frames import DONE, frame
 
 import fluxstream
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -30,15 +31,11 @@ MSG = [{"role": "user", "content": "hi"}]
 VERSION = "api-version=2024-10-21"
 
 
-def frame(obj: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
 REPLY = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     + frame({"choices": [{"index": 0, "delta": {"content": "Hel"}}]})
     + frame({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-    + b"data: [DONE]\n\n"
+    + DONE
 )
 
 
@@ -46,24 +43,15 @@ REPLY = (
 async def recording_server() -> AsyncIterator[tuple[str, list[str]]]:
     """A raw HTTP server that records each request's target (path and query, as sent)."""
     targets: list[str] = []
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
 
-    async def handle(sock: anyio.abc.SocketStream) -> None:
-        async with sock:
-            data = b""
-            with anyio.move_on_after(5):
-                while b"\r\n\r\n" not in data and len(data) < 65536:
-                    data += await sock.receive()
-            targets.append(data.split(b"\r\n", 1)[0].decode("latin-1"))
-            await sock.send(REPLY)
+    async def record(sock: anyio.abc.SocketStream, index: int) -> None:
+        request = await read_request(sock, within=5)
+        if request is not None:
+            targets.append(request.line)
+        await sock.send(REPLY)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        try:
-            yield f"http://127.0.0.1:{port}", targets
-        finally:
-            tg.cancel_scope.cancel()
+    async with upstream(record) as up:
+        yield up.origin, targets
 
 
 CASES = [

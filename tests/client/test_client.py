@@ -22,7 +22,8 @@ import fluxstream
 from fluxstream.server import serve
 from fluxstream.server.script import expected_reply
 
-pytestmark = pytest.mark.anyio
+#: Backend and transport (``flavour``): httpx on asyncio and trio, aiohttp on asyncio.
+pytestmark = [pytest.mark.anyio, pytest.mark.flavours]
 
 USER = [{"role": "user", "content": "Stream me a reply about rivers and bridges"}]
 KEY = "sk-test-SECRET-0123456789"
@@ -45,17 +46,6 @@ TOOLS = [
 
 
 TRANSPORT = {"name": "httpx"}
-
-
-@pytest.fixture(params=["asyncio", "asyncio+aiohttp", "trio"])
-def flavour(request: pytest.FixtureRequest) -> str:
-    """Backend and transport: httpx's own transport on asyncio and trio, aiohttp's on asyncio."""
-    return str(request.param)
-
-
-@pytest.fixture
-def anyio_backend(flavour: str) -> str:
-    return flavour.partition("+")[0]
 
 
 @pytest.fixture(autouse=True)

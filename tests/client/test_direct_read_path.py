@@ -22,6 +22,7 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sse_frames import chat_choice, chat_frame
 
 import fluxstream
 from fluxstream._io.reader import StreamReader
@@ -32,11 +33,8 @@ MSG = [{"role": "user", "content": "hi"}]
 
 
 def _event(text: str | None, finish: str | None = None, idx: int | None = None) -> bytes:
-    delta = {} if text is None else {"content": text}
-    payload = {"id": "c1", "object": "chat.completion.chunk", "model": "m",
-               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-    head = b"" if idx is None else b"id: %d\n" % idx
-    return head + b"data: " + json.dumps(payload).encode() + b"\n\n"
+    choice = chat_choice(text, finish=finish, with_finish=True)
+    return chat_frame(choice, id="c1", typed=True, event_id=None if idx is None else str(idx))
 
 
 #: What a body is made of: content, role-only and usage-less chunks, comments (heartbeats),

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from fixture_files import chat_stream
+from sse_frames import frames
 
 import fluxstream
 from fluxstream.endpoints import ANTHROPIC_VERSION, anthropic_client
@@ -187,9 +188,6 @@ async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
     assistant message (no ``prefix`` flag), the new message's echo is cut, offsets go on."""
     from fluxstream.retry import ResumePolicy
 
-    def sse(*events: dict[str, Any]) -> bytes:
-        return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
-
     def start(mid: str) -> dict[str, Any]:
         return {"type": "message_start", "message": {"id": mid, "model": "m", "content": [],
                                                      "usage": {"input_tokens": 3}}}
@@ -199,11 +197,11 @@ async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
                 "delta": {"type": "text_delta", "text": text}}
 
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
-    first = sse(start("msg_1"), block, delta("The quick brown"), delta(" fox"))
-    second = sse(start("msg_2"), block, delta("brown fox"), delta(" jumps."),
-                 {"type": "content_block_stop", "index": 0},
-                 {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                  "usage": {"output_tokens": 5}}, {"type": "message_stop"})
+    first = frames(start("msg_1"), block, delta("The quick brown"), delta(" fox"), named=True)
+    second = frames(start("msg_2"), block, delta("brown fox"), delta(" jumps."),
+                    {"type": "content_block_stop", "index": 0},
+                    {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                     "usage": {"output_tokens": 5}}, {"type": "message_stop"}, named=True)
     seen: list[httpx.Request] = []
     client = _client([httpx.Response(200, headers=SSE, stream=_Dropping(first)),
                       httpx.Response(200, headers=SSE, content=second)], seen,
@@ -227,9 +225,6 @@ async def test_a_messages_resume_token_resumes_through_client_chat(anyio_backend
     Anthropic parsing and headers, offsets that go on (here by continuation)."""
     from fluxstream.retry import ResumePolicy
 
-    def sse(*events: dict[str, Any]) -> bytes:
-        return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
-
     start = {"type": "message_start", "message": {"id": "m1", "model": "m", "content": []}}
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
 
@@ -238,8 +233,8 @@ async def test_a_messages_resume_token_resumes_through_client_chat(anyio_backend
                 "delta": {"type": "text_delta", "text": text}}
 
     seen: list[httpx.Request] = []
-    client = _client([httpx.Response(200, headers=SSE,
-                                     stream=_Dropping(sse(start, block, delta("Hello wor"))))],
+    cut = frames(start, block, delta("Hello wor"), named=True)
+    client = _client([httpx.Response(200, headers=SSE, stream=_Dropping(cut))],
                      seen, resume=ResumePolicy.off())
     async with client:
         async with client.messages.stream(model="m", messages=USER, max_tokens=9) as stream:
@@ -248,9 +243,9 @@ async def test_a_messages_resume_token_resumes_through_client_chat(anyio_backend
     assert stream.reply.outcome is Outcome.TRUNCATED
     token = json.loads(json.dumps(stream.resume_token()))
     assert token["path"] == "messages" and KEY not in json.dumps(token)
-    rest = sse(start, block, delta("wor"), delta("ld!"),
-               {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
-               {"type": "message_stop"})
+    rest = frames(start, block, delta("wor"), delta("ld!"),
+                  {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+                  {"type": "message_stop"}, named=True)
     other = _client([httpx.Response(200, headers=SSE, content=rest)], seen)
     async with other:
         async with other.chat.resume(token, resume=ResumePolicy(continuation=True,

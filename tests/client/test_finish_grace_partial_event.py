@@ -18,26 +18,22 @@ last several times the grace, so the old behaviour cannot pass by luck on a load
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import anyio.abc
 import pytest
+from raw_upstream import HEAD, MSG, read_request, upstream
+from sse_frames import CHAT_FINISH as FINISH
+from sse_frames import DONE, chat_frame, chat_text
 
 import fluxstream
 from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
-MSG = [{"role": "user", "content": "hi"}]
-HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"connection: close\r\n\r\n"
-)
 LIFE = 8.0
 GRACE = 0.3
 #: Each trickled piece follows the previous one this much later: a trickle of the sentinel
@@ -46,32 +42,8 @@ GAP = 0.1
 
 Script = Callable[[anyio.abc.SocketStream], Awaitable[None]]
 
-
-def frame(choice: dict[str, Any] | None = None, **extra: Any) -> bytes:
-    body: dict[str, Any] = {"id": "c", "model": "m", "choices": [choice] if choice else []}
-    body.update(extra)
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-TEXT = frame({"index": 0, "delta": {"content": "Hello"}})
-FINISH = frame({"index": 0, "delta": {}, "finish_reason": "stop"})
-USAGE = frame(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
-DONE = b"data: [DONE]\n\n"
-
-
-async def read_request(sock: anyio.abc.SocketStream) -> None:
-    """Read the request (head and a small JSON body) so the client is not reset."""
-    data = b""
-    with anyio.move_on_after(2):
-        while b"\r\n\r\n" not in data:
-            data += await sock.receive()
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        while len(rest) < length:
-            rest += await sock.receive()
+TEXT = chat_text("Hello")
+USAGE = chat_frame(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
 
 
 async def trickle(sock: anyio.abc.SocketStream, data: bytes, size: int) -> None:
@@ -82,25 +54,15 @@ async def trickle(sock: anyio.abc.SocketStream, data: bytes, size: int) -> None:
 
 @asynccontextmanager
 async def raw_server(script: Script) -> AsyncIterator[str]:
-    """Every connection gets ``script`` (bounded by :data:`LIFE`); yields the base URL."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    """Every connection reads the request, then gets ``script`` (bounded by :data:`LIFE`);
+    yields the base URL."""
 
-    async def handle(sock: anyio.abc.SocketStream) -> None:
-        async with sock:
-            try:
-                with anyio.move_on_after(LIFE):
-                    await read_request(sock)
-                    await script(sock)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass  # the client went away
+    async def after_the_request(sock: anyio.abc.SocketStream, index: int) -> None:
+        await read_request(sock)
+        await script(sock)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        try:
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            tg.cancel_scope.cancel()
+    async with upstream(after_the_request, life=LIFE) as up:
+        yield up.base
 
 
 async def read_all(c: fluxstream.AsyncClient) -> fluxstream.Reply:

@@ -148,7 +148,7 @@ async def test_closing_from_another_task_mid_body_finishes_the_http_generators(
 @pytest.mark.parametrize(
     "client_kind", ["injected", "default"]
 )
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiohttp runs on asyncio only
+@pytest.mark.asyncio_only  # aiohttp runs on asyncio only
 async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
     server: ServerThread, client_kind: str
 ) -> None:

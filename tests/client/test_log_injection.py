@@ -124,7 +124,7 @@ async def test_a_forged_token_key_is_logged_escaped(
     assert_clean(fluxstream_lines(caplog))
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+@pytest.mark.asyncio_only  # the relay runs on asyncio
 async def test_a_takeover_refused_logs_why_on_one_short_line(
     server: ServerThread, caplog: pytest.LogCaptureFixture, anyio_backend: str
 ) -> None:

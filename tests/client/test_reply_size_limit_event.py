@@ -11,6 +11,7 @@ choice)."""
 from __future__ import annotations
 
 import pytest
+from sse_frames import chat_text
 
 from fluxstream.assembly import ReplyAssembler
 from fluxstream.errors import LimitExceededError
@@ -96,21 +97,14 @@ def test_text_before_another_limit_in_the_same_batch_is_counted() -> None:
     assert _kept(asm)[0] == "aaaa"
 
 
-def _frame(text: str) -> bytes:
-    import json
-
-    chunk = {"id": "a", "model": "m", "choices": [{"index": 0, "delta": {"content": text}}]}
-    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
-
-
 def test_text_kept_before_a_limit_in_the_same_read_is_delivered() -> None:
     from fluxstream.parser import StreamParser
 
     parser = StreamParser(limits=StreamLimits(max_reply_chars=10))
     delivered: list[Event] = []
     try:
-        delivered += parser.feed(_frame("a" * 6) + _frame("b" * 6))
-        delivered += parser.feed(_frame("c"))
+        delivered += parser.feed(chat_text("a" * 6, id="a") + chat_text("b" * 6, id="a"))
+        delivered += parser.feed(chat_text("c", id="a"))
     except LimitExceededError:
         pass
     delivered += parser.close()
@@ -124,7 +118,9 @@ def test_a_limit_found_by_the_last_read_is_raised_by_close_and_the_reply_failed(
     from fluxstream.parser import StreamParser
 
     parser = StreamParser(limits=StreamLimits(max_reply_chars=10))
-    delivered = parser.feed(_frame("a" * 6) + _frame("b" * 6) + _frame("c"))
+    delivered = parser.feed(
+        chat_text("a" * 6, id="a") + chat_text("b" * 6, id="a") + chat_text("c", id="a")
+    )
     with pytest.raises(LimitExceededError):
         parser.close()
     assert "".join(e.text for e in delivered if isinstance(e, TextDelta)) == "a" * 6

@@ -31,16 +31,12 @@ import pytest
 import fluxstream
 from fluxstream.server import serve
 
-pytestmark = pytest.mark.anyio
+#: On asyncio: the default client's transport there is aiohttp, whose cost these tests count.
+pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
 
 MSG = [{"role": "user", "content": "hi there"}]
 CLIENT_CODE = str(Path(fluxstream.__file__).parent)
 SERVER_CODE = str(Path(fluxstream.__file__).parent / "server")
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the default client's transport on asyncio (aiohttp)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from fluxstream.endpoints import ANTHROPIC_VERSION
 from fluxstream.retry import RetryPolicy
 from fluxstream.timeouts import Timeouts
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
 
 MSG = [{"role": "user", "content": "hi"}]
 SSE = b'data: {"choices":[{"index":0,"delta":{"content":"ok"},"finish_reason":"stop"}]}\n\n' \
@@ -45,11 +45,6 @@ async def _drain(stream: fluxstream.ReplyStream, outcome: str = "done") -> None:
         async for _ in s:
             pass
     assert s.reply.outcome.value == outcome
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 async def test_requests_built_once_per_api_send_what_each_request_sent() -> None:

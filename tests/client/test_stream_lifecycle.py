@@ -7,7 +7,6 @@ where a test needs a response no honest server gives (a 400 on the reconnect, a 
 from __future__ import annotations
 
 import gc
-import json
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from sse_frames import chat_text
 
 import fluxstream
 from fluxstream.retry import RetryPolicy
@@ -32,11 +32,6 @@ SSE = {"content-type": "text/event-stream"}
 async def server() -> AsyncIterator[Any]:
     async with serve(port=0) as srv:
         yield srv
-
-
-def chunk(i: int, text: str) -> bytes:
-    body = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": text}}]}
-    return f"id: {i}\ndata: {json.dumps(body)}\n\n".encode()
 
 
 class Body(httpx.AsyncByteStream):
@@ -208,7 +203,7 @@ async def test_a_failed_reconnect_after_content_is_a_truncation_with_its_cause(
         calls.append(request)
         if len(calls) == 1:
             return httpx.Response(200, headers=SSE, stream=Body(
-                [chunk(1, "Hello "), chunk(2, "wor")], httpx.ReadError("peer reset")))
+                [chat_text("Hello ", "1"), chat_text("wor", "2")], httpx.ReadError("peer reset")))
         return httpx.Response(400, json={"error": {"message": "bad resume"}})
 
     async with scripted_client(handler) as client:
@@ -242,7 +237,8 @@ async def test_a_broken_body_encoding_fails_with_the_partial_reply(anyio_backend
 
 async def test_strict_mode_raises_a_typed_error_with_the_reply(anyio_backend: str) -> None:
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers=SSE, content=chunk(1, "ok") + b"data: not-json\n\n")
+        body = chat_text("ok", "1") + b"data: not-json\n\n"
+        return httpx.Response(200, headers=SSE, content=body)
 
     async with scripted_client(handler) as client:
         with pytest.raises(fluxstream.StreamFailedError) as info:
@@ -330,7 +326,7 @@ async def test_an_injected_clients_timeouts_are_kept(anyio_backend: str) -> None
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(dict(request.extensions["timeout"]))
         finish = b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}\n\n'
-        body = chunk(1, "x") + finish + b"data: [DONE]\n\n"
+        body = chat_text("x", "1") + finish + b"data: [DONE]\n\n"
         return httpx.Response(200, headers=SSE, content=body)
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler), timeout=3) as http:

@@ -12,7 +12,6 @@ bounded in time, so a regression shows as a timeout of the test, never as a hang
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -21,6 +20,10 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from raw_upstream import HEAD, MSG, read_request, upstream
+from sse_frames import CHAT_FINISH as FINISH
+from sse_frames import chat_frame
+from sse_frames import chat_text as text
 
 import fluxstream
 from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StallTimeoutError
@@ -28,44 +31,12 @@ from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
-MSG = [{"role": "user", "content": "hi"}]
-HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"connection: close\r\n\r\n"
-)
 #: Bound of every hostile server's life, and of every test's wait: a hang fails, never blocks.
 LIFE = 8.0
 
 Script = Callable[[anyio.abc.SocketStream], Awaitable[None]]
 
-
-def frame(choice: dict[str, Any] | None = None, **extra: Any) -> bytes:
-    body: dict[str, Any] = {"id": "c", "model": "m", "choices": [choice] if choice else []}
-    body.update(extra)
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
-
-
-def text(t: str) -> bytes:
-    return frame({"index": 0, "delta": {"content": t}})
-
-
-FINISH = frame({"index": 0, "delta": {}, "finish_reason": "stop"})
-USAGE = frame(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
-
-
-async def read_head(sock: anyio.abc.SocketStream) -> None:
-    """Read the request (head and a small JSON body) so the client is not reset."""
-    data = b""
-    with anyio.move_on_after(2):
-        while b"\r\n\r\n" not in data:
-            data += await sock.receive()
-        head, _, rest = data.partition(b"\r\n\r\n")
-        length = 0
-        for line in head.split(b"\r\n"):
-            if line.lower().startswith(b"content-length:"):
-                length = int(line.split(b":")[1])
-        while len(rest) < length:
-            rest += await sock.receive()
+USAGE = chat_frame(usage={"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
 
 
 async def forever(sock: anyio.abc.SocketStream, data: bytes, every: float) -> None:
@@ -79,23 +50,12 @@ async def forever(sock: anyio.abc.SocketStream, data: bytes, every: float) -> No
 @asynccontextmanager
 async def raw_server(script: Script) -> AsyncIterator[str]:
     """A one-purpose HTTP server: every connection gets ``script``; yields the base URL."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
 
-    async def handle(sock: anyio.abc.SocketStream) -> None:
-        async with sock:
-            try:
-                with anyio.move_on_after(LIFE):
-                    await script(sock)
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass  # the client went away: what these tests expect
+    async def run(sock: anyio.abc.SocketStream, index: int) -> None:
+        await script(sock)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        try:
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            tg.cancel_scope.cancel()
+    async with upstream(run, life=LIFE) as up:
+        yield up.base
 
 
 def client(base: str, **kwargs: Any) -> fluxstream.AsyncClient:
@@ -110,14 +70,14 @@ def client(base: str, **kwargs: Any) -> fluxstream.AsyncClient:
         pytest.param(b"data: {}\n\n", id="empty-object-frames"),
         pytest.param(b"data: not json\n\n", id="skipped-frames"),
         pytest.param(USAGE, id="usage-repeated"),
-        pytest.param(frame({"index": 0, "delta": {"role": "assistant"}}), id="role-only"),
+        pytest.param(chat_frame({"index": 0, "delta": {"role": "assistant"}}), id="role-only"),
     ],
 )
 async def test_junk_data_frames_do_not_defeat_the_stall_timeout(
     junk: bytes, anyio_backend: str
 ) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD + text("Hel"))
         await forever(sock, junk, 0.05)
 
@@ -132,7 +92,7 @@ async def test_junk_data_frames_do_not_defeat_the_stall_timeout(
 # ------------------------------------------------------------------ the response head
 async def test_a_head_trickled_byte_by_byte_is_bounded(anyio_backend: str) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         for byte in HEAD:
             await sock.send(bytes([byte]))
             await anyio.sleep(0.3)
@@ -150,7 +110,7 @@ async def test_heartbeats_after_every_choice_finished_end_finished_after_the_gra
     stall_timeout: float | None, anyio_backend: str
 ) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD + text("Hello") + FINISH + USAGE)
         await forever(sock, b": ping\n\n", 0.05)
 
@@ -169,15 +129,15 @@ async def test_a_choice_that_starts_after_another_finished_is_not_cut_by_the_gra
     anyio_backend: str,
 ) -> None:
     """n=2 where choice 0 finishes before choice 1 begins: the grace must not end it."""
-    second = frame({"index": 1, "delta": {"content": "B"}})
+    second = chat_frame({"index": 1, "delta": {"content": "B"}})
 
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD + text("A") + FINISH)
         for _ in range(8):  # 0.8 s of content on choice 1, longer than the grace
             await anyio.sleep(0.1)
             await sock.send(second)
-        await sock.send(frame({"index": 1, "delta": {}, "finish_reason": "stop"}))
+        await sock.send(chat_frame({"index": 1, "delta": {}, "finish_reason": "stop"}))
         await sock.send(b"data: [DONE]\n\n")
 
     async with raw_server(script) as base, client(base, finish_grace=0.3) as c:
@@ -190,7 +150,7 @@ async def test_a_choice_that_starts_after_another_finished_is_not_cut_by_the_gra
 # ------------------------------------------------------------------ first token vs stall
 def pings_then_text(ping_seconds: float) -> Script:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD)
         deadline = time.monotonic() + ping_seconds
         while time.monotonic() < deadline:
@@ -229,7 +189,7 @@ async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) 
     """No byte at all after the head: the read timeout (10 s) is not what ends it."""
 
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD)
         await anyio.sleep(LIFE)
 
@@ -244,7 +204,7 @@ async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) 
 
 async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         for byte in HEAD:
             await sock.send(bytes([byte]))
             await anyio.sleep(0.2)
@@ -260,7 +220,7 @@ async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) ->
 
 async def test_the_stall_timeout_still_applies_between_content(anyio_backend: str) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
-        await read_head(sock)
+        await read_request(sock)
         await sock.send(HEAD + text("Hel"))
         await forever(sock, b": ping\n\n", 0.05)
 

@@ -4,13 +4,13 @@ with an untyped exception because of server-controlled input."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import anyio.abc
 import pytest
+from raw_upstream import HEAD, LIFE, MSG, answering, upstream
+from sse_frames import frame
 
 import fluxstream
 from fluxstream import Outcome, RetryPolicy, StreamLimits
@@ -18,43 +18,20 @@ from fluxstream.errors import StreamFailedError, StreamTruncatedError
 
 pytestmark = pytest.mark.anyio
 
-HEAD = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-    b"connection: close\r\n\r\n"
-)
-MSG = [{"role": "user", "content": "hi"}]
-
 
 def chunk(content: str, *, index: int = 0, finish: str | None = None) -> bytes:
     """A chunk written by hand: ``content`` is a raw JSON string literal (escapes kept)."""
     reason = "null" if finish is None else f'"{finish}"'
-    return (f'data: {{"id":"c","model":"m","choices":[{{"index":{index},"delta":'
-            f'{{"content":{content}}},"finish_reason":{reason}}}]}}\n\n').encode()
+    return frame(f'{{"id":"c","model":"m","choices":[{{"index":{index},"delta":'
+                 f'{{"content":{content}}},"finish_reason":{reason}}}]}}')
 
 
 @asynccontextmanager
 async def body_server(body: bytes, *, hold: float = 0.0) -> AsyncIterator[str]:
     """Every connection gets ``body`` after the response head, then (after ``hold`` seconds
     of silence) the connection closes."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-
-    async def handle(sock: anyio.abc.SocketStream) -> None:
-        async with sock:
-            data = b""
-            with anyio.move_on_after(2):
-                while b"\r\n\r\n" not in data:
-                    data += await sock.receive()
-            with contextlib.suppress(anyio.BrokenResourceError, OSError):
-                await sock.send(HEAD + body)
-                await anyio.sleep(hold)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle)
-        try:
-            yield f"http://127.0.0.1:{port}/v1"
-        finally:
-            tg.cancel_scope.cancel()
+    async with upstream(answering(HEAD + body, hold=hold), life=hold + LIFE) as up:
+        yield up.base
 
 
 def client(base: str, **options: object) -> fluxstream.AsyncClient:

@@ -8,7 +8,6 @@ server, a raw upstream for bytes no script sends), asyncio and trio, aiohttp and
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import anyio
@@ -16,6 +15,7 @@ import anyio.abc
 import pytest
 from raw_upstream import HEAD, read_request, text, upstream
 from shown_text import CONTINUES, read_shown
+from sse_frames import DONE, frame
 
 import fluxstream
 from fluxstream import Handoff, Outcome, Reset, Upstream
@@ -109,8 +109,7 @@ async def test_an_error_event_before_content_moves_on_once_attempts_are_spent(
 async def _refused_mid_reply(sock: anyio.abc.SocketStream, index: int) -> None:
     await read_request(sock)
     error = {"error": {"type": "invalid_request_error", "message": "bad request"}}
-    await sock.send(HEAD + text("Hello, ") + text("wor")
-                    + b"data: " + json.dumps(error).encode() + b"\n\n" + b"data: [DONE]\n\n")
+    await sock.send(HEAD + text("Hello, ") + text("wor") + frame(error) + DONE)
 
 
 async def test_a_refusal_error_event_ends_the_reply_as_without_fallbacks(

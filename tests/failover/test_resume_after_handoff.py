@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from raw_upstream import FINISH, HEAD, LIFE, text, upstream
+from raw_upstream import FINISH, HEAD, LIFE, read_request, text, upstream
 from shown_text import CONTINUES
+from sse_frames import frame
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Upstream
@@ -150,23 +151,9 @@ async def test_in_stream_last_event_id_on_the_fallback_resends_its_continuation(
 
 async def read_json(sock: anyio.abc.SocketStream) -> tuple[dict[str, str], Any]:
     """One request: its headers (lowercased) and its JSON body."""
-    data = b""
-    with anyio.fail_after(LIFE):
-        while b"\r\n\r\n" not in data:
-            data += await sock.receive()
-        head, _, rest = data.partition(b"\r\n\r\n")
-        headers = {}
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.decode().partition(":")
-            headers[name.strip().lower()] = value.strip()
-        while len(rest) < int(headers.get("content-length", "0")):
-            rest += await sock.receive()
-    return headers, json.loads(rest) if rest else None
-
-
-def chunk(t: str, event_id: str, completion: str) -> bytes:
-    body = {"id": completion, "model": "m", "choices": [{"index": 0, "delta": {"content": t}}]}
-    return f"id: {event_id}\n".encode() + b"data: " + json.dumps(body).encode() + b"\n\n"
+    request = await read_request(sock, within=LIFE)
+    assert request is not None, "the request did not come"
+    return request.headers, json.loads(request.body) if request.body else None
 
 
 async def _cut_primary(sock: anyio.abc.SocketStream, index: int) -> None:
@@ -183,11 +170,11 @@ def _ignoring_fallback(seen: list[tuple[dict[str, str], Any]]) -> Any:
         headers, body = await read_json(sock)
         seen.append((headers, body))
         if index == 0:
-            await sock.send(HEAD + chunk("ld, and", "1", "c1") + chunk(" more", "2", "c1"))
+            await sock.send(HEAD + text("ld, and", "1", id="c1") + text(" more", "2", id="c1"))
         elif index == 1:
-            await sock.send(HEAD + chunk("Something else", "3", "c2") + FINISH)
+            await sock.send(HEAD + text("Something else", "3", id="c2") + FINISH)
         else:
-            await sock.send(HEAD + chunk(" text.", "1", "c3") + FINISH + b"data: [DONE]\n\n")
+            await sock.send(HEAD + text(" text.", "1", id="c3") + FINISH + b"data: [DONE]\n\n")
 
     return script
 
@@ -225,7 +212,7 @@ def gemini(t: str, finish: bool = False) -> bytes:
     candidate: dict[str, Any] = {"content": {"parts": [{"text": t}], "role": "model"}}
     if finish:
         candidate["finishReason"] = "STOP"
-    return b"data: " + json.dumps({"candidates": [candidate]}).encode() + b"\n\n"
+    return frame({"candidates": [candidate]})
 
 
 REFUSED = json.dumps({"error": {

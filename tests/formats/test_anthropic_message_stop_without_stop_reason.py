@@ -5,17 +5,17 @@ is ``truncated`` ("message_stop without a finish reason"), with the same opt-out
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from sse_frames import frames
 
 from fluxstream.events import End, Outcome
 from fluxstream.parser import StreamParser
 
 
 def body(*events: dict[str, Any]) -> bytes:
-    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    return frames(*events, named=True)
 
 
 START = {"type": "message_start", "message": {"id": "msg_1", "model": "claude"}}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from fixture_files import chat_expected, chat_stream
 from format_corpus import as_corpus, check_reply
+from sse_frames import frame, frames
 
 from fluxstream.events import Outcome
 from fluxstream.formats.auto import AutoFormat, identify
@@ -26,12 +27,6 @@ CHAT = chat_stream("cc-openai-py-basic-text")
 RESP = chat_stream("resp-syn-error-event-flat")
 ANTH = chat_stream("anth-docs-basic")
 NAMED = {CHAT: "chat_completions", RESP: "responses", ANTH: "anthropic_messages"}
-
-
-def frame(payload: Any, event: str | None = None) -> bytes:
-    head = f"event: {event}\n" if event else ""
-    data = payload if isinstance(payload, str) else json.dumps(payload)
-    return f"{head}data: {data}\n\n".encode()
 
 
 def chosen(parser: StreamParser) -> str | None:
@@ -84,8 +79,7 @@ def test_a_first_error_decides_nothing_and_stays_the_reply_error(path: Any) -> N
 def test_a_first_frame_whose_type_is_not_a_string_is_skipped(path: Any, value: Any) -> None:
     lines = [ln for ln in path.read_text().splitlines() if ln.startswith("data:")]
     first = json.loads(lines[0][5:])
-    body = frame({**first, "type": value}) + "".join(
-        f"data: {ln[5:].strip()}\n\n" for ln in lines[1:]).encode()
+    body = frame({**first, "type": value}) + frames(*(ln[5:].strip() for ln in lines[1:]))
     auto = replay([body], format="auto")
     named = replay([body], format=NAMED[path])
     assert as_corpus(auto) == as_corpus(named)

@@ -4,11 +4,11 @@ Anthropic ``message_delta``'s ``usage`` is not Chat Completions usage)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from fixture_files import chat_stream
+from sse_frames import frames
 
 from fluxstream.events import SkippedFrame
 from fluxstream.formats.auto import identify
@@ -47,11 +47,8 @@ def test_every_frame_of_another_format_is_counted(fmt: str, asked: str) -> None:
 
 
 def test_anthropic_usage_is_not_read_as_chat_usage() -> None:
-    body = b"".join(
-        f"event: {p['type']}\ndata: {json.dumps(p)}\n\n".encode()
-        for p in [{"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                   "usage": {"output_tokens": 12}}, {"type": "message_stop"}]
-    )
+    body = frames({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                   "usage": {"output_tokens": 12}}, {"type": "message_stop"}, named=True)
     parser = StreamParser(format="chat_completions")
     parser.feed(body)
     parser.close()

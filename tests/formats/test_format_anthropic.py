@@ -4,7 +4,7 @@ input, one focused test each; fuzz properties like the Chat Completions ones."""
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from format_corpus import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sse_frames import frames
 
 from fluxstream.errors import FrameDecodeError
 from fluxstream.events import (
@@ -109,14 +110,8 @@ def test_thinking_signature_is_kept_not_shown() -> None:
 # --------------------------------------------------------------------------- mapping
 
 
-def frame(*payloads: dict[str, Any] | str, named: bool = True) -> bytes:
-    out = []
-    for p in payloads:
-        text = p if isinstance(p, str) else json.dumps(p)
-        kind = p.get("type") if isinstance(p, dict) else None
-        head = f"event: {kind}\n" if named and isinstance(kind, str) else ""
-        out.append(f"{head}data: {text}\n\n")
-    return "".join(out).encode()
+#: Anthropic framing: ``event: <type>`` (unless ``named`` is false) then ``data:``.
+frame = partial(frames, named=True)
 
 
 def start(usage: dict[str, Any] | None = None, mid: str = "msg_1") -> dict[str, Any]:
@@ -497,11 +492,6 @@ def test_never_shown_data_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 # --------------------------------------------------------------------------- surrogates
 
 
-def _raw(*payloads: str) -> bytes:
-    """Frames written by hand, so that ``\\ud83d`` escapes stay exactly as a server sent them."""
-    return b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
-
-
 def _text_delta_json(index: int, text_json: str) -> str:
     return ('{"type":"content_block_delta","index":' + str(index)
             + ',"delta":{"type":"text_delta","text":' + text_json + "}}")
@@ -511,7 +501,7 @@ def test_an_emoji_cut_by_utf16_unit_across_events_is_one_code_point() -> None:
     """Node-based gateways cut text by UTF-16 unit: the high half ends one event, the low half
     starts the next. Neither event is valid for the fast decoder; no text may be lost."""
     head = frame(start(), block(0, type="text", text=""))
-    body = _raw(_text_delta_json(0, '"hi \\ud83d"'), _text_delta_json(0, '"\\ude00 there"'),
+    body = frames(_text_delta_json(0, '"hi \\ud83d"'), _text_delta_json(0, '"\\ude00 there"'),
                 '{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta",'
                 '"thinking":"x"}}')
     tail = frame(message_delta("end_turn"), STOP)
@@ -527,7 +517,7 @@ def test_an_emoji_cut_by_utf16_unit_across_events_is_one_code_point() -> None:
 
 def test_a_half_still_held_at_the_end_becomes_the_replacement_character() -> None:
     body = (frame(start(), block(0, type="text", text=""))
-            + _raw(_text_delta_json(0, '"end \\ud83d"'), _text_delta_json(0, '"\\ude00"'),
+            + frames(_text_delta_json(0, '"end \\ud83d"'), _text_delta_json(0, '"\\ude00"'),
                    _text_delta_json(0, '"\\udfff lone low, then high \\ud83d"'))
             + frame(message_delta("end_turn"), STOP))
     reply = replay([body], format="anthropic_messages")
@@ -537,7 +527,7 @@ def test_a_half_still_held_at_the_end_becomes_the_replacement_character() -> Non
 
 def test_tool_arguments_and_errors_with_halves() -> None:
     body = (frame(start(), block(1, type="tool_use", id="t", name="f", input={}))
-            + _raw('{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",'
+            + frames('{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",'
                    '"partial_json":"{\\"e\\": \\"\\ud83d"}}',
                    '{"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta",'
                    '"partial_json":"\\ude00\\"}"}}',

@@ -5,13 +5,13 @@ the unified finish reason of Chat Completions."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fixture_files import chat_streams, require
 from format_corpus import MODES, check_events_rebuild_reply, check_reply, expected, reads, run
+from sse_frames import frames as _sse
 
 from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame, TextDelta
 from fluxstream.formats import FORMATS, AutoFormat, ChatCompletionsFormat, detect
@@ -71,13 +71,6 @@ def test_events_rebuild_the_reply_with_auto(path: Path) -> None:
 )
 def test_detect(event: str, payload: dict[str, Any], name: str | None) -> None:
     assert detect(event, payload) == name
-
-
-def _sse(*payloads: dict[str, Any] | str) -> bytes:
-    return b"".join(
-        b"data: " + (p if isinstance(p, str) else json.dumps(p)).encode() + b"\n\n"
-        for p in payloads
-    )
 
 
 def test_a_leading_error_is_recorded_and_the_decision_waits() -> None:
@@ -331,7 +324,7 @@ def test_text_cut_by_utf16_unit_is_never_lost_or_garbled(text: str, cuts: list[i
         frames += [{"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
                    {"type": "message_stop"}]
         name = "anthropic_messages"
-    body = b"".join(b"data: " + json.dumps(f).encode() + b"\n\n" for f in frames)
+    body = _sse(*frames)
     for f in (name, "auto"):
         events, parser = run([body], format=f)
         assert parser.reply.text == text

@@ -6,6 +6,7 @@ outside ``data:`` lines, a blocked prompt) and hostile frames, skipped and count
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from format_corpus import MODES, check_events_rebuild_reply, reads, run
 from gemini_corpus import as_corpus, check, gemini_expected, gemini_streams
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sse_frames import frames
 
 from fluxstream.errors import FrameDecodeError, LimitExceededError, ResumeTokenError
 from fluxstream.events import (
@@ -120,10 +122,8 @@ def test_old_vertex_stop_on_every_event_cut_mid_event_is_truncated() -> None:
 # --------------------------------------------------------------------------- mapping
 
 
-def frame(*payloads: dict[str, Any] | str, eol: str = "\r\n") -> bytes:
-    return "".join(
-        f"data: {p if isinstance(p, str) else json.dumps(p)}{eol}{eol}" for p in payloads
-    ).encode()
+#: Gemini's framing: ``data:`` lines ended by ``\r\n`` unless ``eol`` says otherwise.
+frame = partial(frames, eol="\r\n")
 
 
 def cand(*parts: dict[str, Any], finish: str | None = None, index: int | None = None,

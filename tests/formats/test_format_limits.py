@@ -12,10 +12,10 @@ typed error, at the same point, as Chat Completions does.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
+from sse_frames import frames
 
 from fluxstream.errors import LimitExceededError
 from fluxstream.limits import StreamLimits
@@ -25,28 +25,24 @@ LIMITS = StreamLimits(max_tool_calls=2)
 CALLS = 50
 
 
-def _frames(*events: dict[str, Any]) -> bytes:
-    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
-
-
 def _chat() -> bytes:
     calls = [{"index": i, "id": f"c{i}", "function": {"name": "f", "arguments": "{}"}}
              for i in range(CALLS)]
-    return _frames({"id": "x", "model": "m",
+    return frames({"id": "x", "model": "m",
                     "choices": [{"index": 0, "delta": {"tool_calls": calls}}]})
 
 
 def _responses() -> bytes:
     output = [{"type": "function_call", "id": f"fc{i}", "call_id": f"c{i}", "name": "f",
                "arguments": "{}"} for i in range(CALLS)]
-    return _frames({"type": "response.completed", "sequence_number": 0,
+    return frames({"type": "response.completed", "sequence_number": 0,
                     "response": {"id": "r", "status": "completed", "output": output}})
 
 
 def _anthropic() -> bytes:
     content = [{"type": "tool_use", "id": f"t{i}", "name": "f", "input": {}}
                for i in range(CALLS)]
-    return _frames({"type": "message_start",
+    return frames({"type": "message_start",
                     "message": {"id": "m", "model": "m", "content": content}})
 
 

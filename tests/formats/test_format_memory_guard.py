@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sse_frames import frame, frames
 
 from fluxstream.errors import FrameDecodeError
 from fluxstream.events import SkippedFrame
@@ -42,7 +43,7 @@ TINY = {"objects": "{}", "arrays": "[]", "nested": "[{}]"}
 def hostile_event(fmt: str, tiny: str, count: int = 400_000) -> bytes:
     payload = json.dumps(HOSTILE[fmt])
     junk = "[" + ",".join([tiny] * count) + "]"
-    return b"data: " + (payload[:-1] + ',"junk":' + junk + "}").encode() + b"\n\n"
+    return frame(payload[:-1] + ',"junk":' + junk + "}")
 
 
 def peak_of(action: Callable[[], Any]) -> tuple[Any, int]:
@@ -108,10 +109,9 @@ def test_a_big_real_event_is_read() -> None:
         "type": "message", "content": [{"type": "output_text", "text": text,
                                         "logprobs": logprobs(1000)}]}]}
     data = (b'data: {"type":"response.created","response":{"id":"r"}}\n\n'
-            + b'data: ' + json.dumps({"type": "response.output_text.delta", "output_index": 0,
-                                      "content_index": 0, "delta": text}).encode() + b"\n\n"
-            + b"data: " + json.dumps({"type": "response.completed",
-                                      "response": response}).encode() + b"\n\n")
+            + frames({"type": "response.output_text.delta", "output_index": 0,
+                      "content_index": 0, "delta": text},
+                     {"type": "response.completed", "response": response}))
     assert len(data) > 1_000_000
     for fmt in ("responses", "auto"):
         parser = StreamParser(format=fmt, strict=True)
@@ -132,7 +132,7 @@ def test_braces_inside_strings_are_not_objects() -> None:
         {"type": "message_delta", "delta": {"stop_reason": "tool_use"}},
         {"type": "message_stop"},
     ]
-    data = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+    data = frames(*events)
     parser = StreamParser(format="anthropic_messages", strict=True)
     parser.feed(data)
     parser.close()

@@ -4,7 +4,7 @@ one focused test each; fuzz properties like the Chat Completions ones."""
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from format_corpus import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sse_frames import frames
 
 from fluxstream.errors import FrameDecodeError
 from fluxstream.events import (
@@ -93,15 +94,8 @@ def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
 # --------------------------------------------------------------------------- mapping
 
 
-def frame(*payloads: dict[str, Any] | str, named: bool = True) -> bytes:
-    """Responses framing: ``event: <type>`` (unless ``named`` is false) then ``data:``."""
-    out = []
-    for p in payloads:
-        text = p if isinstance(p, str) else json.dumps(p)
-        kind = p.get("type") if isinstance(p, dict) else None
-        head = f"event: {kind}\n" if named and isinstance(kind, str) else ""
-        out.append(f"{head}data: {text}\n\n")
-    return "".join(out).encode()
+#: Responses framing: ``event: <type>`` (unless ``named`` is false) then ``data:``.
+frame = partial(frames, named=True)
 
 
 def created(rid: str = "resp_1") -> dict[str, Any]:

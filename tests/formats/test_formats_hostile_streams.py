@@ -24,6 +24,7 @@ from fixture_files import chat_stream, chat_streams, require
 from format_corpus import check_events_rebuild_reply, run
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from sse_frames import frames
 
 from fluxstream.errors import FluxstreamError, ResumeMismatchError
 from fluxstream.events import Event
@@ -47,13 +48,7 @@ def events_of(path: Path) -> list[dict[str, Any]]:
 
 
 def encode(payloads: list[Any], *, named: bool = True) -> bytes:
-    parts = []
-    for p in payloads:
-        text = p if isinstance(p, str) else json.dumps(p)
-        kind = p.get("type") if isinstance(p, dict) else None
-        head = f"event: {kind}\n" if named and isinstance(kind, str) else ""
-        parts.append(f"{head}data: {text}\n\n")
-    return "".join(parts).encode()
+    return frames(*payloads, named=named)
 
 
 def pieces(body: bytes, cuts: list[int]) -> list[bytes]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fixture_files import chat_streams, require
+from sse_frames import frames
 
 from fluxstream.parser import replay
 
@@ -158,7 +159,7 @@ def test_a_responses_stream_whose_only_content_is_the_final_response() -> None:
          "response": {**response, "status": "in_progress", "output": [], "usage": None}},
         {"type": "response.completed", "sequence_number": 1, "response": response},
     ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    body = frames(*events, named=True)
     final = asyncio.run(_openai_final(body))
     assert final.output_text == "Hello there"
     for fmt in ("responses", "auto"):
@@ -186,7 +187,7 @@ def test_an_anthropic_message_start_that_carries_the_content() -> None:
          "usage": {"output_tokens": 5}},
         {"type": "message_stop"},
     ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+    body = frames(*events, named=True)
     final = asyncio.run(_anthropic_final(body))
     for fmt in ("anthropic_messages", "auto"):
         ours = replay([body], format=fmt)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from fixture_files import chat_streams, require
 from resume_tokens import ANTH, RESP, content, frames, read, resumed, token
+from sse_frames import frame
 
 from fluxstream.errors import ResumeTokenError
 from fluxstream.events import Outcome
@@ -228,7 +229,7 @@ def test_a_reasoning_summary_and_reasoning_text_are_different_parts() -> None:
         {"type": "response.completed", "sequence_number": 4,
          "response": {"status": "completed"}},
     ]
-    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events).encode()
+    body = b"".join(frame(e) for e in events)
     for fmt in ("responses", "auto"):
         assert read([body], fmt).choices[0].reasoning == "Summary. Full thoughts."
 
@@ -277,7 +278,7 @@ def test_final_arguments_that_disagree_replace_the_streamed_ones_after_a_resume(
         {"type": "response.completed", "sequence_number": 5,
          "response": {"status": "completed"}},
     ]
-    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    pieces = [frame(e) for e in events]
     whole = content(read(pieces, "responses"))
     assert whole[0][0][4] == [(0, "c1", "f", '{"city":"Paris"}')]
     for cut in range(1, len(pieces)):
@@ -300,7 +301,7 @@ def test_an_absurd_sequence_number_does_not_hide_what_follows(bogus: int) -> Non
         {"type": "response.completed", "sequence_number": 3,
          "response": {"status": "completed"}},
     ]
-    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    pieces = [frame(e) for e in events]
     whole = content(read(pieces, "responses"))
     assert whole[0][0][0] == "Hello world"
     for cut in range(1, len(pieces)):
@@ -388,7 +389,7 @@ def test_an_index_out_of_range_is_a_skipped_frame(fmt: str, bogus: int) -> None:
             {"type": "content_block_delta", "index": 0,
              "delta": {"type": "text_delta", "text": "Hi"}},
         ]
-    pieces = [f"data: {json.dumps(e)}\n\n".encode() for e in events]
+    pieces = [frame(e) for e in events]
     parser = StreamParser(content_key="k", format=fmt)
     for piece in pieces:
         parser.feed(piece)

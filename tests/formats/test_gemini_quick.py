@@ -33,6 +33,7 @@ import pytest
 from gemini_corpus import gemini_streams
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sse_frames import frames
 
 from fluxstream.errors import FluxstreamError
 from fluxstream.events import Event, ReasoningBlock, TextDelta, ToolCallDelta
@@ -158,7 +159,7 @@ def piece(path: str, value: Any, more: bool = True, kind: str = "stringValue",
 
 
 def body(texts: list[str], eol: str = "\r\n") -> bytes:
-    return "".join(f"data: {t}{eol}{eol}" for t in texts).encode()
+    return frames(*texts, eol=eol)
 
 
 #: The ways a chunk may differ from the usual one (most chunks are usual).

@@ -11,10 +11,10 @@ shown once and never lost.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from resume_tokens import token
+from sse_frames import frames
 
 from fluxstream.events import SkippedFrame
 from fluxstream.parser import StreamParser
@@ -24,7 +24,7 @@ COMPLETED = {"type": "response.completed", "response": {"id": "r", "status": "co
 
 
 def wire(*events: dict[str, Any]) -> bytes:
-    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    return frames(*events, named=True)
 
 
 def read(*events: dict[str, Any]) -> StreamParser:

@@ -14,10 +14,10 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
+from functools import partial
 
 import pytest
+from sse_frames import frames
 
 from fluxstream.errors import ResumeMismatchError
 from fluxstream.events import Outcome, SkippedFrame, TextDelta
@@ -26,8 +26,8 @@ from fluxstream.parser import StreamParser
 LETTERS = "ABCDEF"
 
 
-def frame(payload: dict[str, Any]) -> bytes:
-    return f"event: {payload['type']}\ndata: {json.dumps(payload)}\n\n".encode()
+#: One named event.
+frame = partial(frames, named=True)
 
 
 def created(n: int) -> bytes:

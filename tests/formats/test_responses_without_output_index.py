@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fixture_files import chat_streams
 from format_corpus import as_corpus
+from sse_frames import frames
 
 from fluxstream.events import Outcome
 from fluxstream.parser import StreamParser, replay
@@ -31,7 +32,7 @@ def without(events: list[dict[str, Any]], *keys: str) -> list[dict[str, Any]]:
 
 
 def body(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    return frames(*events, named=True)
 
 
 @pytest.mark.parametrize("fmt", ["responses", "auto"])

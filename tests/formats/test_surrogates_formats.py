@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import pytest
+import sse_frames
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +95,7 @@ def frames_for(fmt: str, channel: str, pieces: list[str], other: bool) -> list[b
     """One SSE frame per event, ``json.dumps`` writing lone halves as ``\\uXXXX`` escapes
     exactly as a Node server does."""
     build = _responses if fmt == "responses" else _anthropic
-    return [b"data: " + json.dumps(f).encode() + b"\n\n" for f in build(channel, pieces, other)]
+    return [sse_frames.frame(f) for f in build(channel, pieces, other)]
 
 
 def delivered(events: list[Event], channel: str) -> list[tuple[int, str]]:

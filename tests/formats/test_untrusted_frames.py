@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import warnings
+from functools import partial
 from typing import Any
 
 import pytest
+from sse_frames import frames
 
 from fluxstream.errors import ArgumentsError, FrameDecodeError
 from fluxstream.events import (
@@ -26,12 +28,9 @@ from fluxstream.parser import StreamParser
 from fluxstream.reply import Reply, ToolCall
 from fluxstream.sse import SSEDecoder
 
-
-def sse(*payloads: str, done: bool = True) -> bytes:
-    """Frame raw JSON texts (written by hand, so that escapes stay exactly as a server sent
-    them) as SSE events."""
-    out = b"".join(b"data: " + p.encode() + b"\n\n" for p in payloads)
-    return out + (b"data: [DONE]\n\n" if done else b"")
+#: Raw JSON texts (written by hand, so that escapes stay exactly as a server sent them) as
+#: SSE events, ``[DONE]`` last unless ``done=False``.
+sse = partial(frames, done=True)
 
 
 def content(text_json: str, *, index: int = 0, finish: str | None = None,

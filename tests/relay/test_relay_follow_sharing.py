@@ -154,11 +154,6 @@ def test_sse_bytes_are_the_general_encoding(items: list[Any], number: int) -> No
         assert json.loads(general.split(b"data: ", 1)[1]) == json.loads(_EVENT.dump_json(event))
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.mark.anyio
 async def test_followers_of_one_process_share_the_decoded_events(
     redis_server: RedisServer,

@@ -239,7 +239,7 @@ async def test_bad_input_gets_typed_errors(make_log: MakeLog, upstream: ServerTh
     assert parse_position(None) == parse_position("") == Position(0, 0)
 
 
-@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.trio_only
 async def test_memory_log_on_trio(anyio_backend: str, upstream: ServerThread) -> None:
     log = MemoryReplyLog()
     req = request(tokens=40)

@@ -118,7 +118,7 @@ async def test_log_records_structured_objects_of_every_endpoint(
     assert result.complete and result.value == final.value
 
 
-@pytest.mark.parametrize("anyio_backend", ["trio"])
+@pytest.mark.trio_only
 async def test_memory_log_passthrough_on_trio(anyio_backend: str, upstream: ServerThread) -> None:
     assert sniffio.current_async_library() == "trio"
     log = MemoryReplyLog()

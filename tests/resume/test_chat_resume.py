@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from sse_frames import chat_text, frames
 
 from fluxstream.events import Event, Outcome, TextDelta
 from fluxstream.parser import StreamParser
@@ -13,20 +14,19 @@ from fluxstream.parser import StreamParser
 PREFIX = "The river bends under the old stone bridge"
 
 
-def frame(*texts: str, finish: str | None = None, done: bool = True) -> bytes:
-    out = b""
-    for text in texts:
-        chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]}
-        out += b"data: " + json.dumps(chunk).encode() + b"\n\n"
+def chunks(*texts: str, finish: str | None = None, done: bool = True) -> bytes:
+    """A chunk per text, then one with ``finish`` (when given), then ``[DONE]``."""
+    out: list[dict[str, Any]] = [
+        {"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]} for text in texts
+    ]
     if finish:
-        chunk = {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
-        out += b"data: " + json.dumps(chunk).encode() + b"\n\n"
-    return out + (b"data: [DONE]\n\n" if done else b"")
+        out.append({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    return frames(*out, done=done)
 
 
 def started(*texts: str) -> StreamParser:
     parser = StreamParser(content_key="k")
-    parser.feed(frame(*texts, done=False))
+    parser.feed(chunks(*texts, done=False))
     return parser
 
 
@@ -37,9 +37,9 @@ def deltas(events: list[Event]) -> list[tuple[int, str]]:
 def test_continuable_conditions() -> None:
     assert started(PREFIX).continuable()
     assert not StreamParser().continuable()  # nothing to continue
-    assert started(PREFIX).feed(frame(finish="stop", done=False)) is not None
+    assert started(PREFIX).feed(chunks(finish="stop", done=False)) is not None
     parser = started(PREFIX)
-    parser.feed(frame(finish="stop", done=False))
+    parser.feed(chunks(finish="stop", done=False))
     assert not parser.continuable()  # already finished
     parser = StreamParser()
     parser.feed(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}, '
@@ -67,8 +67,8 @@ def test_continuation_cuts_the_echo(echo: str, continuation: str, split: int) ->
     pieces = [sent[i : i + split] for i in range(0, len(sent), split)] if split else [sent]
     events: list[Event] = []
     for piece in pieces:
-        events += parser.feed(frame(piece, done=False))
-    events += parser.feed(frame(finish="stop"))
+        events += parser.feed(chunks(piece, done=False))
+    events += parser.feed(chunks(finish="stop"))
     reply = parser.reply
     assert reply.text == PREFIX + continuation
     assert reply.outcome is Outcome.DONE
@@ -83,14 +83,14 @@ def test_continuation_cuts_the_echo(echo: str, continuation: str, split: int) ->
 def test_short_coincidental_overlap_is_kept() -> None:
     parser = started("I like the")
     parser.begin_continuation(min_overlap=8)
-    parser.feed(frame(" the", "se apples", finish="stop"))  # " the" is real text here
+    parser.feed(chunks(" the", "se apples", finish="stop"))  # " the" is real text here
     assert parser.reply.text == "I like the these apples"
 
 
 def test_echo_cut_at_the_end_of_the_stream() -> None:
     parser = started(PREFIX)
     parser.begin_continuation(min_overlap=8)
-    parser.feed(frame(PREFIX[-10:], done=False))  # only the echo, then the bytes end
+    parser.feed(chunks(PREFIX[-10:], done=False))  # only the echo, then the bytes end
     events = parser.close()
     assert parser.reply.text == PREFIX
     assert deltas(events) == []
@@ -98,7 +98,7 @@ def test_echo_cut_at_the_end_of_the_stream() -> None:
 
 def test_offsets_and_resume_token_round_trip() -> None:
     parser = StreamParser(content_key="key-9")
-    parser.feed(b"id: 41\nretry: 900\n" + frame("Hello", " wor", done=False))
+    parser.feed(b"id: 41\nretry: 900\n" + chunks("Hello", " wor", done=False))
     parser.feed(b'data: {"choices": [{"index": 0, "delta": {"reasoning_content": "hm", '
                 b'"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f", '
                 b'"arguments": "{\\"a\\":"}}]}}]}\n\n')
@@ -113,7 +113,7 @@ def test_offsets_and_resume_token_round_trip() -> None:
     resumed = StreamParser.from_token(token)
     assert resumed.content_key == "key-9" and resumed.last_event_id == "41"
     assert resumed.reconnection_time == 900 and resumed.saw_content
-    events = resumed.feed(frame("ld") + b"")
+    events = resumed.feed(chunks("ld") + b"")
     assert deltas(events) == [(9, "ld")]
     resumed2 = StreamParser.from_token(token)
     resumed2.feed(b'data: {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, '
@@ -135,7 +135,7 @@ def test_new_connection_resume_after_sets_the_last_event_id() -> None:
 def test_complete_property() -> None:
     parser = started("a")
     assert not parser.complete
-    parser.feed(frame(finish="stop", done=False))
+    parser.feed(chunks(finish="stop", done=False))
     assert parser.complete and not parser.done
 
 
@@ -145,17 +145,13 @@ def test_a_continuation_prefix_never_ends_in_whitespace() -> None:
     start of the continuation is cut as an echo, however short."""
     from fluxstream.parser import StreamParser
 
-    def chunk(text: str) -> bytes:
-        body = {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {"content": text}}]}
-        return f"data: {json.dumps(body)}\n\n".encode()
-
     for tail, continued in [("\n", "\nNext line."), (" \n\t", " \n\tMore."), ("\n", "Next.")]:
         parser = StreamParser()
-        parser.feed(chunk("First line." + tail))
+        parser.feed(chat_text("First line." + tail))
         sent = parser.begin_continuation(min_overlap=8)
         assert sent == "First line."
-        events = parser.feed(chunk(continued[:1]))
-        events += parser.feed(chunk(continued[1:]))
+        events = parser.feed(chat_text(continued[:1]))
+        events += parser.feed(chat_text(continued[1:]))
         events += parser.feed(b"data: [DONE]\n\n")
         texts = [e for e in events if type(e).__name__ == "TextDelta"]
         assert parser.reply.choices[0].text == "First line." + tail + continued.removeprefix(tail)

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 
 import httpx
 import pytest
+from sse_frames import frames
 
 import fluxstream
 from fluxstream.events import Reset, TextDelta
@@ -250,10 +251,8 @@ async def test_a_background_response_dropped_before_content_is_re_read_not_sent_
 # ---------------------------------------------------------------------------- odd servers
 
 def _frames(*events: dict[str, Any]) -> bytes:
-    return b"".join(
-        f"event: {e['type']}\ndata: {json.dumps({**e, 'sequence_number': n})}\n\n".encode()
-        for n, e in enumerate(events)
-    )
+    """Named events, each numbered by its place."""
+    return frames(*({**e, "sequence_number": n} for n, e in enumerate(events)), named=True)
 
 
 _CREATED = {"type": "response.created", "response": {"id": "resp_m", "status": "in_progress"}}

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from resume_tokens import token
+from sse_frames import frames
 
 from fluxstream.parser import StreamParser
 
@@ -66,7 +67,7 @@ def streams(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 def wire(events: list[dict[str, Any]]) -> bytes:
-    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+    return frames(*events, named=True)
 
 
 def summary(parser: StreamParser) -> tuple[Any, ...]:

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from sse_frames import frame, frames
 
 import fluxstream
 from fluxstream.retry import ResumePolicy, RetryPolicy
@@ -154,8 +155,7 @@ async def test_last_event_id_reconnect_waits_for_the_servers_retry_delay(server:
 def test_events_already_delivered_are_dropped_when_a_server_starts_over() -> None:
     """A server that ignores Last-Event-ID and resends from the top shows nothing twice."""
     def event(i: int, text: str) -> bytes:
-        chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]}
-        return f"id: {i}\ndata: {json.dumps(chunk)}\n\n".encode()
+        return frame({"id": "c", "choices": [{"index": 0, "delta": {"content": text}}]}, id=str(i))
 
     parser = fluxstream.StreamParser(content_key="k")
     seen = parser.feed(b"".join(event(i, f"t{i} ") for i in range(1, 4)))
@@ -313,15 +313,14 @@ async def test_connect_errors_are_retried_then_raised(caplog: pytest.LogCaptureF
     assert len([r for r in caplog.records if "retry" in r.getMessage()]) == 2
 
 
+@pytest.mark.asyncio_only  # respx mocks httpx's transport; one backend is enough
 async def test_error_event_before_any_content_is_retried(anyio_backend: str) -> None:
     respx = pytest.importorskip("respx")
-    if anyio_backend != "asyncio":
-        pytest.skip("respx mocks httpx's transport; one backend is enough")
     error = (b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
              b"data: [DONE]\n\n")
     chunk = {"id": "c1", "model": "m", "choices": [
         {"index": 0, "delta": {"content": "fine"}, "finish_reason": "stop"}]}
-    good = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+    good = frames(chunk, done=True)
     sse = {"content-type": "text/event-stream"}
     with respx.mock(base_url="http://mock.local/v1") as mock:
         route = mock.post("/chat/completions")
@@ -356,7 +355,7 @@ def test_backoff_is_full_jitter_within_bounds() -> None:
 def test_a_transport_error_is_never_a_finished_stream() -> None:
     chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"},
                                      "finish_reason": "stop"}]}
-    body = f"id: 1\ndata: {json.dumps(chunk)}\n\n".encode()
+    body = frame(chunk, id="1")
     clean = fluxstream.StreamParser()
     clean.feed(body)
     clean.close()
@@ -370,7 +369,7 @@ def test_a_transport_error_is_never_a_finished_stream() -> None:
 
 def test_an_event_cut_at_the_end_does_not_count_as_delivered() -> None:
     chunk = {"id": "c", "choices": [{"index": 0, "delta": {"content": "hi"}}]}
-    whole = f"id: 1\ndata: {json.dumps(chunk)}\n\n".encode()
+    whole = frame(chunk, id="1")
     cut = f"id: 2\ndata: {json.dumps(chunk)}".encode()[:-5]
     parser = fluxstream.StreamParser()
     parser.feed(whole + cut)

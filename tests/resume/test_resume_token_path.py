@@ -150,7 +150,7 @@ async def follow_taking_over(log: MemoryReplyLog, key: str, client: Any) -> list
 
 
 @pytest.mark.parametrize("stored", ["token", "base"])
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+@pytest.mark.asyncio_only  # the relay runs on asyncio
 async def test_a_takeover_of_a_forged_token_sends_nothing(
     server: ServerThread, stored: str, anyio_backend: str
 ) -> None:
@@ -175,7 +175,7 @@ async def test_a_takeover_of_a_forged_token_sends_nothing(
     assert end.outcome is fluxstream.Outcome.TRUNCATED and end.reason == "producer lost"
 
 
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # the relay runs on asyncio
+@pytest.mark.asyncio_only  # the relay runs on asyncio
 async def test_a_takeover_of_a_real_token_still_resumes(
     server: ServerThread, anyio_backend: str
 ) -> None:

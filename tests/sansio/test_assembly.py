@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from functools import partial
 from typing import Any
 
 import pydantic
 import pytest
+from sse_frames import frames
 
 from fluxstream.errors import ArgumentsError, FrameDecodeError
 from fluxstream.events import (
@@ -34,13 +36,8 @@ from fluxstream.parser import StreamParser, replay
 from fluxstream.reply import Reply, ToolCall, Usage
 from fluxstream.sse import ServerSentEvent
 
-
-def frame(*payloads: Any, done: bool = True) -> bytes:
-    out = b"".join(
-        b"data: " + (p if isinstance(p, bytes) else json.dumps(p).encode()) + b"\n\n"
-        for p in payloads
-    )
-    return out + (b"data: [DONE]\n\n" if done else b"")
+#: Chunks as one body, ``[DONE]`` last unless ``done=False``.
+frame = partial(frames, done=True)
 
 
 def chunk(*choices: dict[str, Any], **top: Any) -> dict[str, Any]:

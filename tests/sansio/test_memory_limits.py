@@ -4,12 +4,12 @@ scaled-down size. Each test failed on the code before the fix."""
 
 from __future__ import annotations
 
-import json
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sse_frames import frame as event
 
 from fluxstream.errors import EventTooLargeError, LimitExceededError
 from fluxstream.events import End, Outcome, SkippedFrame, TextDelta, ToolCallDelta
@@ -18,10 +18,6 @@ from fluxstream.parser import StreamParser
 from fluxstream.sse import SSEDecoder
 
 MiB = 1024 * 1024
-
-
-def event(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
 
 def peak_of(action: Callable[[], Any]) -> tuple[Any, int]:

@@ -10,7 +10,6 @@ is fine: the replay is checked against what was delivered and dropped.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from sse_frames import chat_choice, chat_frame
 
 import fluxstream
 from fluxstream.events import Reset, TextDelta
@@ -37,11 +37,8 @@ OTHER = ["A ", "different ", "sample."]
 
 def event(event_id: str | None, text: str | None, cid: str = "chatcmpl-1", finish: bool = False
           ) -> bytes:
-    delta: dict[str, Any] = {} if text is None else {"content": text}
-    choice = {"index": 0, "delta": delta, "finish_reason": "stop" if finish else None}
-    body = {"id": cid, "model": "m", "choices": [choice]}
-    head = b"" if event_id is None else f"id: {event_id}\n".encode()
-    return head + b"data: " + json.dumps(body).encode() + b"\n\n"
+    choice = chat_choice(text, finish="stop" if finish else None, with_finish=True)
+    return chat_frame(choice, id=cid, event_id=event_id)
 
 
 def sample(pieces: list[str], ids: list[str | None], cid: str = "chatcmpl-1") -> bytes:

@@ -3,11 +3,11 @@ for Chat Completions content, Chat Completions tool calls and Anthropic tool-as-
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from sse_frames import frame
 
 from fluxstream.errors import ParseError
 from fluxstream.parser import StreamParser
@@ -27,21 +27,17 @@ class Plan(BaseModel):
 PLAN = Plan(goal="tea", steps=[Step(title="boil water", minutes=3), Step(title="steep", minutes=4)])
 
 
-def _sse(obj: Any) -> bytes:
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
 def chat_body(text: str, *, size: int, finish: str | None = "stop", done: bool = True,
               refusal: str | None = None) -> list[bytes]:
     base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-    out = [_sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
+    out = [frame({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})]
     if refusal:
-        out.append(_sse({**base, "choices": [{"index": 0, "delta": {"refusal": refusal}}]}))
+        out.append(frame({**base, "choices": [{"index": 0, "delta": {"refusal": refusal}}]}))
     for i in range(0, len(text), size):
-        out.append(_sse({**base, "choices": [{"index": 0,
+        out.append(frame({**base, "choices": [{"index": 0,
                                                "delta": {"content": text[i : i + size]}}]}))
     if finish:
-        out.append(_sse({**base, "choices": [{"index": 0, "delta": {},
+        out.append(frame({**base, "choices": [{"index": 0, "delta": {},
                                                "finish_reason": finish}]}))
     if done:
         out.append(b"data: [DONE]\n\n")
@@ -110,13 +106,13 @@ def test_chat_refusal_is_surfaced_and_bad_content_is_a_parse_error() -> None:
 def test_chat_tool_call_arguments_as_typed_partials() -> None:
     base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
     args = PLAN.model_dump_json()
-    reads = [_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+    reads = [frame({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
         {"index": 0, "id": "call_1", "type": "function",
          "function": {"name": "make_plan", "arguments": ""}}]}}]})]
     for i in range(0, len(args), 5):
-        reads.append(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+        reads.append(frame({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
             {"index": 0, "function": {"arguments": args[i : i + 5]}}]}}]}))
-    reads.append(_sse({**base, "choices": [{"index": 0, "delta": {},
+    reads.append(frame({**base, "choices": [{"index": 0, "delta": {},
                                             "finish_reason": "tool_calls"}]}))
     reads.append(b"data: [DONE]\n\n")
     tracker = StructuredTracker(tools={"make_plan": Plan})
@@ -128,39 +124,40 @@ def test_chat_tool_call_arguments_as_typed_partials() -> None:
         tracker.result()
 
 
-def _anthropic(event: str, data: dict[str, Any]) -> bytes:
-    return f"event: {event}\ndata: {json.dumps({'type': event, **data})}\n\n".encode()
+def _event(kind: str, data: dict[str, Any]) -> bytes:
+    """An event named by its type, as the Anthropic and Responses APIs send them."""
+    return frame({"type": kind, **data}, kind)
 
 
 def test_anthropic_tool_as_schema() -> None:
     args = PLAN.model_dump_json()
     reads = [
-        _anthropic("message_start", {"message": {
+        _event("message_start", {"message": {
             "id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {"input_tokens": 1, "output_tokens": 1}}}),
-        _anthropic("content_block_start", {"index": 0, "content_block": {
+        _event("content_block_start", {"index": 0, "content_block": {
             "type": "tool_use", "id": "toolu_1", "name": "Plan", "input": {}}}),
     ]
     for i in range(0, len(args), 6):
-        reads.append(_anthropic("content_block_delta", {"index": 0, "delta": {
+        reads.append(_event("content_block_delta", {"index": 0, "delta": {
             "type": "input_json_delta", "partial_json": args[i : i + 6]}}))
     cut = len(reads)
     reads += [
-        _anthropic("content_block_stop", {"index": 0}),
-        _anthropic("message_delta", {"delta": {"stop_reason": "tool_use", "stop_sequence": None},
+        _event("content_block_stop", {"index": 0}),
+        _event("message_delta", {"delta": {"stop_reason": "tool_use", "stop_sequence": None},
                                      "usage": {"output_tokens": 10}}),
-        _anthropic("message_stop", {}),
+        _event("message_stop", {}),
     ]
     tracker = StructuredTracker(tools=Plan)  # one type for every call
     dumps, _ = drive(reads, tracker, fmt="anthropic_messages")
     assert {"goal": "tea"} in dumps and dumps[-1] == PLAN.model_dump()
     assert tracker.call_result(0, 0).value == PLAN
     # the same stream cut by max_tokens halfway through the arguments
-    stop = _anthropic("message_delta", {
+    stop = _event("message_delta", {
         "delta": {"stop_reason": "max_tokens", "stop_sequence": None},
         "usage": {"output_tokens": 10}})
-    half = [*reads[: cut // 2], stop, _anthropic("message_stop", {})]
+    half = [*reads[: cut // 2], stop, _event("message_stop", {})]
     cut_tracker = StructuredTracker(tools=Plan)
     drive(half, cut_tracker, fmt="anthropic_messages")
     partial = cut_tracker.call_result(0, 0)
@@ -179,28 +176,24 @@ def test_a_restart_starts_the_object_over() -> None:
     assert tracker.content.value == PLAN
 
 
-def _responses(kind: str, data: dict[str, Any]) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
-
-
 def responses_body(text: str, *, size: int, status: str = "completed",
                    incomplete: str | None = None) -> list[bytes]:
     response = {"id": "resp_1", "object": "response", "model": "m", "status": "in_progress",
                 "output": []}
-    reads = [_responses("response.created", {"response": response}),
-             _responses("response.output_item.added", {"output_index": 0, "item": {
+    reads = [_event("response.created", {"response": response}),
+             _event("response.output_item.added", {"output_index": 0, "item": {
                  "id": "msg_1", "type": "message", "role": "assistant", "content": []}}),
-             _responses("response.content_part.added", {
+             _event("response.content_part.added", {
                  "item_id": "msg_1", "output_index": 0, "content_index": 0,
                  "part": {"type": "output_text", "text": ""}})]
     for i in range(0, len(text), size):
-        reads.append(_responses("response.output_text.delta", {
+        reads.append(_event("response.output_text.delta", {
             "item_id": "msg_1", "output_index": 0, "content_index": 0,
             "delta": text[i : i + size]}))
     final = {**response, "status": status}
     if incomplete:
         final["incomplete_details"] = {"reason": incomplete}
-    reads.append(_responses(f"response.{status}", {"response": final}))
+    reads.append(_event(f"response.{status}", {"response": final}))
     return reads
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import socket
 import struct
 import time
@@ -23,6 +22,8 @@ import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+
+from sse_frames import DONE, chat_frame
 
 __all__ = [
     "DONE",
@@ -47,16 +48,12 @@ LIFE = 20.0
 #: Bound of the wait for one request head (and its body).
 REQUEST_WAIT = 5.0
 
-DONE = b"data: [DONE]\n\n"
-
 
 # ------------------------------------------------------------------ Chat Completions SSE bytes
 
 
 def _frame(choice: dict[str, Any]) -> bytes:
-    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "m",
-            "choices": [choice]}
-    return b"data: " + json.dumps(body).encode() + b"\n\n"
+    return chat_frame(choice, id="chatcmpl-1", typed=True)
 
 
 def text(t: str) -> bytes:

@@ -89,9 +89,8 @@ async def test_a_bad_first_chunk_with_the_head_is_a_drop_on_every_transport(
     assert isinstance(stream.cause, httpx.RemoteProtocolError)
 
 
+@pytest.mark.asyncio_only  # the aiohttp adapter runs on asyncio
 async def test_the_error_text_names_the_fault_not_an_http_status(anyio_backend: str) -> None:
-    if anyio_backend != "asyncio":
-        pytest.skip("the aiohttp adapter runs on asyncio")
     script = content_then(BROKEN["bad chunk-size line"], close=True)
     async with upstream(script) as up, fluxstream.AsyncClient(
         up.base, "k", transport="aiohttp", retry=RetryPolicy.off()

@@ -193,9 +193,8 @@ def test_one_client_across_two_event_loops() -> None:
         asyncio.run(client.aclose())
 
 
+@pytest.mark.asyncio_only  # aiohttp runs on asyncio only
 async def test_aiohttp_transport_explicitly(server: Any, anyio_backend: str) -> None:
-    if anyio_backend != "asyncio":
-        pytest.skip("aiohttp runs on asyncio only")
     async with fluxstream.AsyncClient(server.base_url, transport="aiohttp") as client:
         assert isinstance(client.http_client, AiohttpClient)
         assert (await client.chat.complete(model="m", messages=MSG)).outcome == "done"

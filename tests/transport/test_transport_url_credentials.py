@@ -16,7 +16,7 @@ import base64
 import anyio
 import anyio.abc
 import pytest
-from raw_upstream import FINISH, HEAD, MSG, text, upstream
+from raw_upstream import FINISH, HEAD, MSG, read_request, text, upstream
 
 import fluxstream
 from fluxstream.retry import RetryPolicy
@@ -34,11 +34,8 @@ async def test_url_credentials_and_an_api_key(
     heads: list[bytes] = []
 
     async def script(sock: anyio.abc.SocketStream, i: int) -> None:
-        data = b""
-        with anyio.move_on_after(2):
-            while b"\r\n\r\n" not in data:
-                data += await sock.receive()
-        heads.append(data.partition(b"\r\n\r\n")[0].lower())
+        request = await read_request(sock)
+        heads.append(request.head.lower() if request is not None else b"")
         await sock.send(HEAD + text("Hel") + FINISH + b"data: [DONE]\n\n")
 
     async with upstream(script) as up:
