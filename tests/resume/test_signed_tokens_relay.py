@@ -23,16 +23,11 @@ from fluxstream.relay import Entry, MemoryReplyLog
 from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]  # the relay runs on asyncio
 
 SECRET = "relay-secret-" + "r" * 24
 OTHER = "other-secret-" + "x" * 24
 REQUEST = {"model": "m", "messages": [{"role": "user", "content": "relay me, then take over"}]}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"  # the relay runs on asyncio
 
 
 @pytest.fixture(scope="module")
