@@ -882,7 +882,10 @@ async def test_closing_the_client_ends_its_stream_at_once_the_same_way_on_every_
     before = asyncio.all_tasks()
     ends = Ends()
     async with serve_faults(script) as srv:
-        fallbacks = [fluxstream.Upstream(srv.base, api_key="sk-other", name="other")] if how == "fallback" else []
+        fallbacks = (
+            [fluxstream.Upstream(srv.base, api_key="sk-other", name="other")]
+            if how == "fallback" else []
+        )
         c = fluxstream.AsyncClient(srv.base, api_key="sk-parity", transport=transport,
                                    timeout=httpx.Timeout(READ_TIMEOUT), observers=[ends],
                                    fallbacks=fallbacks)
