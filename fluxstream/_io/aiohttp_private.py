@@ -46,7 +46,7 @@ __all__ = [
 
 #: The aiohttp versions whose internals this module was checked against (``pyproject.toml``
 #: pins the same range; how to move it: ``.ci/run``).
-SUPPORTED = ">=3.10,<3.15"
+SUPPORTED = ">=3.10.11,<3.15"
 
 
 def _instance_attributes(cls: type) -> set[str]:
@@ -93,7 +93,7 @@ def _absent(
             yield f"{where}.{name} (settable)"
 
 
-#: The public names of aiohttp the adapter uses (present since 3.10).
+#: The public names of aiohttp the adapter uses (all present since 3.10.6).
 _PUBLIC = (
     "ClientConnectionError", "ClientConnectionResetError", "ClientConnectorError",
     "ClientError", "ClientHttpProxyError", "ClientOSError", "ClientPayloadError",
@@ -124,6 +124,8 @@ def _missing() -> list[str]:
         methods={"_get": ("key",), "_release": ("key", "protocol", "should_close")},
         attributes=("_conns", "_factory", "_loop"),
     )
+    if not inspect.iscoroutinefunction(getattr(aiohttp.TCPConnector, "_get", None)):
+        missing.append("aiohttp.connector.TCPConnector._get (a coroutine function)")
     if not isinstance(getattr(aiohttp.ClientResponse, "connection", None), property) or not (
         isinstance(getattr(aiohttp.connector.Connection, "protocol", None), property)
     ):

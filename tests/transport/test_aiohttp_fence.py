@@ -88,7 +88,7 @@ def test_the_fence_refuses_an_aiohttp_without_a_part_it_uses(
     assert isinstance(caught.value, ImportError)
     assert named in message
     assert f"aiohttp {aiohttp.__version__}" in message
-    assert ">=3.10,<3.15" in message and 'transport="httpx"' in message
+    assert ">=3.10.11,<3.15" in message and 'transport="httpx"' in message
 
 
 def test_the_fence_refuses_a_method_whose_parameters_changed(
@@ -103,6 +103,21 @@ def test_the_fence_refuses_a_method_whose_parameters_changed(
     with pytest.raises(UnsupportedTransport, match=re.escape(
         "aiohttp.connector.TCPConnector._release(key, protocol, should_close)"
     )):
+        fresh(FENCE)
+
+
+def test_the_fence_refuses_a_connector_whose_get_is_not_awaited(
+    monkeypatch: pytest.MonkeyPatch, fresh: Callable[[str], Any]
+) -> None:
+    """aiohttp before 3.10.11 (3.10.6 at least) called ``_get`` without awaiting it: the
+    subclass's coroutine would be taken for a connection."""
+
+    def get(self: Any, key: Any, traces: Any) -> None:
+        return None
+
+    monkeypatch.setattr(aiohttp.connector.BaseConnector, "_get", get)
+    with pytest.raises(UnsupportedTransport,
+                       match=re.escape("TCPConnector._get (a coroutine function)")):
         fresh(FENCE)
 
 
