@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Mapping
+from typing import TYPE_CHECKING
 
 import aiohttp
 import httpx
@@ -57,6 +58,9 @@ from .aiohttp_private import (
 )
 from .http_library import seconds
 from .transport import ControlledResponse, ResponseControls
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .transport import HttpClient, HttpResponse
 
 __all__ = ["AiohttpClient", "AiohttpResponse"]
 
@@ -435,3 +439,11 @@ def _resendable(exc: BaseException) -> bool:
     return isinstance(
         exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionResetError)
     ) and not isinstance(exc, (aiohttp.ClientConnectorError, asyncio.TimeoutError))
+
+
+if TYPE_CHECKING:  # pragma: no cover - mypy holds the adapter to the seam it implements
+
+    def _implements(client: AiohttpClient, response: AiohttpResponse) -> tuple[
+        HttpClient, HttpResponse
+    ]:
+        return client, response

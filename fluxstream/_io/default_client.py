@@ -44,6 +44,7 @@ from .http_library import UnsupportedTransport
 
 if TYPE_CHECKING:  # pragma: no cover
     from .aiohttp_client import AiohttpClient
+    from .transport import HttpClient, HttpResponse
 
 __all__ = ["AutoClient", "HttpxClient", "make_http_client"]
 
@@ -266,3 +267,11 @@ def _on_asyncio() -> bool:
         return sniffio.current_async_library() == "asyncio"
     except sniffio.AsyncLibraryNotFoundError:
         return False
+
+
+if TYPE_CHECKING:  # pragma: no cover - mypy holds these clients to the seam
+
+    def _implement(
+        auto: AutoClient, own: HttpxClient, given: httpx.AsyncClient, response: httpx.Response
+    ) -> tuple[HttpClient, HttpClient, HttpClient, HttpResponse]:
+        return auto, own, given, response

@@ -91,49 +91,47 @@ def test_the_fence_refuses_an_aiohttp_without_a_part_it_uses(
     assert ">=3.10.11,<3.15" in message and 'transport="httpx"' in message
 
 
-def test_the_fence_refuses_a_method_whose_parameters_changed(
-    monkeypatch: pytest.MonkeyPatch, fresh: Callable[[str], Any]
+def _release_without_should_close(self: Any, key: Any, protocol: Any) -> None:
+    pass
+
+
+def _get_not_awaited(self: Any, key: Any, traces: Any) -> None:
+    return None
+
+
+_HANDLER_INIT = aiohttp.client_proto.ResponseHandler.__init__
+
+
+def _handler_init_naming_no_payload(self: Any, loop: Any) -> None:
+    _HANDLER_INIT(self, loop)  # what aiohttp sets, under names its code no longer shows
+
+
+#: Parts still there but changed: (owner, attribute, its replacement, named as).
+CHANGED = [
+    pytest.param(aiohttp.connector.BaseConnector, "_release", _release_without_should_close,
+                 "aiohttp.connector.TCPConnector._release(key, protocol, should_close)",
+                 id="a parameter passed is gone"),
+    # aiohttp before 3.10.11 (3.10.6 at least) called ``_get`` without awaiting it: the
+    # subclass's coroutine would be taken for a connection.
+    pytest.param(aiohttp.connector.BaseConnector, "_get", _get_not_awaited,
+                 "aiohttp.connector.TCPConnector._get (a coroutine function)",
+                 id="a coroutine no longer awaited"),
+    # The body under a response, read by the protocol subclass, renamed.
+    pytest.param(aiohttp.client_proto.ResponseHandler, "__init__",
+                 _handler_init_naming_no_payload,
+                 "aiohttp.client_proto.ResponseHandler._payload",
+                 id="an instance attribute renamed"),
+]
+
+
+@pytest.mark.parametrize(("owner", "name", "replacement", "named"), CHANGED)
+def test_the_fence_refuses_a_part_that_changed(
+    owner: type, name: str, replacement: Any, named: str, monkeypatch: pytest.MonkeyPatch,
+    fresh: Callable[[str], Any],
 ) -> None:
-    """A method still there but no longer taking what is passed to it is refused too."""
-
-    def release(self: Any, key: Any, protocol: Any) -> None:  # no ``should_close`` any more
-        pass
-
-    monkeypatch.setattr(aiohttp.connector.BaseConnector, "_release", release)
-    with pytest.raises(UnsupportedTransport, match=re.escape(
-        "aiohttp.connector.TCPConnector._release(key, protocol, should_close)"
-    )):
-        fresh(FENCE)
-
-
-def test_the_fence_refuses_a_connector_whose_get_is_not_awaited(
-    monkeypatch: pytest.MonkeyPatch, fresh: Callable[[str], Any]
-) -> None:
-    """aiohttp before 3.10.11 (3.10.6 at least) called ``_get`` without awaiting it: the
-    subclass's coroutine would be taken for a connection."""
-
-    def get(self: Any, key: Any, traces: Any) -> None:
-        return None
-
-    monkeypatch.setattr(aiohttp.connector.BaseConnector, "_get", get)
-    with pytest.raises(UnsupportedTransport,
-                       match=re.escape("TCPConnector._get (a coroutine function)")):
-        fresh(FENCE)
-
-
-def test_the_fence_refuses_an_instance_attribute_no_longer_set(
-    monkeypatch: pytest.MonkeyPatch, fresh: Callable[[str], Any]
-) -> None:
-    """The body under a response, read by the protocol subclass, renamed in aiohttp."""
-    original = aiohttp.client_proto.ResponseHandler.__init__
-    assert "_payload" in original.__code__.co_names  # what the check reads
-
-    def renamed(self: Any, loop: Any) -> None:
-        original(self, loop)
-
-    monkeypatch.setattr(aiohttp.client_proto.ResponseHandler, "__init__", renamed)
-    with pytest.raises(UnsupportedTransport,
-                       match=re.escape("aiohttp.client_proto.ResponseHandler._payload")):
+    assert "_payload" in _HANDLER_INIT.__code__.co_names  # what the check reads, unpatched
+    monkeypatch.setattr(owner, name, replacement)
+    with pytest.raises(UnsupportedTransport, match=re.escape(named)):
         fresh(FENCE)
 
 
