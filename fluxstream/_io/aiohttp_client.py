@@ -50,11 +50,9 @@ from .aiohttp_private import (
     REUSED,
     SESSION_HEAD_LIMITS,
     Connector,
-    body_arrived,
     buffered,
     close_response,
     disarm_read_timer,
-    fail_body,
 )
 from .http_library import seconds
 from .transport import ControlledResponse, ResponseControls
@@ -304,7 +302,7 @@ class AiohttpResponse(ControlledResponse):
     def body_complete(self) -> bool:
         """The body's end has arrived (what is left is buffered): ``aclose`` releases the
         connection to the pool, and a close after the sentinel need not read on for it."""
-        return body_arrived(self._content)
+        return self._content.is_eof()
 
     def abort(self) -> None:
         """Close the connection now (synchronous): a pending read ends at once."""
@@ -321,7 +319,7 @@ class AiohttpResponse(ControlledResponse):
         if self._watch is not None:
             self._watch.stop()
         resp = self._resp
-        if body_arrived(self._content):
+        if self._content.is_eof():
             resp.release()  # the whole body was read: the connection goes back to the pool
         else:
             close_response(resp)
@@ -357,15 +355,15 @@ class _ReadWatch:
 
     def _fire(self) -> None:
         self._handle = None
-        if body_arrived(self._content):
+        if self._content.is_eof():
             return  # everything arrived: nothing left to wait for
         now = self._loop.time()
         started = self.started
         if started is None:
             at = now + self._limit
         elif now - started >= self._limit:
-            fail_body(
-                self._content, aiohttp.SocketTimeoutError(f"no bytes for {seconds(self._limit)}")
+            self._content.set_exception(
+                aiohttp.SocketTimeoutError(f"no bytes for {seconds(self._limit)}")
             )
             return
         else:

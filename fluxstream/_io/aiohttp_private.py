@@ -9,10 +9,13 @@ They live here, and nowhere else (``tests/transport/test_aiohttp_fence.py`` chec
 other module imports an aiohttp module but the top-level one).
 
 On import the module checks that every one of them is there, as used: the modules and
-classes, the methods with the parameters called, the attributes read or set. An aiohttp
-missing any is refused with :class:`~fluxstream._io.http_library.UnsupportedTransport`,
-naming what is missing, the versions supported (:data:`SUPPORTED`, the range ``pyproject.toml``
-allows) and ``transport="httpx"``: never an ``AttributeError`` in the middle of a request.
+classes, the methods with the parameters called, the attributes read or set; and the
+undocumented methods of aiohttp's public classes the adapter calls in its per-response path
+(the body reader's ``is_eof`` and ``set_exception``), which it calls directly (a call less per
+response than through a function here). An aiohttp missing any is refused with
+:class:`~fluxstream._io.http_library.UnsupportedTransport`, naming what is missing, the versions
+supported (:data:`SUPPORTED`, the range ``pyproject.toml`` allows) and ``transport="httpx"``:
+never an ``AttributeError`` in the middle of a request.
 ``transport="auto"`` then runs on httpx, with a warning; ``transport="aiohttp"`` raises it.
 """
 
@@ -40,8 +43,8 @@ else:
 
 __all__ = [
     "DECODES", "FRESH", "HEAD_LIMIT", "REUSED", "SESSION_HEAD_LIMITS", "SUPPORTED",
-    "Connector", "ContentEncodingError", "Handler", "HttpProcessingError", "body_arrived",
-    "buffered", "close_response", "disarm_read_timer", "fail_body", "parser_text",
+    "Connector", "ContentEncodingError", "Handler", "HttpProcessingError", "buffered",
+    "close_response", "disarm_read_timer", "parser_text",
 ]
 
 #: The aiohttp versions whose internals this module was checked against (``pyproject.toml``
@@ -324,16 +327,6 @@ def disarm_read_timer(resp: aiohttp.ClientResponse) -> bool:
     return True
 
 
-def body_arrived(content: aiohttp.StreamReader) -> bool:
-    """Whether a body's end has arrived (what is left of it is buffered)."""
-    return content.is_eof()
-
-
-def fail_body(content: aiohttp.StreamReader, error: BaseException) -> None:
-    """Fail a body's pending read, and every later one, with ``error``."""
-    content.set_exception(error)
-
-
 def buffered(content: aiohttp.StreamReader) -> bytes:
     """The bytes a body holds that no read has taken yet. aiohttp's reads raise a body's
     error before handing them out, so a valid chunk that arrived in the same segment as a
@@ -356,7 +349,7 @@ def close_response(resp: aiohttp.ClientResponse) -> None:
     """
     content = getattr(resp, "content", None)
     if content is not None and content.exception() is None:
-        fail_body(content, aiohttp.ClientConnectionError("Connection closed"))
+        content.set_exception(aiohttp.ClientConnectionError("Connection closed"))
     resp.close()
 
 
