@@ -43,8 +43,11 @@ _ORDER: list[tuple[int, list[str]]] = [
          # and every apis.* module (one per provider API)
          "observe", "apis", "_core.failover", "upstream"]),
     # _core.genai_attributes: what the OpenTelemetry conventions read of a request and reply
-    (6, ["_core.observers", "_core.genai_attributes", "_io.http_library",
-         "_io.aiohttp_client", "_io.default_client", "_io.attempt", "_io.readahead"]),
+    # _io.transport: the seam an HTTP client is used through; _io.aiohttp_private: every use
+    # of aiohttp's internals, checked on import; _io.aiohttp_errors: its exceptions as httpx's
+    (6, ["_core.observers", "_core.genai_attributes", "_io.http_library", "_io.transport",
+         "_io.aiohttp_private", "_io.aiohttp_errors", "_io.aiohttp_client",
+         "_io.default_client", "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
     (8, ["_io.reconnect", "_io.failover", "_io.hedge"]),
     (9, ["_io.reader", "_io.structured_output"]),

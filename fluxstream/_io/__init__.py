@@ -7,8 +7,11 @@ before or after content started (``failover``) and the next upstream asked too w
 token is slow (``hedge``), the body read in a task of its own
 for ``text(coalesce=)`` (``readahead``, on ``tasks``), the stream's structured output
 (``stream_objects``, ``structured_output``), the one generic endpoint every API's requests go
-through (``endpoint``), the HTTP clients fluxstream creates (``default_client``,
-``aiohttp_client``) and what it needs to know about any HTTP library (``http_library``). The
+through (``endpoint``), the seam to an HTTP library (``transport``: what a client and a
+response must have, and the capabilities a transport may declare), the HTTP clients fluxstream
+creates (``default_client``, ``aiohttp_client``, with ``aiohttp_errors`` and the fence around
+aiohttp's internals, ``aiohttp_private``) and what it needs to know about any HTTP library's
+errors (``http_library``). The
 public face over all of it is :mod:`fluxstream.stream` and :mod:`fluxstream.client`; nothing
 here is imported by the sans-IO core.
 """

@@ -17,7 +17,7 @@ import asyncio
 import json
 import math
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import AsyncGeneratorType
@@ -39,16 +39,19 @@ from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from .http_library import (
     HttpErrors,
     RequestHeaderError,
-    abort_connection,
-    body_complete,
-    can_abort,
-    closer,
     credentials_of,
     seconds,
     status_error,
-    undecodable_encoding,
     unresolved_host,
     without_credentials,
+)
+from .transport import (
+    NO_CONTROLS,
+    HttpClient,
+    HttpResponse,
+    ResponseControls,
+    controls_of,
+    undecodable_encoding,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,7 +90,7 @@ class RequestSpec:
     #: Builds the request from ``(path, body, headers, timeouts)``: the HTTP library's
     #: timeouts are the request's own (a request may override the client's).
     build: Callable[[str, Mapping[str, Any], Mapping[str, str], Timeouts], Any]
-    http: Any
+    http: HttpClient
     errors: HttpErrors
     #: Never in the repr: a caller's own ``Authorization`` (a gateway's token) may be here.
     headers: dict[str, str] = field(default_factory=dict, repr=False)
@@ -119,16 +122,17 @@ class RequestSpec:
         return self.api.path
 
 
-def _plain_event_stream(response: Any) -> bool:
-    """A 2xx event stream in a coding read here: the usual response, usable as it is (what
-    :meth:`Attempt._check` accepts as an event stream, without reading anything)."""
+def _plain_event_stream(response: HttpResponse, decodes: Collection[str] | None) -> bool:
+    """A 2xx event stream in a coding its transport decodes (``decodes``): the usual
+    response, usable as it is (what :meth:`Attempt._check` accepts as an event stream, without
+    reading anything)."""
     status = response.status_code
     if not 200 <= status < 300 or status in _NO_BODY:
         return False
     ctype = response.headers.get("content-type", "")
     return (
         ctype.partition(";")[0].strip().lower() == "text/event-stream"
-        and undecodable_encoding(response) is None
+        and undecodable_encoding(response, decodes) is None
     )
 
 
@@ -151,7 +155,11 @@ class Attempt:
         #: that trickles it a byte at a time resets the HTTP library's read timeout with
         #: every byte.
         self.head = head
+        #: The :class:`~fluxstream._io.transport.HttpResponse` (``None`` before :meth:`open`).
         self.response: Any = None
+        #: What the response's transport can do beyond httpx's interface (abort, close at
+        #: once...), asked once when the response arrives.
+        self.controls: ResponseControls = NO_CONTROLS
         #: The event stream's bytes (``None`` for a JSON body or before :meth:`open`).
         self.body: AsyncIterator[bytes] | None = None
         #: A whole ``application/json`` reply body, parsed (``is_json`` tells it was one).
@@ -218,9 +226,11 @@ class Attempt:
             raise StreamFailedError(f"the response body cannot be decoded: {exc}") from exc
         except errors.request as exc:  # transport errors
             raise _connection_error(exc, request) from exc
+        # Asked once, before the response is visible: cancel() may abort it from now on.
+        self.controls = controls = controls_of(response)
         self.response = response
         try:
-            if _plain_event_stream(response):  # the usual answer: no coroutine to check it
+            if _plain_event_stream(response, controls.decodes):  # the usual: no coroutine
                 self.body = response.aiter_bytes().__aiter__()
             else:
                 await self._check(response, max_json_bytes, request)
@@ -232,9 +242,10 @@ class Attempt:
                 # or a wrong content type's excerpt): what broke it is the caller's doing.
                 raise AttemptCancelled from exc
             raise
-        self.scoped_reads = not can_abort(response)
-        if self.cancelled:
-            abort_connection(response)
+        abort = controls.abort
+        self.scoped_reads = abort is None
+        if self.cancelled and abort is not None:
+            abort()
 
     def _send(self, request: Any) -> Awaitable[Any]:
         """The send of ``request`` under the head's deadline, to await: the response, or
@@ -313,7 +324,7 @@ class Attempt:
         if status in _NO_BODY:
             raise _no_body(ctype, status)
         if mime == "text/event-stream":
-            coding = undecodable_encoding(response)
+            coding = undecodable_encoding(response, self.controls.decodes)
             if coding is not None:
                 # What the library raises for a body it cannot decode (its DecodingError): the
                 # same failure, with the same cause, as a gzip body that is not gzip.
@@ -385,8 +396,9 @@ class Attempt:
         timeout = self._timeout
         if timeout is not None and not timeout.expired():
             timeout.reschedule(0.0)  # due at once: the send is interrupted at its next step
-        if self.response is not None and not self.scoped_reads:
-            abort_connection(self.response)
+        abort = self.controls.abort
+        if abort is not None and self.response is not None and not self.scoped_reads:
+            abort()
 
     def abandon(self) -> None:
         """Close the response now, never waiting: its stream was collected unclosed."""
@@ -395,11 +407,10 @@ class Attempt:
         if self._closed or response is None:
             return
         self._closed = True
-        close = closer(response)
+        controls = self.controls
+        close = controls.close or controls.abort
         if close is not None:
             close()
-        else:
-            abort_connection(response)
 
     def close_now(self, *, drain: bool = False) -> bool:
         """:meth:`close`, synchronously, when it has nothing to wait for: nothing to drain
@@ -410,9 +421,11 @@ class Attempt:
         response = self.response
         if self._closed or response is None:
             return True
-        if drain and not self.cancelled and not body_complete(response):
+        controls = self.controls
+        complete = controls.body_complete
+        if drain and not self.cancelled and (complete is None or not complete()):
             return False
-        close = closer(response)
+        close = controls.close
         if close is None or needs_unwinding(self.body):
             return False
         self._closed = True
@@ -431,7 +444,9 @@ class Attempt:
         source = self.body
         self.body = None
         # Nothing to read on for when the transport already has the body's end.
-        drain = drain and not self.cancelled and not body_complete(response)
+        controls = self.controls
+        complete = controls.body_complete
+        drain = drain and not self.cancelled and (complete is None or not complete())
         try:
             if drain and source is not None:
                 with anyio.move_on_after(DRAIN_SECONDS):
@@ -443,7 +458,7 @@ class Attempt:
         except Exception:  # the reply is complete; a failing drain changes nothing
             pass
         finally:
-            close = closer(response)
+            close = controls.close
             if close is not None and not needs_unwinding(source):
                 close()  # fluxstream's own transport: nothing to wait for, nothing to shield
             else:

@@ -18,23 +18,41 @@ Both paths raise **httpx's** exception classes, so the layers above never ask wh
 both send again, at once and once, a request that failed on a kept-alive connection before
 any byte of a response (:class:`HttpxClient`, :meth:`AiohttpClient.send`).
 
+An aiohttp whose internals the adapter does not know (outside the versions
+:mod:`fluxstream._io.aiohttp_private` was checked against) is refused when the adapter is
+imported: ``transport="aiohttp"`` raises that
+:class:`~fluxstream._io.http_library.UnsupportedTransport` (an ``ImportError`` naming the
+versions supported); ``transport="auto"`` runs on httpx instead and says so once, in a
+warning of the ``fluxstream`` logger: the client still works, at httpx's cost per read.
+
 A caller's own ``http_client`` never comes here: it is used exactly as given.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import sniffio
 
+from .http_library import UnsupportedTransport
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .aiohttp_client import AiohttpClient
+    from .transport import HttpClient, HttpResponse
+
 __all__ = ["AutoClient", "HttpxClient", "make_http_client"]
 
 TRANSPORTS = ("auto", "httpx", "aiohttp")
+
+logger = logging.getLogger("fluxstream")
+#: ``transport="auto"`` said once that the installed aiohttp is not supported.
+_warned_unsupported = False
 
 
 def make_http_client(transport: str, timeout: httpx.Timeout, limits: httpx.Limits) -> Any:
@@ -46,6 +64,8 @@ def make_http_client(transport: str, timeout: httpx.Timeout, limits: httpx.Limit
     if transport == "aiohttp":
         try:
             from .aiohttp_client import AiohttpClient
+        except UnsupportedTransport:
+            raise  # its own words: which aiohttp versions, and transport="httpx"
         except ImportError as exc:  # pragma: no cover - aiohttp is a dependency
             raise ImportError("transport='aiohttp' needs aiohttp: pip install aiohttp") from exc
         proxies = _environment_proxies()
@@ -156,12 +176,9 @@ class AutoClient:
         self._aio: Any = None
         self._closed = False
         if not _proxies_in_environment():
-            try:
-                from .aiohttp_client import AiohttpClient
-            except ImportError:  # pragma: no cover - aiohttp is a dependency
-                pass
-            else:
-                self._aio = AiohttpClient(timeout=timeout, limits=limits)
+            aiohttp_client = _aiohttp_client_or_none()
+            if aiohttp_client is not None:
+                self._aio = aiohttp_client(timeout=timeout, limits=limits)
 
     def __repr__(self) -> str:
         return f"<fluxstream AutoClient aiohttp={'on asyncio' if self._aio else 'off'}>"
@@ -217,6 +234,22 @@ class AutoClient:
                 await self._httpx.aclose()
 
 
+def _aiohttp_client_or_none() -> type[AiohttpClient] | None:
+    """The aiohttp adapter, or ``None`` where it cannot run: aiohttp missing, or a version
+    the adapter refuses (said once, as a warning: the client runs on httpx)."""
+    global _warned_unsupported
+    try:
+        from .aiohttp_client import AiohttpClient
+    except UnsupportedTransport as exc:
+        if not _warned_unsupported:
+            _warned_unsupported = True
+            logger.warning("transport='auto' runs on httpx: %s", exc)
+        return None
+    except ImportError:  # pragma: no cover - aiohttp is a dependency
+        return None
+    return AiohttpClient
+
+
 def _mocked_by_respx() -> bool:
     """Whether respx (which patches httpx's transports) is mocking right now: tests that mock
     httpx keep mocking fluxstream's default client instead of reaching the network."""
@@ -234,3 +267,11 @@ def _on_asyncio() -> bool:
         return sniffio.current_async_library() == "asyncio"
     except sniffio.AsyncLibraryNotFoundError:
         return False
+
+
+if TYPE_CHECKING:  # pragma: no cover - mypy holds these clients to the seam
+
+    def _implement(
+        auto: AutoClient, own: HttpxClient, given: httpx.AsyncClient, response: httpx.Response
+    ) -> tuple[HttpClient, HttpClient, HttpClient, HttpResponse]:
+        return auto, own, given, response

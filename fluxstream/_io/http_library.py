@@ -6,20 +6,21 @@ exception classes, so the classes to catch are looked up on the library the clie
 instead of being imported from ``httpx`` alone.
 
 Also here: turning an error response into a typed exception (status first, then the provider's
-JSON error or a short excerpt of an HTML/text body), and reaching below a response to abort its
-connection synchronously, which is what makes :meth:`ReplyStream.cancel` immediate without a
-cancel scope around every read.
+JSON error or a short excerpt of an HTML/text body), keeping a request's credentials out of
+what a server sends back, and the words for a failure (a duration, a socket error, a host that
+does not resolve). What a client and its responses must have, and what a transport may offer
+beyond that, is :mod:`fluxstream._io.transport`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import json
+import os
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -35,9 +36,8 @@ from ..errors import (
 from ..timeouts import Deadline
 
 __all__ = [
-    "HttpErrors", "RequestHeaderError", "abort_connection", "body_complete",
-    "close_aiohttp_response", "credentials_of", "seconds", "status_error",
-    "undecodable_encoding", "unresolvable", "unresolved_host", "without_credentials",
+    "HttpErrors", "RequestHeaderError", "UnsupportedTransport", "credentials_of", "os_text",
+    "seconds", "status_error", "unresolvable", "unresolved_host", "without_credentials",
 ]
 
 _EXCERPT_CHARS = 300
@@ -106,28 +106,10 @@ def unresolved_host(exc: BaseException) -> socket.gaierror | None:
     return None
 
 
-def undecodable_encoding(response: Any) -> str | None:
-    """The response's content coding that its HTTP library cannot decode, if any (a ``br`` or
-    ``zstd`` body without the decoder's package: httpx would pass it on undecoded, aiohttp
-    refuse it); ``None`` when every coding is decoded, or the library is not known."""
-    value = response.headers.get("content-encoding")
-    if not value:
-        return None
-    decodes = getattr(response, "fluxstream_decodes", None)
-    if decodes is None:
-        try:
-            import httpx
-            from httpx._decoders import SUPPORTED_DECODERS
-        except ImportError:  # pragma: no cover - another httpx layout: not checked
-            return None
-        if not isinstance(response, httpx.Response):
-            return None
-        decodes = SUPPORTED_DECODERS
-    for coding in str(value).lower().split(","):
-        coding = coding.strip()
-        if coding and coding not in decodes:
-            return coding
-    return None
+class UnsupportedTransport(ImportError):
+    """The HTTP library installed is not one a transport of fluxstream's can run on (a
+    version whose internals it was not checked against): the message says which versions are,
+    and how to choose another transport."""
 
 
 class _NeverRaised(Exception):
@@ -178,9 +160,12 @@ class HttpErrors:
 
 
 def _library_of(client_type: type) -> ModuleType:
-    """The httpx-like top-level module a client class (or one of its bases) comes from."""
+    """The httpx-like top-level module a client class (or one of its bases) comes from;
+    fluxstream's own clients raise httpx's classes (their transports translate into them)."""
     for klass in client_type.__mro__:
         root = klass.__module__.partition(".")[0]
+        if root == "fluxstream":
+            continue
         module = sys.modules.get(root)
         if module is not None and hasattr(module, "TransportError") and hasattr(
             module, "AsyncClient"
@@ -191,92 +176,10 @@ def _library_of(client_type: type) -> ModuleType:
     return httpx
 
 
-def _aborter(response: Any) -> Callable[[], None] | None:
-    """A synchronous way to close the connection under ``response``, if the transport has one.
-
-    Not for HTTP/2: its connection is shared by every stream multiplexed on it, so aborting
-    it would end them all (those responses are cancelled with a cancel scope instead).
-    """
-    own = getattr(response, "fluxstream_abort", None)
-    if own is not None:  # fluxstream's own aiohttp transport (HTTP/1.1 only)
-        return own  # type: ignore[no-any-return]
-    extensions = getattr(response, "extensions", {})
-    if extensions.get("http_version") == b"HTTP/2":
-        return None
-    stream = extensions.get("network_stream")
-    if stream is not None:
-        # A socket.socket, or asyncio's TransportSocket wrapper around one.
-        sock = stream.get_extra_info("socket")
-        if sock is None or not hasattr(sock, "shutdown"):
-            return None
-
-        def shutdown() -> None:
-            with contextlib.suppress(OSError):  # already closed: nothing left to abort
-                sock.shutdown(socket.SHUT_RDWR)
-
-        return shutdown
-    body = getattr(response, "stream", None)
-    # httpx wraps the transport's stream (BoundAsyncStream._stream) - look through one layer.
-    aio = getattr(body, "_aiohttp_response", None) or getattr(
-        getattr(body, "_stream", None), "_aiohttp_response", None
-    )
-    # aiohttp's ClientResponse.close() is synchronous and drops the connection.
-    if aio is None or not hasattr(aio, "close"):
-        return None
-    return lambda: close_aiohttp_response(aio)
-
-
-def close_aiohttp_response(resp: Any) -> None:
-    """``aiohttp.ClientResponse.close()``, with the body's "closed" error made fresh first.
-
-    Left to itself, ``close()`` hands the body aiohttp's one module-level
-    ``ClientConnectionError("Connection closed")``; every later read of that body (the pending
-    read a cancel interrupts, :func:`~fluxstream._io.attempt.finish_body` unwinding httpx-aiohttp's
-    generator) raises that same instance, and each raise *appends* its frames to the
-    instance's traceback. Those frames hold the response, so every early-closed stream's
-    response stayed alive for the life of the process (aiohttp 3.10+, ~29 objects a stream).
-    Same class and message as aiohttp's, one per response: it dies with the response.
-    """
-    content = getattr(resp, "content", None)
-    if content is not None and content.exception() is None:
-        import aiohttp  # loaded already: ``resp`` is one of its responses
-
-        content.set_exception(aiohttp.ClientConnectionError("Connection closed"))
-    resp.close()
-
-
-def body_complete(response: Any) -> bool:
-    """Whether every byte of the body has already arrived, so closing the response hands its
-    connection back to the pool without reading on (only fluxstream's own transport can tell;
-    for any other response, ``False``: read the end to find out)."""
-    complete = getattr(response, "fluxstream_body_complete", None)
-    return complete is not None and bool(complete())
-
-
-def closer(response: Any) -> Callable[[], None] | None:
-    """A synchronous close of ``response`` that never waits (fluxstream's own transport), or
-    ``None``: close with ``await response.aclose()``, shielded from cancellation."""
-    close: Callable[[], None] | None = getattr(response, "fluxstream_close", None)
-    return close
-
-
-def can_abort(response: Any) -> bool:
-    """Whether :func:`abort_connection` can end this response's pending read at once."""
-    return _aborter(response) is not None
-
-
-def abort_connection(response: Any) -> bool:
-    """Close the connection under ``response`` at once, from synchronous code.
-
-    A pending read on it then ends immediately (EOF or an error) instead of waiting for the next
-    bytes, and the server sees the disconnect. Returns False when the transport offers no way to
-    do that (see :func:`can_abort`).
-    """
-    abort = _aborter(response)
-    if abort is None:
-        return False
-    abort()
-    return True
+def os_text(exc: BaseException) -> str:
+    """A socket error as a person reads it: ``Connection reset by peer``."""
+    errno = getattr(exc, "errno", None)
+    return os.strerror(errno) if errno else (str(exc) or type(exc).__name__)
 
 
 def seconds(value: float | None) -> str:

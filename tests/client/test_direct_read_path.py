@@ -26,6 +26,7 @@ from sse_frames import chat_choice, chat_frame
 
 import fluxstream
 from fluxstream._io.reader import StreamReader
+from fluxstream._io.transport import ControlledResponse, ResponseControls
 from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import serve
 
@@ -91,7 +92,7 @@ class _Pieces:
         return self._pieces.pop(0)
 
 
-class _Response:
+class _Response(ControlledResponse):
     status_code = 200
     def __init__(self, pieces: list[bytes]) -> None:
         self.extensions: dict[str, Any] = {}
@@ -101,14 +102,11 @@ class _Response:
     def aiter_bytes(self) -> _Pieces:
         return self._body
 
-    def fluxstream_abort(self) -> None:  # a connection that can be aborted: unscoped reads
-        pass
-
-    def fluxstream_close(self) -> None:
-        pass
-
-    def fluxstream_body_complete(self) -> bool:
-        return True
+    def controls(self) -> ResponseControls:
+        # A connection that can be aborted (unscoped reads), closed at once, its body's end
+        # already there.
+        return ResponseControls(abort=lambda: None, body_complete=lambda: True,
+                                close=lambda: None)
 
     async def aclose(self) -> None:
         pass

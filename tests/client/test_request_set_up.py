@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import fluxstream
+from fluxstream._io.transport import ControlledResponse, ResponseControls, controls_of
 from fluxstream.apis.chat_completions import CHAT_COMPLETIONS
 from fluxstream.endpoints import ANTHROPIC_VERSION
 from fluxstream.retry import RetryPolicy
@@ -116,10 +117,12 @@ def test_api_retry_policy_derived_once_is_the_derivation_of_each_policy() -> Non
     assert client.chat._endpoint.retry_policy(own) is own  # Chat Completions adds none
 
 
-class _Response:
-    """A response as ``Attempt`` sees it: status, headers, the body's bytes."""
+class _Response(ControlledResponse):
+    """A response as ``Attempt`` sees it: status, headers, the body's bytes, and the codings
+    its transport decodes."""
 
-    fluxstream_decodes = frozenset({"identity", "gzip", "deflate"})
+    def controls(self) -> ResponseControls:
+        return ResponseControls(decodes=frozenset({"identity", "gzip", "deflate"}))
 
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status_code = status
@@ -158,10 +161,13 @@ async def test_the_usual_response_check_accepts_exactly_what_the_full_check_does
                    if v is not None}
         response = _Response(status, headers, b'{"id": "x", "choices": []}')
         attempt = Attempt(spec)
+        attempt.controls = controls_of(response)  # as ``open`` asks, when the response came
         try:
             await attempt._check(response, 1 << 20, None)
         except Exception:
             stream = False
         else:
             stream = attempt.body is not None
-        assert _plain_event_stream(response) is stream, (status, ctype, coding)
+        assert _plain_event_stream(response, attempt.controls.decodes) is stream, (
+            status, ctype, coding
+        )

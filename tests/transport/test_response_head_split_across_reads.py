@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from fluxstream._io.aiohttp_client import HEAD_LIMIT, _Handler
+from fluxstream._io.aiohttp_private import HEAD_LIMIT, SESSION_HEAD_LIMITS, Handler
 
 BODY = json.dumps({"text": "a" * (2 * HEAD_LIMIT)}).encode()  # no blank line in it
 HEAD = (
@@ -55,11 +55,9 @@ class _Transport(asyncio.Transport):
 
 
 async def _read_response(reads: list[bytes]) -> tuple[int, bytes]:
-    handler = _Handler(loop=asyncio.get_running_loop())
+    handler = Handler(loop=asyncio.get_running_loop())
     handler.connection_made(_Transport())
-    handler.set_response_params(
-        max_line_size=HEAD_LIMIT, max_field_size=HEAD_LIMIT, max_headers=HEAD_LIMIT // 4
-    )
+    handler.set_response_params(**SESSION_HEAD_LIMITS)  # as the adapter's session sets them
     for data in reads:
         handler.data_received(data)
     message, payload = await asyncio.wait_for(handler.read(), 5)

@@ -203,21 +203,24 @@ async def test_aiohttp_transport_explicitly(server: Any, anyio_backend: str) -> 
 def test_http2_responses_are_never_aborted_by_socket() -> None:
     """An HTTP/2 connection carries other streams too: such responses fall back to a cancel
     scope per read instead of a socket shutdown; fluxstream's own HTTP/1.1 responses abort."""
-    from fluxstream._io.http_library import can_abort
+    from fluxstream._io.transport import ControlledResponse, ResponseControls, controls_of
 
     class H2Response:
         def __init__(self) -> None:
             self.extensions = {"http_version": b"HTTP/2", "network_stream": object()}
 
-    class OwnResponse:
+    class OwnResponse(ControlledResponse):
         def __init__(self) -> None:
             self.extensions = {"http_version": b"HTTP/1.1"}
 
-        def fluxstream_abort(self) -> None:
+        def abort(self) -> None:
             pass
 
-    assert not can_abort(H2Response())
-    assert can_abort(OwnResponse())
+        def controls(self) -> ResponseControls:
+            return ResponseControls(abort=self.abort)
+
+    assert controls_of(H2Response()).abort is None
+    assert controls_of(OwnResponse()).abort is not None
 
 
 def _shown(exc: BaseException) -> list[str]:
