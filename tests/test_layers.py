@@ -28,7 +28,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them
-    (2, ["events", "usage", "_core.headers"]),
+    # _core.length_budget: what is left of a length cap, read from the reply and its usage
+    (2, ["events", "usage", "_core.headers", "_core.length_budget"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
@@ -44,7 +45,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (6, ["_core.observers", "_core.genai_attributes", "_io.http_library",
          "_io.aiohttp_client", "_io.default_client", "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
-    (8, ["_io.reconnect", "_io.failover", "_io.hedge"]),
+    (8, ["_io.reconnect", "_io.failover", "_io.hedge", "_io.stream_end"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["stream"]),
