@@ -64,9 +64,11 @@ class StreamReader(StreamEnd):
         self._errors = spec.errors
         #: "Every choice finished", as Progress asks it (one callable, not one per read).
         self._complete: Callable[[], bool] = lambda: parser.complete
-        # The output counted against the length cap, across upstreams (a token's reply too).
+        # The output counted against the length cap, across upstreams (a token's reply too;
+        # a new stream's is empty, and a reply snapshot costs as much as the rest of this).
         cap = route.length_cap if route is not None else spec.api.length_cap(spec.body)
-        self.recovery = Recovery(retry, resume, budget=LengthBudget(cap, parser.reply))
+        budget = LengthBudget(cap, parser.reply if resuming else None)
+        self.recovery = Recovery(retry, resume, budget=budget)
         self.progress = Progress(spec.timeouts)
         channel = Channel(spec, parser, self.recovery, self.progress)
         if route is not None:  # each segment's content counted, for its usage

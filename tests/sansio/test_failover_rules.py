@@ -11,38 +11,23 @@ upstream is left to take the reply over; the reader performs what the decision s
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
+from test_recovery import T0, drop, recovery
 
 from fluxstream._core.failover import may_fail_over
 from fluxstream._core.length_budget import LengthBudget
-from fluxstream._core.recovery import Decision, DropState, Failure, Recovery
+from fluxstream._core.recovery import Decision, Failure
 from fluxstream.errors import APIConnectionError, APIStatusError
 from fluxstream.reply import Choice, Reply, Usage
 from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.timeouts import Deadline
 
-T0 = 1000.0  # the "now" of the first request
 #: Failover(per_upstream_attempts=2), the default: the reader gives each upstream two attempts.
 OWN = RetryPolicy(max_attempts=2)
 NO_IDS = ResumePolicy(last_event_id=False)
 CONTINUES = ResumePolicy(last_event_id=False, continuation=True)
-
-
-def recovery(attempts: int = 1, resume: ResumePolicy | None = None) -> Recovery:
-    rec = Recovery(OWN, resume or ResumePolicy(), rng=random.Random(7))
-    rec.start(T0)
-    rec.attempts = attempts
-    return rec
-
-
-def state(**fields: Any) -> DropState:
-    defaults: dict[str, Any] = {
-        "clean": False, "done": False, "complete": False, "saw_content": False,
-    }
-    return DropState(**{**defaults, **fields})
 
 
 #: After content: one text-only choice, so a continuation could extend it.
@@ -52,11 +37,11 @@ SHOWN: dict[str, Any] = {"saw_content": True, "continuable": True}
 def failure(kind: Any, *, fallback: bool = True, **fields: Any) -> Failure:
     facts = {k: fields.pop(k) for k in ("stopped", "transient", "retryable", "continued",
                                         "deadline") if k in fields}
-    return Failure(kind, state(**fields), fallback=fallback, **facts)
+    return Failure(kind, drop(**fields), fallback=fallback, **facts)
 
 
 def decide(f: Failure, *, attempts: int = 1, resume: ResumePolicy | None = None) -> Decision:
-    return recovery(attempts, resume).decide(f, T0 + 0.1)
+    return recovery(OWN, resume, attempts).decide(f, T0 + 0.1)
 
 
 # ------------------------------------------- rule: before content, own attempts, then the next
@@ -139,7 +124,7 @@ def test_after_content_the_upstreams_own_resume_strategies_come_first(
     what: str, f: Failure, resume: ResumePolicy | None, resumes: int,
     expected: tuple[str, str | None],
 ) -> None:
-    rec = recovery(resume=resume)
+    rec = recovery(OWN, resume)
     rec.resumes = resumes
     decision = rec.decide(f, T0)
     assert (decision.action, decision.strategy) == expected, what
