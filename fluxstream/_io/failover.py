@@ -415,6 +415,7 @@ async def end_at_length(channel: Channel, route: Route | None, reason: str) -> l
     serving upstream's segment ends for ``reason`` (it failed, for the circuit breaker) and
     no upstream is left to move to. The events to deliver."""
     parser = channel.parser
+    reason = one_line(reason)[:200]
     events: list[Event] = []
     if route is not None:
         events = route.take_undelivered()
@@ -424,9 +425,9 @@ async def end_at_length(channel: Channel, route: Route | None, reason: str) -> l
     await channel.close(drain=False)
     logger.info(
         "stream %s: the length cap is spent (%s); the reply ends here",
-        show_key(parser.content_key), one_line(reason), extra=channel.log_extra(),
+        show_key(parser.content_key), reason, extra=channel.log_extra(),
     )
-    return events + parser.end_at_length(f"length cap spent when {one_line(reason)}"[:200])
+    return events + parser.end_at_length(f"length cap spent when {reason}"[:200])
 
 
 async def _send(
