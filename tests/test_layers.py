@@ -28,8 +28,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them
-    # _core.length_budget: what is left of a length cap, read from the reply and its usage
-    (2, ["events", "usage", "_core.headers", "_core.length_budget"]),
+    (2, ["events", "usage", "_core.headers"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
@@ -37,7 +36,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats
     # package's __init__
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
-         "_core.resume_token", "_core.reread"]),
+         "_core.resume_token", "_core.reread",
+         "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)
          "observe", "apis", "_core.failover", "upstream"]),

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from raw_upstream import HEAD, LIFE, read_request, text, upstream
+from raw_upstream import FINISH, HEAD, LIFE, read_request, text, upstream
 from shown_text import CONTINUES, read_shown
 
 import fluxstream
@@ -93,12 +93,6 @@ LONG = ("sixteen chars ab", "cdefghijklmnopqr", "stuvwxyz01234567")
 SPENT_CAP = 10
 
 
-FINISHED = (
-    b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
-    b"\n\ndata: [DONE]\n\n"
-)
-
-
 def _primary(asked: list[int]) -> Any:
     """The first connection streams :data:`LONG` and waits for the client to leave; any
     later one (a continuation that should not be asked) answers a short finished reply."""
@@ -107,7 +101,7 @@ def _primary(asked: list[int]) -> Any:
         await read_request(sock)
         asked.append(index)
         if index:
-            await sock.send(HEAD + text(" more") + FINISHED)
+            await sock.send(HEAD + text(" more") + FINISH + b"data: [DONE]\n\n")
             return
         await sock.send(HEAD + b"".join(text(t) for t in LONG))
         with anyio.move_on_after(LIFE):  # until the client leaves (the token is taken)
