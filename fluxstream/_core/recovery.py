@@ -167,7 +167,8 @@ _HAND_OFF = Decision("hand_off")
 
 
 class Recovery:
-    """Counters and rules of retrying and resuming one logical stream (sans-IO).
+    """Counters and rules of recovering one logical stream: retrying, resuming, moving to
+    another upstream, ending (sans-IO).
 
     ``attempts`` counts requests sent (every retry and resume included), ``resumes`` drops
     after content that were continued, ``restarts`` fresh generations, ``budget`` the output
