@@ -38,7 +38,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats
     # package's __init__
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
-         "_core.resume_token", "_core.reread"]),
+         "_core.resume_token", "_core.reread",
+         "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)
          "observe", "apis", "_core.failover", "upstream"]),
@@ -49,7 +50,7 @@ _ORDER: list[tuple[int, list[str]]] = [
          "_io.aiohttp_private", "_io.aiohttp_errors", "_io.aiohttp_client",
          "_io.default_client", "_io.attempt", "_io.readahead"]),
     (7, ["_io.channel"]),
-    (8, ["_io.reconnect", "_io.failover", "_io.hedge"]),
+    (8, ["_io.reconnect", "_io.failover", "_io.hedge", "_io.stream_end"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["stream"]),

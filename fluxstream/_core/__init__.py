@@ -1,17 +1,19 @@
 """The private sans-IO decisions under a stream: no sockets, no clocks of their own.
 
-``recovery`` decides retry, resume or give up (state in, decision out); ``progress`` keeps a
-stream's clocks and says what is overdue; ``resume_check`` verifies a reconnect before it is
-trusted and ``reread`` runs the checks a new connection's first events pass; ``resume_token``
-reads a resume token from outside into exactly the shape the parser wrote and
-``token_signature`` signs and verifies one (HMAC, for tokens that pass through untrusted
-hands); ``failover`` is
-the circuit breaker that skips a failing upstream for a while; ``headers`` says which header
-names carry a credential and checks headers without showing a value; ``coalesce`` paces
-items per frame; ``observers`` tells a stream's observers, once each, whatever one of them
-raises; ``genai_attributes`` reads what the OpenTelemetry GenAI conventions want of a
-request and a reply. The I/O layer (:mod:`fluxstream._io`) acts on what they decide, so each
-is tested as a table, without I/O.
+``recovery`` decides retry, resume, hand off or end, whatever went wrong (a ``Failure`` in, a
+``Decision`` out), and ``length_budget`` counts what a reply has used of its length cap (what
+every continuation asks for); ``progress`` keeps a stream's clocks and says what is overdue;
+``resume_check`` verifies a reconnect before it is trusted and ``reread`` runs the checks a new
+connection's first events pass; ``resume_token`` reads a resume token from outside into exactly
+the shape the parser wrote and ``token_signature`` signs and verifies one (HMAC, for tokens
+that pass through untrusted hands); ``failover`` holds the pure rules of moving on (which
+failures another upstream may not share, a handoff's reason, a segment's kind) and the circuit
+breaker that skips a failing upstream for a while; ``headers`` says which header names carry a
+credential and checks headers without showing a value; ``coalesce`` paces items per frame;
+``observers`` tells a stream's observers, once each, whatever one of them raises;
+``genai_attributes`` reads what the OpenTelemetry GenAI conventions want of a request and a
+reply. The I/O layer (:mod:`fluxstream._io`) acts on what they decide, so each is tested as a
+table, without I/O.
 
 Below the public vocabulary sit the pieces the reply model itself needs, so that it imports
 nothing above it: ``base_errors`` (the root error and the two errors reading content raises;

@@ -1,4 +1,12 @@
-"""The circuit breaker of failover, sans-IO: which upstreams to skip for a while.
+"""The pure rules of failover, sans-IO: which failures move a stream on, how a segment ended,
+and the circuit breaker (which upstreams to skip for a while).
+
+When the stream moves on is :meth:`fluxstream._core.recovery.Recovery.decide`'s (it asks
+:func:`may_fail_over` of a failed request through the reader); how it moves is
+:mod:`fluxstream._io.failover`'s. Here: the failures of a request another upstream may not
+share (:data:`FAILOVER_ERRORS`, :func:`may_fail_over`), a failure or an error event as a
+handoff's reason (:func:`reason_of`, :func:`error_event_reason`) and a segment's kind by that
+reason (:func:`segment_end`).
 
 An upstream that keeps failing costs every stream its retries and its timeouts before the
 stream moves on. :class:`CoolDown` (one per client, shared by its streams) counts each
@@ -19,12 +27,59 @@ from __future__ import annotations
 import copy
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-__all__ = ["CoolDown"]
+from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line
+from ..reply import SegmentEnd
+from .progress import DeadlinePassed
+
+__all__ = [
+    "ERROR_EVENT", "FAILOVER_ERRORS", "CoolDown", "error_event_reason", "may_fail_over",
+    "reason_of", "segment_end",
+]
 
 logger = logging.getLogger("fluxstream")
+
+#: Failures of a request that another upstream may not share.
+FAILOVER_ERRORS = (APIConnectionError, APITimeoutError, APIStatusError, DeadlinePassed)
+#: How every reason of a failover for an in-stream error event begins.
+ERROR_EVENT = "error event"
+
+
+def may_fail_over(error: BaseException, retry_statuses: Collection[int]) -> bool:
+    """Whether a request that failed with ``error`` may be asked of another upstream: any
+    failure but a status outside ``retry_statuses`` (the retry policy's and the API's): a
+    400 or a 401 says the request is at fault, and another upstream would be asked the same
+    wrong question."""
+    return not isinstance(error, APIStatusError) or error.status_code in retry_statuses
+
+
+def reason_of(exc: BaseException | None) -> str:
+    """A failure as a handoff's ``reason``: short, one line."""
+    if exc is None:
+        return "connection closed"
+    if isinstance(exc, DeadlinePassed):
+        return f"{exc.deadline.value} timeout"
+    return one_line(f"{type(exc).__name__}: {exc}")[:200]
+
+
+def error_event_reason(error_type: str | None, code: str | None, message: str) -> str:
+    """An error event as a handoff's ``reason`` (and its segment's ``detail``): it begins with
+    :data:`ERROR_EVENT`, then the provider's kind of error and its message, on one line."""
+    kind = error_type or code
+    text = f"{ERROR_EVENT} ({kind}): {message}" if kind else f"{ERROR_EVENT}: {message}"
+    return one_line(text)[:200]
+
+
+def segment_end(reason: str, delivered: bool) -> SegmentEnd:
+    """The kind of a segment that ended for ``reason`` (a handoff's), ``delivered``: whether
+    that upstream delivered content. An error event is one whenever it came; otherwise an
+    upstream that delivered content and broke off was dropped, one that delivered none
+    failed (a status, a connect error, no first token in time, a drop before content)."""
+    if reason.startswith(ERROR_EVENT):
+        return SegmentEnd.ERROR_EVENT
+    return SegmentEnd.DROPPED if delivered else SegmentEnd.FAILED
 
 
 #: The most upstreams whose failures or cool-down one breaker keeps (requests may each give

@@ -1,34 +1,53 @@
-"""The decision to retry, resume or give up, as a small sans-IO object.
+"""The decision to retry, resume, hand off or end, as a small sans-IO object.
 
 :class:`Recovery` holds the counters of one logical stream (requests sent, resumes, restarts,
-when the first request went out) and the two policies (:mod:`fluxstream.retry`). The stream asks
-it one question whenever something goes wrong and gets a :class:`Decision` back:
+when the first request went out, the output spent of its length cap) and the two policies
+(:mod:`fluxstream.retry`). Whenever something goes wrong the reader describes it as a
+:class:`Failure` (what failed and what the stream knows then) and asks :meth:`Recovery.decide`,
+which answers a :class:`Decision`:
 
 * ``end``      — nothing to recover: the reply already ended well (the sentinel came, or the
   bytes ended cleanly after every choice finished);
 * ``retry``    — nothing was shown yet: send the same request again after ``delay`` seconds;
 * ``resume``   — content was shown: continue by ``strategy`` after ``delay`` seconds;
-* ``give_up``  — keep the partial reply and end (``truncated`` for a drop; the typed error for
-  a failed request);
+* ``hand_off`` — this upstream's own attempts and strategies are spent: the next upstream
+  takes the reply over (failover);
+* ``continue_here`` — a continuation whose own resume cannot apply is continued again on the
+  upstream serving it (``otherwise``: what follows when it cannot be);
+* ``end_at_length`` — a continuation would be next, but the output delivered already reaches
+  the request's length cap: the reply ends ``finished``, stop ``length``, nothing asked;
+* ``give_up``  — keep the partial reply and end as without fallbacks (``truncated`` for a
+  drop; the typed error of a deadline or a failed request; the error event delivered);
 * ``cancel``   — the caller asked to stop; nothing more is sent.
 
 No clock, socket or event loop here: ``now`` is passed in and the jitter's random source can be
-too, so every rule of the README's "Retries, resume and content keys" section is tested as a
-table (``tests/sansio/test_recovery.py``). The stream only performs what the decision says.
+too, so every rule of the README's "Retries, resume and content keys" and "Failover" sections
+is tested as a table (``tests/sansio/test_recovery.py``, ``tests/sansio/test_failover_rules.py``).
+The reader only performs what the decision says.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ..retry import ResumePolicy, RetryPolicy
+from ..timeouts import Deadline
+from .length_budget import LengthBudget
 
-__all__ = ["STRATEGIES", "Decision", "DropState", "Recovery", "is_transient_error"]
+__all__ = [
+    "STRATEGIES", "Decision", "DropState", "Failure", "Recovery", "is_transient_error",
+]
 
-Action = Literal["end", "retry", "resume", "give_up", "cancel"]
+Action = Literal[
+    "end", "retry", "resume", "hand_off", "continue_here", "end_at_length", "give_up", "cancel",
+]
+#: What went wrong, as the reader tells it (see :class:`Failure`).
+FailureKind = Literal[
+    "drop", "deadline", "error_event", "request_failed", "reconnect_failed", "rejected", "token",
+]
 Strategy = Literal["starting_after", "last_event_id", "continuation", "restart"]
 #: Resume strategies, best first (see :class:`~fluxstream.retry.ResumePolicy`).
 STRATEGIES: tuple[Strategy, ...] = ("starting_after", "last_event_id", "continuation", "restart")
@@ -48,12 +67,16 @@ def is_transient_error(error_type: str | None, code: str | None, message: str | 
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do next; ``delay`` in seconds, ``strategy`` only for ``resume``."""
+    """What to do next; ``delay`` in seconds, ``strategy`` only for ``resume``, ``otherwise``
+    only for ``continue_here`` (``hand_off`` or ``give_up``: what follows when the reply
+    cannot be continued there). A ``hand_off`` that finds no upstream to take the reply
+    gives up."""
 
     action: Action
     delay: float = 0.0
     strategy: Strategy | None = None
     reason: str = ""
+    otherwise: Action | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +94,8 @@ class DropState:
         Responses API request with ``background: true``), so it can be streamed again.
     :param response_id: the id of the response being streamed (Responses API), if known.
     :param sequence: the highest ``sequence_number`` delivered (Responses API), if any.
+    :param length_left: what is left of the request's length cap for a continuation (see
+        :class:`~fluxstream._core.length_budget.LengthBudget`); ``None``: it has no cap.
     """
 
     clean: bool
@@ -83,6 +108,12 @@ class DropState:
     stored_response: bool = False
     response_id: str | None = None
     sequence: int | None = None
+    length_left: int | None = None
+
+    @property
+    def cap_spent(self) -> bool:
+        """Nothing is left of the length cap: a continuation would deliver past it."""
+        return self.length_left is not None and self.length_left <= 0
 
     @property
     def replayable(self) -> bool:
@@ -98,20 +129,56 @@ class DropState:
         )
 
 
+@dataclass(frozen=True)
+class Failure:
+    """What went wrong with a stream, as the reader saw it, and what it knows then.
+
+    :param kind: ``drop`` (the bytes ended, cleanly or by a transport error), ``deadline``
+        (one of the stream's clocks ran out: ``deadline``), ``error_event`` (the parser held
+        one back: a stream with an upstream left to move to), ``request_failed`` (the first
+        request, or every retry of it, failed before a response), ``reconnect_failed`` (a
+        retry, resume or continuation could not reconnect), ``rejected`` (a checked resume
+        did not continue the stream; its strategy is ruled out already), ``token`` (not a
+        failure: a stream restored from a resume token opens by resuming).
+    :param state: what the parser knows (with what is left of the length cap).
+    :param fallback: another upstream is left to take the reply over.
+    :param stopped: the caller cancelled or closed the stream (or its client), or it ended.
+    :param transient: the error event reads like a busy provider (:func:`is_transient_error`).
+    :param retryable: the failed request is one another upstream may not share (not a
+        status the retry policy and the API refuse to retry: a 400, a 401).
+    :param continued: the rejected reconnect was of a continuation (its ids numbered it).
+    :param deadline: the deadline that passed, for ``deadline``.
+    """
+
+    kind: FailureKind
+    state: DropState
+    fallback: bool = False
+    stopped: bool = False
+    transient: bool = False
+    retryable: bool = True
+    continued: bool = False
+    deadline: Deadline | None = None
+
+
 _NONE_RULED_OUT: frozenset[str] = frozenset()
+_CAP_SPENT = Decision("end_at_length", reason="length cap spent")
+_GIVE_UP = Decision("give_up")
+_HAND_OFF = Decision("hand_off")
 
 
 class Recovery:
-    """Counters and rules of retrying and resuming one logical stream (sans-IO).
+    """Counters and rules of recovering one logical stream: retrying, resuming, moving to
+    another upstream, ending (sans-IO).
 
     ``attempts`` counts requests sent (every retry and resume included), ``resumes`` drops
-    after content that were continued, ``restarts`` fresh generations. A strategy that turned
-    out not to work for this server (:meth:`rule_out`) is never chosen again.
+    after content that were continued, ``restarts`` fresh generations, ``budget`` the output
+    spent of the request's length cap (across upstreams too). A strategy that turned out not
+    to work for this server (:meth:`rule_out`) is never chosen again.
     """
 
     __slots__ = (
-        "_rng", "_ruled_out", "attempts", "cancelled", "restarts", "resume", "resumes",
-        "retry", "started",
+        "_rng", "_ruled_out", "attempts", "budget", "cancelled", "restarts", "resume",
+        "resumes", "retry", "started",
     )
 
     def __init__(
@@ -120,9 +187,11 @@ class Recovery:
         resume: ResumePolicy,
         *,
         rng: random.Random | None = None,
+        budget: LengthBudget | None = None,
     ) -> None:
         self.retry = retry
         self.resume = resume
+        self.budget = budget if budget is not None else LengthBudget(None)
         self.attempts = 0
         self.resumes = 0
         self.restarts = 0
@@ -161,6 +230,65 @@ class Recovery:
     def _retry_delay(self, attempt: int, retry_after: float | None, now: float) -> float:
         delay = self.retry.delay(attempt, retry_after, self._rng)
         return min(delay, max(0.0, self.budget_left(now)))
+
+    # ------------------------------------------------------------------ the one question
+
+    def decide(self, failure: Failure, now: float) -> Decision:
+        """What the stream does about ``failure`` at ``now``: this upstream's own retries
+        (before content) and resume strategies (after content) first, as without fallbacks;
+        then, with another upstream left, a hand-off; else the end a stream without
+        fallbacks has. A continuation with nothing left of the length cap ends at
+        ``length`` instead of being asked for; nothing is sent after a cancel."""
+        kind, state = failure.kind, failure.state
+        if kind == "drop":
+            if failure.stopped:
+                return Decision("cancel")
+            decision = self.after_drop(state, now)
+            if decision.action == "give_up" and not state.complete:
+                return self._moving_on(failure)
+            return decision
+        if kind == "deadline":
+            deadline = failure.deadline
+            if deadline is Deadline.FINISH_GRACE or (
+                deadline is Deadline.STALL and state.complete
+            ):  # nothing more was due (only heartbeats were left): as the bytes ending
+                ended = replace(failure, kind="drop", state=replace(state, clean=True))
+                return self.decide(ended, now)
+            return self._moving_on(failure)  # at once, even after content
+        if kind == "error_event":
+            if not failure.transient:  # the request was refused: as without fallbacks
+                return _GIVE_UP
+            if not state.saw_content:
+                retry = self.after_error_event(saw_content=False, transient=True, now=now)
+                if retry is not None:
+                    return retry
+            # After content at once: the busy provider asked again would likely fail again.
+            return self._moving_on(failure)
+        if kind == "request_failed":  # a 400 or a 401: another upstream would refuse it too
+            return self._moving_on(failure) if failure.retryable else _GIVE_UP
+        if kind == "reconnect_failed":
+            return self._moving_on(failure)
+        # rejected, token: this upstream's next strategy, else the text continued there
+        decision = self.resume_decision(state)
+        if decision.action != "give_up" or not failure.fallback or failure.stopped:
+            return decision
+        if kind == "rejected" and not failure.continued:
+            return self._moving_on(failure)
+        if state.cap_spent:
+            return _CAP_SPENT
+        # A token's reply that cannot be continued there has nothing to resume by.
+        return Decision("continue_here", otherwise="hand_off" if kind == "rejected" else "give_up")
+
+    def _moving_on(self, failure: Failure) -> Decision:
+        """This upstream's own recovery is spent: the next upstream takes the reply over
+        (when one is left and the caller has not stopped), unless it would continue text
+        with nothing left of the cap."""
+        if not failure.fallback or failure.stopped:
+            return _GIVE_UP
+        state = failure.state
+        if state.saw_content and state.continuable and state.cap_spent:
+            return _CAP_SPENT
+        return _HAND_OFF
 
     # ------------------------------------------------------------------ rules
 
@@ -216,10 +344,13 @@ class Recovery:
         return self.resume_decision(state)
 
     def resume_decision(self, state: DropState) -> Decision:
-        """The best strategy that applies, or ``give_up`` (the drop stays ``truncated``)."""
+        """The best strategy that applies, or ``give_up`` (the drop stays ``truncated``);
+        ``end_at_length`` when it is a continuation and nothing is left of the length cap."""
         strategy = self.strategy(state)
         if strategy is None:
             return Decision("give_up", reason="no resume strategy applies")
+        if strategy == "continuation" and state.cap_spent:
+            return _CAP_SPENT
         if strategy == "last_event_id":
             delay = self.resume.reconnect_delay(state.reconnection_time)
         else:

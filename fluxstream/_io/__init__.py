@@ -1,8 +1,9 @@
 """The I/O layer under :class:`~fluxstream.stream.ReplyStream`: private, imported lazily.
 
 One request and its response (``attempt``), the loop over attempts and the reads
-(``channel``), what each resume strategy sends after a drop (``reconnect``), the reader that
-enforces the deadlines and states the outcome (``reader``), the move to the next upstream
+(``channel``), what each resume strategy sends after a drop (``reconnect``), how a stream
+ends and who stopped it (``stream_end``), the reader that enforces the deadlines and acts on
+the decisions of :mod:`fluxstream._core.recovery` (``reader``), the move to the next upstream
 before or after content started (``failover``) and the next upstream asked too when the first
 token is slow (``hedge``), the body read in a task of its own
 for ``text(coalesce=)`` (``readahead``, on ``tasks``), the stream's structured output

@@ -216,6 +216,7 @@ class Channel:
             ),
             response_id=parser.response_id,
             sequence=parser.sequence,
+            length_left=self.recovery.budget.left(parser.reply, self.progress.content_events),
         )
 
     def error_event_decision(self, events: list[Event], now: float) -> Decision | None:

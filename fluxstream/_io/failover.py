@@ -16,53 +16,47 @@ to the next upstream that answers:
 * a reply that cannot be continued (cut inside a tool call's arguments, several choices) is
   restarted there, announced by a ``Reset``.
 
-A continuation asks for what is left of the request's length cap: the cap minus the output
-already delivered (each closed segment's final usage, else its estimate; the part still open
-estimated), and never more than that upstream's own ``max_tokens``. When nothing is left the
-reply ends there, ``finished`` with stop ``length``, as a model that reached the cap ends:
-asking for more would deliver past the cap the caller set.
+A continuation asks for what is left of the request's length cap
+(:class:`~fluxstream._core.length_budget.LengthBudget`, the stream's one count of it), and
+never more than that upstream's own ``max_tokens``; :func:`end_at_length` ends a reply whose
+cap is spent, ``finished`` with stop ``length``, instead of asking.
 
 Each segment carries its usage, or its estimate when it delivered content without a final
 count (:func:`fluxstream.usage.estimate_part`), so the bill of a reply that moved adds up.
 
-The upstream's own retries and resume strategies come first (the reader asks
-:class:`~fluxstream._core.recovery.Recovery` as it would without fallbacks); a hand-off is
-what happens when they are spent. Reasoning is never carried over (see
-:mod:`fluxstream.apis.portable`).
+*When* to move is not decided here: the reader asks
+:meth:`~fluxstream._core.recovery.Recovery.decide` (the upstream's own retries and resume
+strategies come first, as without fallbacks; a hand-off is what happens when they are spent)
+and calls this module to perform a ``hand_off``, a ``continue_here`` or an ``end_at_length``.
+The pure rules (which failures move on, a segment's kind) are :mod:`fluxstream._core.failover`'s.
+Reasoning is never carried over (see :mod:`fluxstream.apis.portable`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .._core.failover import CoolDown
-from .._core.progress import DeadlinePassed, Progress
+from .._core.failover import FAILOVER_ERRORS, CoolDown, may_fail_over, reason_of, segment_end
+from .._core.length_budget import LengthBudget
 from ..apis import Api, ApiFeatureError
 from ..apis.portable import convert_body
-from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
+from ..errors import APIStatusError, FluxstreamError, one_line, show_key
 from ..events import Event, Handoff
 from ..parser import StreamParser
-from ..reply import Outcome, Reply, Segment, SegmentEnd, Usage, UsageEstimate
-from ..usage import CHARS_PER_TOKEN, content_characters, estimate_part
+from ..reply import Outcome, Segment, SegmentEnd
 from .attempt import Attempt, RequestSpec
 from .channel import Channel
 
 __all__ = [
-    "ERROR_EVENT", "FAILOVER_ERRORS", "Route", "Target", "continue_here", "hand_off",
-    "reason_of", "segment_end", "start_on",
+    "Route", "Target", "continue_here", "end_at_length", "hand_off", "moves_on", "start_on",
 ]
 
 logger = logging.getLogger("fluxstream")
 
-#: Failures of a request that another upstream may not share.
-FAILOVER_ERRORS = (APIConnectionError, APITimeoutError, APIStatusError, DeadlinePassed)
-#: How every reason of a failover for an in-stream error event begins.
-ERROR_EVENT = "error event"
 #: A segment's kind by the reply's outcome, when the stream ended on it.
 _BY_OUTCOME = {
     Outcome.DONE: SegmentEnd.DONE, Outcome.FINISHED: SegmentEnd.DONE,
@@ -86,25 +80,6 @@ class Target:
     model: str | None
     max_tokens: int | None
     request: Callable[[dict[str, Any]], RequestSpec]
-
-
-def reason_of(exc: BaseException | None) -> str:
-    """A failure as a handoff's ``reason``: short, one line."""
-    if exc is None:
-        return "connection closed"
-    if isinstance(exc, DeadlinePassed):
-        return f"{exc.deadline.value} timeout"
-    return one_line(f"{type(exc).__name__}: {exc}")[:200]
-
-
-def segment_end(reason: str, delivered: bool) -> SegmentEnd:
-    """The kind of a segment that ended for ``reason`` (a handoff's), ``delivered``: whether
-    that upstream delivered content. An error event is one whenever it came; otherwise an
-    upstream that delivered content and broke off was dropped, one that delivered none
-    failed (a status, a connect error, no first token in time, a drop before content)."""
-    if reason.startswith(ERROR_EVENT):
-        return SegmentEnd.ERROR_EVENT
-    return SegmentEnd.DROPPED if delivered else SegmentEnd.FAILED
 
 
 class Route:
@@ -145,26 +120,25 @@ class Route:
         self._finished = False
         self._done: list[Segment] = []
         self._start = 0
-        #: The stream's clocks (content deltas counted): set by :meth:`attach`.
-        self._progress: Progress | None = None
-        #: Where the open segment began: the reply's usage object then (a later one is its
-        #: own), the content deltas and the code points of content then.
-        self._usage_before: Usage | None = None
-        self._events_before = 0
-        self._chars_before = 0
-        #: Output tokens of the closed segments that delivered content, and ``_restored``:
-        #: code points a resume token's reply held before this stream (spent already).
-        self._spent = 0
-        self._restored = 0
+        #: The stream's channel (its clocks count each segment's content deltas) and the
+        #: count of its length cap, which also reads each segment's output: see :meth:`attach`.
+        self._channel: Channel | None = None
+        self._budget = LengthBudget(None)
+
+    @property
+    def length_cap(self) -> int | None:
+        """The request's length cap, as the first upstream's API keeps it."""
+        return self.targets[0].api.length_cap(self.body)
 
     def attach(self, channel: Channel) -> None:
-        """The stream's channel, once, before anything is read: its clocks count each
-        segment's content, and a reply taken over from a resume token counts as spent."""
-        self._progress = channel.progress
-        reply = channel.parser.reply
-        self._usage_before = reply.usage
-        self._restored = self._chars_before = content_characters(reply)
-        self._start = len(reply.text)  # a resumed reply's text came before its segments
+        """The stream's channel, once, before anything is read: each segment's output is
+        read from its count of the length cap (a resume token's reply counts as spent)."""
+        self._channel = channel
+        self._budget = channel.recovery.budget
+        self._start = len(channel.parser.reply.text)  # a resumed reply's text came before
+
+    def _content_events(self) -> int:
+        return self._channel.progress.content_events if self._channel is not None else 0
 
     @property
     def current(self) -> Target:
@@ -205,28 +179,6 @@ class Route:
         logger.info("upstream %s skipped: cooling down", target.label)
         self.noted(target, SegmentEnd.COOLING_DOWN, "", 0)
 
-    def _open_part(self, reply: Reply) -> tuple[int, int, Usage | None]:
-        """The open segment so far: its content deltas, code points of content (all of the
-        reply's when it started over since: a restart), and the usage it reported."""
-        progress = self._progress
-        events = progress.content_events - self._events_before if progress is not None else 0
-        chars = content_characters(reply)
-        if chars >= self._chars_before:
-            chars -= self._chars_before
-        usage = reply.usage if reply.usage is not self._usage_before else None
-        return events, chars, usage
-
-    def _output(self, reply: Reply) -> tuple[int, Usage | None, UsageEstimate | None]:
-        """The open segment's output tokens (its final usage's, else estimated; 0 when it
-        delivered nothing), its usage, and its estimate (``None`` with a final usage)."""
-        events, chars, usage = self._open_part(reply)
-        if usage is not None and not reply.usage_partial:
-            return usage.completion_tokens or 0, usage, None
-        if not (events or chars):
-            return 0, usage, None
-        estimate = estimate_part(events, chars, usage)
-        return estimate.output_tokens, usage, estimate
-
     def close_segment(
         self, parser: StreamParser, ended: str, requests: int, kind: SegmentEnd | None = None,
     ) -> None:
@@ -235,7 +187,8 @@ class Route:
         reply = parser.reply
         target = self.current
         end = len(reply.choices[0].text) if reply.choices else 0
-        output, usage, estimate = self._output(reply)
+        events = self._content_events()
+        output, usage, estimate = self._budget.part(reply, events)
         delivered = end > self._start or estimate is not None or (usage is not None and output)
         self._done.append(Segment(
             upstream=target.label, api=target.api.name, model=self.model_of(target),
@@ -243,19 +196,9 @@ class Route:
             kind=segment_end(ended, bool(delivered)) if kind is None else kind,
             detail=ended, usage=usage, usage_estimate=estimate, requests=requests,
         ))
-        if delivered:
-            self._spent += output
+        self._budget.close_part(reply, events, output if delivered else 0)
         self._start = end
-        self._usage_before = reply.usage
-        progress = self._progress
-        self._events_before = progress.content_events if progress is not None else 0
-        self._chars_before = content_characters(reply)
         parser.segments = list(self._done)
-
-    def restarted(self) -> None:
-        """The reply started over (a ``Reset``): nothing of it is shown any more."""
-        self._chars_before = self._restored = self._spent = 0
-        self._usage_before = None
 
     def noted(self, target: Target, kind: SegmentEnd, detail: str, requests: int) -> None:
         """A segment for ``target``, which delivered nothing while another upstream serves
@@ -268,25 +211,6 @@ class Route:
     def take_undelivered(self) -> list[Event]:
         events, self.undelivered = self.undelivered, []
         return events
-
-    # ------------------------------------------------------------------ the length cap
-
-    def spent(self, parser: StreamParser) -> int:
-        """Output tokens the reply has used so far: the closed segments', the open one's, and
-        a resume token's reply (its code points a token per :data:`CHARS_PER_TOKEN`)."""
-        open_part, _, _ = self._output(parser.reply)
-        return self._spent + open_part + math.ceil(self._restored / CHARS_PER_TOKEN)
-
-    def left(self, target: Target | None, parser: StreamParser) -> int | None:
-        """What a continuation on ``target`` (``None``: none is left) may ask for: the
-        request's length cap minus what was spent, and never more than ``target``'s own
-        ``max_tokens``; ``None`` when neither caps it (the body is sent as it is)."""
-        own = target.max_tokens if target is not None else None
-        cap = self.targets[0].api.length_cap(self.body)
-        if cap is None:
-            return own
-        left = cap - self.spent(parser)
-        return left if own is None else min(left, own)
 
     def peek(self, now: float) -> Target | None:
         """The upstream :meth:`advance` would move to at ``now``, without moving."""
@@ -342,6 +266,14 @@ class Route:
             self.cooldown.succeeded(self.current.label)
 
 
+def moves_on(channel: Channel, error: BaseException) -> bool:
+    """Whether a request of ``channel`` that failed with ``error`` may be asked of another
+    upstream (:func:`~fluxstream._core.failover.may_fail_over`, by the statuses the retry
+    policy and the request's API retry)."""
+    statuses = channel.recovery.retry.retry_status | channel.spec.api.retry_statuses
+    return may_fail_over(error, statuses)
+
+
 def start_on(channel: Channel, route: Route, now: float) -> None:
     """Before the first request: when the first upstream is cooling down, the stream starts
     on the first one that is not (nothing was read: only the request and the wire format
@@ -356,15 +288,31 @@ def start_on(channel: Channel, route: Route, now: float) -> None:
 
 async def hand_off(
     channel: Channel, route: Route, reason: str, connect: Connect | None = None,
-) -> tuple[Attempt | None, list[Event]] | None:
+) -> tuple[Attempt, list[Event]] | None:
     """Move ``channel`` to the next upstream that answers (after the serving one failed for
     ``reason``); the attempt and the events to deliver first (a :class:`Handoff` per upstream
     tried, and a ``Reset`` where the reply starts over), or ``None`` when none is left.
 
     Before content the next upstream is asked by ``connect`` when given (the reader's own
     first connect: hedged against the upstream after it with ``hedge_after``). A
-    continuation with nothing left of the request's length cap asks nobody: the attempt is
-    ``None`` and the events end the reply ``finished``, stop ``length``."""
+    continuation asks for what is left of the length cap (the reader has decided that
+    something is: see :func:`end_at_length`). A request the next upstream's API cannot be
+    asked (a feature it lacks) ends the route there; with none left, an error event is no
+    longer held back (it ends the reply, as without fallbacks)."""
+    try:
+        moved = await _hand_off(channel, route, reason, connect)
+    except FluxstreamError as exc:
+        logger.warning("failover refused: %s", reason_of(exc))
+        route.exhausted = True
+        return None
+    if moved is None:
+        channel.parser.hold_errors = False
+    return moved
+
+
+async def _hand_off(
+    channel: Channel, route: Route, reason: str, connect: Connect | None,
+) -> tuple[Attempt, list[Event]] | None:
     parser = channel.parser
     recovery = channel.recovery
     events: list[Event] = route.take_undelivered()
@@ -373,16 +321,6 @@ async def hand_off(
         route.failed(now)
         route.close_segment(parser, reason, recovery.attempts)
         continuing = parser.saw_content and parser.continuable()
-        left = route.left(route.peek(now), parser) if continuing else None
-        if left is not None and left <= 0:
-            route.exhausted = True
-            await channel.close(drain=False)
-            logger.info(
-                "stream %s: the length cap is spent (%s); the reply ends here",
-                show_key(parser.content_key), one_line(reason), extra=channel.log_extra(),
-            )
-            return None, events + parser.end_at_length(
-                f"length cap spent when {one_line(reason)}"[:200])
         target = route.advance(now)
         if target is None:
             route.exhausted = True
@@ -390,14 +328,16 @@ async def hand_off(
         await channel.close(drain=False)
         offset = len(parser.reply.text)
         body = route.body_for(target)
+        cap = recovery.budget.continuation_cap(
+            parser.reply, channel.progress.content_events, target.max_tokens
+        ) if continuing else None
         parser.switch_format(target.api.name)
         channel.spec = target.request(body)
         channel.resuming_by = None
         recovery.next_upstream(now)
         if not parser.saw_content:
             channel.progress.start(now)  # its own first-token deadline
-        asked = body if left is None else target.api.with_length_cap(
-            body, _asked(left, parser, target))
+        asked = body if cap is None else target.api.with_length_cap(body, cap)
         send, how = _continuation(parser, route, target, asked)
         restarted = how == "restart"
         events.append(Handoff(
@@ -417,7 +357,7 @@ async def hand_off(
         if restarted:
             recovery.restarts += 1
             events += parser.reset(recovery.restarts, f"restarted on {target.label}")
-            route.restarted()
+            recovery.budget.restarted()
         try:
             if how == "ask" and connect is not None:
                 attempt, first = await connect()
@@ -437,7 +377,7 @@ async def continue_here(
     """Continue the delivered text on the upstream serving it now, the way a hand-off to it
     would (:func:`_continuation`: a prefill, or an assistant turn and an instruction), asking
     for what is left of the length cap; the attempt, or ``None`` when the reply cannot be
-    continued as text (or nothing is left of the cap: the hand-off that follows ends it).
+    continued as text.
 
     For a reply whose own resume cannot apply there: a token of a reply another upstream
     was continuing (its ids number that continuation, not the token's request), or a
@@ -449,34 +389,45 @@ async def continue_here(
     recovery = channel.recovery
     if not parser.continuable() or recovery.resumes >= recovery.resume.max_resumes:
         return None
-    left = route.left(route.current, parser)
-    if left is not None and left <= 0:
-        return None
+    target = route.current
     body = channel.spec.body
-    if left is not None:
-        body = route.current.api.with_length_cap(body, _asked(left, parser, route.current))
-    send, how = _continuation(parser, route, route.current, body)
+    cap = recovery.budget.continuation_cap(
+        parser.reply, channel.progress.content_events, target.max_tokens)
+    if cap is not None:
+        body = target.api.with_length_cap(body, cap)
+    send, how = _continuation(parser, route, target, body)
     if send is None:
         return None
     await channel.close(drain=False)
     logger.warning(
         "stream %s: %s; continuing the text on %s", show_key(parser.content_key),
-        one_line(reason), route.current.label, extra=channel.log_extra(),
+        one_line(reason), target.label, extra=channel.log_extra(),
     )
     recovery.resumes += 1
     channel.resuming_by = "continuation"
     return await _send(channel, route, body, send, how, fresh_budget=True)
 
 
-def _asked(left: int, parser: StreamParser, target: Target) -> int:
-    """The cap to ask a continuation on ``target`` for when ``left`` tokens are left: one
-    more when the prefill loses its trailing whitespace (Anthropic refuses it, see
-    :meth:`StreamParser.begin_continuation`), since the model writes that again first (the
-    echo cut hides it) and it counts against the cap there; never past ``target``'s own."""
-    text = parser.reply.text
-    if text != text.rstrip() and text.strip():
-        left += 1
-    return left if target.max_tokens is None else min(left, target.max_tokens)
+async def end_at_length(channel: Channel, route: Route | None, reason: str) -> list[Event]:
+    """The reply's length cap is spent when it would be continued (after ``reason``): no
+    request, the reply ends ``finished`` with stop ``length``, as a model that reached the
+    cap ends (asking for more would deliver past the cap the caller set). With a route the
+    serving upstream's segment ends for ``reason`` (it failed, for the circuit breaker) and
+    no upstream is left to move to. The events to deliver."""
+    parser = channel.parser
+    reason = one_line(reason)[:200]
+    events: list[Event] = []
+    if route is not None:
+        events = route.take_undelivered()
+        route.failed(time.monotonic())
+        route.close_segment(parser, reason, channel.recovery.attempts)
+        route.exhausted = True
+    await channel.close(drain=False)
+    logger.info(
+        "stream %s: the length cap is spent (%s); the reply ends here",
+        show_key(parser.content_key), reason, extra=channel.log_extra(),
+    )
+    return events + parser.end_at_length(f"length cap spent when {reason}"[:200])
 
 
 async def _send(

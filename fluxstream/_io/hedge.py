@@ -15,11 +15,11 @@ one too). Never a retry of the same upstream (its own attempts are the first rac
 after content, and never a hedge that serves because the first failed meanwhile (it was
 asked already; a third request would only add cost).
 
-:class:`Hedge` runs in the reader's first connect, in a task group of two racers. Each reads
-its upstream's bytes into a probe parser of that API (thrown away after: only a parser knows
-when content came) and keeps them; the winner's bytes are put back in front of its response
-body (:func:`replayed`), so the reader reads them as if no race had happened: its parser,
-deadlines, retries and failover see one connection.
+:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`), in a task group of
+two racers. Each reads its upstream's bytes into a probe parser of that API (thrown away after:
+only a parser knows when content came) and keeps them; the winner's bytes are put back in
+front of its response body (:func:`replayed`), so the reader reads them as if no race had
+happened: its parser, deadlines, retries and failover see one connection.
 
 * The first upstream settles before the hedge is due (content, an error, a drop, the end):
   no hedge is sent, and the reader goes on as without hedging (a failure is then the
@@ -45,16 +45,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from ..errors import APIStatusError, FluxstreamError, show_key
+from .._core.failover import FAILOVER_ERRORS, reason_of, segment_end
+from ..errors import FluxstreamError, show_key
 from ..events import ErrorEvent, Event, Handoff
 from ..observe import SendInfo
 from ..parser import StreamParser
 from ..reply import SegmentEnd
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
-from .failover import FAILOVER_ERRORS, Route, Target, reason_of, segment_end
+from .failover import Route, Target, moves_on
 
-__all__ = ["Hedge", "replayed"]
+__all__ = ["FirstConnect", "Hedge", "replayed"]
 
 logger = logging.getLogger("fluxstream")
 #: Bytes read from one racer without content before the race stops waiting on it: it is
@@ -62,6 +63,32 @@ logger = logging.getLogger("fluxstream")
 _MAX_BUFFERED = 1 << 20
 #: Reads of one racer before that (a server may send a byte at a time).
 _MAX_READS = 100_000
+
+
+class FirstConnect:
+    """A stream's first connect, and the one of each handoff before content: raced against
+    the next upstream with ``hedge_after`` (the :class:`Hedge` that runs meanwhile is what
+    :meth:`cancel` reaches); the attempt and the events to deliver first."""
+
+    def __init__(self, channel: Channel, route: Route | None) -> None:
+        self.channel = channel
+        self.route = route
+        self._hedge: Hedge | None = None
+
+    async def __call__(self) -> tuple[Attempt, list[Event]]:
+        route = self.route
+        if route is None or route.hedge_after is None:  # the usual case: no race
+            return await self.channel.connect(), []
+        self._hedge = Hedge(self.channel, route, route.hedge_after)
+        try:
+            return await self._hedge.run()
+        finally:
+            self._hedge = None
+
+    def cancel(self) -> None:
+        """Interrupt a race in flight, from any task (see :meth:`Hedge.cancel`)."""
+        if self._hedge is not None:
+            self._hedge.cancel()
 
 
 class _Racer:
@@ -342,8 +369,7 @@ class Hedge:
         route = self.route
         error = racer.error
         counts = error is None or (
-            isinstance(error, FAILOVER_ERRORS)
-            and not (isinstance(error, APIStatusError) and not _retryable(self.channel, error))
+            isinstance(error, FAILOVER_ERRORS) and moves_on(self.channel, error)
         )
         if counts and route.cooldown is not None:
             route.cooldown.failed(racer.target.label, time.monotonic())
@@ -385,11 +411,6 @@ class Hedge:
                 racer.chunks, attempt.body, error=racer.error, ended=racer.ended
             )
         return attempt
-
-
-def _retryable(channel: Channel, error: APIStatusError) -> bool:
-    recovery = channel.recovery
-    return error.status_code in recovery.retry.retry_status | channel.spec.api.retry_statuses
 
 
 async def replayed(

@@ -6,8 +6,15 @@ reconnects; this module carries a decision out on a :class:`~fluxstream._io.chan
 * ``retry`` (before any content): nothing was shown, the same request again;
 * ``resume`` by ``last_event_id`` (the same request with ``Last-Event-ID``, the reply checked
   before anything is spliced), ``starting_after`` (OpenAI's re-read of a stored Responses
-  response), ``continuation`` (the partial answer sent back as a trailing assistant turn) or
-  ``restart`` (the request again, announced by a ``Reset``).
+  response), ``continuation`` (the partial answer sent back as a trailing assistant turn,
+  asking for what is left of the length cap:
+  :meth:`~fluxstream._core.length_budget.LengthBudget.continuation_cap`) or ``restart`` (the
+  request again, announced by a ``Reset``).
+
+A strategy refused on the way (a re-read the server cannot serve, a reconnect answered by a
+whole body) hands over to the next one, as :class:`~fluxstream._core.recovery.Recovery`
+decides; when that decision is to end at ``length`` (a continuation with nothing left of the
+cap), nothing is sent and the reader is told so (no attempt) to end the reply.
 
 It sits above the channel (it only calls the channel's ``connect``/``close``/``pause``) so
 that the channel stays the loop over attempts and the reads, and each strategy's request is
@@ -39,9 +46,11 @@ _NOT_REPLAYABLE = frozenset({400, 404, 405, 410, 501})
 
 async def reconnect(
     channel: Channel, decision: Decision, reason: str
-) -> tuple[Attempt, list[Event]]:
+) -> tuple[Attempt | None, list[Event]]:
     """Perform a ``retry`` or ``resume`` decision after ``reason`` (a drop, an error
-    event, a resume token); the events to deliver first (a restart's ``Reset``)."""
+    event, a resume token); the events to deliver first (a restart's ``Reset``). No attempt:
+    the strategy that was next would continue a reply whose length cap is spent, and
+    nothing was sent (the reader ends it at ``length``)."""
     if decision.action == "retry":
         return await _retry(channel, decision, reason), []
     recovery = channel.recovery
@@ -69,7 +78,7 @@ async def _retry(channel: Channel, decision: Decision, reason: str) -> Attempt:
 
 async def _resume(
     channel: Channel, decision: Decision, reason: str
-) -> tuple[Attempt, list[Event]]:
+) -> tuple[Attempt | None, list[Event]]:
     parser = channel.parser
     policy = channel.recovery.resume
     await channel.close(drain=False)
@@ -91,19 +100,34 @@ async def _resume(
             refused = _whole_body(attempt, "the whole reply, not its events after the resume point")
             await channel.close(drain=False)
             decision = channel.after_rejected_resume(refused)
-            if decision.action != "resume":
-                raise refused
-            return await _resume(channel, decision, reason)
+            return await _next_strategy(channel, decision, reason, refused)
     elif decision.strategy == "continuation":
-        text = parser.begin_continuation(min_overlap=policy.min_overlap)
         spec = channel.spec
-        body = spec.api.continuation_body(spec.body, text, policy.prefix_flag)
+        # What is left of the cap, never more than the request being continued asks.
+        cap = channel.recovery.budget.continuation_cap(
+            parser.reply, channel.progress.content_events, spec.api.length_cap(spec.body))
+        body = spec.body if cap is None else spec.api.with_length_cap(spec.body, cap)
+        text = parser.begin_continuation(min_overlap=policy.min_overlap)
+        body = spec.api.continuation_body(body, text, policy.prefix_flag)
         attempt = await channel.connect(body=body, fresh_budget=True)
     else:
         channel.recovery.restarts += 1
         events = parser.reset(channel.recovery.restarts, f"restart after a drop ({reason})")
         attempt = await channel.connect(fresh_budget=True)
     return attempt, events
+
+
+async def _next_strategy(
+    channel: Channel, decision: Decision, reason: str, refused: BaseException
+) -> tuple[Attempt | None, list[Event]]:
+    """After a strategy was refused: the next one (``decision``), no attempt when it would
+    end the reply at ``length``, or the refusal raised when none is left."""
+    if decision.action == "end_at_length":
+        return None, []
+    if decision.action != "resume":
+        raise refused
+    return await _resume(channel, decision, reason)
+
 
 def _whole_body(attempt: Attempt, what: str) -> ContentTypeError:
     """A resume answered by a whole JSON body (``what`` it was) where events were asked for:
@@ -113,7 +137,7 @@ def _whole_body(attempt: Attempt, what: str) -> ContentTypeError:
     return ContentTypeError(ctype, status_code=response.status_code, what=f"{ctype!r}: {what}")
 
 
-async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
+async def _reread(channel: Channel, reason: str) -> tuple[Attempt | None, list[Event]]:
     """OpenAI's resume: ``GET /responses/{id}?stream=true&starting_after=N`` streams the
     stored response's events after the last one delivered. The format drops any event at
     or below ``N`` (a server that starts over shows nothing twice). A status that says
@@ -144,7 +168,5 @@ async def _reread(channel: Channel, reason: str) -> tuple[Attempt, list[Event]]:
             f"resuming by {decision.strategy}" if decision.strategy else "ending",
             extra=channel.log_extra(),
         )
-        if decision.action != "resume":
-            raise
-        return await _resume(channel, decision, reason)
+        return await _next_strategy(channel, decision, reason, exc)
     return attempt, []

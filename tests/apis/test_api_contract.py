@@ -174,6 +174,13 @@ async def test_a_drop_is_continued_with_the_apis_own_continuation_body(
     assert text is not None and 0 < len(text) < len(direct.text)
     assert direct.text.startswith(text)
     flag = {k: v for k, v in prefill.items() if k not in api.partial_turn(text, {})}
+    # A continuation asks for what is left of the length cap (in the API's own field), so
+    # the body is the API's continuation of the first with that cap.
+    cap, left = api.length_cap(first), api.length_cap(second)
+    assert (cap is None) is (left is None)
+    if cap is not None:
+        assert left is not None and 0 < left < cap
+        first = api.with_length_cap(first, left)
     assert second == api.continuation_body(first, text, flag)
 
 
