@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ResumeTokenError
+from ..formats import FORMATS
 from ..formats._base import MAX_SEQUENCE
 from ..reply import Choice, Reply
 from ..sse import MAX_RETRY_MS
@@ -104,7 +105,8 @@ def read_token(token: object, format: str | None = None) -> TokenParts:
     sequence = _optional_count(token.get("sequence"), "sequence number", MAX_SEQUENCE)
     response_id = _response_id(token.get("response_id"))
     named = format if format not in (None, "auto") else None
-    if named not in (None, "responses") and (sequence is not None or response_id is not None):
+    if (named is not None and not _rereads(named)
+            and (sequence is not None or response_id is not None)):
         raise ResumeTokenError(
             f"the resume token carries a Responses position (a sequence number or a response"
             f" id), which a {named} stream never has"
@@ -120,6 +122,13 @@ def read_token(token: object, format: str | None = None) -> TokenParts:
         reconnection_time=_optional_count(
             token.get("reconnection_time"), "reconnection time", MAX_RETRY_MS + 1),
     )
+
+
+def _rereads(format: str) -> bool:
+    """Whether a stream of ``format`` carries a re-read position (an unknown name: assume
+    so, the parser refuses the name itself)."""
+    cls = FORMATS.get(format)
+    return cls is None or cls.rereads
 
 
 # --------------------------------------------------------------------------- the reply

@@ -739,6 +739,9 @@ class Detection:
 
     #: The data line that ends the format's streams, if it has one (it names the format).
     sentinel: ClassVar[str | None] = None
+    #: Whether the stream carries a re-read position (a sequence number, a response id):
+    #: a resume token holding one names a format that does.
+    rereads: ClassVar[bool] = False
 
     @classmethod
     def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:

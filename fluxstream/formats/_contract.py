@@ -118,6 +118,10 @@ class FormatClass(Protocol):
     def sentinel(self) -> str | None:
         """The data line that ends the format's streams (``[DONE]``): it names the format."""
 
+    @property
+    def rereads(self) -> bool:
+        """Whether its stream carries a re-read position (a sequence number, a response id)."""
+
     def __call__(self, key: str, *, strict: bool = ...,
                  limits: StreamLimits = ...) -> WireFormat: ...
     def claims(self, event: str, payload: Mapping[str, Any] | None) -> Claim:

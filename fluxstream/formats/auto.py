@@ -33,7 +33,7 @@ resumed ``auto`` stream goes on exactly as a named one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic_core
 
@@ -116,6 +116,9 @@ class AutoFormat(Detection):
     """Sans-IO: a format that becomes one of the registered formats on the first event that
     says which (see the module docstring). :attr:`name` is the decision, :attr:`inner` the
     chosen format."""
+
+    #: It may become a format whose stream carries a re-read position.
+    rereads: ClassVar[bool] = True
 
     # Registered so that ``format="auto"`` is a name; it claims nothing itself (Detection).
     __slots__ = ("_before", "_position", "_restore", "_wire_state", "inner", "key", "limits",

@@ -57,7 +57,7 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -122,6 +122,9 @@ class ResponsesFormat(JsonEventFormat):
         ``max_tool_calls`` raises :class:`~fluxstream.errors.LimitExceededError` before the
         format keeps it.
     """
+
+    #: Its events carry ``sequence_number`` and the response's id, a re-read's position.
+    rereads: ClassVar[bool] = True
 
     __slots__ = ("_errored", "_parts", "_shown", "_text_part", "items", "live", "ordered",
                  "replayed", "response_id", "sequence")
