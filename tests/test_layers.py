@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
     (0, ["timeouts", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
-         "_core.type_names", "_core.partial_objects"]),
+         "_core.type_names", "_core.partial_objects", "_core.sse_event", "_core.sse_runs"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["reply", "errors", "sse", "structured.schema", "structured.shapes"]),
     (2, ["events", "usage"]),
