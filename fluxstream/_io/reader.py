@@ -150,6 +150,7 @@ class StreamReader:
         or cancel scope stands between (:meth:`Channel.direct_body`). ``None``: the next
         read is :meth:`read`'s. Its outcome is :meth:`raised`'s or :meth:`took`'s, so the
         caller awaits the transport's read and nothing else (see ``ReplyStream.__anext__``).
+        Held equal to :meth:`read` by ``tests/client/test_direct_read_path.py``.
         """
         if (
             self.ended
