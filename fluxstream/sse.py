@@ -260,7 +260,7 @@ class LineDecoder:
             line = _join(self._pending)
             self._pending = []
             self._pending_len = 0
-            if 10 in line:  # whole lines kept unread by shortcut 4 (see _id_run)
+            if 10 in line:  # whole lines kept unread by a run shortcut (_core/sse_runs.py)
                 lines[0:1] = line.split(b"\n")
             else:
                 lines[0] = line

@@ -82,7 +82,7 @@ class Decoder(Protocol):
 
 def second_line_names_event(data: bytes) -> bool:
     """The read's second line is an ``event:`` line (``id: N\\nevent: E\\ndata: X``, as the
-    relay writes its blocks): a run for :meth:`SSEDecoder._run`, not :meth:`SSEDecoder._id_run`."""
+    relay writes its blocks): a run for :func:`block_run`, not :func:`id_run`."""
     second = data.find(b"\n") + 1
     return data[second : second + 6] == b"event:"
 
@@ -173,7 +173,7 @@ def cut_run(
 def _cut_named_run(
     data: bytes, eol: bytes
 ) -> tuple[Iterable[str], list[str], None, bytes, bytes] | None:
-    """:func:`_cut_run` for a run of ``event: NAME\\ndata: X`` blocks of the first one's name."""
+    """:func:`cut_run` for a run of ``event: NAME\\ndata: X`` blocks of the first one's name."""
     end = data.find(eol)
     if end < 0 or data[end : end + len(eol) + 6] != eol + b"data: ":
         return None
@@ -217,9 +217,9 @@ def id_run(decoder: Decoder, data: bytes) -> list[ServerSentEvent]:
     Like shortcut 2, one C-level split on the long separator ``\\n\\nid: `` leaves each
     block as ``N\\ndata: X``, and one ``partition`` cuts it. A run of blocks of another
     shape (a ``retry`` line, as servers send with their first event; an ``event:`` line;
-    an ID with NUL; blocks without an ``id:`` line) goes through :meth:`_lines` on its
-    own, and the blocks after it come back here, so one odd block does not send the rest
-    of the read to the line loop. The unfinished last block (usually
+    an ID with NUL; blocks without an ``id:`` line) goes through the line loop on its own,
+    and the blocks after it come back here, so one odd block does not send the rest of the
+    read to the line loop. The unfinished last block (usually
     ``N\\ndata: <start of the data>``) is kept unread in ``_pending`` when it holds at
     most two complete lines, none of them a comment or a retry (their effects are due
     when their line is complete), so that the next read starts at the block boundary and
@@ -305,14 +305,14 @@ def id_run(decoder: Decoder, data: bytes) -> list[ServerSentEvent]:
 def block_run(decoder: Decoder, data: bytes, *, crlf: bool) -> list[ServerSentEvent] | None:
     """Shortcut 5: a read at a block boundary, within the limit, that starts with a
     ``data: ``, ``event: `` or ``id: `` line, as runs of blocks of one shape, all lines
-    ended by LF, or all by CRLF (``crlf``), cut by :func:`_cut_run`; ``None``, with
+    ended by LF, or all by CRLF (``crlf``), cut by :func:`cut_run`; ``None``, with
     nothing changed, when the first run is refused (the caller goes line by line). After
-    a first run, what :func:`_cut_run` refuses goes through the line loop.
+    a first run, what :func:`cut_run` refuses goes through the line loop.
 
     The unfinished last block starts at a block boundary too: with LF line ends, when it
     holds at most three complete lines, all ``data``, ``event`` or ``id`` lines (whose
     effects wait for the blank line: no comment, no retry), it is kept unread in
-    ``_pending`` as :meth:`_id_run` keeps it, so that the next read starts at the block
+    ``_pending`` as :func:`id_run` keeps it, so that the next read starts at the block
     boundary and comes here again; a block is re-read at most three times, so this stays
     O(n). Otherwise (a CRLF-ended line among them: ``_lines`` splits kept lines at LF
     only) its complete lines go through the line loop.
@@ -368,7 +368,7 @@ def block_run(decoder: Decoder, data: bytes, *, crlf: bool) -> list[ServerSentEv
 
 
 def _quiet_checked(decoder: Decoder, events: list[ServerSentEvent]) -> list[ServerSentEvent]:
-    """The end of a read whose runs of blocks went through :meth:`_lines` with ``more``:
+    """The end of a read whose runs of blocks went through the line loop with ``more``:
     check ``max_bytes_without_event`` as the loop checks it after a whole read."""
     if decoder._quiet > decoder._quiet_limit:
         decoder._fail_quiet(decoder._quiet, lazy=bool(events))

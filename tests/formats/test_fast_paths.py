@@ -155,9 +155,9 @@ def counting_feeds() -> Iterator[list[int]]:
 @pytest.mark.parametrize("read", [0, 1024])
 def test_the_fast_paths_are_taken(name: str, read: int) -> None:
     """Not a vacuous comparison: a format with a ``feed_many`` of its own maps more than 20
-    of the recorded frames without ``feed``, whole or in 1024-byte reads."""
-    cls = FORMATS[name]
-    assert cls.feed_many is not FormatBase.feed_many, "every format has a fast path today"
+    of the recorded frames without ``feed``, whole or in 1024-byte reads (a format without
+    one sends every frame through ``feed``)."""
+    own = FORMATS[name].feed_many is not FormatBase.feed_many
     frames = 0
     with counting_feeds() as calls:
         for _, path in AUTO if name == "auto" else [s for s in STREAMS if s[0] == name]:
@@ -165,7 +165,7 @@ def test_the_fast_paths_are_taken(name: str, read: int) -> None:
             frames += sum(1 for _ in iter_events([body]))
             reads = [body[i : i + read] for i in range(0, len(body), read)] if read else [body]
             parse(name, reads, False)
-    assert frames - calls[0] > 20, (frames, calls[0])
+    assert frames - calls[0] > 20 if own else calls[0] >= frames, (frames, calls[0])
 
 
 # --------------------------------------------------------------------------- decoders
