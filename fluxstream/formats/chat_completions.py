@@ -92,8 +92,8 @@ __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
 # The decoder of feed_many: msgspec's, ~35 % faster than from_json on chunks, and tested to
-# give exactly from_json's value whenever it succeeds (tests/formats/test_fast_paths.py::
-# test_the_fast_decoder_gives_from_json_values_or_refuses, for every format's); on
+# give exactly from_json's value whenever it succeeds (for every format's decoder:
+# tests/formats/test_fast_paths.py::test_the_fast_decoder_gives_from_json_values_or_refuses); on
 # anything it rejects (NaN, lone surrogate escapes, numbers out of a float's range, bad
 # JSON) the frame goes to feed, whose from_json decides as before. It nests up to ~1,000
 # levels where from_json stops at 200, so a frame that might nest deeper than _MAX_DEPTH
