@@ -4,6 +4,8 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/bench_sse.py            # full run (several minutes)
     .venv/bin/python benchmarks/bench_sse.py --quick    # smoke run (seconds)
+    .venv/bin/python benchmarks/bench_sse.py --instructions  # instructions per event
+        # (valgrind's cachegrind; exact, independent of the machine's load, ~15 minutes)
 
 What is measured (see benchmarks/README.md, "SSE decoder", for the method and figures):
 
@@ -389,6 +391,113 @@ def e2e_time(name: str, reads: list[bytes], repeats: int) -> float:
     return statistics.median(times)
 
 
+# --------------------------------------------------------------------------- instructions
+#
+# CPU time spreads widely on a loaded machine; instruction counts do not depend on the load.
+# Each (input, read size) runs in a child process under cachegrind that loads the pickled
+# reads and decodes them with a fresh SSEDecoder each time, once and then three times; the
+# cost per event is (count of three - count of one) / (2 x the events), so everything but the
+# decode (the interpreter's start and end, the imports, the load) is the same in both runs
+# and cancels out. (c), one event, is counted per 1,000 bytes instead. In the fixed world
+# _instructions() runs the children in, a count is exact: the same from run to run.
+
+#: Events (for (c): bytes) of each row's input; one-byte reads cost ~1 us each even without
+#: valgrind, so their inputs are shorter.
+INSTRUCTION_LENGTHS = {"": 2_000, "1": 300, "c": 512 * 1024, "c1": 128 * 1024}
+
+#: The child: Python without this script's imports (httpx, openai, ...) and without
+#: ``fluxstream/__init__.py`` (pydantic), so that the start costs little under valgrind; the
+#: objects alive before the decode are frozen out of the garbage collector's passes (else
+#: their number, which the imports decide, is counted in every pass the decodes trigger).
+#: The decode is :func:`time_fluxstream`'s loop.
+_CHILD = """
+import gc, pickle, sys, types
+package = types.ModuleType("fluxstream")
+package.__path__ = [sys.argv[3]]  # the package this script imported, whatever the cwd
+sys.modules["fluxstream"] = package
+from fluxstream.sse import SSEDecoder
+with open(sys.argv[1], "rb") as f:
+    reads = pickle.load(f)
+gc.freeze()
+for _ in range(int(sys.argv[2])):
+    decoder = SSEDecoder(max_event_bytes=1 << 30)
+    feed = decoder.feed
+    n = 0
+    for read in reads:
+        n += len(feed(read))
+    assert n + len(decoder.close())
+"""
+
+
+def _instructions(path: str, times: int, cwd: str) -> int:
+    """Instructions of a child that decodes the reads at ``path`` ``times`` times.
+
+    The child's count is exact from run to run only in a fixed world: hash seed fixed, no
+    environment but ``PATH``, ``-P`` and an empty ``cwd`` (run from a busy ``/tmp`` with the
+    shell's environment, counts moved by 0.8-3 M now and then).
+    """
+    import os
+    import re
+    import subprocess
+
+    import fluxstream
+
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+           sys.executable, "-P", "-c", _CHILD, path, str(times),
+           str(Path(fluxstream.__file__).parent)]
+    env = {"PYTHONHASHSEED": "0", "PATH": os.environ.get("PATH", "")}
+    for _ in range(3):  # valgrind itself fails now and then on a crowded machine
+        done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+        found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+        if done.returncode == 0 and found:
+            return int(found.group(1).replace(",", ""))
+    raise RuntimeError(done.stderr[-2000:])
+
+
+def instruction_inputs(letter: str, n: int) -> bytes:
+    """Input ``letter`` with about ``n`` events ((c): one event of ``n`` bytes)."""
+    if letter == "a":
+        return chat_stream(n)
+    if letter == "b":
+        return tool_stream(n // 4)
+    if letter == "c":
+        return big_event(n)
+    if letter == "d":
+        return heartbeat_stream(n)
+    return id_chat_stream(n)
+
+
+def instructions(letters: str, sizes: list[int | str], runs: int) -> None:
+    """Instructions per event (per 1,000 bytes for (c)) of every row, from the least of
+    ``runs`` counts of each child."""
+    import pickle
+    import tempfile
+
+    import fluxstream
+
+    print(f"# instructions per event, SSEDecoder alone (cachegrind, least of {runs}); "
+          f"fluxstream from {Path(fluxstream.__file__).parent}")
+    print("| input | read | instructions per event (c: per 1,000 bytes) |")
+    print("|---|---|---:|")
+    with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as empty:
+        for letter in letters:
+            for rs in sizes:
+                key = ("c" if letter == "c" else "") + ("1" if rs == 1 else "")
+                src = instruction_inputs(letter, INSTRUCTION_LENGTHS[key])
+                reads = split_events(src) if rs == "event" else split_fixed(src, int(rs))
+                path = f"{tmp}/{letter}-{rs}.pkl"
+                with open(path, "wb") as f:
+                    pickle.dump(reads, f)
+                units = len(src) / 1000 if letter == "c" else len(check_fluxstream(reads))
+                _instructions(path, 0, empty)  # the first run may write the bytecode caches
+                # The least of ``runs`` counts each (they agree exactly in the fixed world
+                # of _instructions; the least keeps out a stray one).
+                once = min(_instructions(path, 1, empty) for _ in range(runs))
+                thrice = min(_instructions(path, 3, empty) for _ in range(runs))
+                per = (thrice - once) / (2 * units)
+                print(f"| {letter} | {rs} | {per:,.0f} |", flush=True)
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -400,7 +509,18 @@ def main() -> None:
     parser.add_argument("--no-growth", action="store_true", help="skip the growth-exponent fit")
     parser.add_argument("--growth-only", action="store_true", help="only the growth-exponent fit")
     parser.add_argument("--only", default="", help="comma-separated input letters, e.g. a,c")
+    parser.add_argument("--instructions", action="store_true",
+                        help="instruction counts per event (valgrind), not CPU time")
+    parser.add_argument("--reads", default="1,64,1024,16384,event",
+                        help="with --instructions: the read sizes, comma-separated")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="with --instructions: runs per count (the least is kept)")
     args = parser.parse_args()
+    if args.instructions:
+        sizes = [s if s == "event" else int(s) for s in args.reads.split(",")]
+        letters = "".join(s.strip() for s in args.only.split(",")) or "abcde"
+        instructions(letters, sizes, args.runs)
+        return
 
     quick = args.quick
     repeats = args.repeats or (3 if quick else 9)

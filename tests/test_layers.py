@@ -25,7 +25,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     # reply imports only these (the errors it raises, when one is raised: DELIBERATE_UPWARD)
     (0, ["timeouts", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
-         "_core.type_names", "_core.partial_objects", "reply"]),
+         "_core.type_names", "_core.partial_objects", "_core.sse_event", "_core.sse_runs",
+         "reply"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them;

@@ -19,5 +19,7 @@ Below the public vocabulary sit the pieces the reply model itself needs, so that
 nothing above it: ``base_errors`` (the root error and the two errors reading content raises;
 their home is :mod:`fluxstream.errors`), ``partial_objects`` and ``object_shapes`` (the
 structured-output engine ``Reply.parse`` runs; its home is :mod:`fluxstream.structured`) and
-``type_names`` (the name a type goes by at the API).
+``type_names`` (the name a type goes by at the API). Below :mod:`fluxstream.sse` sit the
+decoder's event, ``sse_event`` (its home is :mod:`fluxstream.sse`), and its run shortcuts,
+``sse_runs``.
 """

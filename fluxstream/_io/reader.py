@@ -84,10 +84,14 @@ class StreamReader(StreamEnd):
     # ------------------------------------------------------------------ reading
 
     def direct_body(self) -> AsyncIterator[bytes] | None:
-        """The body to read straight from when the next read needs nothing but its bytes (no
-        end, cancel, held error, deadline (:attr:`Progress.deadline_free`), read-ahead task or
-        cancel scope in the way: :meth:`Channel.direct_body`); ``None``: :meth:`read`'s. Its
-        outcome is :meth:`raised`'s or :meth:`took`'s (see ``ReplyStream.__anext__``)."""
+        """The body to read straight from when the next read needs nothing but its bytes:
+        the stream is open and has not ended, no cancel is asked, no error is held back
+        for it, no deadline applies (:attr:`Progress.deadline_free`) and no read-ahead task
+        or cancel scope stands between (:meth:`Channel.direct_body`). ``None``: the next
+        read is :meth:`read`'s. Its outcome is :meth:`raised`'s or :meth:`took`'s, so the
+        caller awaits the transport's read and nothing else (see ``ReplyStream.__anext__``).
+        Held equal to :meth:`read` by ``tests/client/test_direct_read_path.py``.
+        """
         if (
             self.ended
             or self.cancel_requested

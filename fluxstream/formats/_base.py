@@ -313,7 +313,8 @@ def quick_candidate(data: str) -> bool:
     ``from_json`` allows (msgspec would decode what ``from_json`` refuses; more than
     :data:`_MAX_DEPTH` brackets in a longer frame sends it to the general path, which decides).
     Whatever msgspec decodes of such a frame, ``from_json`` decodes to the same values
-    (``tests/formats/test_chat_feed_many.py``, ``tests/formats/test_json_event_feed_many.py``)."""
+    (``tests/formats/test_fast_paths.py``, ``tests/formats/test_json_event_feed_many.py``,
+    ``tests/formats/test_gemini_quick.py``)."""
     return (
         data[:1] == "{"
         and len(data) <= BIG_FRAME
@@ -1048,7 +1049,17 @@ class JsonEventFormat(FormatBase, ChoiceState):
         it, without the per-event calls of the general path. Anything the decoder refuses
         (another ``type``, a field of another type, ``NaN``, a lone surrogate escape) and
         anything :meth:`quick` declines goes through :meth:`feed`, which decides as before:
-        the events, offsets, state and errors are the same either way."""
+        the events, offsets, state and errors are the same either way. So does every frame
+        while surrogate halves are scanned for (``scan``), once the stream is done, and a
+        frame that is not a candidate (:func:`quick_candidate`: not an object, too big, or
+        able to nest deeper than ``from_json`` allows).
+
+        Held equal to the general path (no quick decoder) by
+        ``tests/formats/test_json_event_feed_many.py::test_responses_fast_path_equals_the_general_path``
+        and ``::test_anthropic_fast_path_equals_the_general_path`` (frames built around the
+        fast path's edges) and, on every recorded stream, with ``feed`` one event at a time
+        too, by ``tests/formats/test_fast_paths.py::test_fast_paths_equal_the_general_path``;
+        that it is taken, by ``test_fast_paths.py::test_the_fast_paths_are_taken``."""
         decode = self.quick_decoder
         if decode is None:
             super().feed_many(sses, out)

@@ -14,6 +14,14 @@ not read and that may carry meaning (a part of another kind, a top-level ``error
 an unknown key means another kind). Whatever the decoder refuses goes to the general path, and
 so does whatever it decodes that the fast path declines: the decode only chooses the path, it
 never decides what an event means.
+
+Taken by :meth:`~fluxstream.formats.gemini.GeminiFormat.feed_many` for a frame that is an
+object, not big, unable to nest deeper than ``from_json`` allows, while no surrogate half is
+held and the stream is not done; falls back to the msgspec dict path (``_response``) or to
+``feed`` for anything refused or declined. Held equal to the general path (no quick decoder)
+by ``tests/formats/test_gemini_quick.py::test_built_streams_map_alike`` and
+``::test_a_resumed_stream_maps_alike``, and on every recorded stream by
+``tests/formats/test_fast_paths.py::test_fast_paths_equal_the_general_path``.
 """
 
 from __future__ import annotations

@@ -93,7 +93,8 @@ __all__ = ["ChatCompletionsFormat"]
 
 _loads = pydantic_core.from_json
 # The decoder of feed_many: msgspec's, ~35 % faster than from_json on chunks, and tested to
-# give exactly from_json's value whenever it succeeds (tests/formats/test_chat_feed_many.py); on
+# give exactly from_json's value whenever it succeeds (for every format's decoder:
+# tests/formats/test_fast_paths.py::test_the_fast_decoder_gives_from_json_values_or_refuses); on
 # anything it rejects (NaN, lone surrogate escapes, numbers out of a float's range, bad
 # JSON) the frame goes to feed, whose from_json decides as before. It nests up to ~1,000
 # levels where from_json stops at 200, so a frame that might nest deeper than _MAX_DEPTH
@@ -262,7 +263,13 @@ class ChatCompletionsFormat(FormatBase):
         a chunk: one ``TextDelta`` at the choice's text offset). Any other object the fast
         decoder gives goes to :meth:`_chunk`, as :meth:`feed` would send it; every other
         event (not an object, refused by the fast decoder, a surrogate half held, ``event:
-        error``, the sentinel) goes through :meth:`feed` itself.
+        error``, the sentinel, a frame that might nest deeper than ``from_json`` allows)
+        goes through :meth:`feed` itself.
+
+        Held equal to :meth:`feed` one event at a time (events, state, errors) by
+        ``tests/formats/test_chat_feed_many.py::test_feed_many_equals_feed_one_by_one`` (chunks
+        built around the inline path's edges) and, on every recorded stream, by
+        ``tests/formats/test_fast_paths.py::test_fast_paths_equal_the_general_path``.
         """
         loads = _fast_loads
         states = self._choices

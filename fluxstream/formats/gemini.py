@@ -89,7 +89,8 @@ __all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
 
 _loads = pydantic_core.from_json
 # The decoder of the general path in feed_many (as in the Chat Completions format, and for the
-# same reasons): msgspec's, faster than from_json and the same value whenever it succeeds;
+# same reasons): msgspec's, faster than from_json and the same value whenever it succeeds
+# (tests/formats/test_fast_paths.py::test_the_fast_decoder_gives_from_json_values_or_refuses);
 # anything it refuses, and any frame that might nest deeper than from_json allows
 # (quick_candidate), goes to feed.
 _fast_loads = msgspec.json.Decoder().decode
@@ -809,8 +810,13 @@ class GeminiFormat(_CandidateReader):
         path: decoded to dicts by msgspec and mapped by :meth:`_response`, or, when that
         decoder refuses it too (or the frame is not an object, might nest deeper than
         ``from_json`` allows, a surrogate half is held, the stream is done), through
-        :meth:`feed` itself. The events, offsets, state and errors are the same either way
-        (``tests/formats/test_gemini_quick.py``)."""
+        :meth:`feed` itself. The events, offsets, state and errors are the same either way:
+        held equal to the general path by
+        ``tests/formats/test_gemini_quick.py::test_built_streams_map_alike`` (chunks built
+        around the typed path's edges; there ``feed_many`` against :meth:`feed` too) and, on
+        every recorded stream, by
+        ``tests/formats/test_fast_paths.py::test_fast_paths_equal_the_general_path``; that the
+        typed path is taken, by ``test_gemini_quick.py::test_the_fast_path_is_taken``."""
         typed = self.quick_decoder
         decode = typed.decode if typed is not None else None
         for sse in sses:

@@ -225,69 +225,8 @@ def test_each_way_off_the_inline_path_equals_feed(change: str, first: str) -> No
 
 # --------------------------------------------------------------------------- the decoder
 
-_NUMBERS = st.one_of(
-    st.integers().map(str),
-    st.integers(-(2**200), 2**200).map(str),
-    st.floats(allow_nan=False, allow_infinity=False).map(json.dumps),
-    st.from_regex(r"\A-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,30})?([eE][-+]?[0-9]{1,4})?\Z"),
-)
-_LEAVES = st.one_of(
-    _NUMBERS,
-    st.sampled_from(["true", "false", "null"]),
-    st.text().map(lambda s: json.dumps(s, ensure_ascii=True)),
-    st.text().map(lambda s: json.dumps(s, ensure_ascii=False)),
-    st.sampled_from([
-        '"\\ud83d"', '"\\ude00x"', '"\\u0000"', '"\\/"', '"\\x"', '"\x01"', "NaN", "Infinity",
-        "-Infinity", "1e400", "-1e400", "01", "1.", ".5", "+1", '"\\uD83D\\uDE00"',
-        "1.7976931348623159e308", "2.4703282292062328e-324", "1" * 400,
-    ]),
-)
-
-
-def _containers(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
-    keys = st.sampled_from(['"a"', '"b"', '"a"', '"\\u0061"', '"\\ud83d"', '""'])
-    return st.one_of(
-        st.lists(children, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]"),
-        st.lists(st.tuples(keys, children), max_size=4).map(
-            lambda kv: "{" + ",".join(f"{k}:{v}" for k, v in kv) + "}"
-        ),
-    )
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal values of equal types, floats bit for bit (``-0.0``), dict keys in order."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, float):
-        return repr(a) == repr(b)
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
-
-
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
-@given(
-    doc=st.recursive(_LEAVES, _containers, max_leaves=20),
-    before=st.sampled_from(["", " ", "\n", "\t", "\r", "\x0c", "\ufeff", "\xa0"]),
-    after=st.sampled_from(["", " ", "\n", "\x0c", "\u2028", ",", "}", "x", "//c", " 1"]),
-)
-def test_the_fast_decoder_gives_from_json_values_or_refuses(
-    doc: str, before: str, after: str
-) -> None:
-    """Whatever msgspec decodes, ``from_json`` decodes to the same value (so feed_many never
-    sees another object than feed would); what it refuses goes to feed."""
-    import pydantic_core
-
-    from fluxstream.formats import chat_completions
-
-    text = before + '{"k":' + doc + "}" + after
-    try:
-        fast = chat_completions._fast_loads(text)
-    except ValueError:
-        return
-    assert _same(fast, pydantic_core.from_json(text))
+# Whatever its msgspec decoder takes, ``from_json`` decodes to the same value (for every
+# format that decodes with msgspec): tests/formats/test_fast_paths.py.
 
 
 @pytest.mark.parametrize("depth", [150, 199, 200, 201, 202, 300, 990])

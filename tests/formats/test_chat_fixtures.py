@@ -14,11 +14,8 @@ from typing import Any
 import pytest
 from fixture_files import CHAT, chat_expected, chat_streams, require
 from format_corpus import check_events_rebuild_reply, check_reply
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from fluxstream.events import (
-    Event,
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
@@ -96,26 +93,3 @@ def test_events_rebuild_the_reply(path: Path) -> None:
 def test_strict_mode_accepts_every_fixture(path: Path) -> None:
     """No fixture has an invalid frame except cut ones at EOF, which strict mode also drops."""
     check_reply(replay([require(path).read_bytes()], strict=True), expected(path))
-
-
-def _events(reads: list[bytes]) -> list[Event]:
-    parser = StreamParser(content_key="same")
-    out: list[Event] = []
-    for data in reads:
-        out += parser.feed(data)
-    return out + parser.close()
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
-    require_fixtures()
-    path = data.draw(st.sampled_from(FILES), label="fixture")
-    body = require(path).read_bytes()
-    cuts = sorted(
-        data.draw(
-            st.lists(st.integers(0, len(body)), max_size=40, unique=True), label="cuts"
-        )
-    )
-    reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    assert _events(reads) == _events([body])

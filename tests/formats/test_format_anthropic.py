@@ -87,17 +87,6 @@ def test_strict_mode_accepts_every_recorded_stream(path: Path) -> None:
                 expected(path))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
-    path = data.draw(st.sampled_from(FILES), label="fixture")
-    body = require(path).read_bytes()
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=40, unique=True)))
-    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    fmt = "anthropic_messages"
-    assert run(pieces, format=fmt)[0] == run([body], format=fmt)[0]
-
-
 def test_thinking_signature_is_kept_not_shown() -> None:
     reply = replay([require(chat_streams("anth-vercel-thinking-signature")[0]).read_bytes()],
                    format="anthropic_messages")

@@ -86,16 +86,6 @@ def test_strict_mode_accepts_every_recorded_stream(path: Path) -> None:
           gemini_expected(path))
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data())
-def test_events_do_not_depend_on_read_boundaries(data: st.DataObject) -> None:
-    path = data.draw(st.sampled_from(FILES), label="fixture")
-    body = require(path).read_bytes()
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=40, unique=True)))
-    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-    assert run(pieces, format="gemini")[0] == run([body], format="gemini")[0]
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_a_stream_cut_anywhere_before_its_last_event_is_truncated(data: st.DataObject) -> None:

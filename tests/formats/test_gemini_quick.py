@@ -6,30 +6,28 @@ The general path is the same format with no quick decoder (``quick_decoder = Non
 frame decoded to dicts and mapped by ``_response``, or through ``feed``). Both must give the
 same events, the same reply (skipped frames counted alike), the same offsets, the same wire
 state (after every read: the usage the fast path keeps undecoded is built when it is read) and
-the same errors:
+the same errors over streams Hypothesis builds around the edges of the fast path, chunks that
+look common but are not: two candidates, a new candidate, a whole ``functionCall`` part,
+streamed pieces of every kind, thought parts and signatures, several parts, a missing field, a
+value of the wrong type, a finish reason (new or repeated), usage that is empty, ``null``,
+unchanged, reordered, of another number type, going back, with an unknown field or too many
+fields, top-level ``error`` / ``promptFeedback`` / unknown keys, duplicate keys, escaped
+surrogate halves, ``NaN``, frames nested deeper than ``from_json`` allows, invalid JSON, strict
+mode, a resume token's state restored. There one ``feed_many`` per read is also checked against
+``feed`` one event at a time.
 
-* over every recorded Gemini stream of the corpus, cut at random read boundaries, through
-  :class:`~fluxstream.parser.StreamParser`;
-* over streams Hypothesis builds around the edges of the fast path, chunks that look common
-  but are not: two candidates, a new candidate, a whole ``functionCall`` part, streamed pieces
-  of every kind, thought parts and signatures, several parts, a missing field, a value of the
-  wrong type, a finish reason (new or repeated), usage that is empty, ``null``, unchanged,
-  reordered, of another number type, going back, with an unknown field or too many fields,
-  top-level ``error`` / ``promptFeedback`` / unknown keys, duplicate keys, escaped surrogate
-  halves, ``NaN``, frames nested deeper than ``from_json`` allows, invalid JSON, strict mode,
-  a resume token's state restored. There one ``feed_many`` per read is also checked against
-  ``feed`` one event at a time.
+Every recorded Gemini stream cut at random read boundaries is in ``test_fast_paths.py`` (for
+every registered format); here, that the typed path itself is taken on them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from fast_paths import shown, without_quick_decoders
 from gemini_corpus import gemini_streams
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -47,17 +45,6 @@ SETTINGS = settings(max_examples=300, deadline=None,
 FILES = gemini_streams()
 
 
-@contextlib.contextmanager
-def general_path() -> Iterator[None]:
-    """The Gemini format without its quick decoder."""
-    saved = GeminiFormat.__dict__["quick_decoder"]
-    GeminiFormat.quick_decoder = None
-    try:
-        yield
-    finally:
-        GeminiFormat.quick_decoder = saved
-
-
 def parse(reads: list[bytes], strict: bool = False, limits: StreamLimits | None = None,
           resume: dict[str, Any] | None = None) -> tuple[Any, ...]:
     """Everything the parser shows: events, the error raised, the wire state after every
@@ -68,18 +55,7 @@ def parse(reads: list[bytes], strict: bool = False, limits: StreamLimits | None 
         kwargs["limits"] = limits
     parser = (StreamParser(content_key="k", **kwargs) if resume is None
               else StreamParser.from_token(resume, **kwargs))
-    events: list[Event] = []
-    states: list[Any] = []
-    error = None
-    try:
-        for data in reads:
-            events += parser.feed(data)
-            states.append(parser.wire_state())
-        events += parser.close()
-    except FluxstreamError as exc:
-        error = (type(exc), str(exc))
-    return (events, error, states, parser.reply.model_dump(), parser.offsets(),
-            parser.wire_state())
+    return shown(parser, reads)
 
 
 def cut(body: bytes, data: st.DataObject) -> list[bytes]:
@@ -89,19 +65,6 @@ def cut(body: bytes, data: st.DataObject) -> list[bytes]:
 
 
 # --------------------------------------------------------------------------- the corpus
-
-
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-@settings(SETTINGS, max_examples=25)
-@given(data=st.data(), strict=st.booleans())
-def test_corpus_streams_map_alike_at_random_read_boundaries(
-    path: Path, data: st.DataObject, strict: bool
-) -> None:
-    reads = cut(path.read_bytes(), data)
-    fast = parse(reads, strict)
-    with general_path():
-        general = parse(reads, strict)
-    assert fast == general
 
 
 def test_the_fast_path_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -430,7 +393,7 @@ def test_built_streams_map_alike(texts: list[str], data: st.DataObject, strict: 
     reads = cut(body(texts, eol), data)
     limits = StreamLimits(max_choices=1, max_tool_calls=1) if tight else None
     fast = parse(reads, strict, limits)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         general = parse(reads, strict, limits)
     assert fast == general
     many, single = format_level(texts, strict)
@@ -451,7 +414,7 @@ def test_a_resumed_stream_maps_alike(texts: list[str], data: st.DataObject) -> N
         state["wire"]["usage_sent"] = False
     reads = cut(body(texts), data)
     fast = parse(reads, resume=state)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         general = parse(reads, resume=state)
     assert fast == general
 
@@ -469,7 +432,7 @@ def test_usage_that_changes_and_changes_back_is_delivered_again() -> None:
     chunks[-1]["candidates"][0]["finishReason"] = "STOP"
     reads = [body([json.dumps(c, separators=(",", ":"))]) for c in chunks]
     fast = parse(reads)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         assert parse(reads) == fast
     events = fast[0]
     assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "w0 w1 w2 w1 ."
@@ -488,7 +451,7 @@ def test_thoughts_and_pieces_on_the_fast_path_are_what_the_general_path_makes() 
     chunks[-1]["candidates"][0]["finishReason"] = "STOP"
     reads = [body([json.dumps(c) for c in chunks])]
     fast = parse(reads)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         assert parse(reads) == fast
     events = fast[0]
     assert [type(e) for e in events if isinstance(e, (ReasoningBlock, ToolCallDelta))]
@@ -508,7 +471,7 @@ def test_a_snapshot_that_grows_after_a_finish_delivered_it_is_delivered_again() 
     later = [common(i, index=1) for i in range(2, 5)]
     reads = [body([json.dumps(c)]) for c in [start, common(1), done, *later]]
     fast = parse(reads)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         assert parse(reads) == fast
     usages = [e for e in fast[0] if type(e).__name__ == "UsageUpdate"]
     assert [u.usage.total_tokens for u in usages] == [3, 4, 7]
@@ -519,7 +482,7 @@ def test_a_candidate_a_token_restored_outside_the_counts_takes_the_general_path(
     one): its chunks are skipped as the general path skips them, never mapped in line."""
     results = []
     for typed in (True, False):
-        with contextlib.nullcontext() if typed else general_path():
+        with contextlib.nullcontext() if typed else without_quick_decoders(GeminiFormat):
             results.append(_restored_outside_the_counts())
     assert results[0] == results[1]
     assert results[0][1] == 2
@@ -545,7 +508,7 @@ def test_an_empty_or_null_snapshot_mid_stream_changes_nothing(usage: Any) -> Non
     chunks[4]["candidates"][0]["finishReason"] = "STOP"
     reads = [body([json.dumps(c)]) for c in chunks]
     fast = parse(reads)
-    with general_path():
+    with without_quick_decoders(GeminiFormat):
         assert parse(reads) == fast
     usages = [e for e in fast[0] if type(e).__name__ == "UsageUpdate"]
     assert [u.usage.total_tokens for u in usages] == [3, 5]

@@ -4,27 +4,23 @@
 
 The general path is the same format with no quick decoder (``quick_decoder = None``: every
 frame through ``feed``). Both must give the same events, the same reply, the same state and the
-same errors:
+same errors over streams Hypothesis builds around the edges of the fast path (sequence numbers
+that repeat, go back or are not counts, a re-read after ``new_connection``, a new part, a
+fragment before its call or block, values of other types, duplicate keys, escaped surrogate
+halves, ``NaN``, frames nested deeper than ``from_json`` allows, ``event: error``, invalid JSON,
+strict mode), one ``feed_many`` per read against ``feed`` one event at a time.
 
-* over every recorded Responses and Anthropic stream of the corpus, cut at random read
-  boundaries, through :class:`~fluxstream.parser.StreamParser`;
-* over streams Hypothesis builds around the edges of the fast path (sequence numbers that
-  repeat, go back or are not counts, a re-read after ``new_connection``, a new part, a fragment
-  before its call or block, values of other types, duplicate keys, escaped surrogate halves,
-  ``NaN``, frames nested deeper than ``from_json`` allows, ``event: error``, invalid JSON,
-  strict mode), one ``feed_many`` per read against ``feed`` one event at a time.
+Every recorded stream of both formats cut at random read boundaries, and the fast path taken
+on them, are in ``test_fast_paths.py`` (for every registered format).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from fixture_files import CHAT, require
+from fast_paths import without_quick_decoders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,88 +30,10 @@ from fluxstream.formats._base import JsonEventFormat
 from fluxstream.formats.anthropic_messages import AnthropicMessagesFormat
 from fluxstream.formats.responses import ResponsesFormat
 from fluxstream.limits import StreamLimits
-from fluxstream.parser import StreamParser
 from fluxstream.sse import ServerSentEvent
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-FORMATS: dict[str, type[JsonEventFormat]] = {
-    "responses": ResponsesFormat, "anthropic_messages": AnthropicMessagesFormat,
-}
-
-
-@contextlib.contextmanager
-def general_path(cls: type[JsonEventFormat]) -> Iterator[None]:
-    """``cls`` without its quick decoder: every frame through ``feed``."""
-    saved = cls.__dict__["quick_decoder"]
-    cls.quick_decoder = None
-    try:
-        yield
-    finally:
-        cls.quick_decoder = saved
-
-
-# --------------------------------------------------------------------------- the corpus
-
-
-def corpus(prefix: str) -> list[Path]:
-    return sorted(require(CHAT).glob(f"{prefix}-*.sse"))
-
-
-STREAMS = [("responses", p) for p in corpus("resp")] + [
-    ("anthropic_messages", p) for p in corpus("anth")
-]
-
-
-def parse(fmt: str, reads: list[bytes], strict: bool) -> tuple[Any, ...]:
-    parser = StreamParser(format=fmt, content_key="k", strict=strict)
-    events: list[Event] = []
-    error = None
-    try:
-        for data in reads:
-            events += parser.feed(data)
-        events += parser.close()
-    except FluxstreamError as exc:
-        error = (type(exc), str(exc))
-    return events, error, parser.reply.model_dump(), parser.offsets(), parser.wire_state()
-
-
-def test_the_corpus_has_both_formats() -> None:
-    names = {fmt for fmt, _ in STREAMS}
-    assert names == set(FORMATS) and len(STREAMS) > 20
-
-
-@pytest.mark.parametrize(("fmt", "path"), STREAMS, ids=[p.stem for _, p in STREAMS])
-@settings(SETTINGS, max_examples=25)
-@given(data=st.data(), strict=st.booleans())
-def test_corpus_streams_map_alike_at_random_read_boundaries(
-    fmt: str, path: Path, data: st.DataObject, strict: bool
-) -> None:
-    body = path.read_bytes()
-    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(body) - 1)), max_size=40)))
-    reads = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True) if b > a]
-    fast = parse(fmt, reads, strict)
-    with general_path(FORMATS[fmt]):
-        general = parse(fmt, reads, strict)
-    assert fast == general
-
-
-@pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_the_corpus_takes_the_fast_path(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not a vacuous comparison: the recorded deltas are mapped by ``quick``."""
-    cls = FORMATS[fmt]
-    taken: list[bool] = []
-    quick = cls.quick
-
-    def counting(self: Any, obj: Any, out: list[Event]) -> bool:
-        taken.append(quick(self, obj, out))
-        return taken[-1]
-
-    monkeypatch.setattr(cls, "quick", counting)
-    for f, path in STREAMS:
-        if f == fmt:
-            parse(fmt, [path.read_bytes()], False)
-    assert taken.count(True) > 20
 
 
 # --------------------------------------------------------------------------- built streams
@@ -268,7 +186,7 @@ def _check(cls: type[JsonEventFormat], sses: list[ServerSentEvent], data: st.Dat
     reconnect_at = data.draw(st.none() | st.integers(1, len(reads)), "reconnect")
     limits = StreamLimits(max_tool_calls=data.draw(st.sampled_from([1, 2, 64]), "calls"))
     fast = drive(cls, reads, strict, reconnect_at, limits)
-    with general_path(cls):
+    with without_quick_decoders(cls):
         general = drive(cls, reads, strict, reconnect_at, limits)
     assert repr(fast) == repr(general)  # repr: a NaN the raw payloads hold equals itself
 
@@ -366,7 +284,7 @@ def test_a_reread_fragment_past_the_last_number_makes_the_stream_live(
     reads = [[ServerSentEvent(event=o["type"], data=json.dumps(o)) for o in head],
              [ServerSentEvent(event=kind, data=json.dumps(o)) for o in (fragment, later)]]
     fast = drive(ResponsesFormat, reads, False, 1, StreamLimits())
-    with general_path(ResponsesFormat):
+    with without_quick_decoders(ResponsesFormat):
         general = drive(ResponsesFormat, reads, False, 1, StreamLimits())
     assert repr(fast) == repr(general)
     texts = [getattr(e, "text", getattr(e, "arguments", None)) for e in fast[0]]

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from test_sse_properties import Stream, decode  # one driver for every property test
 
 from fluxstream.errors import EventTooLargeError, LimitExceededError
-from fluxstream.sse import ServerSentEvent, SSEDecoder
+from fluxstream.sse import LineDecoder, ServerSentEvent, SSEDecoder
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -212,35 +212,11 @@ def test_limit_does_not_depend_on_the_split(data: st.DataObject) -> None:
         assert decode(reads, limit)[0] == slow_events
 
 
-class LineLoop(SSEDecoder):
-    """The decoder without its shortcuts: every read goes through the general line loop
-    (``_lines``, the WHATWG state machine), the reference for the shortcuts on the *same*
-    reads (one byte per read takes the loop too, but its limits are checked at other
-    moments: a read's bytes without an event are counted when the read ends)."""
-
-    def feed(self, data: bytes) -> list[ServerSentEvent]:
-        if self._slow:
-            data = self._prelude(data)
-            if not data:
-                return []
-        elif data:
-            self.bytes_fed += len(data)
-        else:
-            return []
-        if 13 in data:
-            last = data[-1]
-            if last == 13:
-                self._skip_lf = self._slow = True
-            lines = data.splitlines()
-            return self._lines(lines, b"" if last == 13 or last == 10 else lines.pop())
-        if 10 not in data:
-            self._pending.append(data)
-            self._pending_len += len(data)
-            if self._event_size + self._pending_len > self._limit:
-                self._fail(self._event_size + self._pending_len)
-            return []
-        lines = data.split(b"\n")
-        return self._lines(lines, lines.pop())
+#: The decoder without its shortcuts: every read goes through the general line loop
+#: (``_lines``, the WHATWG state machine), the reference for the shortcuts on the *same* reads
+#: (one byte per read takes the loop too, but its limits are checked at other moments: a
+#: read's bytes without an event are counted when the read ends).
+LineLoop = LineDecoder
 
 
 def decode_until_limit(

@@ -28,6 +28,7 @@ from test_sse_fastpaths import LineLoop, decode_until_limit
 from test_sse_properties import decode
 
 from fluxstream import sse
+from fluxstream._core import sse_runs
 from fluxstream.sse import ServerSentEvent, SSEDecoder
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -358,7 +359,7 @@ def test_the_shortcuts_are_taken(monkeypatch: pytest.MonkeyPatch, kind: str, siz
     assert len(events) == 400
     monkeypatch.setattr(SSEDecoder, "_lines", general)
     assert events == decode([raw[i : i + 1] for i in range(len(raw))])[0]
-    # A read that ends within a CRLF block's blank line, or a relay read kept for _id_run:
+    # A read that ends within a CRLF block's blank line, or a relay read kept for id_run:
     # rare; every one of them would be one per read if a shortcut refused its shape.
     assert calls <= len(reads) // 10 + 2, (calls, len(reads))
 
@@ -367,7 +368,8 @@ def test_the_shortcuts_are_taken(monkeypatch: pytest.MonkeyPatch, kind: str, siz
 
 
 def count_copies(monkeypatch: pytest.MonkeyPatch) -> Callable[[Iterable[bytes]], int]:
-    """Bytes copied through ``sse._join`` and ``sse._join_lines`` while decoding ``reads``."""
+    """Bytes copied through ``sse._join``, ``sse._join_lines`` and the run shortcuts'
+    ``sse_runs._join`` while decoding ``reads``."""
     copied = 0
 
     def counting(join: Callable[[Iterable[bytes]], bytes]) -> Callable[[Iterable[bytes]], bytes]:
@@ -381,6 +383,7 @@ def count_copies(monkeypatch: pytest.MonkeyPatch) -> Callable[[Iterable[bytes]],
 
     monkeypatch.setattr(sse, "_join", counting(sse._join))
     monkeypatch.setattr(sse, "_join_lines", counting(sse._join_lines))
+    monkeypatch.setattr(sse_runs, "_join", counting(sse_runs._join))
 
     def run(reads: Iterable[bytes]) -> int:
         nonlocal copied
