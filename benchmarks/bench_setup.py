@@ -9,8 +9,9 @@ Two measures, each for a few kinds of stream:
 
 * **Instructions** (``valgrind --tool=cachegrind``), which do not depend on the machine's load:
   a child process makes N streams of one kind, one after another, and the cost of one is
-  (count at N = 300 - count at N = 100) / 200, so the interpreter's start, the imports and
-  the client's own set-up cancel out.
+  (count at the larger N - count at the smaller) / their difference, so the interpreter's
+  start, the imports and the client's own set-up cancel out; the median of three such pairs
+  (a run varies by ~1 % with the random content keys and the garbage collector's timing).
 * **Hot time**: the median over rounds of the time per stream of a round of 2,000 (``build``
   kinds) or 200 (``request``), after a warm-up.
 
@@ -44,7 +45,10 @@ from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 KINDS = ("build", "build-fallback", "build-messages", "request")
-COUNTS = (100, 300)
+#: The two N of each kind's instruction count (a whole request costs ten times a build).
+COUNTS = {"request": (200, 600)}
+BUILD_COUNTS = (1000, 3000)
+PAIRS = 3
 
 
 def _client(kind: str, base_url: str) -> fluxstream.AsyncClient:
@@ -111,8 +115,12 @@ def _instructions(kind: str, n: int) -> int:
 
 
 def per_stream_instructions(kind: str) -> float:
-    low, high = (_instructions(kind, n) for n in COUNTS)
-    return (high - low) / (COUNTS[1] - COUNTS[0])
+    small, large = COUNTS.get(kind, BUILD_COUNTS)
+    each = []
+    for _ in range(PAIRS):
+        low, high = _instructions(kind, small), _instructions(kind, large)
+        each.append((high - low) / (large - small))
+    return statistics.median(each)
 
 
 def hot_microseconds(kind: str, rounds: int) -> float:

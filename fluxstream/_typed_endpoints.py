@@ -2,8 +2,8 @@
 
 Each is a thin typed signature over the client's generic endpoint of its API
 (:class:`~fluxstream._io.endpoint.Endpoint`): it spells out its API's request fields and the
-per-call options for users, IDEs and type checkers, shapes its body, and gathers the options
-into one :class:`~fluxstream._io.call_options.CallOptions` as its first statement. Whatever else
+per-call options for users, IDEs and type checkers, shapes its body, and hands the generic
+endpoint the options as one :class:`~fluxstream._io.call_options.CallOptions`. Whatever else
 a stream needs comes from the client's settings, which the generic endpoint holds, so these
 classes never see the client (the client imports them, never the reverse). Their public homes
 are :mod:`fluxstream.client` (``Chat``) and :mod:`fluxstream.endpoints`.
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from . import apis
-from ._io.call_options import CallOptions
+from ._io.call_options import CallOptions, in_order
 from ._io.endpoint import Endpoint, completing
 from .apis import Api
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES
@@ -65,7 +65,11 @@ class _TypedEndpoint:
         upstream the token names as serving must be among them; the resume goes on there,
         then moves along the ones after it); ``raise_for_outcome`` too. A client with a
         ``token_secret`` resumes only a token signed with one of its secrets."""
-        return self._endpoint.resume(token, CallOptions.of_resume(locals()))
+        return self._endpoint.resume(token, CallOptions(
+            extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
+        ))
 
 
 class Chat(_TypedEndpoint):
@@ -117,11 +121,13 @@ class Chat(_TypedEndpoint):
         iteration raises unless the stream ended well (see
         :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
         """
-        options = CallOptions.of_stream(locals())
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
             with_usage(body)
-        return self._endpoint.stream(body, options)
+        return self._endpoint.stream(body, in_order((
+            tools, content_key, extra_headers, strict, retry, resume, response_format, log,
+            timeouts, observers, fallbacks, failover, raise_for_outcome,
+        )))
 
     def resume(
         self,
@@ -151,10 +157,13 @@ class Chat(_TypedEndpoint):
         goes on there, then moves along the ones after it); ``raise_for_outcome`` too. A
         client with a ``token_secret`` resumes only a token signed with one of its secrets,
         and refuses any other before anything is sent (``ResumeTokenError``)."""
-        options = CallOptions.of_resume(locals())
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
-        return endpoint.resume(token, options)
+        return endpoint.resume(token, CallOptions(
+            extra_headers=extra_headers, resume=resume, retry=retry,
+            response_format=response_format, timeouts=timeouts, observers=observers,
+            fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
+        ))
 
     complete = completing(stream)
 
@@ -203,13 +212,15 @@ class Responses(_TypedEndpoint):
         iteration raises unless the stream ended well (see
         :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
         """
-        options = CallOptions.of_stream(locals())
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
             body["input"] = list(input)
         if instructions is not None:
             body["instructions"] = instructions
-        return self._endpoint.stream(body, options)
+        return self._endpoint.stream(body, in_order((
+            tools, content_key, extra_headers, strict, retry, resume, response_format, log,
+            timeouts, observers, fallbacks, failover, raise_for_outcome,
+        )))
 
     complete = completing(stream)
 
@@ -261,12 +272,14 @@ class Messages(_TypedEndpoint):
         iteration raises unless the stream ended well (see
         :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
         """
-        options = CallOptions.of_stream(locals())
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
         if system is not None:
             body["system"] = system if isinstance(system, str) else list(system)
-        return self._endpoint.stream(body, options)
+        return self._endpoint.stream(body, in_order((
+            tools, content_key, extra_headers, strict, retry, resume, response_format, log,
+            timeouts, observers, fallbacks, failover, raise_for_outcome,
+        )))
 
     complete = completing(stream)
 
@@ -318,7 +331,6 @@ class Gemini(_TypedEndpoint):
         ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
         ``raise_for_outcome``: as for ``client.chat.stream``.
         """
-        options = CallOptions.of_stream(locals())
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
             fields["systemInstruction"] = (
@@ -328,6 +340,9 @@ class Gemini(_TypedEndpoint):
         if generation_config is not None:
             fields["generationConfig"] = dict(generation_config)
         body = GEMINI.conversation(model, list(contents), fields)
-        return self._endpoint.stream(body, options)
+        return self._endpoint.stream(body, in_order((
+            tools, content_key, extra_headers, strict, retry, resume, response_format, log,
+            timeouts, observers, fallbacks, failover, raise_for_outcome,
+        )))
 
     complete = completing(stream)

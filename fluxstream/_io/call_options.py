@@ -4,7 +4,9 @@
 (``content_key``, ``retry``, ``timeouts``, ``fallbacks``...) for users, IDEs and type
 checkers; right there they become one :class:`CallOptions`, and everything below (the
 generic endpoint, the route, the stream) reads that one value. A new per-call option is a
-field here, a parameter of each typed signature, and the code that reads it.
+field here, a parameter of each typed signature (and its place in the value each one makes),
+and the code that reads it; ``tests/client/test_call_options.py`` holds every signature to the
+fields, and checks that whatever a call passes arrives.
 
 A ``NamedTuple`` rather than a frozen dataclass: immutable all the same, and made on every
 call, where it costs a quarter of a frozen dataclass (as :class:`~fluxstream.sse.
@@ -13,8 +15,8 @@ ServerSentEvent`). ``None`` in a field means "the client's" (its policy, its fal
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 from ..observe import StreamObserver
@@ -22,7 +24,7 @@ from ..retry import ResumePolicy, RetryPolicy
 from ..timeouts import Timeouts
 from ..upstream import Failover, Upstream
 
-__all__ = ["RESUME_OPTIONS", "CallOptions"]
+__all__ = ["RESUME_OPTIONS", "CallOptions", "in_order"]
 
 
 class CallOptions(NamedTuple):
@@ -34,7 +36,7 @@ class CallOptions(NamedTuple):
     #: Names the logical request (``stream`` only; generated when ``None``).
     content_key: str | None = None
     extra_headers: Mapping[str, str] | None = None
-    #: Malformed frames raise instead of being skipped (``stream`` only).
+    #: A data frame that does not decode is an error, not a skipped frame (``stream`` only).
     strict: bool = False
     retry: RetryPolicy | None = None
     resume: ResumePolicy | None = None
@@ -47,25 +49,17 @@ class CallOptions(NamedTuple):
     failover: Failover | None = None
     raise_for_outcome: bool | None = None
 
-    @classmethod
-    def of_stream(cls, arguments: Mapping[str, Any]) -> CallOptions:
-        """The options of a typed ``stream`` signature, from its ``locals()`` taken as its
-        first statement (its arguments: every field is one of its parameters, of the same
-        type and default, which ``tests/client/test_call_options.py`` holds every typed
-        signature to)."""
-        return cls._make(_STREAM_ARGUMENTS(arguments))
 
-    @classmethod
-    def of_resume(cls, arguments: Mapping[str, Any]) -> CallOptions:
-        """The options of a typed ``resume`` signature, from its ``locals()`` (its
-        parameters are the fields in :data:`RESUME_OPTIONS`)."""
-        return cls(**{name: arguments[name] for name in RESUME_OPTIONS})
-
-
-_STREAM_ARGUMENTS = itemgetter(*CallOptions._fields)
 #: The options ``resume`` takes: those that do not make a new request (no tools, content key,
 #: strictness or log: the token has them, or they are the stream's that was recorded).
 RESUME_OPTIONS = (
     "extra_headers", "resume", "retry", "response_format", "timeouts", "observers", "fallbacks",
     "failover", "raise_for_outcome",
 )
+
+#: A :class:`CallOptions` of every field's value, in field order: how the typed ``stream``
+#: signatures make theirs, once per call. The ``NamedTuple``'s own ``__new__`` binds thirteen
+#: keyword arguments, which cost making a stream ~8% more instructions (cachegrind,
+#: ``benchmarks/bench_setup.py``) than this one tuple; the order is held by
+#: ``tests/client/test_call_options.py`` (each field given a value of its own).
+in_order = functools.partial(tuple.__new__, CallOptions)

@@ -190,14 +190,27 @@ class ClientSettings:
 
     def request(
         self, api: Api, body: dict[str, Any], headers: Mapping[str, str] | None,
-        timeouts: Timeouts | None,
+        timeouts: Timeouts | None, to: RequestBuilder | None = None,
     ) -> RequestSpec:
         """The request of ``body`` to ``api`` under the base URL in force (every attempt of
         the stream goes there: a retry or a resume never moves a reply, and the
-        credentials it is sent with, to another host half-way), with ``headers`` of its own,
-        under these deadlines with the fields given in ``timeouts`` over them."""
-        return _spec(self.requests, api, body, headers, self.timeouts.merge(timeouts),
-                     self.usage_ledger)
+        credentials it is sent with, to another host half-way), or ``to`` a fallback's, with
+        ``headers`` of its own, under these deadlines with the fields given in ``timeouts``
+        over them."""
+        requests = self.requests if to is None else to
+        built = requests.for_api(api)
+        return RequestSpec(
+            api=api,
+            body=body,
+            build=built.build,
+            http=requests.http,
+            errors=requests.errors,
+            headers=checked_headers(headers, "extra_headers") if headers else {},
+            timeouts=self.timeouts.merge(timeouts),
+            build_get=built.build_get,
+            server=requests.url.server,
+            ledger=self.usage_ledger,
+        )
 
     def route_plan(self, api: Api, upstreams: tuple[Upstream, ...]) -> RoutePlan:
         """The route of ``api``'s streams to the client's own base URL then ``upstreams``
@@ -208,25 +221,6 @@ class ClientSettings:
         if plan is None:
             plan = self._routes[api.name] = RoutePlan(self, api, upstreams)
         return plan
-
-
-def _spec(
-    requests: RequestBuilder, api: Api, body: dict[str, Any], headers: Mapping[str, str] | None,
-    timeouts: Timeouts, ledger: UsageLedger,
-) -> RequestSpec:
-    built = requests.for_api(api)
-    return RequestSpec(
-        api=api,
-        body=body,
-        build=built.build,
-        http=requests.http,
-        errors=requests.errors,
-        headers=checked_headers(headers, "extra_headers") if headers else {},
-        timeouts=timeouts,
-        build_get=built.build_get,
-        server=requests.url.server,
-        ledger=ledger,
-    )
 
 
 class _Fallback:
@@ -286,10 +280,11 @@ class RoutePlan:
     def _target(
         self, fallback: _Fallback, request: RequestSpec, carried: dict[str, str]
     ) -> Target:
-        ledger = self.settings.usage_ledger
+        settings = self.settings
 
         def build(body: dict[str, Any]) -> RequestSpec:
-            spec = _spec(fallback.requests, fallback.api, body, carried, request.timeouts, ledger)
+            spec = settings.request(fallback.api, body, carried, request.timeouts,
+                                    fallback.requests)
             spec.sending = request.sending  # trace context, added at each send
             return spec
 

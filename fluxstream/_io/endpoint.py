@@ -119,8 +119,12 @@ class Endpoint:
         parser = settings.parser(api, options.content_key or new_content_key(), options.strict)
         request = settings.request(api, body, options.extra_headers, options.timeouts)
         resume = self.resume_policy(options.resume, settings)
-        route = self.route(settings, request, options, resume)
+        route = None
+        if options.fallbacks is not None or settings.fallbacks:  # usually neither: no route
+            route = self.route(settings, request, options, resume)
         stream = self.open(settings, request, parser, options, resume, route, resuming=False)
+        if structured is None and options.log is None and options.observers == ():
+            return stream  # the usual case: nothing to prepare
         return prepare(stream, structured, options.log, options.observers)
 
     def open(
@@ -134,6 +138,13 @@ class Endpoint:
             logger.debug("%s stream model=%s key=%s", request.path,
                          show_key(request.body.get("model")), show_key(parser.content_key),
                          extra={"content_key": parser.content_key, "request_id": None})
+        raise_for_outcome = options.raise_for_outcome
+        if raise_for_outcome is None:
+            raise_for_outcome = settings.raise_for_outcome
+        elif not isinstance(raise_for_outcome, bool):
+            raise TypeError(
+                f"raise_for_outcome is True, False or None, not {type(raise_for_outcome).__name__}"
+            )
         stream = ReplyStream(
             request,
             parser,
@@ -143,20 +154,10 @@ class Endpoint:
             observers=settings.observers,
             route=route,
             token_signer=settings.token_signer,
-            raise_for_outcome=self.raises_for_outcome(options.raise_for_outcome),
+            raise_for_outcome=raise_for_outcome,
         )
         settings.state.adopt(stream)
         return stream
-
-    def raises_for_outcome(self, raise_for_outcome: bool | None) -> bool:
-        """``raise_for_outcome`` (checked), or the client's."""
-        if raise_for_outcome is None:
-            return self.settings.raise_for_outcome
-        if not isinstance(raise_for_outcome, bool):
-            raise TypeError(
-                f"raise_for_outcome is True, False or None, not {type(raise_for_outcome).__name__}"
-            )
-        return raise_for_outcome
 
     def route(
         self, settings: ClientSettings, request: RequestSpec, options: CallOptions,

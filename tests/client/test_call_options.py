@@ -1,11 +1,11 @@
 """A call's options are one value, and every typed signature offers exactly its fields.
 
 The typed ``stream`` and ``resume`` signatures spell the per-call options out for users, IDEs
-and type checkers, and gather them from their own arguments
-(:meth:`~fluxstream._io.call_options.CallOptions.of_stream`): each signature must therefore
-have a parameter for every option (``resume``: those of ``RESUME_OPTIONS``), with the field's
-type and default, so that a new option added to ``CallOptions`` cannot be forgotten in one
-API's signature, and nothing the caller passes is lost on the way down.
+and type checkers, and hand them down as one
+:class:`~fluxstream._io.call_options.CallOptions`: each signature must have a parameter for
+every option (``resume``: those of ``RESUME_OPTIONS``), with the field's type and default, and
+put each one in the value, so that a new option added to ``CallOptions`` cannot be forgotten in
+one API's signature, and nothing the caller passes is lost on the way down.
 """
 
 from __future__ import annotations
