@@ -618,13 +618,16 @@ async def soak(args: argparse.Namespace, run: str, watch: Watch) -> RunResult:
     baseline = {"fds": open_fds(), "tasks": live_tasks(), "rss_mib": round(rss_mib(), 2)}
     # "default": no http_client, as users run it; the pool is sized by ``limits=``.
     options: dict[str, Any] = (
-        {"http_client": injected} if injected is not None else {"limits": limits, "timeout": timeout}
+        {"http_client": injected} if injected is not None else {"limits": limits}
     )
+    http_fields = {name: getattr(timeout, name) for name in ("connect", "read", "write", "pool")}
     client = fluxstream.AsyncClient(
         base_url=args.base_url, api_key=API_KEY, **options,
         retry=fluxstream.RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=0.05,
                                      total_timeout=5),
-        finish_grace=0.5,
+        timeouts=fluxstream.Timeouts(
+            **(http_fields if injected is None else {}), finish_grace=0.5
+        ),
     )
     http = client.http_client  # the injected client, or fluxstream's own
     rng = random.Random(f"{args.seed}-{run}")

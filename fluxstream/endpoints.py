@@ -4,7 +4,7 @@ Both stream through exactly what ``client.chat`` uses — the same :class:`~flux
 ReplyStream`, timeouts, cancellation, retries, resume and error mapping — and differ only in
 their API (:mod:`fluxstream.apis`): the request they build and the wire format their parser
 reads (``"responses"`` / ``"anthropic_messages"``). Their typed signatures live beside
-``client.chat``'s in :mod:`fluxstream.client`, over the one generic endpoint
+``client.chat``'s in :mod:`fluxstream._typed_endpoints`, over the one generic endpoint
 (:mod:`fluxstream._io.endpoint`); this module is where they have always been imported from,
 with :func:`anthropic_client`.
 
@@ -27,10 +27,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import apis
+from ._io.base_url import keyless
 from ._io.endpoint import completing
+from ._typed_endpoints import Messages, Responses
 from .apis import Api
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES, ANTHROPIC_VERSION
-from .client import AsyncClient, Messages, Responses, keyless
+from .client import AsyncClient
 
 __all__ = [
     "ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing", "token_api",

@@ -31,7 +31,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (1, ["errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them;
     # _core.token_signature: the HMAC of resume tokens (raises ResumeTokenError)
-    (2, ["events", "usage", "_core.headers", "_core.token_signature"]),
+    # _core.secret: a masked secret, and token_secret read into a TokenSigner
+    (2, ["events", "usage", "_core.headers", "_core.token_signature", "_core.secret"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
@@ -46,18 +47,27 @@ _ORDER: list[tuple[int, list[str]]] = [
          "observe", "apis", "_core.failover", "upstream"]),
     # _core.genai_attributes: what the OpenTelemetry conventions read of a request and reply
     # _io.transport: the seam an HTTP client is used through; _io.aiohttp_private: every use
-    # of aiohttp's internals, checked on import; _io.aiohttp_errors: its exceptions as httpx's
+    # of aiohttp's internals, checked on import; _io.aiohttp_errors: its exceptions as httpx's;
+    # _io.client_timeouts, _io.base_url, _io.request_builder, _io.call_options: how a client's
+    # deadlines, URLs and requests are made, and a call's options as one value (plain values
+    # and builders, below everything that makes a stream)
     (6, ["_core.observers", "_core.genai_attributes", "_io.http_library", "_io.transport",
          "_io.aiohttp_private", "_io.aiohttp_errors", "_io.aiohttp_client",
-         "_io.default_client", "_io.attempt", "_io.readahead"]),
+         "_io.default_client", "_io.attempt", "_io.readahead",
+         "_io.client_timeouts", "_io.base_url", "_io.request_builder", "_io.call_options"]),
     (7, ["_io.channel"]),
     (8, ["_io.reconnect", "_io.failover", "_io.hedge", "_io.stream_end"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["stream"]),
-    (12, ["_io.endpoint"]),
-    (13, ["client"]),
-    (14, ["endpoints"]),
+    # _io.client_settings: the client's settings as one value, which the endpoint reads (the
+    # endpoint imports it, never the client)
+    (12, ["_io.client_settings", "_io.endpoint"]),
+    # the typed signatures sit under the client, which makes them over its generic endpoints:
+    # they are handed those endpoints, never the client
+    (13, ["_typed_endpoints"]),
+    # endpoints builds a client (anthropic_client), so it imports the client, never the reverse
+    (14, ["client", "endpoints"]),
     (15, [""]),  # fluxstream/__init__.py
     (16, ["relay", "otel"]),  # and every relay.* module; otel: the OpenTelemetry observer
     # and every server.* and cli.* module

@@ -9,7 +9,8 @@ the shape the parser wrote and ``token_signature`` signs and verifies one (HMAC,
 that pass through untrusted hands); ``failover`` holds the pure rules of moving on (which
 failures another upstream may not share, a handoff's reason, a segment's kind) and the circuit
 breaker that skips a failing upstream for a while; ``headers`` says which header names carry a
-credential and checks headers without showing a value; ``coalesce`` paces items per frame;
+credential and checks headers without showing a value, and ``secret`` holds a secret (a key,
+a URL's credentials, a token secret) that never shows itself; ``coalesce`` paces items per frame;
 ``observers`` tells a stream's observers, once each, whatever one of them raises;
 ``genai_attributes`` reads what the OpenTelemetry GenAI conventions want of a request and a
 reply. The I/O layer (:mod:`fluxstream._io`) acts on what they decide, so each is tested as a

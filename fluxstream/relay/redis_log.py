@@ -43,7 +43,6 @@ redis-py's asyncio client runs on asyncio only (not trio). Install ``fluxstream[
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
@@ -62,8 +61,9 @@ from ..errors import (
     show_key,
 )
 from ..events import Event
+from ._redis_cancel_watch import CancelWatch, ignore_result
 from ._redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
-from ._redis_connection import cancel_asked, entry_number
+from ._redis_connection import entry_number
 from ._redis_pipeliner import Pipeliner
 from ._redis_scripts import (
     ACQUIRE,
@@ -172,13 +172,8 @@ class RedisReplyLog(ReplyLog):
             ClusterTailer(redis, self._pipeline, _decode) if self.cluster
             else Tailer(redis, self._pipeline, _decode, WrittenNames(redis, self._written))
         )
-        # Cancel watch: one pub/sub connection for every producer of this log.
-        self._watchers: dict[str, list[Callable[[], None]]] = {}
-        self._pubsub: Any = None
-        self._listener: asyncio.Task[None] | None = None
-        #: Redis refused this log's user the cancel channels (an ACL without them): its
-        #: producers read cancels from the flag every write returns, and subscribe no more.
-        self._channels_refused = False
+        #: Cancels published for this process's producers: one pub/sub connection for all.
+        self._cancels = CancelWatch(redis, lambda: self.lease)
         #: Cancel wake-ups (the ``PUBLISH`` after the flag) that Redis refused or that failed:
         #: each cancel still worked, its producer reading the flag with its next write.
         self.wake_ups_failed = 0
@@ -218,15 +213,7 @@ class RedisReplyLog(ReplyLog):
         if self._write_channel is not None:
             await self._write_channel.aclose()
         await self._pipeline.aclose()
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(BaseException):
-                await self._listener
-            self._listener = None
-        if self._pubsub is not None:
-            with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = None
+        await self._cancels.aclose()
         if self._owns:
             await self._redis.aclose()
 
@@ -438,7 +425,7 @@ class RedisReplyLog(ReplyLog):
                     self._ranges.pop(slot, None)
 
             shared = self._ranges[slot] = asyncio.get_running_loop().create_task(read())
-            shared.add_done_callback(_ignore_result)  # every waiter may have gone
+            shared.add_done_callback(ignore_result)  # every waiter may have gone
         return list(await asyncio.shield(shared))
 
     async def _state(self, key: str) -> LogState:
@@ -498,93 +485,19 @@ class RedisReplyLog(ReplyLog):
 
     async def _watch_cancel(self, key: str, callback: Callable[[], None]) -> Callable[[], None]:
         self._check_open()
-        channel = self.keys(key)["channel"]
-        callbacks = self._watchers.setdefault(channel, [])
-        callbacks.append(callback)
+        keys = self.keys(key)
+        channel = keys["channel"]
         try:
-            if not self._channels_refused:
-                if self._pubsub is None:
-                    self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-                await self._pubsub.subscribe(channel)
-                if self._listener is None or self._listener.done():
-                    self._listener = asyncio.get_running_loop().create_task(self._listen())
             # A cancel published before the subscription took effect left its flag.
-            if await self._call("EXISTS", self.keys(key)["cancel"]):
-                self._fire(channel)
-        except (RedisError, OSError, RelayUnavailableError) as exc:
-            self._unwatch(channel, callback)
-            if isinstance(exc, RelayUnavailableError):
-                raise
+            flagged = lambda: self._call("EXISTS", keys["cancel"])  # noqa: E731
+            await self._cancels.watch(channel, callback, flagged)
+        except (RedisError, OSError) as exc:
             raise RelayUnavailableError(f"redis: {type(exc).__name__}: {exc}") from exc
 
         def stop() -> None:
-            self._unwatch(channel, callback)
+            self._cancels.unwatch(channel, callback)
 
         return stop
-
-    def _unwatch(self, channel: str, callback: Callable[[], None]) -> None:
-        callbacks = self._watchers.get(channel)
-        if callbacks is not None and callback in callbacks:
-            callbacks.remove(callback)
-        if callbacks is not None and not callbacks:
-            del self._watchers[channel]
-            self._unsubscribe(channel)
-
-    def _unsubscribe(self, channel: str) -> None:
-        if self._pubsub is not None:
-            pubsub = self._pubsub
-            task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
-            task.add_done_callback(_ignore_result)
-
-    def _fire(self, channel: str) -> None:
-        callbacks = self._watchers.pop(channel, [])
-        if callbacks:  # a cancel is once per reply: nothing is left to watch on its channel
-            self._unsubscribe(channel)
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # a producer's cancel must not stop the others
-                logger.exception("relay: cancel callback failed")
-
-    async def _listen(self) -> None:
-        """The log's pub/sub listener task: dispatches cancels to local producers."""
-        while self._pubsub is not None:
-            try:
-                if not self._pubsub.subscribed:
-                    await asyncio.sleep(0.05)
-                    continue
-                message = await self._pubsub.get_message(timeout=1.0)
-            except asyncio.CancelledError:
-                raise
-            except NoPermissionError:  # an ACL without the channels: no use asking again
-                await self._refuse_channels()
-                return
-            except Exception as exc:  # the flag on every write still carries the cancel
-                if cancel_asked():  # a cancel lost in the failure (see cancel_asked)
-                    raise asyncio.CancelledError from exc
-                logger.warning("relay: cancel listener: %s: %s", type(exc).__name__, exc)
-                await asyncio.sleep(0.5)
-                continue
-            if message and message.get("type") == "message":
-                channel = message["channel"]
-                if isinstance(channel, bytes):
-                    channel = channel.decode()
-                self._fire(channel)
-
-
-    async def _refuse_channels(self) -> None:
-        """Redis refused the subscription (this user may not use the cancel channels): say so
-        once and subscribe no more. Cancels still reach this log's producers, through the
-        flag each write and lease refresh returns."""
-        self._channels_refused = True
-        logger.warning(
-            "relay: this Redis user may not subscribe to the cancel channels: a cancel reaches"
-            " a producer of this log with its next write, within %g s", self.lease / 2,
-        )
-        pubsub, self._pubsub = self._pubsub, None
-        if pubsub is not None:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
 
 
 def _written(write: Write, reply: Any) -> bool | Exception:
@@ -647,10 +560,3 @@ def _decode(item: Any) -> Entry:
     if data is None:
         raise RelayError(f"stored entry {entry_id} has no data")
     return decode_entry(number, data)
-
-
-def _ignore_result(task: asyncio.Task[Any]) -> None:
-    """A done callback for a task nobody may await: its exception counts as retrieved (else
-    asyncio logs "Task exception was never retrieved" when it is collected)."""
-    if not task.cancelled():
-        task.exception()

@@ -14,8 +14,9 @@ import pytest
 from test_layers import MODULES, PACKAGE, module_name
 
 #: The modules between the client and the registry of APIs.
-WATCHED = ("client", "endpoints", "_io.endpoint", "stream", "_io.structured_output",
-           "_io.stream_objects", "apis")
+WATCHED = ("client", "endpoints", "_typed_endpoints", "_io.endpoint", "_io.client_settings",
+           "_io.call_options", "_io.request_builder", "_io.base_url", "stream",
+           "_io.structured_output", "_io.stream_objects", "apis")
 
 
 def every_import(module: str) -> set[str]:

@@ -1,9 +1,10 @@
 """Assigning a client's settings changes what its next stream uses, as passing them did.
 
 ``client.base_url``, ``client.timeout``, ``idle_timeout``, ``stall_timeout``,
-``first_token_timeout`` and ``finish_grace`` are documented settings of the client; assigning
-one is taken exactly as the constructor takes it (parsed and checked the same way) and applies
-to the streams made after it. Real sockets: the embedded server (or a raw upstream where the
+``first_token_timeout`` and ``finish_grace`` are documented settings of the client (the timeout
+ones deprecated for ``client.timeouts``: assigning one warns); assigning one is taken exactly as
+the constructor takes it (parsed and checked the same way) and applies to the streams made
+after it. Real sockets: the embedded server (or a raw upstream where the
 server cannot misbehave as needed) on 127.0.0.1.
 """
 
@@ -63,7 +64,8 @@ async def test_an_assigned_timeout_ends_the_next_stream(
     anyio_backend: str,
 ) -> None:
     async with serve(port=0, faults=fault) as server, client(server.base_url) as c:
-        setattr(c, attribute, value)
+        with pytest.warns(DeprecationWarning):
+            setattr(c, attribute, value)
         with anyio.fail_after(LIFE + SLACK), pytest.raises(error) as info:
             await c.chat.complete(model="m", messages=MSG)
     assert info.value.deadline is deadline  # type: ignore[attr-defined]
@@ -81,7 +83,8 @@ async def test_first_token_timeout_error_type(anyio_backend: str) -> None:
                 await anyio.sleep(0.05)
 
     async with upstream(head_then_pings) as up, client(up.base) as c:
-        c.first_token_timeout = 0.4
+        with pytest.warns(DeprecationWarning):
+            c.first_token_timeout = 0.4
         with anyio.fail_after(LIFE), pytest.raises(FirstTokenTimeoutError):
             await c.chat.complete(model="m", messages=MSG)
 
@@ -92,8 +95,11 @@ async def test_an_assigned_finish_grace_ends_the_next_stream_finished(anyio_back
         await sock.send(HEAD + text("Hello") + FINISH)
         await anyio.sleep(LIFE)
 
-    async with upstream(finished_then_silence) as up, client(up.base, finish_grace=None) as c:
-        c.finish_grace = 0.3
+    async with upstream(finished_then_silence) as up, client(
+        up.base, timeouts=Timeouts(finish_grace=None)
+    ) as c:
+        with pytest.warns(DeprecationWarning):
+            c.finish_grace = 0.3
         with anyio.fail_after(LIFE):
             stream = c.chat.stream(model="m", messages=MSG)
             async with stream:
@@ -104,16 +110,18 @@ async def test_an_assigned_finish_grace_ends_the_next_stream_finished(anyio_back
 
 def test_assigning_a_timeout_replaces_the_clients_timeouts_field_by_field() -> None:
     c = fluxstream.AsyncClient("http://127.0.0.1:9/v1", timeouts=Timeouts(first_token=30))
-    c.stall_timeout = 5
-    c.idle_timeout = 7.5
-    c.finish_grace = None
-    c.timeout = httpx.Timeout(3.0, read=40.0)
+    with pytest.warns(DeprecationWarning):
+        c.stall_timeout = 5
+        c.idle_timeout = 7.5
+        c.finish_grace = None
+        c.timeout = httpx.Timeout(3.0, read=40.0)
     t = c.timeouts
     assert (t.connect, t.read, t.write, t.pool) == (3.0, 40.0, 3.0, 3.0)
     assert (t.idle, t.stall, t.first_token, t.finish_grace) == (7.5, 5.0, 30.0, None)
-    assert (c.stall_timeout, c.idle_timeout, c.finish_grace) == (5.0, 7.5, None)
-    assert c.timeout == httpx.Timeout(3.0, read=40.0)
-    c.first_token_timeout = None
+    with pytest.warns(DeprecationWarning):
+        assert (c.stall_timeout, c.idle_timeout, c.finish_grace) == (5.0, 7.5, None)
+        assert c.timeout == httpx.Timeout(3.0, read=40.0)
+        c.first_token_timeout = None
     assert c.timeouts.first_token is None and c.timeouts.stall == 5.0
 
 
@@ -131,10 +139,10 @@ def test_an_assigned_timeout_is_checked_like_the_constructors(
     attribute: str, value: Any, error: type[Exception], message: str
 ) -> None:
     c = fluxstream.AsyncClient("http://127.0.0.1:9/v1")
-    with pytest.raises(error, match=message):
+    with pytest.warns(DeprecationWarning), pytest.raises(error, match=message):
         fluxstream.AsyncClient("http://127.0.0.1:9/v1", **{attribute: value})
     before = c.timeouts
-    with pytest.raises(error, match=message):
+    with pytest.warns(DeprecationWarning), pytest.raises(error, match=message):
         setattr(c, attribute, value)
     assert c.timeouts == before  # a refused value changes nothing
 

@@ -141,7 +141,8 @@ def test_a_get_with_its_own_query_on_every_transport(transport: str) -> None:
     client = fluxstream.AsyncClient(
         "http://127.0.0.1:9/v1?" + VERSION, transport=transport, default_query={"x": "1"}
     )
-    request = client._build_get("responses/resp_1?stream=true&starting_after=3", {})
+    path = "responses/resp_1?stream=true&starting_after=3"
+    request = client._settings.requests.build(path, None, {}, client.timeouts)  # a GET
     assert str(request.url) == (
         "http://127.0.0.1:9/v1/responses/resp_1?" + VERSION + "&x=1&stream=true&starting_after=3"
     )

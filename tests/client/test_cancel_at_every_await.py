@@ -37,6 +37,7 @@ from raw_upstream import (
 )
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
@@ -103,17 +104,18 @@ async def resume_head(sock: anyio.abc.SocketStream, i: int, up: Upstream) -> Non
     await until_client_closes(up, sock, i)
 
 
+NO_HTTP_TIMEOUTS = Timeouts(connect=None, read=None, write=None, pool=None)
 CASES: dict[str, tuple[Callable[..., Awaitable[None]], dict[str, Any], int]] = {
     # name: (script, client options, the connection cancel must close (-1: none open))
     "head": (head_wait, {}, 0),
     "half-head": (half_head, {}, 0),
     "between-reads": (between_reads, {}, 0),
-    "between-reads-stall-timeout": (between_reads, {"stall_timeout": 5}, 0),
-    "finish-grace": (finish_grace, {"finish_grace": 5}, 0),
-    "first-token": (first_token, {"first_token_timeout": 5}, 0),
-    "head-with-first-token-timeout": (head_wait, {"first_token_timeout": 5}, 0),
-    "head-without-any-timeout": (head_wait, {"timeout": None}, 0),
-    "between-reads-without-any-timeout": (between_reads, {"timeout": None}, 0),
+    "between-reads-stall-timeout": (between_reads, {"timeouts": Timeouts(stall=5)}, 0),
+    "finish-grace": (finish_grace, {"timeouts": Timeouts(finish_grace=5)}, 0),
+    "first-token": (first_token, {"timeouts": Timeouts(first_token=5)}, 0),
+    "head-with-first-token-timeout": (head_wait, {"timeouts": Timeouts(first_token=5)}, 0),
+    "head-without-any-timeout": (head_wait, {"timeouts": NO_HTTP_TIMEOUTS}, 0),
+    "between-reads-without-any-timeout": (between_reads, {"timeouts": NO_HTTP_TIMEOUTS}, 0),
     "retry-backoff": (retry_backoff, {"retry": RetryPolicy(max_attempts=3, base_delay=5)}, -1),
     "retry-head": (retry_head, {"retry": RetryPolicy(max_attempts=3, base_delay=0.01)}, 1),
     "resume-delay": (resume_delay, {}, -1),
@@ -194,9 +196,9 @@ async def test_no_cancel_leaves_a_connection_checked_out(by: str, anyio_backend:
         await current[0](sock, i - first[0], up)
 
     limits = httpx.Limits(max_connections=1)
-    timeout = httpx.Timeout(5.0, pool=1.0)
+    timeouts = Timeouts(connect=5.0, read=5.0, write=5.0, pool=1.0, finish_grace=5)
     async with upstream(run) as up, fluxstream.AsyncClient(
-        up.base, limits=limits, timeout=timeout, retry=RetryPolicy.off(), finish_grace=5,
+        up.base, limits=limits, timeouts=timeouts, retry=RetryPolicy.off(),
     ) as c:
         for case, (script, options, _) in CASES.items():
             current[0] = script

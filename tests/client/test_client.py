@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.server import serve
 from fluxstream.server.script import expected_reply
 
@@ -372,7 +373,7 @@ async def test_oversize_event_fails_with_a_typed_error(server: Any) -> None:
 
 
 async def test_idle_timeout(server: Any) -> None:
-    async with Client(server.base_url, idle_timeout=0.3) as client:
+    async with Client(server.base_url, timeouts=Timeouts(idle=0.3)) as client:
         stream = client.chat.stream(
             model="m", messages=USER,
             extra_headers={"X-Fluxstream-Fault": "stall=5,stall-after-events=3"},
@@ -389,7 +390,7 @@ async def test_idle_timeout(server: Any) -> None:
 
 
 async def test_stall_timeout_is_not_fooled_by_heartbeats(server: Any) -> None:
-    async with Client(server.base_url, idle_timeout=2, stall_timeout=0.4) as client:
+    async with Client(server.base_url, timeouts=Timeouts(idle=2, stall=0.4)) as client:
         stream = client.chat.stream(
             model="m", messages=USER,
             extra_headers={

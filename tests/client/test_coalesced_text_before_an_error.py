@@ -15,6 +15,7 @@ import pytest
 from raw_upstream import HEAD, MSG, read_request, text, upstream
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.errors import IdleTimeoutError, StallTimeoutError, StreamError
 from fluxstream.retry import ResumePolicy, RetryPolicy
 
@@ -41,18 +42,18 @@ async def then_silence(sock: anyio.abc.SocketStream, i: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("script", "options", "error"),
+    ("script", "timeouts", "error"),
     [
-        (then_pings, {"stall_timeout": 0.3}, StallTimeoutError),
-        (then_silence, {"idle_timeout": 0.3}, IdleTimeoutError),
+        (then_pings, Timeouts(stall=0.3), StallTimeoutError),
+        (then_silence, Timeouts(idle=0.3), IdleTimeoutError),
     ],
 )
 async def test_held_text_is_yielded_before_the_error(
-    script: object, options: dict[str, float], error: type[StreamError], anyio_backend: str
+    script: object, timeouts: Timeouts, error: type[StreamError], anyio_backend: str
 ) -> None:
     pieces: list[str] = []
     async with upstream(script) as up, fluxstream.AsyncClient(  # type: ignore[arg-type]
-        up.base, retry=RetryPolicy.off(), resume=ResumePolicy.off(), **options
+        up.base, retry=RetryPolicy.off(), resume=ResumePolicy.off(), timeouts=timeouts
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         with anyio.fail_after(4), pytest.raises(error) as info:

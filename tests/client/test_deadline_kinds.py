@@ -126,7 +126,9 @@ async def test_the_error_and_the_stats_name_the_deadline_that_passed(
 async def test_a_backoff_that_reaches_the_first_token_deadline(anyio_backend: str) -> None:
     """Not a read that ran out: the retry's wait did. The same kind reaches the caller."""
     policy = RetryPolicy(max_attempts=3, base_delay=0.3, max_delay=8)
-    async with upstream(busy) as up, client(up.base, first_token_timeout=0.6, retry=policy) as c:
+    async with upstream(busy) as up, client(
+        up.base, timeouts=Timeouts(first_token=0.6), retry=policy
+    ) as c:
         raised, stream, took = await failed_with(c, FirstTokenTimeoutError)
     assert raised.deadline is Deadline.FIRST_TOKEN
     assert stream.stats.deadline is Deadline.FIRST_TOKEN
@@ -141,8 +143,7 @@ async def test_a_pool_wait_is_named_pool(
     aiohttp has one ``connect`` timeout for the wait for a pool slot and the connection
     together, and its error does not say which ran out: there it is ``CONNECT``."""
     async with upstream(text_then_pings) as up, client(
-        up.base, limits=httpx.Limits(max_connections=1), stall_timeout=LIFE,
-        timeouts=Timeouts(pool=0.4),
+        up.base, limits=httpx.Limits(max_connections=1), timeouts=Timeouts(pool=0.4, stall=LIFE),
     ) as c:
         holder = c.chat.stream(model="m", messages=MSG)
         async with holder:
@@ -184,7 +185,7 @@ async def test_no_deadline_in_the_stats_of_a_stream_that_ended_well(anyio_backen
         await sock.send(HEAD + text("Hi") + FINISH + b"data: [DONE]\n\n")
 
     async with upstream(done) as up, client(
-        up.base, stall_timeout=5, first_token_timeout=5
+        up.base, timeouts=Timeouts(stall=5, first_token=5)
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         with anyio.fail_after(LIFE):
@@ -202,7 +203,9 @@ async def test_a_requests_timeouts_override_the_clients_on_the_wire(anyio_backen
     async with upstream(text_then_pings) as up, client(up.base) as c:
         raised, _, _ = await failed_with(c, StallTimeoutError, Timeouts(stall=0.4))
         assert raised.deadline is Deadline.STALL
-    async with upstream(silent) as up, client(up.base, timeout=30.0) as c:
+    async with upstream(silent) as up, client(
+        up.base, timeouts=Timeouts(connect=30.0, read=30.0, write=30.0, pool=30.0)
+    ) as c:
         raised, _, took = await failed_with(c, APITimeoutError, Timeouts(read=0.4))
         assert raised.deadline is Deadline.HEAD and took < 0.4 + SLACK
 
@@ -213,7 +216,7 @@ async def test_a_requests_timeouts_override_the_clients_on_the_wire(anyio_backen
             await pings(sock)
         await sock.send(text("b") + FINISH + b"data: [DONE]\n\n")
 
-    async with upstream(pings_then_text) as up, client(up.base, stall_timeout=0.3) as c:
+    async with upstream(pings_then_text) as up, client(up.base, timeouts=Timeouts(stall=0.3)) as c:
         with anyio.fail_after(LIFE):
             reply = await c.chat.complete(model="m", messages=MSG, timeouts=Timeouts(stall=None))
         assert reply.text == "ab"

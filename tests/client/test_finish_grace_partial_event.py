@@ -6,7 +6,7 @@ only slowly -- small writes on a loaded machine, a slow proxy -- is not such a s
 grace expiring while that event is half-arrived ends a complete reply ``truncated`` (or
 ``finished``) with reason ``eof mid-event`` and no cause, although nothing went wrong. The
 soak benchmark found it with ``write-size=7`` streams at 50 concurrent streams (about 40 % of
-them with ``finish_grace=0.5``; none with a long grace), on both transports.
+them with ``Timeouts(finish_grace=0.5)``; none with a long grace), on both transports.
 
 An event still arriving when the grace ends gets more time, one grace at a time and a bounded
 number of graces in all (``Progress.linger_wait``); the last test is that bound: a partial
@@ -30,6 +30,7 @@ from sse_frames import CHAT_FINISH as FINISH
 from sse_frames import DONE, chat_frame, chat_text
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
@@ -74,7 +75,9 @@ async def read_all(c: fluxstream.AsyncClient) -> fluxstream.Reply:
 
 
 def client(base: str) -> fluxstream.AsyncClient:
-    return fluxstream.AsyncClient(base, retry=RetryPolicy.off(), finish_grace=GRACE)
+    return fluxstream.AsyncClient(
+        base, retry=RetryPolicy.off(), timeouts=Timeouts(finish_grace=GRACE)
+    )
 
 
 async def test_a_sentinel_still_arriving_when_the_grace_ends_is_read_to_its_end(

@@ -20,6 +20,7 @@ import pytest
 from raw_upstream import MSG, read_request, upstream
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StreamError
 from fluxstream.retry import RetryPolicy
 
@@ -50,7 +51,7 @@ async def test_retries_never_outlive_the_first_token_timeout(
 ) -> None:
     policy = RetryPolicy(max_attempts=3, base_delay=0.3, max_delay=8)
     async with upstream(script) as up, fluxstream.AsyncClient(  # type: ignore[arg-type]
-        up.base, first_token_timeout=LIMIT, retry=policy
+        up.base, timeouts=Timeouts(first_token=LIMIT), retry=policy
     ) as c:
         started = time.monotonic()
         stream = c.chat.stream(model="m", messages=MSG)

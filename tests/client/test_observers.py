@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import fluxstream
-from fluxstream import Outcome, StreamInfo, StreamObserver, StreamStats
+from fluxstream import Outcome, StreamInfo, StreamObserver, StreamStats, Timeouts
 from fluxstream._core.progress import Progress
 from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
@@ -134,7 +134,7 @@ async def test_a_failed_request_is_observed_and_its_error_raised(server: ServerT
 async def test_a_stall_that_fails_the_stream_is_observed(server: ServerThread) -> None:
     seen = Seen()
     stall = {"X-Fluxstream-Fault": "stall=30,stall-after-events=2"}
-    async with fluxstream.AsyncClient(server.base_url, stall_timeout=0.3) as client:
+    async with fluxstream.AsyncClient(server.base_url, timeouts=Timeouts(stall=0.3)) as client:
         stream = client.chat.stream(model="m", messages=MSG, extra_headers=stall,
                                     observers=[seen])
         with anyio.fail_after(20), pytest.raises(fluxstream.StallTimeoutError):

@@ -29,6 +29,7 @@ import anyio
 import pytest
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.server import serve
 
 #: On asyncio: the default client's transport there is aiohttp, whose cost these tests count.
@@ -99,7 +100,8 @@ async def test_leaving_early_cancels_no_scope_and_frees_the_connection(
 ) -> None:
     limits = fluxstream.client.httpx.Limits(max_connections=1)
     async with fluxstream.AsyncClient(
-        server.base_url, transport="aiohttp", limits=limits, timeout=5.0
+        server.base_url, transport="aiohttp", limits=limits,
+        timeouts=Timeouts(connect=5.0, read=5.0, write=5.0, pool=5.0),
     ) as client:
         for _ in range(3):  # one connection: a leaked one would time out the next request
             async with client.chat.stream(model="m", messages=MSG) as stream:
@@ -122,7 +124,10 @@ async def test_the_head_is_bounded_by_one_deadline_not_also_by_aiohttps_read_tim
         reschedule(self)
 
     monkeypatch.setattr(ResponseHandler, "_reschedule_timeout", counted)
-    async with fluxstream.AsyncClient(server.base_url, transport="aiohttp", timeout=30.0) as c:
+    async with fluxstream.AsyncClient(
+        server.base_url, transport="aiohttp",
+        timeouts=Timeouts(connect=30.0, read=30.0, write=30.0, pool=30.0),
+    ) as c:
         for _ in range(3):
             async with c.chat.stream(model="m", messages=MSG) as stream:
                 async for _event in stream:

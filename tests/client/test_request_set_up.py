@@ -58,7 +58,7 @@ async def test_requests_built_once_per_api_send_what_each_request_sent() -> None
     client.base_url = "http://two.test/v1?api-version=2"
     await _drain(client.chat.stream(model="m", messages=MSG))
     await _drain(made_before)
-    client.timeout = 7.0
+    client.timeouts = client.timeouts.replace(connect=7.0, read=7.0, write=7.0, pool=7.0)
     await _drain(client.chat.stream(model="m", messages=MSG,
                                     timeouts=Timeouts(connect=3.0)))
     await _drain(client.chat.stream(model="m", messages=MSG))

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.events import TextDelta, ToolCallDelta
 from fluxstream.server import Server, script_for, serve
 
@@ -337,7 +338,7 @@ async def test_framing_profiles_and_json_answers_are_exact(
 async def test_a_stall_with_keepalives_is_still_a_stall(aserver: Server, api: str) -> None:
     """Heartbeats during a stall (Anthropic: ``ping`` events, Responses: comments) are
     counted but are not content: the stall timeout still fires."""
-    async with client_for(aserver, stall_timeout=0.3) as client:
+    async with client_for(aserver, timeouts=Timeouts(stall=0.3)) as client:
         stream = endpoint(client, api).stream(
             **BODIES[api], retry=fluxstream.RetryPolicy.off(),
             resume=fluxstream.ResumePolicy.off(),

@@ -18,6 +18,7 @@ import pytest
 from raw_upstream import FINISH, HEAD, MSG, read_request, text, upstream
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.errors import StallTimeoutError
 from fluxstream.retry import ResumePolicy, RetryPolicy
 
@@ -44,7 +45,8 @@ async def silent_prompt_then_text(sock: anyio.abc.SocketStream, i: int) -> None:
 @pytest.mark.parametrize("how", ["events", "coalesced-text"])
 async def test_a_silent_server_after_content_is_a_stall(how: str, anyio_backend: str) -> None:
     async with upstream(text_then_silence) as up, fluxstream.AsyncClient(
-        up.base, retry=RetryPolicy.off(), resume=ResumePolicy.off(), stall_timeout=STALL
+        up.base, retry=RetryPolicy.off(), resume=ResumePolicy.off(),
+        timeouts=Timeouts(stall=STALL),
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         started = time.monotonic()
@@ -64,7 +66,7 @@ async def test_a_silent_server_after_content_is_a_stall(how: str, anyio_backend:
 
 async def test_silence_before_the_first_content_is_not_a_stall(anyio_backend: str) -> None:
     async with upstream(silent_prompt_then_text) as up, fluxstream.AsyncClient(
-        up.base, retry=RetryPolicy.off(), stall_timeout=STALL
+        up.base, retry=RetryPolicy.off(), timeouts=Timeouts(stall=STALL)
     ) as c:
         with anyio.fail_after(4):
             reply = await c.chat.complete(model="m", messages=MSG)
@@ -84,7 +86,7 @@ async def test_a_slow_consumer_is_not_a_stall(anyio_backend: str) -> None:
         await sock.send(FINISH + b"data: [DONE]\n\n")
 
     async with upstream(steady) as up, fluxstream.AsyncClient(
-        up.base, retry=RetryPolicy.off(), stall_timeout=0.2
+        up.base, retry=RetryPolicy.off(), timeouts=Timeouts(stall=0.2)
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         with anyio.fail_after(6):

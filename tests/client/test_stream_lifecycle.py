@@ -19,6 +19,7 @@ import pytest
 from sse_frames import chat_text
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.retry import RetryPolicy
 from fluxstream.server import serve
 
@@ -269,7 +270,9 @@ async def test_the_stall_clock_starts_with_each_connection(server: Any) -> None:
     headers = {"X-Fluxstream-Fault": "status=503,retry-after=1,fail-first=1",
                "X-Fluxstream-Attempt-Key": "stall-clock", "X-Fluxstream-Profile": "heartbeats"}
     policy = RetryPolicy(max_attempts=2, base_delay=0.01, max_delay=2)
-    async with fluxstream.AsyncClient(server.base_url, stall_timeout=0.6, retry=policy) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, timeouts=Timeouts(stall=0.6), retry=policy
+    ) as client:
         reply = await client.chat.complete(model="m", messages=MSG, extra_headers=headers)
     assert reply.outcome is fluxstream.Outcome.DONE
 
@@ -298,7 +301,9 @@ async def test_total_timeout_bounds_all_retries(server: Any) -> None:
 
 async def test_idle_timeout_message_names_the_real_limit(server: Any) -> None:
     stall = {"X-Fluxstream-Fault": "stall=3,stall-after-events=2"}
-    async with fluxstream.AsyncClient(server.base_url, timeout=0.3) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, timeouts=Timeouts(connect=0.3, read=0.3, write=0.3, pool=0.3)
+    ) as client:
         with pytest.raises(fluxstream.IdleTimeoutError, match=r"0\.3s"):
             await client.chat.complete(model="m", messages=MSG, extra_headers=stall)
 
@@ -306,7 +311,7 @@ async def test_idle_timeout_message_names_the_real_limit(server: Any) -> None:
 async def test_a_timed_out_stream_without_async_with_frees_its_connection(server: Any) -> None:
     http = httpx.AsyncClient(limits=httpx.Limits(max_connections=1), timeout=httpx.Timeout(5))
     async with http, fluxstream.AsyncClient(
-        server.base_url, http_client=http, stall_timeout=0.3
+        server.base_url, http_client=http, timeouts=Timeouts(stall=0.3)
     ) as client:
         stalled = client.chat.stream(model="m", messages=MSG, extra_headers={
             "X-Fluxstream-Fault": "stall=3,stall-after-events=2,stall-heartbeat=0.05"})
@@ -333,7 +338,7 @@ async def test_an_injected_clients_timeouts_are_kept(anyio_backend: str) -> None
         async with fluxstream.AsyncClient("http://t/v1", "sk-t", http_client=http) as client:
             await client.chat.complete(model="m", messages=MSG)
         async with fluxstream.AsyncClient("http://t/v1", "sk-t", http_client=http,
-                                          idle_timeout=7) as client:
+                                          timeouts=Timeouts(idle=7)) as client:
             await client.chat.complete(model="m", messages=MSG)
     assert seen[0] == {"connect": 3, "read": 3, "write": 3, "pool": 3}
     assert seen[1]["read"] == 7 and seen[1]["connect"] == 3
@@ -384,7 +389,9 @@ async def test_no_sentinel_and_an_open_connection_end_finished_after_the_grace(
         stalled = {**profile, "X-Fluxstream-Fault": f"stall={stall},stall-after-events={events}"}
     # The grace counts from the finish; 1 s leaves the usage chunk (written right after the
     # finish) ample time to arrive on a busy machine.
-    async with fluxstream.AsyncClient(server.base_url, finish_grace=1.0) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, timeouts=Timeouts(finish_grace=1.0)
+    ) as client:
         started = time.monotonic()
         with anyio.fail_after(stall / 2):
             reply = await client.chat.complete(model="m", messages=MSG, extra_headers=stalled)

@@ -1,10 +1,10 @@
 """Timeouts a hostile or slow server must not defeat.
 
 Only content is progress: heartbeats, junk ``data:`` frames and a usage chunk sent forever must
-not keep a stream alive past ``stall_timeout``; a response head trickled one byte at a time is
-bounded; after every choice finished, heartbeats end the stream ``finished`` after
-``finish_grace``; and ``first_token_timeout`` (time to the first content) is apart from
-``stall_timeout`` (between content), because a server reading a long prompt sends pings first.
+not keep a stream alive past ``Timeouts.stall``; a response head trickled one byte at a time
+is bounded; after every choice finished, heartbeats end the stream ``finished`` after
+``finish_grace``; and ``first_token`` (time to the first content) is apart from ``stall``
+(between content), because a server reading a long prompt sends pings first.
 
 The hostile servers are a few lines of raw sockets on 127.0.0.1 (:func:`raw_server`), each
 bounded in time, so a regression shows as a timeout of the test, never as a hang.
@@ -26,6 +26,7 @@ from sse_frames import chat_frame
 from sse_frames import chat_text as text
 
 import fluxstream
+from fluxstream import Timeouts
 from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StallTimeoutError
 from fluxstream.retry import RetryPolicy
 
@@ -81,7 +82,7 @@ async def test_junk_data_frames_do_not_defeat_the_stall_timeout(
         await sock.send(HEAD + text("Hel"))
         await forever(sock, junk, 0.05)
 
-    async with raw_server(script) as base, client(base, stall_timeout=0.5) as c:
+    async with raw_server(script) as base, client(base, timeouts=Timeouts(stall=0.5)) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(StallTimeoutError) as info:
             await c.chat.complete(model="m", messages=MSG)
@@ -97,7 +98,9 @@ async def test_a_head_trickled_byte_by_byte_is_bounded(anyio_backend: str) -> No
             await sock.send(bytes([byte]))
             await anyio.sleep(0.3)
 
-    async with raw_server(script) as base, client(base, timeout=1.0) as c:
+    async with raw_server(script) as base, client(
+        base, timeouts=Timeouts(connect=1.0, read=1.0, write=1.0, pool=1.0)
+    ) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError, match="head"):
             await c.chat.complete(model="m", messages=MSG)
@@ -105,9 +108,9 @@ async def test_a_head_trickled_byte_by_byte_is_bounded(anyio_backend: str) -> No
 
 
 # ------------------------------------------------------------------ after every choice finished
-@pytest.mark.parametrize("stall_timeout", [None, 0.4])
+@pytest.mark.parametrize("stall", [None, 0.4])
 async def test_heartbeats_after_every_choice_finished_end_finished_after_the_grace(
-    stall_timeout: float | None, anyio_backend: str
+    stall: float | None, anyio_backend: str
 ) -> None:
     async def script(sock: anyio.abc.SocketStream) -> None:
         await read_request(sock)
@@ -115,7 +118,7 @@ async def test_heartbeats_after_every_choice_finished_end_finished_after_the_gra
         await forever(sock, b": ping\n\n", 0.05)
 
     async with raw_server(script) as base, client(
-        base, finish_grace=0.6, stall_timeout=stall_timeout
+        base, timeouts=Timeouts(finish_grace=0.6, stall=stall)
     ) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2):
@@ -140,7 +143,7 @@ async def test_a_choice_that_starts_after_another_finished_is_not_cut_by_the_gra
         await sock.send(chat_frame({"index": 1, "delta": {}, "finish_reason": "stop"}))
         await sock.send(b"data: [DONE]\n\n")
 
-    async with raw_server(script) as base, client(base, finish_grace=0.3) as c:
+    async with raw_server(script) as base, client(base, timeouts=Timeouts(finish_grace=0.3)) as c:
         with anyio.fail_after(LIFE - 2):
             reply = await c.chat.complete(model="m", messages=MSG)
     assert reply.outcome is fluxstream.Outcome.DONE
@@ -168,7 +171,7 @@ async def test_prompt_processing_pings_are_not_a_stall_with_a_first_token_timeou
     anyio_backend: str,
 ) -> None:
     async with raw_server(pings_then_text(1.0)) as base, client(
-        base, stall_timeout=0.4, first_token_timeout=3.0
+        base, timeouts=Timeouts(stall=0.4, first_token=3.0)
     ) as c:
         with anyio.fail_after(LIFE - 2):
             reply = await c.chat.complete(model="m", messages=MSG)
@@ -177,7 +180,7 @@ async def test_prompt_processing_pings_are_not_a_stall_with_a_first_token_timeou
 
 async def test_the_first_token_timeout_ends_a_stream_that_only_pings(anyio_backend: str) -> None:
     async with raw_server(pings_then_text(5.0)) as base, client(
-        base, first_token_timeout=0.5
+        base, timeouts=Timeouts(first_token=0.5)
     ) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
@@ -194,7 +197,7 @@ async def test_the_first_token_timeout_ends_a_silent_stream(anyio_backend: str) 
         await anyio.sleep(LIFE)
 
     async with raw_server(script) as base, client(
-        base, first_token_timeout=0.5, timeout=10.0
+        base, timeouts=Timeouts(connect=10.0, read=10.0, write=10.0, pool=10.0, first_token=0.5)
     ) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(FirstTokenTimeoutError):
@@ -210,7 +213,7 @@ async def test_the_first_token_timeout_bounds_a_slow_head(anyio_backend: str) ->
             await anyio.sleep(0.2)
 
     async with raw_server(script) as base, client(
-        base, first_token_timeout=0.5, timeout=30.0
+        base, timeouts=Timeouts(connect=30.0, read=30.0, write=30.0, pool=30.0, first_token=0.5)
     ) as c:
         started = time.monotonic()
         with anyio.fail_after(LIFE - 2), pytest.raises(APITimeoutError):
@@ -225,7 +228,7 @@ async def test_the_stall_timeout_still_applies_between_content(anyio_backend: st
         await forever(sock, b": ping\n\n", 0.05)
 
     async with raw_server(script) as base, client(
-        base, stall_timeout=0.4, first_token_timeout=5.0
+        base, timeouts=Timeouts(stall=0.4, first_token=5.0)
     ) as c:
         with anyio.fail_after(LIFE - 2), pytest.raises(StallTimeoutError):
             await c.chat.complete(model="m", messages=MSG)

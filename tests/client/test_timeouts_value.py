@@ -1,8 +1,8 @@
 """``fluxstream.Timeouts``: every deadline of a stream as one checked, frozen value.
 
-The client's timeout keywords are shorthands for its fields; a request's own ``timeouts=`` is
-merged over the client's, field by field (only the fields it was given). No network here:
-the deadlines firing on real sockets are ``test_deadline_kinds.py``'s.
+The client's timeout keywords (deprecated) are shorthands for its fields; a request's own
+``timeouts=`` is merged over the client's, field by field (only the fields it was given). No
+network here: the deadlines firing on real sockets are ``test_deadline_kinds.py``'s.
 """
 
 from __future__ import annotations
@@ -150,29 +150,32 @@ def test_each_timeout_error_carries_its_deadline() -> None:
 
 
 def test_the_keywords_are_shorthands_for_the_fields() -> None:
-    by_keywords = fluxstream.AsyncClient(
-        BASE, timeout=httpx.Timeout(5.0, connect=1.0), idle_timeout=7, stall_timeout=3,
-        first_token_timeout=30, finish_grace=None,
-    )
+    with pytest.warns(DeprecationWarning):  # each keyword is deprecated, and still works
+        by_keywords = fluxstream.AsyncClient(
+            BASE, timeout=httpx.Timeout(5.0, connect=1.0), idle_timeout=7, stall_timeout=3,
+            first_token_timeout=30, finish_grace=None,
+        )
     by_value = fluxstream.AsyncClient(BASE, timeouts=Timeouts(
         connect=1, read=5, write=5, pool=5, idle=7, stall=3, first_token=30, finish_grace=None,
     ))
     assert by_keywords.timeouts == by_value.timeouts
     for c in (by_keywords, by_value):
-        assert c.timeout == httpx.Timeout(5.0, connect=1.0)
-        assert (c.idle_timeout, c.stall_timeout, c.first_token_timeout) == (7, 3, 30)
-        assert c.finish_grace is None and c.read_timeout == 7
+        with pytest.warns(DeprecationWarning):  # so is each property
+            assert c.timeout == httpx.Timeout(5.0, connect=1.0)
+            assert (c.idle_timeout, c.stall_timeout, c.first_token_timeout) == (7, 3, 30)
+            assert c.finish_grace is None and c.read_timeout == 7
 
 
 def test_the_clients_properties_read_as_before() -> None:
     c = fluxstream.AsyncClient(BASE)
     assert c.timeouts == DEFAULT_TIMEOUTS
-    assert c.timeout == DEFAULT_TIMEOUT
-    assert (c.idle_timeout, c.stall_timeout, c.first_token_timeout) == (None, None, None)
-    assert c.finish_grace == 2.0 and c.read_timeout == 600.0
-    # without a read timeout, the stall timeout bounds a silent socket too
-    c = fluxstream.AsyncClient(BASE, timeout=None, stall_timeout=4)
-    assert c.idle_timeout == 4 and c.read_timeout == 4 and c.timeouts.idle is None
+    with pytest.warns(DeprecationWarning):
+        assert c.timeout == DEFAULT_TIMEOUT
+        assert (c.idle_timeout, c.stall_timeout, c.first_token_timeout) == (None, None, None)
+        assert c.finish_grace == 2.0 and c.read_timeout == 600.0
+        # without a read timeout, the stall timeout bounds a silent socket too
+        c = fluxstream.AsyncClient(BASE, timeout=None, stall_timeout=4)
+        assert c.idle_timeout == 4 and c.read_timeout == 4 and c.timeouts.idle is None
 
 
 @pytest.mark.parametrize(
@@ -188,25 +191,29 @@ def test_the_clients_properties_read_as_before() -> None:
 def test_a_keyword_and_timeouts_setting_the_same_deadline_is_a_type_error(
     keyword: str, value: Any, field: str
 ) -> None:
-    with pytest.raises(TypeError, match=rf"{keyword}= and timeouts=.* both set the {field}"):
+    with pytest.warns(DeprecationWarning), pytest.raises(
+        TypeError, match=rf"{keyword}= and timeouts=.* both set the {field}"
+    ):
         fluxstream.AsyncClient(BASE, timeouts=Timeouts(**{field: 9.0}), **{keyword: value})
 
 
 def test_a_keyword_and_timeouts_setting_different_deadlines_combine() -> None:
-    c = fluxstream.AsyncClient(
-        BASE, stall_timeout=1, timeout=5.0, timeouts=Timeouts(first_token=30, idle=3)
-    )
+    with pytest.warns(DeprecationWarning):
+        c = fluxstream.AsyncClient(
+            BASE, stall_timeout=1, timeout=5.0, timeouts=Timeouts(first_token=30, idle=3)
+        )
     assert (c.timeouts.stall, c.timeouts.first_token, c.timeouts.idle) == (1, 30, 3)
     assert c.timeouts.connect == 5.0
     # a keyword left at its default says nothing, whatever timeouts= gives
-    c = fluxstream.AsyncClient(BASE, finish_grace=2.0, timeouts=Timeouts(finish_grace=0.5))
-    assert c.finish_grace == 0.5
+    with pytest.warns(DeprecationWarning):
+        c = fluxstream.AsyncClient(BASE, finish_grace=2.0, timeouts=Timeouts(finish_grace=0.5))
+        assert c.finish_grace == 0.5
 
 
 def test_timeouts_must_be_a_timeouts() -> None:
     with pytest.raises(TypeError, match="timeouts must be a Timeouts"):
         fluxstream.AsyncClient(BASE, timeouts={"stall": 1})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="stall"):
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="stall"):
         fluxstream.AsyncClient(BASE, stall_timeout=-1)
 
 
@@ -226,7 +233,7 @@ def spec_timeouts(stream: fluxstream.ReplyStream) -> Timeouts:
 
 
 def test_a_requests_timeouts_are_merged_over_the_clients() -> None:
-    c = fluxstream.AsyncClient(BASE, stall_timeout=5, first_token_timeout=30)
+    c = fluxstream.AsyncClient(BASE, timeouts=Timeouts(stall=5, first_token=30))
     plain = c.chat.stream(model="m", messages=MSG)
     assert spec_timeouts(plain) == c.timeouts
     own = c.chat.stream(model="m", messages=MSG, timeouts=Timeouts(stall=None, read=20))
@@ -249,7 +256,7 @@ def test_a_requests_timeouts_are_checked() -> None:
 
 
 def test_a_resumed_stream_takes_its_own_timeouts() -> None:
-    c = fluxstream.AsyncClient(BASE, stall_timeout=5)
+    c = fluxstream.AsyncClient(BASE, timeouts=Timeouts(stall=5))
     token = c.chat.stream(model="m", messages=MSG).resume_token()
     assert spec_timeouts(c.chat.resume(token, timeouts=Timeouts(stall=1))).stall == 1
     assert spec_timeouts(c.chat.resume(token)).stall == 5

@@ -13,7 +13,7 @@ from raw_upstream import HEAD, LIFE, MSG, answering, upstream
 from sse_frames import frame
 
 import fluxstream
-from fluxstream import Outcome, RetryPolicy, StreamLimits
+from fluxstream import Outcome, RetryPolicy, StreamLimits, Timeouts
 from fluxstream.errors import StreamFailedError, StreamTruncatedError
 
 pytestmark = pytest.mark.anyio
@@ -91,7 +91,10 @@ async def test_a_limit_in_a_read_delivers_what_came_before_it_and_fails_at_once(
     not after the read timeout."""
     body = chunk('"kept"') + chunk('"x"', index=1)
     async with body_server(body, hold=30) as base:
-        async with client(base, stream_limits=StreamLimits(max_choices=1), timeout=20) as c:
+        async with client(
+            base, stream_limits=StreamLimits(max_choices=1),
+            timeouts=Timeouts(connect=20, read=20, write=20, pool=20),
+        ) as c:
             delivered: list[str] = []
             started = anyio.current_time()
             with anyio.fail_after(10), pytest.raises(StreamFailedError) as info:

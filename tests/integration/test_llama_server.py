@@ -303,7 +303,7 @@ async def test_reading_the_prompt_is_not_a_stall(
     while True:
         prompt = _long_prompt(words, seed=-words)  # not a prompt read before
         async with _client(
-            llama_server, stall_timeout=0.5, idle_timeout=60
+            llama_server, timeouts=fluxstream.Timeouts(stall=0.5, idle=60)
         ) as client:
             async with client.chat.stream(
                 model=MODEL, messages=_messages(prompt), **{**GREEDY, "max_tokens": 1},

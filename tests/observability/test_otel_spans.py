@@ -127,7 +127,7 @@ async def test_a_failed_request_sets_error_type(
 
 async def test_a_stall_sets_the_typed_error(server: ServerThread, telemetry: Telemetry) -> None:
     stall = {"X-Fluxstream-Fault": "stall=30,stall-after-events=2"}
-    async with fluxstream.AsyncClient(server.base_url, stall_timeout=0.3,
+    async with fluxstream.AsyncClient(server.base_url, timeouts=fluxstream.Timeouts(stall=0.3),
                                       observers=[telemetry.observer()]) as client:
         with anyio.fail_after(20), pytest.raises(fluxstream.StallTimeoutError):
             await client.chat.complete(model="m", messages=MSG, extra_headers=stall)

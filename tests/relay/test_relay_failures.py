@@ -99,7 +99,7 @@ async def test_a_cancelled_reply_leaves_no_cancel_subscription_behind(
                 if all(count == 0 for _, count in counts):
                     break
                 await anyio.sleep(0.02)
-        assert not producer._watchers
+        assert not producer._cancels._watchers
     finally:
         await probe.aclose()
         await producer.aclose()

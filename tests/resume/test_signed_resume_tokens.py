@@ -240,7 +240,7 @@ async def test_the_secret_is_never_shown(upstream: ServerThread,
     caplog.set_level(logging.DEBUG)
     value, _ = await cut_token(upstream.base_url, "hidden")
     async with fluxstream.AsyncClient(upstream.base_url, token_secret=[SECRET, OLD]) as client:
-        shown = [repr(client), str(client.__dict__), repr(client._token_signer),
+        shown = [repr(client), str(client.__dict__), repr(client._settings.token_signer),
                  json.dumps(value)]
         for bad in ({**value, "signature": "hmac-sha256:" + "0" * 64}, {**value, "key": 5}):
             with pytest.raises(ResumeTokenError) as caught:

@@ -19,7 +19,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import httpx
 import pytest
 from fault_server import Conn, serve_faults
 
@@ -99,7 +98,8 @@ async def run(transport: str, api: str, respond: Callable[[bytes], bytes]) -> An
 
     async with serve_faults(script) as srv:
         client = fluxstream.AsyncClient(
-            srv.base, api_key=KEY, transport=transport, timeout=httpx.Timeout(WITHIN),
+            srv.base, api_key=KEY, transport=transport,
+            timeouts=fluxstream.Timeouts(connect=WITHIN, read=WITHIN, write=WITHIN, pool=WITHIN),
             retry=RetryPolicy.off(), resume=ResumePolicy.off(),
         )
         async with client:

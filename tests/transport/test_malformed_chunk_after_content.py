@@ -55,7 +55,8 @@ async def test_a_malformed_chunk_after_content_ends_truncated_at_once(
 ) -> None:
     script = content_then(BROKEN[fault], close=close)
     async with upstream(script) as up, fluxstream.AsyncClient(
-        up.base, "k", transport=transport, retry=RetryPolicy.off(), idle_timeout=30
+        up.base, "k", transport=transport, retry=RetryPolicy.off(),
+        timeouts=fluxstream.Timeouts(idle=30),
     ) as client:
         stream = client.chat.stream(model="m", messages=MSG)
         started = time.monotonic()
@@ -78,7 +79,8 @@ async def test_a_bad_first_chunk_with_the_head_is_a_drop_on_every_transport(
     broken = BROKEN[fault] if fault.startswith("bad") else b"5\r\nhelloXX"
     script = content_then(broken, close=True, together=True)
     async with upstream(script) as up, fluxstream.AsyncClient(
-        up.base, "k", transport=transport, retry=RetryPolicy.off(), idle_timeout=30
+        up.base, "k", transport=transport, retry=RetryPolicy.off(),
+        timeouts=fluxstream.Timeouts(idle=30),
     ) as client:
         stream = client.chat.stream(model="m", messages=MSG)
         with anyio.fail_after(5):

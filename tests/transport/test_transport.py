@@ -67,7 +67,9 @@ async def test_connections_go_back_to_the_pool(server: Any) -> None:
 
 async def test_read_timeout_ends_a_silent_stream_on_time(server: Any) -> None:
     stall = {"X-Fluxstream-Fault": "stall=5,stall-after-events=3"}
-    async with fluxstream.AsyncClient(server.base_url, idle_timeout=0.4) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, timeouts=fluxstream.Timeouts(idle=0.4)
+    ) as client:
         stream = client.chat.stream(model="m", messages=MSG, extra_headers=stall)
         started = None
         with pytest.raises(fluxstream.IdleTimeoutError, match=r"0\.4s"):
@@ -83,7 +85,9 @@ async def test_read_timeout_ends_a_silent_stream_on_time(server: Any) -> None:
 async def test_a_slow_consumer_is_not_a_silent_server(server: Any) -> None:
     """The read timeout limits how long one read waits for bytes (httpx's meaning), not the
     time between two reads: bytes that arrived while the caller was busy are not a timeout."""
-    async with fluxstream.AsyncClient(server.base_url, idle_timeout=0.2) as client:
+    async with fluxstream.AsyncClient(
+        server.base_url, timeouts=fluxstream.Timeouts(idle=0.2)
+    ) as client:
         async with client.chat.stream(model="m", messages=MSG) as stream:
             texts = []
             async for event in stream:
@@ -172,7 +176,9 @@ async def test_no_secret_in_reprs(server: Any) -> None:
     async with fluxstream.AsyncClient(server.base_url, KEY) as client:
         stream = client.chat.stream(model="m", messages=MSG)
         async with stream:
-            request = client._build_request("chat/completions", {"model": "m"}, {})
+            request = client._settings.requests.build(
+                "chat/completions", {"model": "m"}, {}, client.timeouts
+            )
             texts = [repr(client), repr(client.http_client), repr(request), repr(stream),
                      repr(stream._response) if getattr(stream, "_response", None) else ""]
             async for _ in stream:
@@ -258,7 +264,8 @@ async def test_timeouts_are_printed_rounded(transport: str, anyio_backend: str) 
     port = listener.getsockname()[1]
     try:
         async with fluxstream.AsyncClient(
-            f"http://127.0.0.1:{port}/v1", transport=transport, first_token_timeout=0.5,
+            f"http://127.0.0.1:{port}/v1", transport=transport,
+            timeouts=fluxstream.Timeouts(first_token=0.5),
             retry=RetryPolicy.off(),
         ) as client:
             stream = client.chat.stream(model="m", messages=MSG)

@@ -78,7 +78,7 @@ def client(base: str, transport: str, timeout: float = READ_TIMEOUT, **options: 
         base,
         api_key="sk-parity",
         transport=transport,
-        timeout=httpx.Timeout(timeout),
+        timeouts=fluxstream.Timeouts(connect=timeout, read=timeout, write=timeout, pool=timeout),
         retry=RetryPolicy.off(),
         resume=ResumePolicy.off(),
         **options,
@@ -888,7 +888,10 @@ async def test_closing_the_client_ends_its_stream_at_once_the_same_way_on_every_
         other = fluxstream.Upstream(srv.base, api_key="sk-other", name="other")
         fallbacks = [other] if how == "fallback" else []
         c = fluxstream.AsyncClient(srv.base, api_key="sk-parity", transport=transport,
-                                   timeout=httpx.Timeout(READ_TIMEOUT), observers=[ends],
+                                   timeouts=fluxstream.Timeouts(
+                                       connect=READ_TIMEOUT, read=READ_TIMEOUT,
+                                       write=READ_TIMEOUT, pool=READ_TIMEOUT),
+                                   observers=[ends],
                                    fallbacks=fallbacks)
         stream = c.chat.stream(model="m", messages=MSG)
         shown: list[str] = []
