@@ -23,11 +23,13 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._core.carried import Carried
+from ._core.echo import EchoFilter, continuation
 from ._core.reread import RereadChecks
-from ._core.resume_token import DAMAGE, MAX_ID_CHARS, TokenParts, damaged, read_token
+from ._core.resume_token import DAMAGE, MAX_ID_CHARS, damaged, go_on_from, read_token
 from .assembly import ReplyAssembler
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
-from .events import ErrorEvent, Event, Finish, TextDelta
+from .events import Event
 from .formats import FORMATS, WireFormat
 from .formats._base import MAX_SEQUENCE
 from .formats._contract import FormatClass
@@ -38,6 +40,7 @@ from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 if TYPE_CHECKING:  # pragma: no cover
     from decimal import Decimal
 
+    from ._core.error_hold import ErrorHold
     from .reply import UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
@@ -64,9 +67,9 @@ class StreamParser:
 
     :param content_key: stable key of the logical request, stamped on every keyed event
         (generated when not given).
-    :param format: the wire format: ``"chat_completions"``, ``"responses"`` (OpenAI Responses
-        API), ``"anthropic_messages"`` (Anthropic Messages), or ``"auto"`` (recognised from
-        the first event; see :mod:`fluxstream.formats.auto`).
+    :param format: the wire format: a name of :data:`~fluxstream.formats.FORMATS`
+        (``"chat_completions"``, ``"responses"``, ``"anthropic_messages"``, ``"gemini"``), or
+        ``"auto"`` (recognised from the first event; see :mod:`fluxstream.formats.auto`).
     :param max_event_bytes: cap on one SSE event (see :class:`~fluxstream.sse.SSEDecoder`).
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame whose
         payload is not a JSON object, instead of skipping and counting it.
@@ -105,13 +108,11 @@ class StreamParser:
             self.content_key, require_finish_reason=require_finish_reason, limits=limits
         )
         self._events = 0
-        # Counters and SSE state of the connections before the current one.
-        self._old_bytes = 0
-        self._old_comments = 0
-        self._old_last_event_id = ""
-        self._old_reconnection_time: int | None = None
-        self._ignored_bytes = 0
-        self._echo: _EchoFilter | None = None
+        # Counts and SSE state of the decoders and formats replaced (connections before the
+        # current one, other upstreams' wire formats), and bytes read after the end.
+        self._carried = Carried()
+        # A continuation's first text, until its echo is cut (begin_continuation).
+        self._echo: EchoFilter | None = None
         # A reconnect's or a re-read's first events are checked before they are trusted.
         self._checks = RereadChecks()
         #: An error found part way through a read whose earlier events were delivered:
@@ -120,14 +121,11 @@ class StreamParser:
         #: Each upstream's part of the reply (set by the I/O layer when a stream has
         #: fallbacks; see :class:`~fluxstream.reply.Segment`).
         self.segments: list[Segment] = []
-        # Counters of wire formats used before the current one (another upstream's API).
-        self._old_skipped = 0
-        #: Set by the I/O layer while another upstream could take the reply over: an error
-        #: event read from the bytes is held back, unapplied, for it to decide (see
-        #: :attr:`held_error`): applied, it would end the reply ``failed`` at once.
-        self.hold_errors = False
-        self._held: list[Event] = []
-        self._old_heartbeats = 0
+        #: Set by the I/O layer while another upstream could take the reply over: each read's
+        #: events pass its :meth:`~fluxstream._core.error_hold.ErrorHold.screen` before they
+        #: reach the reply, and while it holds any the reply does not end at the sentinel
+        #: (what it held reaches the reply by :meth:`apply_held`, or never).
+        self.hold: ErrorHold | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -141,17 +139,21 @@ class StreamParser:
         Bytes after the sentinel (or after any ``End``) are counted and ignored.
         """
         if self._format.done or self._assembler.finished:
-            self._ignored_bytes += len(data)
+            self._carried.bytes += len(data)
             return []
         deferred = self._deferred
         if deferred is not None:  # raised now, after the events before it were delivered
             self._deferred = None
-            self._ignored_bytes += len(data)
+            self._carried.bytes += len(data)
             raise deferred
         sses = self._decoder.feed(data)
         lines = self._decoder.foreign_lines
         if not sses:
-            return self._apply_held(self._take_lines()) if lines else []
+            if not lines:
+                return []
+            hold = self.hold
+            taken = self._take_lines()
+            return self._apply_delivering(taken if hold is None else hold.screen(taken))
         checks = self._checks
         if (checks.first_event_id is None or checks.resume is not None
                 or checks.sequence is not None):
@@ -181,34 +183,13 @@ class StreamParser:
             if self._deferred is None:
                 self._deferred = exc
             return events
-        return self._apply_held(batch)
+        hold = self.hold  # what it lets through
+        return self._apply_delivering(batch if hold is None else hold.screen(batch))
 
-    def _apply_held(self, batch: list[Event]) -> list[Event]:
-        """:meth:`_apply_delivering`, but with :attr:`hold_errors` the first error event of
-        ``batch`` and the events after it are held back."""
-        if self.hold_errors:
-            for position, event in enumerate(batch):
-                if type(event) is ErrorEvent:
-                    self._held = batch[position:]
-                    batch = batch[:position]
-                    break
-        return self._apply_delivering(batch)
-
-    @property
-    def held_error(self) -> ErrorEvent | None:
-        """The error event :attr:`hold_errors` held back (the events after it wait with it)."""
-        first = self._held[0] if self._held else None
-        return first if isinstance(first, ErrorEvent) else None
-
-    def release_error(self) -> list[Event]:
-        """Apply the held error event and what followed it, as if it had not been held: no
-        other upstream takes the reply over, so it ends ``failed`` as it always did."""
-        held, self._held = self._held, []
-        return self._apply_delivering(held) if held else []
-
-    def drop_error(self) -> None:
-        """Forget the held error event: the reply goes on by a retry or on another upstream."""
-        self._held = []
+    def apply_held(self, events: list[Event]) -> list[Event]:
+        """Events :attr:`hold` kept back from a read, applied now as if they had not been
+        (no other upstream takes the reply over: an error event ends it ``failed``)."""
+        return self._apply_delivering(events) if events else []
 
     def _apply_delivering(self, batch: list[Event]) -> list[Event]:
         """:meth:`_apply`; when the assembler raises part way (``max_reply_chars``,
@@ -263,7 +244,7 @@ class StreamParser:
                 self._echo = None
         if events:
             events = asm.feed(events)
-        if end and fmt.done and not self._held:
+        if end and fmt.done and (self.hold is None or not self.hold.held):
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
         return events
@@ -313,20 +294,8 @@ class StreamParser:
             # The event flushed at the end was cut short and dropped: its id must not count
             # as delivered, or a resume from this point would skip it.
             self._decoder = self._new_decoder()
-            self._old_bytes += decoder.bytes_fed
-            self._old_comments += decoder.comments
-            self._old_last_event_id = delivered_id
-        if fmt.done:
-            reason = fmt.done_reason or "sentinel"
-        elif decoder.ended_mid_event:
-            reason = "eof mid-event"
-        else:
-            reason = "eof"
-        if cause is not None and not fmt.done:
-            reason = f"{reason}: {type(cause).__name__}: {cause}"
-        # A transport error is never a clean end: without the sentinel it is a truncation,
-        # even if every choice had already finished.
-        cut = fmt.cut or (cause is not None and not fmt.done)
+            self._carried.decoder_replaced(decoder, delivered_id)
+        reason, cut = _bytes_ended(fmt, decoder, cause)
         return events + asm.end(sentinel=fmt.done, cut=cut, reason=reason)
 
     def settle(self, estimate: UsageEstimate | None, cost: Decimal | None) -> None:
@@ -343,7 +312,6 @@ class StreamParser:
         """The reply's length cap is spent (a reply continued across upstreams, counted by
         the I/O layer): what an echo check still holds is delivered, every unfinished
         choice finishes ``length`` and the reply ends ``finished``, nothing more asked."""
-        self._held = []
         events = self._apply([], end=False, final=True)
         return events + self._assembler.end_at_length(reason)
 
@@ -369,14 +337,12 @@ class StreamParser:
         carries at or below it are dropped as already delivered, so a server that ignores
         the header and starts over never shows text twice.
         """
-        decoder = self._decoder
-        self._old_bytes += decoder.bytes_fed
-        self._old_comments += decoder.comments
-        self._old_last_event_id = self.last_event_id
-        self._old_reconnection_time = self.reconnection_time
+        carried = self._carried
+        carried.reconnection_time = self.reconnection_time
+        carried.decoder_replaced(self._decoder, self.last_event_id)
         self._checks.resume = None
         if resume_after is not None:
-            self._old_last_event_id = resume_after
+            carried.last_event_id = resume_after
             # A throwaway format decodes replayed events without touching the reply.
             shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
             self._checks.reconnected(resume_after, self.reply, shadow.feed)
@@ -421,16 +387,10 @@ class StreamParser:
         offsets and its id stay). Call before :meth:`begin_continuation` or :meth:`reset`."""
         format_cls = FORMATS[format]
         old = self._format
-        reply = self.reply
         new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
-        new.restore(
-            self._assembler.offsets(),
-            {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
-            {c.index: c.finish_reason for c in reply.choices},
-        )
+        go_on_from(new, self.reply, self._assembler.offsets())
         new.id, new.model = old.id, old.model
-        self._old_skipped += old.skipped
-        self._old_heartbeats += old.heartbeats
+        self._carried.format_replaced(old)
         self._format = new
         self.new_connection()
         self._checks.new_generation()  # another server: its ids and completion id are its own
@@ -446,25 +406,19 @@ class StreamParser:
     def begin_continuation(self, *, min_overlap: int = 8) -> str:
         """Prepare for a continuation request; returns the assistant prefix to send.
 
-        A fresh SSE decoder is used; the reply and offsets go on. Text the provider echoes
-        back at the start of the continuation (a suffix of the prefix, at least
-        ``min_overlap`` code points, or the whole prefix if shorter) is cut, so nothing is
-        shown twice.
-
-        The prefix is returned without trailing whitespace: Anthropic (and others) refuse a
-        prefill that ends in whitespace. The whitespace the provider then sends again at the
-        start of the continuation is cut as an echo too, however short.
+        A fresh SSE decoder is used; the reply and offsets go on. The prefix is sent without
+        trailing whitespace, and what the provider echoes of it at the start (a suffix of at
+        least ``min_overlap`` code points, or the whole prefix if shorter, or the whitespace
+        not sent) is cut, so nothing is shown twice (:mod:`fluxstream._core.echo`).
         """
         if not self.continuable():
             raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
-        prefix = self._assembler.text_of(0)
-        sent = prefix.rstrip() or prefix  # an all-whitespace prefix is sent as it is
+        sent, self._echo = continuation(self._assembler.text_of(0), min_overlap)
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
         self._checks.expect_sequence(None)  # a new response: its numbers start over
         self._checks.new_generation()  # and its event ids and completion id are its own
-        self._echo = _EchoFilter(prefix, min_overlap, forced=len(prefix) - len(sent))
         return sent
 
     def offsets(self) -> dict[str, Any]:
@@ -478,35 +432,21 @@ class StreamParser:
         optional ``offsets``, ``last_event_id``, ``reconnection_time``): the partial reply is
         taken over and offsets go on where they stopped.
 
-        :raises ResumeTokenError: ``token`` is not one this library wrote, is damaged (a
-            part missing or of the wrong shape), or its parts disagree (offsets that are not
-            the reply's lengths, wire state naming what the reply lacks): tokens travel
-            through databases, browsers and other workers, so that is bad input, never a
-            crash deep in a format nor a reply with a gap (:mod:`fluxstream._core.resume_token`).
+        :raises ResumeTokenError: ``token`` is not one this library wrote, is damaged, or its
+            parts disagree: bad input, never a crash deep in a format nor a reply with a gap
+            (what is checked: :mod:`fluxstream._core.resume_token`).
         """
         try:
-            return cls._restored(read_token(token, parser_kwargs.get("format", _DEFAULT_FORMAT)),
-                                 **parser_kwargs)
+            parts = read_token(token, parser_kwargs.get("format", _DEFAULT_FORMAT))
+            parser = cls(content_key=parts.key, **parser_kwargs)
+            parts.restore(parser._assembler, parser._format)
+            parser._carried = Carried(
+                last_event_id=parts.last_event_id, reconnection_time=parts.reconnection_time)
+            parser._expect_sequence()  # whatever reads on, it reads after the token's number
         except ResumeTokenError:
             raise
         except DAMAGE as exc:
             raise damaged(exc) from exc
-
-    @classmethod
-    def _restored(cls, parts: TokenParts, **parser_kwargs: Any) -> StreamParser:
-        parser = cls(content_key=parts.key, **parser_kwargs)
-        asm = parser._assembler
-        asm.restore(parts.reply)
-        fmt = parser._format
-        fmt.restore(parts.offsets or asm.offsets(), parts.calls(), parts.finishes())
-        fmt.id = parts.reply.id
-        fmt.model = parts.reply.model
-        # Before the wire state: ``auto`` chooses Responses for a token with a sequence.
-        fmt.restore_position(parts.sequence, parts.response_id)
-        fmt.restore_state(parts.wire)  # the wire format's own state (Anthropic: open blocks)
-        parser._old_last_event_id = parts.last_event_id
-        parser._old_reconnection_time = parts.reconnection_time
-        parser._expect_sequence()  # whatever reads on, it reads after the token's number
         return parser
 
     # ------------------------------------------------------------------ state
@@ -516,16 +456,15 @@ class StreamParser:
         """A snapshot of the reply so far (rebuilds only what changed since the last one)."""
         fmt = self._format
         decoder = self._decoder
+        carried = self._carried
         return self._assembler.snapshot(
             id=fmt.id,
             model=fmt.model,
             events=self._events,
-            skipped_frames=self._old_skipped + fmt.skipped,
+            skipped_frames=carried.skipped + fmt.skipped,
             # SSE comments, plus in-band keep-alives the format counts (Anthropic ``ping``).
-            heartbeats=(
-                self._old_comments + decoder.comments + self._old_heartbeats + fmt.heartbeats
-            ),
-            bytes=self._old_bytes + decoder.bytes_fed + self._ignored_bytes,
+            heartbeats=carried.comments + decoder.comments + carried.heartbeats + fmt.heartbeats,
+            bytes=carried.bytes + decoder.bytes_fed,
             segments=self.segments,
         )
 
@@ -586,157 +525,26 @@ class StreamParser:
 
     @property
     def last_event_id(self) -> str:
-        return self._decoder.last_event_id or self._old_last_event_id
+        return self._decoder.last_event_id or self._carried.last_event_id
 
     @property
     def reconnection_time(self) -> int | None:
         time = self._decoder.reconnection_time
-        return time if time is not None else self._old_reconnection_time
+        return time if time is not None else self._carried.reconnection_time
 
 
-class _EchoFilter:
-    """Cuts the overlap a provider may echo at the start of a continuation.
-
-    After :meth:`StreamParser.begin_continuation` the new stream's text for choice 0 is held
-    back until it is clear whether it starts with a suffix of the prefix that was sent (at
-    least ``min_overlap`` code points, or the whole prefix when it is shorter): the longest
-    such echo is dropped, the rest delivered at the right offsets.
-
-    Linear in the echoed text (a 16k-code-point echo sent one code point per delta took 28 s
-    when every delta re-tested every candidate length). Per code point ``c`` appended to the
-    held text ``buf`` (length ``L``):
-
-    * "``buf`` is a suffix of the prefix" is a comparison of two polynomial hashes, each
-      updated in O(1): ``buf`` grows at its end, the prefix's suffix of length ``L`` at its
-      start;
-    * "a longer echo is still possible" needs the leftmost position where ``buf`` occurs in the
-      prefix: it stays put while the next code point matches there, and only moves (one
-      ``str.find`` from the old position on) when it does not.
-    """
-
-    __slots__ = (
-        "_hash_buf", "_hash_pre", "_power", "_start", "base", "best", "deciding", "forced",
-        "held", "min_overlap", "parts", "prefix", "shift", "size",
-    )
-
-    _MOD = (1 << 61) - 1
-    _BASE = 1_000_003
-
-    def __init__(self, prefix: str, min_overlap: int, *, forced: int = 0) -> None:
-        self.prefix = prefix
-        self.min_overlap = max(1, min(min_overlap, len(prefix)))
-        #: An echo of exactly this length counts however short: the trailing whitespace
-        #: that was not sent with the prefix (see StreamParser.begin_continuation).
-        self.forced = forced
-        self.base = len(prefix)  # offset of the first continued code point
-        self.parts: list[str] = []  # the held text
-        self.held = 0  # its length
-        self.size = 0  # how much of it was tested (testing stops once the outcome is clear)
-        self.deciding = True
-        self.shift = 0
-        self.best = 0  # the longest echo seen so far (>= min_overlap)
-        self._hash_buf = 0  # sum of buf[i] * B**i
-        self._hash_pre = 0  # the same for prefix[-size:]
-        self._power = 1  # B**size
-        self._start = 0  # leftmost occurrence of buf in the prefix; -1: none
-
-    @property
-    def buffer(self) -> str:
-        if len(self.parts) > 1:
-            self.parts[:] = ["".join(self.parts)]
-        return self.parts[0] if self.parts else ""
-
-    def _add(self, text: str) -> None:
-        prefix, n, mod, base = self.prefix, len(self.prefix), self._MOD, self._BASE
-        low = self.min_overlap
-        forced = self.forced
-        start = self._start
-        size = self.size
-        hash_buf, hash_pre, power = self._hash_buf, self._hash_pre, self._power
-        for position, char in enumerate(text):
-            if size >= n:
-                break  # no echo is longer than the prefix
-            code = ord(char)
-            hash_buf = (hash_buf + code * power) % mod
-            hash_pre = (ord(prefix[n - size - 1]) + base * hash_pre) % mod
-            power = power * base % mod
-            if start >= 0 and (start + size >= n or prefix[start + size] != char):
-                held = "".join(self.parts) + text[: position + 1]
-                start = prefix.find(held, start + 1)
-            size += 1
-            if hash_buf == hash_pre and (size >= low or size == forced):
-                self.best = size
-            if start < 0:
-                break  # buf occurs nowhere in the prefix: no longer echo can come
-        self._start = start
-        self.size = size
-        self._hash_buf, self._hash_pre, self._power = hash_buf, hash_pre, power
-        self.parts.append(text)
-        self.held += len(text)
-
-    def _decide(self, final: bool) -> int | None:
-        """The echo length, or ``None`` while a longer echo is still possible."""
-        held = self.held
-        n = len(self.prefix)
-        if (
-            not final
-            and held < n
-            and self._start >= 0
-            and held <= self.size
-            and (
-                # A longer echo needs ``buf`` to occur where the prefix's remainder is longer
-                # than ``buf`` and at least ``min_overlap`` long,
-                self._start <= n - max(self.min_overlap, held + 1)
-                # or ``buf`` to be the start of the whitespace that was not sent.
-                or (held < self.forced and self.prefix.startswith(self.buffer, n - self.forced))
-            )
-        ):
-            return None
-        return self._checked(self.best)
-
-    def _checked(self, k: int) -> int:
-        """``k`` once the text proves it (equal hashes, different text: a crafted collision
-        must not cut text); else the longest echo found the slow way (never in practice)."""
-        buf, prefix = self.buffer, self.prefix
-        if k == 0 or prefix.endswith(buf[:k]):
-            return k
-        low = self.min_overlap
-        found = (j for j in range(k - 1, 0, -1) if j >= low or j == self.forced)
-        return next((j for j in found if prefix.endswith(buf[:j])), 0)
-
-    def _release(self, key: str, k: int, out: list[Event], fmt_shift: Any) -> None:
-        self.deciding = False
-        self.shift = k
-        fmt_shift(k)
-        rest = self.buffer[k:]
-        self.parts = []
-        self.held = 0
-        if rest:
-            out.append(TextDelta(key, 0, self.base, rest))
-
-    def filter(self, events: list[Event], key: str, fmt_shift: Any, final: bool) -> list[Event]:
-        out: list[Event] = []
-        shift_batch = 0  # deltas created before the shift in this batch still need it
-        for ev in events:
-            if type(ev) is TextDelta and ev.choice == 0:
-                if self.deciding:
-                    self._add(ev.text)
-                    k = self._decide(final=False)
-                    if k is not None:
-                        self._release(key, k, out, fmt_shift)
-                        shift_batch = k
-                    continue
-                if shift_batch:
-                    ev = TextDelta(key, 0, ev.offset - shift_batch, ev.text)
-                out.append(ev)
-                continue
-            if self.deciding and type(ev) is Finish and ev.choice == 0:
-                k = self._decide(final=True)
-                self._release(key, k or 0, out, fmt_shift)
-            out.append(ev)
-        if final and self.deciding:
-            self._release(key, self._decide(final=True) or 0, out, fmt_shift)
-        return out
+def _bytes_ended(
+    fmt: WireFormat, decoder: SSEDecoder, cause: BaseException | None
+) -> tuple[str, bool]:
+    """Why the bytes ended, as the reply's end states it, and whether they were cut short."""
+    if fmt.done:
+        return fmt.done_reason or "sentinel", fmt.cut
+    reason = "eof mid-event" if decoder.ended_mid_event else "eof"
+    if cause is None:
+        return reason, fmt.cut
+    # A transport error is never a clean end: without the sentinel it is a truncation, even
+    # if every choice had already finished.
+    return f"{reason}: {type(cause).__name__}: {cause}", True
 
 
 def _as_mapping(obj: Mapping[str, Any] | Any) -> Mapping[str, Any]:

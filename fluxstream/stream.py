@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._core.coalesce import Coalesced, FuncSource, Picked
 from ._core.observers import ObserverSet
 from ._core.progress import StreamStats
+from ._core.resume_token import RESUME_TOKEN_VERSION, write_token
 from ._core.token_signature import TokenSigner
 from ._io.attempt import RequestSpec
 from ._io.failover import Route
@@ -51,9 +52,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._io.structured_output import StructuredView
     from .reply import Reply
 
+# RESUME_TOKEN_VERSION: its home is _core.resume_token, with the token's writer and reader.
 __all__ = ["RESUME_TOKEN_VERSION", "ReplyStream", "RequestSpec", "StreamStats"]
-
-RESUME_TOKEN_VERSION = 1
 
 P = TypeVar("P")
 U = TypeVar("U")
@@ -177,9 +177,12 @@ class ReplyStream(StructuredOutput):
         ``"signature"``), and resumes only tokens signed so.
         """
         reader = self._reader
-        token = reader.channel.resume_token(RESUME_TOKEN_VERSION)
-        if reader.route is not None:  # its API and body are that upstream's: say which
-            token["upstream"] = reader.route.current.label
+        channel, route = reader.channel, reader.route
+        token = write_token(
+            channel.parser, api=channel.spec.api.name, path=channel.spec.path,
+            body=channel.spec.body, continued=channel.sent_body is not None,
+            upstream=None if route is None else route.current.label,
+        )
         signer = self._token_signer
         return token if signer is None else signer.sign(token)
 

@@ -39,8 +39,12 @@ _ORDER: list[tuple[int, list[str]]] = [
          "structured.objects"]),
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats
     # package's __init__
+    # _core.echo (a continuation's echo cut), _core.error_hold (an error event held back for
+    # failover) and _core.carried (the counts of replaced decoders and formats): the parser's
+    # hooks and bookkeeping, below it
     (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
-         "_core.resume_token", "_core.reread",
+         "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
+         "_core.carried",
          "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
     (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)

@@ -1,10 +1,19 @@
-"""Reading a resume token: what :meth:`fluxstream.parser.StreamParser.from_token` takes over.
+"""Resume tokens: their version, how one is written, and how one from outside is read.
+
+One home for the token's shape: :func:`write_token` writes what
+:meth:`fluxstream.stream.ReplyStream.resume_token` hands out (the parts a
+:class:`~fluxstream.parser.StreamParser` knows of its stream, :class:`TokenSource`, beside the
+request), and :func:`read_token` reads a token back into exactly those parts
+(:class:`TokenParts`), which :meth:`fluxstream.parser.StreamParser.from_token` applies. A
+change of the shape is made here, on both sides at once, with :data:`RESUME_TOKEN_VERSION`.
+Signing is not the token's shape: :mod:`fluxstream._core.token_signature` signs a written token
+and verifies one before it is read.
 
 A token travels through databases, browsers and other workers, so it is data from outside:
-every part is checked into exactly the shape the parser wrote (:class:`TokenParts`), and
-anything else is a :class:`~fluxstream.errors.ResumeTokenError`, never a crash deep in a
-format. Kept apart from the parser because it is its own rulebook (which numbers a token may
-hold, which parts are optional), tested on its own, while the parser only applies the parts.
+every part is checked into exactly the shape the parser wrote, and anything else is a
+:class:`~fluxstream.errors.ResumeTokenError`, never a crash deep in a format. Kept apart from
+the parser because it is its own rulebook (which numbers a token may hold, which parts are
+optional), tested on its own, while the parser only applies the parts.
 
 A token says several things twice, and the copies must agree before it is believed: the
 offsets are the lengths of the stored reply's text, reasoning, refusal and tool-call
@@ -22,7 +31,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ResumeTokenError
 from ..formats import FORMATS
@@ -30,7 +39,18 @@ from ..formats._base import MAX_SEQUENCE
 from ..reply import Choice, Reply
 from ..sse import MAX_RETRY_MS
 
-__all__ = ["DAMAGE", "MAX_ID_CHARS", "TokenParts", "damaged", "read_token"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..assembly import ReplyAssembler
+    from ..formats._contract import WireFormat
+
+__all__ = [
+    "DAMAGE", "MAX_ID_CHARS", "RESUME_TOKEN_VERSION", "TokenParts", "TokenSource", "check_version",
+    "damaged",
+    "go_on_from", "read_token", "write_token",
+]
+
+#: The version a written token carries; a client resumes only tokens of this version.
+RESUME_TOKEN_VERSION = 1
 
 #: What a damaged token can make the restoring code raise (pydantic's ValidationError is a
 #: ValueError): each becomes a :class:`ResumeTokenError` (see :func:`damaged`).
@@ -71,19 +91,103 @@ class TokenParts:
     #: The server's ``retry:`` in milliseconds, as the SSE decoder bounds it.
     reconnection_time: int | None
 
-    def calls(self) -> dict[int, dict[int, tuple[Any, Any]]]:
-        """Per choice, ``{call index: (id, name)}`` of the reply's tool calls."""
-        return {c.index: {t.index: (t.id, t.name) for t in c.tool_calls}
-                for c in self.reply.choices}
+    def restore(self, assembler: ReplyAssembler, fmt: WireFormat) -> None:
+        """Put the parts into a new parser's assembler and wire format: the reply, the format
+        going on from it (:func:`go_on_from`), its id and model, its place in a Responses
+        stream and its own state. (The SSE state is the parser's to keep.)"""
+        reply = self.reply
+        assembler.restore(reply)
+        go_on_from(fmt, reply, self.offsets or assembler.offsets())
+        fmt.id, fmt.model = reply.id, reply.model
+        # Before the wire state: ``auto`` chooses Responses for a token with a sequence.
+        fmt.restore_position(self.sequence, self.response_id)
+        fmt.restore_state(self.wire)  # the wire format's own state (Anthropic: open blocks)
 
-    def finishes(self) -> dict[int, str | None]:
-        """Per choice, the finish reason so far."""
-        return {c.index: c.finish_reason for c in self.reply.choices}
+
+def go_on_from(fmt: WireFormat, reply: Reply, offsets: dict[str, Any]) -> None:
+    """``fmt``, new, goes on from ``reply`` (a token's, or the reply another upstream's format
+    takes over): its tool calls by id and name, its finish reasons, and ``offsets``, the code
+    points delivered (:meth:`~fluxstream.assembly.ReplyAssembler.offsets`)."""
+    fmt.restore(
+        offsets,
+        {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
+        {c.index: c.finish_reason for c in reply.choices},
+    )
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class TokenSource(Protocol):
+    """What a token is written from: a :class:`~fluxstream.parser.StreamParser`'s view of its
+    stream (its members of these names)."""
+
+    @property
+    def content_key(self) -> str: ...
+    @property
+    def last_event_id(self) -> str: ...
+    @property
+    def reconnection_time(self) -> int | None: ...
+    @property
+    def response_id(self) -> str | None: ...
+    @property
+    def sequence(self) -> int | None: ...
+    @property
+    def reply(self) -> Reply: ...
+    def offsets(self) -> dict[str, Any]: ...
+    def wire_state(self) -> dict[str, Any] | None: ...
+
+
+def write_token(
+    source: TokenSource, *, api: str, path: str, body: Mapping[str, Any], continued: bool,
+    upstream: str | None = None,
+) -> dict[str, Any]:
+    """A token of the stream ``source`` parses, sent as ``body`` to ``path`` of the API named
+    ``api`` (``upstream``: the label of the upstream serving it, when it has fallbacks): a
+    small JSON-serialisable value that :func:`read_token` reads back. No headers: they may
+    hold secrets.
+
+    ``continued``: what is being read answers a continuation, not ``body``: its ids (event
+    ids, a response and its sequence) number another stream, so they are left out and the
+    token resumes by continuing the text instead."""
+    own = not continued
+    token: dict[str, Any] = {
+        "version": RESUME_TOKEN_VERSION,
+        "key": source.content_key,
+        "api": api,
+        # Read by releases that name the API by its path only.
+        "path": path,
+        "body": body,
+        "last_event_id": (source.last_event_id or None) if own else None,
+        "reconnection_time": source.reconnection_time,
+        # Responses API: what a starting_after resume needs (None for other formats).
+        "response_id": source.response_id if own else None,
+        "sequence": source.sequence if own else None,
+        "offsets": source.offsets(),
+        # The wire format's own state (Anthropic: the content blocks open at the token).
+        "wire": source.wire_state(),
+        "reply": source.reply.model_dump(mode="json"),
+    }
+    if upstream is not None:  # its API and body are that upstream's: say which
+        token["upstream"] = upstream
+    return token
+
+
+# --------------------------------------------------------------------------- reading
 
 
 def damaged(exc: BaseException) -> ResumeTokenError:
     """The error for a token that made restoring raise ``exc`` (one of :data:`DAMAGE`)."""
     return ResumeTokenError(f"the resume token is damaged: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+def check_version(token: Mapping[str, Any]) -> None:
+    """Refuse a token of another version than this library writes (its shape may differ).
+
+    :raises ResumeTokenError: the token's ``version`` is not :data:`RESUME_TOKEN_VERSION`.
+    """
+    if token.get("version") != RESUME_TOKEN_VERSION:
+        raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
 
 
 def read_token(token: object, format: str | None = None) -> TokenParts:

@@ -325,30 +325,6 @@ class Channel:
             self._readahead = None
             await readahead.close(linger=linger)
 
-    def resume_token(self, version: int) -> dict[str, Any]:
-        """See :meth:`ReplyStream.resume_token` (no headers: they may hold secrets)."""
-        parser = self.parser
-        # A continued stream's ids (event ids, a response and its sequence) are not the
-        # body's: the token resumes by continuing the text there instead.
-        own = self.sent_body is None
-        return {
-            "version": version,
-            "key": parser.content_key,
-            "api": self.spec.api.name,
-            # Read by releases that name the API by its path only.
-            "path": self.spec.path,
-            "body": self.spec.body,
-            "last_event_id": (parser.last_event_id or None) if own else None,
-            "reconnection_time": parser.reconnection_time,
-            # Responses API: what a starting_after resume needs (None for other formats).
-            "response_id": parser.response_id if own else None,
-            "sequence": parser.sequence if own else None,
-            "offsets": parser.offsets(),
-            # The wire format's own state (Anthropic: the content blocks open at the token).
-            "wire": parser.wire_state(),
-            "reply": parser.reply.model_dump(mode="json"),
-        }
-
     # ------------------------------------------------------------------ ending
 
     def cancel(self) -> None:

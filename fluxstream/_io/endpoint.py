@@ -19,13 +19,14 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from .. import apis
+from .._core.resume_token import check_version
 from ..apis import Api, Structured
 from ..errors import ResumeTokenError, show_key
 from ..observe import StreamObserver
 from ..parser import StreamParser, new_content_key
 from ..reply import Reply
 from ..retry import ResumePolicy, RetryPolicy
-from ..stream import RESUME_TOKEN_VERSION, ReplyStream
+from ..stream import ReplyStream
 from ..upstream import Failover, Upstream
 from .attempt import RequestSpec
 from .call_options import CallOptions
@@ -220,8 +221,7 @@ class Endpoint:
                     f" resume it with client.{named.endpoint}.resume"
                 )
             return Endpoint(named, settings).resume(token, options)
-        if token.get("version") != RESUME_TOKEN_VERSION:
-            raise ResumeTokenError(f"unsupported resume token version {token.get('version')!r}")
+        check_version(token)
         if not isinstance(token.get("body"), Mapping):
             raise ResumeTokenError("the resume token has no request 'body' to send again")
         parser = settings.token_parser(api, token)

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._core.error_hold import ErrorHold
 from .._core.failover import FAILOVER_ERRORS, CoolDown, may_fail_over, reason_of, segment_end
 from .._core.length_budget import LengthBudget
 from ..apis import Api, ApiFeatureError
@@ -117,6 +118,9 @@ class Route:
         #: Handoffs made but not delivered yet: a hedge moved the route, then its request
         #: failed too (raised, not returned); the next events delivered start with them.
         self.undelivered: list[Event] = []
+        #: A read's error event, held back from the reply while an upstream is left to move
+        #: to (the stream's parser runs each read through it), until the reader decides.
+        self.hold = ErrorHold()
         self._finished = False
         self._done: list[Segment] = []
         self._start = 0
@@ -306,7 +310,7 @@ async def hand_off(
         route.exhausted = True
         return None
     if moved is None:
-        channel.parser.hold_errors = False
+        route.hold.active = False
     return moved
 
 

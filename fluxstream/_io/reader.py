@@ -73,8 +73,9 @@ class StreamReader(StreamEnd):
         channel = Channel(spec, parser, self.recovery, self.progress)
         if route is not None:  # each segment's content counted, for its usage
             route.attach(channel)
-        # An error event is the parser's to hold back while an upstream is left to move to.
-        parser.hold_errors = route is not None
+        #: While an upstream is left to move to, a read's error event is held back from the
+        #: reply (the route's hold, which the parser runs each read through) until decided.
+        self._hold = parser.hold = route.hold if route is not None else None
         # The first connect (and a hand-off's before content), hedged with hedge_after.
         super().__init__(spec, parser, channel, route, FirstConnect(channel, route))
         #: A stream restored from a resume token starts with a resume, not a fresh request
@@ -154,7 +155,8 @@ class StreamReader(StreamEnd):
         except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
             return self.fail_with(StreamFailedError, exc, str(exc))
         now = time.monotonic()
-        if parser.held_error is not None:
+        hold = self._hold
+        if hold is not None and hold.held:
             return self._error_event(events, now)
         if events and not parser.saw_content:
             decision = self.channel.error_event_decision(events, now)
@@ -193,7 +195,8 @@ class StreamReader(StreamEnd):
     async def _error_event(self, events: list[Event], now: float) -> list[Event]:
         """The parser held back an error event after ``events`` (while an upstream is left
         to move to): decided by whether a busy provider sent it (``transient``)."""
-        error = self._parser.held_error
+        assert self._hold is not None
+        error = self._hold.error
         assert error is not None
         self.progress.read(events, now, self._complete)
         reason = error_event_reason(error.error_type, error.code, error.message)
@@ -254,11 +257,13 @@ class StreamReader(StreamEnd):
         """The one place a decision is carried out; the events to deliver."""
         parser = self._parser
         action = decision.action
+        # An error event's failure: the event is held until the reply goes on without it.
+        held = self._hold if failure.kind == "error_event" else None
         if action in ("retry", "resume"):
             if failure.kind == "token":  # a stream that opens by it: its failures are open's
                 return await self._reconnect(decision, again)
-            if failure.kind == "error_event":
-                parser.drop_error()
+            if held is not None:
+                held.drop()
             return await self._recover(lambda: self._reconnect(decision, again))
         if action == "continue_here":
             moved = await self._continue_here(again)
@@ -268,8 +273,8 @@ class StreamReader(StreamEnd):
         if action == "hand_off":
             moved = await self._hand_off(reason)
             if moved is not None:
-                if failure.kind == "error_event":
-                    parser.drop_error()
+                if held is not None:
+                    held.drop()
                 return moved
         elif action == "end_at_length":
             return await self.at_length(reason, failed=failure.kind != "token")

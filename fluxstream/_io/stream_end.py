@@ -213,6 +213,8 @@ class StreamEnd:
         """Nothing is left of the length cap for the continuation that was next: the reply
         ends ``finished``, stop ``length`` (``failed``: the serving upstream's segment ends
         for ``reason``; else a token's reply just ends there)."""
+        if self.route is not None:  # the reply ends here: an error event held is not applied
+            self.route.hold.drop()
         route = self.route if failed else None
         return self.end(await end_at_length(self.channel, route, reason))
 
@@ -228,7 +230,8 @@ class StreamEnd:
             limit = seconds(self.channel.progress.timeouts.limit(failure.deadline))
             return await self.fail_with(error, exc, message.format(limit))
         if kind == "error_event":  # delivered: the reply ends failed
-            events = parser.release_error()
+            assert self.route is not None  # only a stream with fallbacks holds one back
+            events = parser.apply_held(self.route.hold.release())
             if parser.finished:
                 self.end([])
             elif self.channel.closed:  # a hand-off closed it, and no upstream answered

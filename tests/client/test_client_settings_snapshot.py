@@ -15,29 +15,25 @@ from typing import Any
 
 import httpx
 import pytest
+from sse_frames import chat_choice, chat_frame
 
 import fluxstream
 from fluxstream import Failover, ResumePolicy, RetryPolicy, StreamLimits, Timeouts, Upstream
 from fluxstream.errors import StreamTruncatedError
 
-pytestmark = pytest.mark.anyio
+# An httpx MockTransport answers the client each test injects; the settings are the
+# client's, whatever the event loop.
+pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
 
 MSG = [{"role": "user", "content": "hi"}]
 HEAD = {"content-type": "text/event-stream"}
 
 
 def chunk(text: str, finish: str | None = None, *, index: int = 0) -> bytes:
-    finish_json = "null" if finish is None else f'"{finish}"'
-    return (b'data: {"choices":[{"index":%d,"delta":{"content":"%s"},"finish_reason":%s}]}\n\n'
-            % (index, text.encode(), finish_json.encode()))
+    return chat_frame(chat_choice(text, finish=finish, index=index, with_finish=True))
 
 
 DONE = chunk("ok", "stop") + b"data: [DONE]\n\n"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 class Upstreams:

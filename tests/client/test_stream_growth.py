@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
+from fluxstream._core.echo import EchoFilter
 from fluxstream._core.progress import Progress
 from fluxstream.events import Event, Finish, TextDelta
-from fluxstream.parser import _EchoFilter
 from fluxstream.timeouts import Timeouts
 
 KEY = "k"
@@ -62,7 +62,7 @@ def test_the_linear_echo_filter_matches_the_previous_one(seed: int) -> None:
     rest = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 20)))
     deltas = split(echo + rest, rng)
     low = rng.choice([1, 3, 8])
-    new = run_filter(_EchoFilter(prefix, low), len(prefix), deltas)
+    new = run_filter(EchoFilter(prefix, low), len(prefix), deltas)
     old = run_filter(ReferenceEchoFilter(prefix, low), len(prefix), deltas)
     assert new == old, (prefix, deltas, low)
 
@@ -70,7 +70,7 @@ def test_the_linear_echo_filter_matches_the_previous_one(seed: int) -> None:
 def echo_seconds(size: int) -> float:
     prefix = "".join(random.Random(size).choice("abcdefgh ") for _ in range(size))
     started = time.perf_counter()
-    flt = _EchoFilter(prefix, 8)
+    flt = EchoFilter(prefix, 8)
     out = run_filter(flt, len(prefix), list(prefix) + list("continued"))
     elapsed = time.perf_counter() - started
     shown = "".join(e.text for e in out if isinstance(e, TextDelta))
