@@ -23,7 +23,7 @@ Method (see benchmarks/README.md, "Assembly"):
   - ``httpx-sse-loop``: ``httpx_sse.aconnect_sse`` + ``json.loads`` + dict access, appending
     content and argument fragments to lists (no types, no validation, no quirk handling).
 
-* Sans-IO: ``fluxstream.parser.replay(reads)`` with no HTTP at all.
+* Sans-IO: ``fluxstream._parser.replay(reads)`` with no HTTP at all.
 * JSON path: the per-chunk decode alone over the 20,000 ``data`` payloads, four ways:
   ``json.loads`` + dict access, ``pydantic_core.from_json`` + dict access, ``msgspec.json``
   (what ``ChatCompletionsFormat.feed_many`` decodes with) + dict access, and
@@ -66,9 +66,9 @@ import openai
 import pydantic
 import pydantic_core
 
-from fluxstream.parser import StreamParser, replay
-from fluxstream.partial_json import PartialJSON
-from fluxstream.wire import ChatCompletionChunk
+from fluxstream._parser import StreamParser, replay
+from fluxstream._partial_json import PartialJSON
+from fluxstream._wire import ChatCompletionChunk
 
 READ = 4096
 WORDS = ["The", " river", " bends", " under", " the", " old", " stone", " bridge", ",", " and",
@@ -336,7 +336,7 @@ def regimes(repeats: int) -> None:
     and the set-up plus the first read (three events, as the time-to-first-token burst
     sends them). Wall time of many streams (``perf_counter``: each stream is a few hundred
     microseconds), garbage collector off while timing, median of ``repeats``."""
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     print("\nStreamParser per content delta, the client benchmark's stream "
           f"(median of {repeats}, wall time, gc off)")

@@ -903,7 +903,7 @@ async def bench_cold(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     from bench_server import events_for
 
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     first = b"".join(events_for(_body(2))[:3])
     rows = []

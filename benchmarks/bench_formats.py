@@ -66,7 +66,7 @@ import httpx_sse
 import openai
 import pydantic
 
-from fluxstream.parser import StreamParser, replay
+from fluxstream._parser import StreamParser, replay
 
 READ = 4096
 WORDS = ["The", " river", " bends", " under", " the", " old", " stone", " bridge", ",", " and",

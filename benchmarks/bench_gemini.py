@@ -54,7 +54,7 @@ import pydantic
 from google import genai
 from google.genai import types
 
-from fluxstream.parser import StreamParser, replay
+from fluxstream._parser import StreamParser, replay
 
 READ = 4096
 WORDS = ["The", " river", " bends", " under", " the", " old", " stone", " bridge", ",", " and",

@@ -36,12 +36,12 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from fluxstream.assembly import ReplyAssembler
+from fluxstream._assembly import ReplyAssembler
+from fluxstream._events import TextDelta
+from fluxstream._limits import StreamLimits
+from fluxstream._parser import StreamParser
+from fluxstream._partial_json import PartialJSON
 from fluxstream.errors import LimitExceededError
-from fluxstream.events import TextDelta
-from fluxstream.limits import StreamLimits
-from fluxstream.parser import StreamParser
-from fluxstream.partial_json import PartialJSON
 from fluxstream.sse import SSEDecoder
 
 

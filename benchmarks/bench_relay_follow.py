@@ -87,7 +87,7 @@ def writer(
     each after a line on stdin, once every follower has the one before), and end them."""
     import redis
 
-    from fluxstream.events import End, Outcome, TextDelta
+    from fluxstream._events import End, Outcome, TextDelta
     from fluxstream.relay import RedisReplyLog
     from fluxstream.relay._redis_written_channel import message_of
     from fluxstream.relay.codec import encode_entry, end_record
@@ -172,7 +172,7 @@ async def follow_all(
     args: argparse.Namespace, url: str, keys: list[str], proc: subprocess.Popen[str],
     redis_pid: int,
 ) -> dict[str, Any]:
-    from fluxstream.events import TextDelta
+    from fluxstream._events import TextDelta
     from fluxstream.relay import RedisReplyLog, to_sse
 
     assert proc.stdin is not None

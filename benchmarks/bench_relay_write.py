@@ -29,7 +29,7 @@ from typing import Any
 
 import anyio
 
-from fluxstream.events import End, Outcome, TextDelta
+from fluxstream._events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
 from fluxstream.relay.producer import Recorder
 

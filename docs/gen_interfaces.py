@@ -32,11 +32,9 @@ END = "<!-- END generated -->"
 
 #: The public modules, in the order they are listed, and what each is for.
 MODULES = [
-    ("fluxstream", "events, the reply, the parser, the client and its policies"),
+    ("fluxstream", "the client and its endpoints, its policies and upstreams, the stream, "
+     "events, the reply (segments, usage, estimates, prices), the parser"),
     ("fluxstream.errors", "every error fluxstream raises; all are `FluxstreamError`"),
-    ("fluxstream.reply", "the assembled reply, its segments, usage and estimates"),
-    ("fluxstream.upstream", "where a reply may come from, and when a stream moves on"),
-    ("fluxstream.usage", "usage estimated when none came, and cost from the caller's prices"),
     ("fluxstream.otel", "OpenTelemetry spans and metrics (the `otel` extra)"),
     ("fluxstream.structured", "typed partial objects and structured output"),
     ("fluxstream.relay", "one reply followed from any worker, process or browser"),

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 import fluxstream
+from fluxstream import ModelPrice
 from fluxstream.otel import OpenTelemetryObserver
 from fluxstream.server import serve
-from fluxstream.usage import ModelPrice
 
 
 async def main() -> None:

@@ -1,22 +1,61 @@
 """fluxstream: correct, fast asyncio streaming of LLM replies -- Chat Completions, OpenAI
 Responses, Anthropic Messages and Gemini -- through one event model.
 
-Layers, each usable alone (lower layers never import higher ones; ``docs/architecture.md``):
+The public surface is this package and its subpackages; every module behind them is private
+and says so by its name (``_client``, ``_reply``...). Import from here::
 
-* :mod:`fluxstream.sse` - sans-IO ``text/event-stream`` decoder (WHATWG rules, linear time).
-* :mod:`fluxstream.formats` - wire formats -> normalized, format-neutral :mod:`~fluxstream.events`.
-* :mod:`fluxstream.assembly` - normalized events -> the :class:`~fluxstream.reply.Reply`.
-* :mod:`fluxstream.parser` - the three composed: bytes in, events out, reply kept; ``replay()``.
-* :mod:`fluxstream.apis` - what differs per provider API (path, credentials, continuation).
-* :mod:`fluxstream.client` / :mod:`fluxstream.stream` - the client (aiohttp under asyncio, httpx
-  elsewhere), cancellation, timeouts, retries, resumes and failover.
-* :mod:`fluxstream.relay` - one reply followed from any worker or browser (memory or Redis log).
-* :mod:`fluxstream.server` - an embedded streaming server, one dialect per API, for demos and
-  tests.
+    from fluxstream import AsyncClient, Outcome, TextDelta
+
+and from the subpackages for what they are about: :mod:`fluxstream.errors` (every typed
+error, also here), :mod:`fluxstream.sse` (the sans-IO ``text/event-stream`` decoder, usable
+alone), :mod:`fluxstream.formats` (the wire formats, for replaying captures),
+:mod:`fluxstream.apis` (what differs per provider API), :mod:`fluxstream.structured` (typed
+partial objects), :mod:`fluxstream.relay` (one reply followed from any worker or browser),
+:mod:`fluxstream.server` (the embedded streaming server), :mod:`fluxstream.otel`
+(OpenTelemetry) and :mod:`fluxstream.cli`. The layers and why they are so:
+``docs/architecture.md``. The module paths of 0.1 that are private now (``reply``,
+``endpoints``, ``usage``...) keep importing, with a ``DeprecationWarning``
+(:mod:`fluxstream._core.moved_modules`).
 """
 
 from typing import TYPE_CHECKING, Any
 
+from ._core import moved_modules as _moved_modules
+from ._events import (
+    End,
+    ErrorEvent,
+    Event,
+    Finish,
+    Handoff,
+    Outcome,
+    ReasoningBlock,
+    ReasoningDelta,
+    RefusalDelta,
+    Reset,
+    SkippedFrame,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+    UsageUpdate,
+)
+from ._limits import StreamLimits
+from ._observe import SendInfo, SendObserver, StreamInfo, StreamObserver
+from ._parser import StreamParser, replay
+from ._reply import (
+    Choice,
+    ErrorInfo,
+    Reply,
+    Segment,
+    SegmentEnd,
+    StopReason,
+    ToolCall,
+    TotalUsage,
+    Usage,
+    UsageEstimate,
+)
+from ._retry import ResumePolicy, RetryPolicy
+from ._timeouts import Deadline, Timeouts
+from ._usage import ModelPrice, UsageLedger
 from .errors import (
     APIConnectionError,
     APIStatusError,
@@ -48,46 +87,31 @@ from .errors import (
     StreamFailedError,
     StreamTruncatedError,
 )
-from .events import (
-    End,
-    ErrorEvent,
-    Event,
-    Finish,
-    Handoff,
-    Outcome,
-    ReasoningBlock,
-    ReasoningDelta,
-    RefusalDelta,
-    Reset,
-    SkippedFrame,
-    TextDelta,
-    ToolCallDelta,
-    ToolCallDone,
-    UsageUpdate,
-)
-from .limits import StreamLimits
-from .observe import StreamInfo, StreamObserver
-from .parser import StreamParser, replay
-from .reply import Choice, ErrorInfo, Reply, Segment, StopReason, ToolCall, Usage
-from .retry import ResumePolicy, RetryPolicy
 from .sse import ServerSentEvent, SSEDecoder, aiter_events, iter_events
-from .timeouts import Deadline, Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import AsyncClient, Secret
-    from .stream import ReplyStream, StreamStats
-    from .upstream import Failover, Upstream
+    from ._client import AsyncClient, Secret
+    from ._endpoints import anthropic_client
+    from ._stream import ReplyStream, StreamStats
+    from ._typed_endpoints import Chat, Gemini, Messages, Responses
+    from ._upstream import Failover, Upstream
 
 # The I/O layer (httpx, anyio) is imported on first use, so `import fluxstream.sse` or
 # `fluxstream.replay` alone never loads an HTTP client.
 _LAZY = {
-    "AsyncClient": "client",
-    "Secret": "client",
-    "ReplyStream": "stream",
-    "StreamStats": "stream",
-    "Failover": "upstream",
-    "Upstream": "upstream",
+    "AsyncClient": "_client",
+    "Secret": "_client",
+    "Chat": "_typed_endpoints",
+    "Responses": "_typed_endpoints",
+    "Messages": "_typed_endpoints",
+    "Gemini": "_typed_endpoints",
+    "anthropic_client": "_endpoints",
+    "ReplyStream": "_stream",
+    "StreamStats": "_stream",
+    "Failover": "_upstream",
+    "Upstream": "_upstream",
 }
+_moved_modules.install()
 
 
 def __getattr__(name: str) -> Any:
@@ -110,6 +134,7 @@ __all__ = [
     "ArgumentsError",
     "AsyncClient",
     "AuthenticationError",
+    "Chat",
     "Choice",
     "ContentTypeError",
     "Deadline",
@@ -123,34 +148,41 @@ __all__ = [
     "FirstTokenTimeoutError",
     "FluxstreamError",
     "FrameDecodeError",
+    "Gemini",
     "Handoff",
     "IdleTimeoutError",
     "LimitExceededError",
+    "Messages",
     "MissingAPIKeyError",
+    "ModelPrice",
     "NotAReplyError",
     "NotFoundError",
-    "ParseError",
     "Outcome",
+    "ParseError",
     "RateLimitError",
+    "ReasoningBlock",
+    "ReasoningDelta",
+    "RefusalDelta",
     "RelayError",
     "RelayKeyError",
     "RelayLeaseLostError",
     "RelayPositionError",
     "RelayUnavailableError",
-    "RequestHeaderError",
-    "ResumeMismatchError",
-    "ResumeTokenError",
-    "ReasoningBlock",
-    "ReasoningDelta",
-    "RefusalDelta",
     "Reply",
-    "ResumePolicy",
-    "RetryPolicy",
     "ReplyStream",
+    "RequestHeaderError",
     "Reset",
+    "Responses",
+    "ResumeMismatchError",
+    "ResumePolicy",
+    "ResumeTokenError",
+    "RetryPolicy",
     "SSEDecoder",
     "Secret",
     "Segment",
+    "SegmentEnd",
+    "SendInfo",
+    "SendObserver",
     "ServerSentEvent",
     "SkippedFrame",
     "StallTimeoutError",
@@ -168,11 +200,15 @@ __all__ = [
     "ToolCall",
     "ToolCallDelta",
     "ToolCallDone",
+    "TotalUsage",
     "Upstream",
     "Usage",
+    "UsageEstimate",
+    "UsageLedger",
     "UsageUpdate",
-    "__version__",
     "aiter_events",
+    "anthropic_client",
     "iter_events",
     "replay",
+    "__version__",
 ]

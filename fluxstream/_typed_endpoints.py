@@ -6,7 +6,7 @@ per-call options for users, IDEs and type checkers, shapes its body, and hands t
 endpoint the options as one :class:`~fluxstream._io.call_options.CallOptions`. Whatever else
 a stream needs comes from the client's settings, which the generic endpoint holds, so these
 classes never see the client (the client imports them, never the reverse). Their public homes
-are :mod:`fluxstream.client` (``Chat``) and :mod:`fluxstream.endpoints`.
+are :mod:`fluxstream._client` (``Chat``) and :mod:`fluxstream._endpoints`.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any, ClassVar
 from . import apis
 from ._io.call_options import CallOptions, in_order
 from ._io.endpoint import Endpoint, completing
+from ._observe import StreamObserver
+from ._retry import ResumePolicy, RetryPolicy
+from ._stream import ReplyStream
+from ._timeouts import Timeouts
+from ._upstream import Failover, Upstream
 from .apis import Api
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES
 from .apis.chat_completions import CHAT_COMPLETIONS, with_usage
 from .apis.gemini import GEMINI
 from .apis.responses import RESPONSES
-from .observe import StreamObserver
-from .retry import ResumePolicy, RetryPolicy
-from .stream import ReplyStream
-from .timeouts import Timeouts
-from .upstream import Failover, Upstream
 
 __all__ = ["Chat", "Gemini", "Messages", "Responses"]
 
@@ -60,7 +60,7 @@ class _TypedEndpoint:
         that go on, the partial reply already in ``stream.reply``. ``response_format``: the
         type the original stream was asked for (a token carries its schema, not the type),
         so that ``objects()`` and ``parsed`` continue from the partial object.
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
+        ``observers``: :class:`~fluxstream._observe.StreamObserver` s told of this stream only
         (after the client's own). ``fallbacks`` and ``failover``: as for ``stream`` (the
         upstream the token names as serving must be among them; the resume goes on there,
         then moves along the ones after it); ``raise_for_outcome`` too. A client with a
@@ -109,17 +109,17 @@ class Chat(_TypedEndpoint):
         ``include_usage=False``. Other keyword arguments go into the request body as they are.
         ``content_key`` names the logical request for resumable rendering (generated if None);
         ``retry`` and ``resume`` override the client's policies for this request, and the
-        fields given in ``timeouts`` (:class:`~fluxstream.timeouts.Timeouts`) the client's.
+        fields given in ``timeouts`` (:class:`~fluxstream._timeouts.Timeouts`) the client's.
         ``response_format``: a pydantic model (or any type pydantic adapts) is sent as its
         strict JSON schema and read back by ``stream.objects()`` / ``stream.parsed``; a
         ``dict`` is sent untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` that records
         the stream as it is delivered (``log.record(stream)``, same API).
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        ``observers``: :class:`~fluxstream._observe.StreamObserver` s told of this stream only
+        (after the client's own). ``fallbacks``: :class:`~fluxstream._upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -151,7 +151,7 @@ class Chat(_TypedEndpoint):
         path is always the client's own).
         ``response_format``: the type the original stream was asked for (the token carries
         its schema, not the type), so that ``objects()`` and ``parsed`` go on from the
-        partial object. ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of
+        partial object. ``observers``: :class:`~fluxstream._observe.StreamObserver` s told of
         this stream only (after the client's own). ``fallbacks`` and ``failover``: as for
         ``stream`` (the upstream the token names as serving must be among them; the resume
         goes on there, then moves along the ones after it); ``raise_for_outcome`` too. A
@@ -205,12 +205,12 @@ class Responses(_TypedEndpoint):
         ``stream.parsed``; a ``dict`` is sent as ``text.format`` untouched. ``log``: a
         :class:`fluxstream.relay.ReplyLog` that records the stream (same API). ``timeouts``:
         this request's own deadlines, over the client's (as ``client.chat.stream``).
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        ``observers``: :class:`~fluxstream._observe.StreamObserver` s told of this stream only
+        (after the client's own). ``fallbacks``: :class:`~fluxstream._upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -265,12 +265,12 @@ class Messages(_TypedEndpoint):
         input is what ``stream.objects()`` / ``stream.parsed`` read. A ``dict`` is taken as
         that tool, untouched. ``log``: a :class:`fluxstream.relay.ReplyLog` (same API).
         ``timeouts``: this request's own deadlines, over the client's.
-        ``observers``: :class:`~fluxstream.observe.StreamObserver` s told of this stream only
-        (after the client's own). ``fallbacks``: :class:`~fluxstream.upstream.Upstream` s
+        ``observers``: :class:`~fluxstream._observe.StreamObserver` s told of this stream only
+        (after the client's own). ``fallbacks``: :class:`~fluxstream._upstream.Upstream` s
         for this request instead of the client's; ``failover``: its
-        :class:`~fluxstream.upstream.Failover`; ``raise_for_outcome``: whether the end of
+        :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream.client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}

@@ -5,8 +5,8 @@ with one ``except`` without also catching its own bugs. The lowest layers (the S
 wire formats, the assembler) import from here, and so do the highest (client, server, CLI): this
 module imports only the root of the errors (:mod:`fluxstream._core.base_errors`, below the reply
 model, which raises some of them; the reply itself is named for type checking only) and
-:mod:`fluxstream.timeouts` (plain values that import nothing, for the
-:class:`~fluxstream.timeouts.Deadline` a timeout error carries), and must stay that way. For the
+:mod:`fluxstream._timeouts` (plain values that import nothing, for the
+:class:`~fluxstream._timeouts.Deadline` a timeout error carries), and must stay that way. For the
 same reason it holds
 the two helpers every layer uses to put outside text into a message or a log line
 (:func:`show_key`, :func:`one_line`).
@@ -21,13 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 # The module, not its names: this module's public names are the errors alone.
-from . import timeouts
+from . import _timeouts as timeouts
 
 # Defined at the bottom of the package (the reply model raises them); their home is here.
 from ._core.base_errors import ArgumentsError, FluxstreamError, ParseError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from .reply import Reply
+    from ._reply import Reply
 
 __all__ = [
     "APIConnectionError",
@@ -109,7 +109,7 @@ class EventTooLargeError(FluxstreamError):
 
 
 class LimitExceededError(FluxstreamError):
-    """Server-controlled input went past one of the :class:`fluxstream.limits.StreamLimits`
+    """Server-controlled input went past one of the :class:`fluxstream._limits.StreamLimits`
     (choices per stream, tool calls per choice, reply size, bytes without an event).
 
     Raised by the sans-IO layers instead of letting a hostile or broken server grow memory
@@ -149,7 +149,7 @@ class APIConnectionError(FluxstreamError):
 class APITimeoutError(APIConnectionError):
     """Connecting, or waiting for the response head, took longer than the configured timeout.
 
-    ``deadline`` says which one passed: :attr:`~fluxstream.timeouts.Deadline.CONNECT`,
+    ``deadline`` says which one passed: :attr:`~fluxstream._timeouts.Deadline.CONNECT`,
     ``WRITE`` or ``POOL`` (the HTTP library's), ``HEAD`` (the read timeout), or
     ``FIRST_TOKEN`` when ``first_token`` ran out while the head was awaited.
     """

@@ -60,14 +60,14 @@ from ._core.genai_attributes import (
     response_attributes,
     tokens_of,
 )
-from .events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
-from .observe import SendInfo, StreamInfo, StreamObserver
+from ._events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from ._observe import SendInfo, StreamInfo, StreamObserver
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .client import AsyncClient
-    from .events import Event
-    from .reply import Reply
-    from .stream import StreamStats
+    from ._client import AsyncClient
+    from ._events import Event
+    from ._reply import Reply
+    from ._stream import StreamStats
 
 __all__ = ["OpenTelemetryObserver", "instrument"]
 
@@ -202,7 +202,7 @@ def _outcome_counter(
 
 
 class OpenTelemetryObserver(StreamObserver):
-    """A stream observer (:mod:`fluxstream.observe`) that traces and measures each stream.
+    """A stream observer (:mod:`fluxstream._observe`) that traces and measures each stream.
 
     :param tracer_provider: default: the global one (``opentelemetry.trace``).
     :param meter_provider: default: the global one (``opentelemetry.metrics``).
@@ -389,7 +389,7 @@ class StreamSpan(StreamObserver):
     """One stream's span and measurements (made by :meth:`OpenTelemetryObserver.for_stream`).
 
     It has no ``on_event`` of its own: what the metrics need of the events (time to first
-    chunk, mean time per chunk) is in the stream's :class:`~fluxstream.stream.StreamStats` at
+    chunk, mean time per chunk) is in the stream's :class:`~fluxstream._stream.StreamStats` at
     the end, so a stream tells it nothing per event."""
 
     __slots__ = ("_context", "_owner", "_series", "_span", "_started", "_traceparent")

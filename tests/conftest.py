@@ -218,11 +218,11 @@ def _forced_transport(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
     forced = request.config.getoption("--transport")
     if forced == "auto" or request.node.get_closest_marker("auto_transport") is not None:
         return
-    import fluxstream.client
+    import fluxstream._client
 
-    make = fluxstream.client.make_http_client
+    make = fluxstream._client.make_http_client
 
     def make_forced(transport: str, *args: Any) -> Any:
         return make(forced if transport == "auto" else transport, *args)
 
-    monkeypatch.setattr(fluxstream.client, "make_http_client", make_forced)
+    monkeypatch.setattr(fluxstream._client, "make_http_client", make_forced)

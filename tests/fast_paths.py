@@ -21,12 +21,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from fluxstream import parser
+from fluxstream import _parser as parser
+from fluxstream._events import Event
+from fluxstream._parser import StreamParser
 from fluxstream.errors import FluxstreamError
-from fluxstream.events import Event
 from fluxstream.formats import FORMATS
 from fluxstream.formats._base import FormatBase
-from fluxstream.parser import StreamParser
 from fluxstream.sse import LineDecoder
 
 

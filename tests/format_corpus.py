@@ -1,7 +1,7 @@
 """Shared checks for the recorded streams of every format (``resp-*``, ``anth-*``, ``cc-*``).
 
 The corpus' expectations (``tests/fixtures/chat/*.json``) use the corpus' own field names; this
-module maps a :class:`~fluxstream.reply.Reply` onto them, feeds a stream in the read patterns
+module maps a :class:`~fluxstream._reply.Reply` onto them, feeds a stream in the read patterns
 the issue asks for (whole, one byte at a time, random reads) and checks that the normalized
 events themselves are consistent (offsets rebuild every channel, one ``End`` last).
 """
@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from fluxstream.events import (
+from fluxstream._events import (
     End,
     Event,
     Outcome,
@@ -23,8 +23,8 @@ from fluxstream.events import (
     ToolCallDelta,
     ToolCallDone,
 )
-from fluxstream.parser import StreamParser
-from fluxstream.reply import Reply
+from fluxstream._parser import StreamParser
+from fluxstream._reply import Reply
 
 MODES = ["whole", "bytewise", "random-1", "random-2", "random-3"]
 

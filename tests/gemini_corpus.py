@@ -4,7 +4,7 @@ The expectations (``gem-*.json``) use the corpus' own names (``tests/fixtures/ge
 ``choices`` keyed by candidate index, ``usage`` the last ``usageMetadata`` verbatim, ``error``
 ``{message, code, status}`` (``{message, blockReason}`` for a blocked prompt) and ``ended``
 (``failed`` when an error arrived, ``done`` when the body ended after every finish reason or a
-block, else ``truncated``). :func:`as_corpus` maps a :class:`~fluxstream.reply.Reply` onto them.
+block, else ``truncated``). :func:`as_corpus` maps a :class:`~fluxstream._reply.Reply` onto them.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 from fixture_files import FIXTURES, require
 from format_corpus import as_corpus as chat_corpus
 
-from fluxstream.events import Outcome
-from fluxstream.reply import Reply
+from fluxstream._events import Outcome
+from fluxstream._reply import Reply
 
 GEMINI = FIXTURES / "gemini"
 

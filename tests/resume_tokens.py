@@ -12,8 +12,8 @@ from typing import Any
 
 from fixture_files import chat_streams
 
-from fluxstream.parser import StreamParser
-from fluxstream.reply import Reply
+from fluxstream._parser import StreamParser
+from fluxstream._reply import Reply
 
 RESP = chat_streams("resp-")
 ANTH = chat_streams("anth-")

@@ -23,16 +23,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "fluxstream"
 LAYERS: dict[str, int] = {}
 _ORDER: list[tuple[int, list[str]]] = [
     # reply imports only these (the errors it raises, when one is raised: DELIBERATE_UPWARD)
-    (0, ["timeouts", "limits", "retry", "_core.coalesce", "partial_json", "wire", "_io.tasks",
+    (0, ["_timeouts", "_limits", "_retry", "_core.coalesce", "_partial_json", "_wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
          "_core.type_names", "_core.partial_objects", "_core.sse_event", "_core.sse_runs",
-         "reply"]),
+         "_core.deprecation", "_core.moved_modules", "_reply"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them;
     # _core.token_signature: the HMAC of resume tokens (raises ResumeTokenError)
     # _core.secret: a masked secret, and token_secret read into a TokenSigner
-    (2, ["events", "usage", "_core.headers", "_core.token_signature", "_core.secret"]),
+    (2, ["_events", "_usage", "_core.headers", "_core.token_signature", "_core.secret"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
@@ -42,13 +42,13 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.echo (a continuation's echo cut), _core.error_hold (an error event held back for
     # failover) and _core.carried (the counts of replaced decoders and formats): the parser's
     # hooks and bookkeeping, below it
-    (4, ["formats.auto", "formats", "assembly", "structured.reply", "_core.resume_check",
+    (4, ["formats.auto", "formats", "_assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
          "_core.carried",
          "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
-    (5, ["parser", "structured.track", "structured", "_core.recovery", "_core.progress",
+    (5, ["_parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)
-         "observe", "apis", "_core.failover", "upstream"]),
+         "_observe", "apis", "_core.failover", "_upstream"]),
     # _core.genai_attributes: what the OpenTelemetry conventions read of a request and reply
     # _io.transport: the seam an HTTP client is used through; _io.aiohttp_private: every use
     # of aiohttp's internals, checked on import; _io.aiohttp_errors: its exceptions as httpx's;
@@ -63,7 +63,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (8, ["_io.reconnect", "_io.failover", "_io.hedge", "_io.stream_end"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
-    (11, ["stream"]),
+    (11, ["_stream"]),
     # _io.client_settings: the client's settings as one value, which the endpoint reads (the
     # endpoint imports it, never the client)
     (12, ["_io.client_settings", "_io.endpoint"]),
@@ -71,7 +71,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     # they are handed those endpoints, never the client
     (13, ["_typed_endpoints"]),
     # endpoints builds a client (anthropic_client), so it imports the client, never the reverse
-    (14, ["client", "endpoints"]),
+    (14, ["_client", "_endpoints"]),
     (15, [""]),  # fluxstream/__init__.py
     (16, ["relay", "otel"]),  # and every relay.* module; otel: the OpenTelemetry observer
     # and every server.* and cli.* module
@@ -212,7 +212,7 @@ CALL_TIME = {name: kinds[1] for name, kinds in _KINDS.items()}
 #: inside a function: a module-level or typing-only import of the same module still counts.
 #: Keep this short; a new entry needs its reason.
 DELIBERATE_UPWARD: dict[tuple[str, str], str] = {
-    ("reply", "errors"): "Reply.raise_for_outcome() raises the stream errors, which carry the "
+    ("_reply", "errors"): "Reply.raise_for_outcome() raises the stream errors, which carry the "
     "reply (typed: errors names the reply for type checking), so the reply imports them only "
     "when it raises one",
 }
@@ -317,9 +317,9 @@ def test_the_checker_sees_upward_imports_and_ignores_typing_and_lazy_ones() -> N
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from .errors import FluxstreamError
-from . import stream
+from . import _stream
 if TYPE_CHECKING:
-    from .client import AsyncClient
+    from ._client import AsyncClient
 try:
     from .relay import MemoryReplyLog
 except ImportError:
@@ -328,12 +328,12 @@ def later():
     from .server import serve
 """
     found = imports_in(source, "sse", is_package=False)
-    assert found == {"errors", "stream", "relay"}
-    assert sorted(dep for dep in found if layer_of(dep) > layer_of("sse")) == ["relay", "stream"]
+    assert found == {"errors", "_stream", "relay"}
+    assert sorted(dep for dep in found if layer_of(dep) > layer_of("sse")) == ["_stream", "relay"]
     assert imports_in(source, "sse", is_package=False, typing=True) == {
-        "errors", "stream", "relay", "client"}
+        "errors", "_stream", "relay", "_client"}
     assert all_imports_in(source, "sse", is_package=False) == {
-        "errors", "stream", "relay", "client", "server"}
+        "errors", "_stream", "relay", "_client", "server"}
 
 
 def test_importing_a_module_of_a_subpackage_counts_as_importing_the_package() -> None:
@@ -343,7 +343,7 @@ def test_importing_a_module_of_a_subpackage_counts_as_importing_the_package() ->
 from .structured.objects import ObjectBuilder
 from ._core.partial_objects import StructuredResult
 """
-    assert imports_in(source, "reply", is_package=False) == {
+    assert imports_in(source, "_reply", is_package=False) == {
         "structured", "structured.objects", "_core", "_core.partial_objects"}
     assert imports_in("from .objects import ObjectBuilder\n", "structured.track",
                       is_package=False) == {"structured.objects"}

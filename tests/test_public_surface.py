@@ -1,4 +1,12 @@
-"""The public surface is pinned: each public package's ``__all__`` is exactly the list below.
+"""The public surface is pinned: which modules are public, and each one's ``__all__``.
+
+What users import is ``fluxstream`` and the subpackages :data:`PUBLIC_MODULES` names; every
+other module says it is private by its name (a leading underscore), so a new public module is
+a decision made here, not a side effect of adding a file. The module paths of 0.1 that are
+private now keep importing, with a ``DeprecationWarning`` at the user's line, to the very
+objects the package holds.
+
+Each public package's ``__all__`` is exactly the list below.
 
 A name added to or dropped from the public API shows up here as a failing test, so the change
 is made on purpose (with docs/interfaces.md regenerated and a CHANGELOG entry), never as a side
@@ -12,15 +20,22 @@ from __future__ import annotations
 import __future__
 
 import importlib
+import sys
 import typing
+import warnings
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from fluxstream._core.moved_modules import MOVED
+
 EXPECTED: dict[str, list[str]] = {
     "fluxstream": [
         "APIConnectionError", "APIStatusError", "APITimeoutError", "ArgumentsError",
-        "AsyncClient", "AuthenticationError", "Choice", "ContentTypeError", "Deadline", "End",
+        "AsyncClient", "AuthenticationError", "Chat", "Choice", "ContentTypeError", "Deadline",
+        "End", "Gemini", "Messages", "ModelPrice", "Responses", "SegmentEnd", "SendInfo",
+        "SendObserver", "TotalUsage", "UsageEstimate", "UsageLedger", "anthropic_client",
         "ErrorEvent",
         "ErrorInfo", "Event", "EventTooLargeError", "Failover", "Finish", "FirstTokenTimeoutError",
         "FluxstreamError", "FrameDecodeError", "Handoff", "IdleTimeoutError", "LimitExceededError",
@@ -139,3 +154,73 @@ def test_the_checks_tell_an_annotation_helper_from_a_public_name() -> None:
     assert _annotation_helper("annotations", __future__.annotations)
     assert not _annotation_helper("Reply", _module("fluxstream").Reply)
     assert not _annotation_helper("MODELS", False)  # a False constant of one's own is public
+
+
+#: The public modules of the package (besides ``fluxstream`` itself): each is a documented
+#: import path. Everything else under ``fluxstream/`` has a private name.
+PUBLIC_MODULES = frozenset({
+    "errors", "sse", "apis", "formats", "structured", "relay", "server", "otel", "cli",
+})
+
+
+def test_every_top_level_module_is_public_by_decision_or_private_by_name() -> None:
+    import fluxstream
+
+    package = Path(fluxstream.__file__).parent
+    found = {
+        path.stem if path.is_file() else path.name
+        for path in package.iterdir()
+        if (path.suffix == ".py" or (path / "__init__.py").is_file())
+        and path.name not in ("__init__.py", "__main__.py")
+    }
+    public = {name for name in found if not name.startswith("_")}
+    assert public == PUBLIC_MODULES, (
+        f"public by name but not decided: {sorted(public - PUBLIC_MODULES)}; decided but "
+        f"missing: {sorted(PUBLIC_MODULES - public)}"
+    )
+
+
+@pytest.mark.parametrize("old", sorted(MOVED))
+def test_a_path_of_0_1_imports_with_a_warning_at_the_users_line(old: str) -> None:
+    code = f"import {old} as old_module\n"
+    namespace: dict[str, object] = {}
+    sys.modules.pop(old, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exec(compile(code, "users_code.py", "exec"), namespace)
+    deprecations = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert len(deprecations) == 1, [str(w.message) for w in caught]
+    assert deprecations[0].filename == "users_code.py"
+    assert deprecations[0].lineno == 1
+    assert old in str(deprecations[0].message)
+    private = importlib.import_module(MOVED[old])
+    module = namespace["old_module"]
+    assert isinstance(module, ModuleType)
+    for name in getattr(private, "__all__", ()):  # the very objects, not copies
+        assert getattr(module, name) is getattr(private, name), name
+    top = importlib.import_module("fluxstream")
+    for name in getattr(private, "__all__", ()):
+        if name in top.__all__:
+            assert getattr(top, name) is getattr(private, name), name
+
+
+def test_the_paths_the_documentation_gave_keep_working() -> None:
+    """``from fluxstream.endpoints import anthropic_client`` and the ``usage`` and ``reply``
+    names 0.1's README named go on working, as the same objects."""
+    import fluxstream
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from fluxstream.endpoints import anthropic_client
+        from fluxstream.reply import SegmentEnd
+        from fluxstream.usage import ModelPrice
+    assert anthropic_client is fluxstream.anthropic_client
+    assert SegmentEnd is fluxstream.SegmentEnd
+    assert ModelPrice is fluxstream.ModelPrice
+
+
+def test_no_other_name_is_found_by_the_moved_paths_finder() -> None:
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fluxstream.no_such_module")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("fluxstream._reply.nothing")

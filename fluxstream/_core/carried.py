@@ -5,7 +5,7 @@ A reply outlives its connections: a reconnect reads with a fresh
 the reply's counters (bytes, SSE comments, in-band heartbeats, skipped frames) go on from
 where the replaced ones stopped, and what a reconnect sends back (the last event id, the
 server's ``retry:`` time) is the latest any connection set. One value, folded when a decoder
-or a format is replaced, so that :class:`~fluxstream.parser.StreamParser` reads one object
+or a format is replaced, so that :class:`~fluxstream._parser.StreamParser` reads one object
 where it kept a counter per connection-scoped number.
 """
 

@@ -8,7 +8,7 @@ the whole prefix, when that is shorter), or the trailing whitespace that was not
 and gives the :class:`EchoFilter` that cuts the echo from the new stream's first events, so
 nothing is shown twice and offsets go on where they stopped.
 
-Kept apart from :class:`~fluxstream.parser.StreamParser` because it is its own rule (held text,
+Kept apart from :class:`~fluxstream._parser.StreamParser` because it is its own rule (held text,
 a decision, a shift of the format's offsets) that holds only at the start of a continuation:
 the parser runs the filter over what it delivers while one is deciding, then drops it.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..events import Event, Finish, TextDelta
+from .._events import Event, Finish, TextDelta
 
 __all__ = ["EchoFilter", "Shift", "continuation"]
 

@@ -9,13 +9,13 @@ before they reach the reply) until the decision releases or drops them.
 
 This is failover's concern, not parsing's: the hold belongs to the stream's route
 (:class:`~fluxstream._io.failover.Route`), and the parser only gives it each read's events
-(its ``hold`` hook) and applies what it releases (:meth:`~fluxstream.parser.StreamParser.
+(its ``hold`` hook) and applies what it releases (:meth:`~fluxstream._parser.StreamParser.
 apply_held`). A stream without fallbacks has none, and pays nothing for it.
 """
 
 from __future__ import annotations
 
-from ..events import ErrorEvent, Event
+from .._events import ErrorEvent, Event
 
 __all__ = ["ErrorHold"]
 

@@ -15,7 +15,7 @@ for ``cooldown`` seconds; the first stream after that tries it again (half-open)
 failure starts a new cool-down. ``now`` is passed in, so the rules are tested without clocks.
 
 An upstream is counted by its identity, its label and a fingerprint of its credentials
-(:attr:`fluxstream.upstream.Upstream.identity`), not by its label alone: two accounts of one
+(:attr:`fluxstream._upstream.Upstream.identity`), not by its label alone: two accounts of one
 provider given in two requests share a label, and one account's failures must neither skip
 the other nor be forgotten on the other's successes. A stream names its upstreams by label
 (unique within it), so it is given :meth:`CoolDown.for_route`: the same counts, read through
@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from .._reply import SegmentEnd
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line
-from ..reply import SegmentEnd
 from .progress import DeadlinePassed
 
 __all__ = [

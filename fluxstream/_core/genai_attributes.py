@@ -1,5 +1,5 @@
 """What the OpenTelemetry GenAI conventions call a request's parameters, a reply's response
-and a failure, read from a request body, a :class:`~fluxstream.reply.Reply` and its
+and a failure, read from a request body, a :class:`~fluxstream._reply.Reply` and its
 :class:`~fluxstream._core.progress.StreamStats`, sans-IO and without OpenTelemetry (the
 attribute names are the ``opentelemetry-semantic-conventions`` package's; a test checks
 them there). :mod:`fluxstream.otel` puts them on spans and metrics.
@@ -17,11 +17,11 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import apis
-from ..events import Outcome
+from .._events import Outcome
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._reply import Reply
     from ..apis import Api
-    from ..reply import Reply
     from .progress import StreamStats
 
 __all__ = [

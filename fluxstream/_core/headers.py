@@ -2,8 +2,8 @@
 are sent, with errors that never show a value.
 
 Sans-IO, below everything that takes headers: the client (its ``headers=``, a request's
-``extra_headers=``), an :class:`~fluxstream.upstream.Upstream` (its own ``headers``) and
-:class:`~fluxstream.upstream.Failover` (the names shared with every upstream) all check and
+``extra_headers=``), an :class:`~fluxstream._upstream.Upstream` (its own ``headers``) and
+:class:`~fluxstream._upstream.Failover` (the names shared with every upstream) all check and
 classify headers by the same rules.
 """
 

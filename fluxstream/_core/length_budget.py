@@ -6,8 +6,8 @@ A continuation is a new request, and a provider counts its cap from there: asked
 cap again, it delivers past the cap the caller set, and bills for it. So every continuation
 asks for what is left (:meth:`LengthBudget.continuation_cap`): the cap minus the output the
 reply already used, each finished part counted by its final usage, else by its estimate
-(:func:`fluxstream.usage.estimate_part`, from its content deltas and characters), and a reply
-restored from a resume token a token per :data:`~fluxstream.usage.CHARS_PER_TOKEN` characters
+(:func:`fluxstream._usage.estimate_part`, from its content deltas and characters), and a reply
+restored from a resume token a token per :data:`~fluxstream._usage.CHARS_PER_TOKEN` characters
 (no delta count travels in a token). When nothing is left, the reply ends there, ``finished``
 with stop ``length``, as a model that reached the cap ends (the rule is
 :meth:`fluxstream._core.recovery.Recovery.decide`'s).
@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..reply import Reply, Usage, UsageEstimate
-from ..usage import CHARS_PER_TOKEN, content_characters, estimate_part
+from .._reply import Reply, Usage, UsageEstimate
+from .._usage import CHARS_PER_TOKEN, content_characters, estimate_part
 
 __all__ = ["LengthBudget", "PartOutput"]
 
@@ -107,7 +107,7 @@ class LengthBudget:
     ) -> int | None:
         """The cap a continuation of ``reply`` asks for: what is left, one more when the
         prefill loses its trailing whitespace (Anthropic refuses it, see
-        :meth:`fluxstream.parser.StreamParser.begin_continuation`: the model writes it again
+        :meth:`fluxstream._parser.StreamParser.begin_continuation`: the model writes it again
         first, the echo cut hides it, and it counts against the cap there), never more than
         the upstream's ``own`` cap; ``None`` when the request has no cap (its body is sent
         with the cap it has)."""

@@ -1,7 +1,7 @@
 """The observers of one stream, sans-IO: who is told what, once, and what happens when one
-of them raises (see :mod:`fluxstream.observe` for the promises this keeps).
+of them raises (see :mod:`fluxstream._observe` for the promises this keeps).
 
-:class:`~fluxstream.stream.ReplyStream` holds one :class:`ObserverSet` only when it has
+:class:`~fluxstream._stream.ReplyStream` holds one :class:`ObserverSet` only when it has
 observers: a stream without any pays one ``None`` check per delivered event, no more.
 """
 
@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..observe import StreamObserver
+from .._observe import StreamObserver
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..events import Event
-    from ..observe import SendInfo, StreamInfo
-    from ..reply import Reply
+    from .._events import Event
+    from .._observe import SendInfo, StreamInfo
+    from .._reply import Reply
     from .progress import StreamStats
 
 __all__ = ["ObserverSet"]
@@ -37,7 +37,7 @@ class ObserverSet:
         self.observers: list[StreamObserver] = []
         #: Bound ``on_event`` methods, looked up once: this is the per-event path.
         self._event_calls: tuple[Callable[[Event], None], ...] = ()
-        #: The observers' ``on_send`` (see :class:`~fluxstream.observe.SendObserver`).
+        #: The observers' ``on_send`` (see :class:`~fluxstream._observe.SendObserver`).
         self._send_calls: list[tuple[object, Callable[..., Any]]] = []
         self.opened = False
         self.ended = False

@@ -29,7 +29,7 @@ view that later text never changes by copying only the containers still open, sh
 complete value: its Python work is per open container, not per value, and what grows with the
 object is one C-level copy of an open list's item pointers (about a nanosecond an item).
 
-The engine is :class:`fluxstream.partial_json.PartialJSON`, which reads each character once;
+The engine is :class:`fluxstream._partial_json.PartialJSON`, which reads each character once;
 this module mirrors only its open path (the containers still open), so completed values are
 validated exactly once where they complete (and once more as part of each mirrored enclosing
 object when that completes, which is bounded by the nesting depth of the type).
@@ -41,7 +41,7 @@ valid state and is recorded (``problem``, ``errors``); :meth:`ObjectBuilder.fini
 stripped.
 
 This is the engine behind :mod:`fluxstream.structured` (where users import it). It sits in the
-sans-IO core, below :mod:`fluxstream.reply`, because ``Reply.parse(Model)`` runs it: the reply
+sans-IO core, below :mod:`fluxstream._reply`, because ``Reply.parse(Model)`` runs it: the reply
 model imports it, and nothing here imports the reply, the events or the structured package.
 """
 
@@ -54,7 +54,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..partial_json import PartialJSON
+from .._partial_json import PartialJSON
 from .base_errors import ParseError
 from .object_shapes import LIST, MODEL, STR, Shape, compile_shape
 

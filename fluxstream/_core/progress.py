@@ -2,10 +2,10 @@
 
 :class:`~fluxstream._io.reader.StreamReader` reports each read's events and the time, and
 :class:`~fluxstream._io.channel.Channel` asks how long its next wait may last; this object
-says which :class:`~fluxstream.timeouts.Deadline` has passed, how long the next read, the
+says which :class:`~fluxstream._timeouts.Deadline` has passed, how long the next read, the
 next response head or a backoff may wait and for which deadline, and how long the stream may
 still wait for the sentinel once every choice has finished (``finish_grace``). Every limit comes
-from one :class:`~fluxstream.timeouts.Timeouts`. No event loop here: ``now`` is passed in
+from one :class:`~fluxstream._timeouts.Timeouts`. No event loop here: ``now`` is passed in
 (``time.monotonic()`` seconds), so each rule is tested without sleeping.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..events import Event, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
-from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
+from .._events import Event, Finish, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from .._timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..reply import Reply
+    from .._reply import Reply
 
 __all__ = ["CONTENT_EVENTS", "DeadlinePassed", "Progress", "StreamStats", "Wait"]
 
@@ -56,7 +56,7 @@ class StreamStats:
     reasoning, refusal, tool-call arguments) events read and ``time_to_last_token`` is when
     the last of them came, so :attr:`time_per_chunk` is the mean gap between content events
     after the first. ``observer_errors`` counts the exceptions the stream's observers raised
-    (:mod:`fluxstream.observe`). ``error_type`` names what ended the stream badly: the typed
+    (:mod:`fluxstream._observe`). ``error_type`` names what ended the stream badly: the typed
     error a failed stream raised (``APIStatusError``, ``StallTimeoutError``...) or the
     transport error that cut it (``None`` when it ended well or was cancelled).
     """

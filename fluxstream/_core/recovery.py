@@ -2,7 +2,7 @@
 
 :class:`Recovery` holds the counters of one logical stream (requests sent, resumes, restarts,
 when the first request went out, the output spent of its length cap) and the two policies
-(:mod:`fluxstream.retry`). Whenever something goes wrong the reader describes it as a
+(:mod:`fluxstream._retry`). Whenever something goes wrong the reader describes it as a
 :class:`Failure` (what failed and what the stream knows then) and asks :meth:`Recovery.decide`,
 which answers a :class:`Decision`:
 
@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..retry import ResumePolicy, RetryPolicy
-from ..timeouts import Deadline
+from .._retry import ResumePolicy, RetryPolicy
+from .._timeouts import Deadline
 from .length_budget import LengthBudget
 
 __all__ = [
@@ -49,7 +49,7 @@ FailureKind = Literal[
     "drop", "deadline", "error_event", "request_failed", "reconnect_failed", "rejected", "token",
 ]
 Strategy = Literal["starting_after", "last_event_id", "continuation", "restart"]
-#: Resume strategies, best first (see :class:`~fluxstream.retry.ResumePolicy`).
+#: Resume strategies, best first (see :class:`~fluxstream._retry.ResumePolicy`).
 STRATEGIES: tuple[Strategy, ...] = ("starting_after", "last_event_id", "continuation", "restart")
 
 #: Words in an error event that mean the provider was busy, not that the request was wrong.

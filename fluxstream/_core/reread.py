@@ -4,7 +4,7 @@ Two kinds of connection read a stream again: a ``Last-Event-ID`` reconnect (its 
 events are verified and dropped: :class:`~fluxstream._core.resume_check.ResumeCheck`), and a
 Responses re-read after ``sequence_number`` ``N`` (``starting_after``, a resume token: it must
 go on at ``N + 1``, :class:`~fluxstream._core.resume_check.SequenceCheck`). Kept apart from
-:class:`~fluxstream.parser.StreamParser` because it is one state with one rule (checked until
+:class:`~fluxstream._parser.StreamParser` because it is one state with one rule (checked until
 the first new event, then over), which the parser only consults per read.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from .._events import Event
+from .._reply import Reply
 from ..errors import ResumeMismatchError
-from ..events import Event
-from ..reply import Reply
 from ..sse import ServerSentEvent
 from .resume_check import ResumeCheck, SequenceCheck, completion_id
 

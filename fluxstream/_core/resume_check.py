@@ -37,8 +37,8 @@ from typing import Any
 
 import msgspec
 
+from .._events import Event, TextDelta
 from ..errors import ResumeMismatchError
-from ..events import Event, TextDelta
 from ..formats._base import MAX_SEQUENCE, crowded
 from ..formats._surrogates import fallback_loads
 from ..sse import ServerSentEvent

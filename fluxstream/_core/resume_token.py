@@ -1,10 +1,10 @@
 """Resume tokens: their version, how one is written, and how one from outside is read.
 
 One home for the token's shape: :func:`write_token` writes what
-:meth:`fluxstream.stream.ReplyStream.resume_token` hands out (the parts a
-:class:`~fluxstream.parser.StreamParser` knows of its stream, :class:`TokenSource`, beside the
+:meth:`fluxstream._stream.ReplyStream.resume_token` hands out (the parts a
+:class:`~fluxstream._parser.StreamParser` knows of its stream, :class:`TokenSource`, beside the
 request), and :func:`read_token` reads a token back into exactly those parts
-(:class:`TokenParts`), which :meth:`fluxstream.parser.StreamParser.from_token` applies. A
+(:class:`TokenParts`), which :meth:`fluxstream._parser.StreamParser.from_token` applies. A
 change of the shape is made here, on both sides at once, with :data:`RESUME_TOKEN_VERSION`.
 Signing is not the token's shape: :mod:`fluxstream._core.token_signature` signs a written token
 and verifies one before it is read.
@@ -33,14 +33,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .._reply import Choice, Reply
 from ..errors import ResumeTokenError
 from ..formats import FORMATS
 from ..formats._base import MAX_SEQUENCE
-from ..reply import Choice, Reply
 from ..sse import MAX_RETRY_MS
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..assembly import ReplyAssembler
+    from .._assembly import ReplyAssembler
     from ..formats._contract import WireFormat
 
 __all__ = [
@@ -78,7 +78,7 @@ class TokenParts:
 
     key: str
     reply: Reply
-    #: Offsets as :meth:`~fluxstream.assembly.ReplyAssembler.offsets` writes them, equal to
+    #: Offsets as :meth:`~fluxstream._assembly.ReplyAssembler.offsets` writes them, equal to
     #: the reply's own lengths; ``None``: the token has none (they are then the reply's).
     offsets: dict[str, Any] | None
     #: Responses' ``starting_after`` (a count), or ``None``.
@@ -107,7 +107,7 @@ class TokenParts:
 def go_on_from(fmt: WireFormat, reply: Reply, offsets: dict[str, Any]) -> None:
     """``fmt``, new, goes on from ``reply`` (a token's, or the reply another upstream's format
     takes over): its tool calls by id and name, its finish reasons, and ``offsets``, the code
-    points delivered (:meth:`~fluxstream.assembly.ReplyAssembler.offsets`)."""
+    points delivered (:meth:`~fluxstream._assembly.ReplyAssembler.offsets`)."""
     fmt.restore(
         offsets,
         {c.index: {t.index: (t.id, t.name) for t in c.tool_calls} for c in reply.choices},
@@ -119,7 +119,7 @@ def go_on_from(fmt: WireFormat, reply: Reply, offsets: dict[str, Any]) -> None:
 
 
 class TokenSource(Protocol):
-    """What a token is written from: a :class:`~fluxstream.parser.StreamParser`'s view of its
+    """What a token is written from: a :class:`~fluxstream._parser.StreamParser`'s view of its
     stream (its members of these names)."""
 
     @property

@@ -3,7 +3,7 @@
 Structured output names the JSON schema (``response_format``) or the forced tool (Anthropic's
 "tool as schema") after the requested type, and ``Reply.parse(Model)`` finds that tool call by
 the same name. The rule lives here, below both :mod:`fluxstream.structured.schema` (the
-request) and :mod:`fluxstream.reply` (the reading), so neither imports the other.
+request) and :mod:`fluxstream._reply` (the reading), so neither imports the other.
 """
 
 from __future__ import annotations

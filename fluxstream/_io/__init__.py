@@ -1,4 +1,4 @@
-"""The I/O layer under :class:`~fluxstream.stream.ReplyStream`: private, imported lazily.
+"""The I/O layer under :class:`~fluxstream._stream.ReplyStream`: private, imported lazily.
 
 One request and its response (``attempt``), the loop over attempts and the reads (``channel``),
 what each resume strategy sends after a drop (``reconnect``), how a stream ends and who stopped
@@ -15,6 +15,6 @@ taken apart once, ``base_url``) and a client's deadlines made one ``Timeouts``
 must have, and the capabilities a transport may declare), the HTTP clients fluxstream creates
 (``default_client``, ``aiohttp_client``, with ``aiohttp_errors`` and the fence around aiohttp's
 internals, ``aiohttp_private``) and what it needs to know about any HTTP library's errors
-(``http_library``). The public face over all of it is :mod:`fluxstream.stream` and
-:mod:`fluxstream.client`; nothing here is imported by the sans-IO core.
+(``http_library``). The public face over all of it is :mod:`fluxstream._stream` and
+:mod:`fluxstream._client`; nothing here is imported by the sans-IO core.
 """

@@ -27,6 +27,7 @@ import anyio
 import sniffio
 
 from .._core.progress import Wait
+from .._timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from ..apis import Api
 from ..errors import (
     APIConnectionError,
@@ -35,7 +36,6 @@ from ..errors import (
     NotAReplyError,
     StreamFailedError,
 )
-from ..timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
 from .http_library import (
     HttpErrors,
     RequestHeaderError,
@@ -55,8 +55,8 @@ from .transport import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..observe import SendInfo
-    from ..usage import UsageLedger
+    from .._observe import SendInfo
+    from .._usage import UsageLedger
 
 if sys.version_info >= (3, 11):
     from builtins import BaseExceptionGroup
@@ -111,7 +111,7 @@ class RequestSpec:
     #: Settles the reply's usage estimate and cost when the stream ends (the client's).
     ledger: UsageLedger | None = None
     #: Around each send, when an observer takes part in requests (trace propagation): given
-    #: the request's own extra headers, to add to (see ``fluxstream.observe.SendObserver``).
+    #: the request's own extra headers, to add to (see ``fluxstream._observe.SendObserver``).
     sending: Callable[[dict[str, str], SendInfo], AbstractContextManager[None]] | None = field(
         default=None, repr=False
     )

@@ -19,10 +19,10 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from ..observe import StreamObserver
-from ..retry import ResumePolicy, RetryPolicy
-from ..timeouts import Timeouts
-from ..upstream import Failover, Upstream
+from .._observe import StreamObserver
+from .._retry import ResumePolicy, RetryPolicy
+from .._timeouts import Timeouts
+from .._upstream import Failover, Upstream
 
 __all__ = ["RESUME_OPTIONS", "CallOptions", "in_order"]
 

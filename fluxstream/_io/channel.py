@@ -27,11 +27,11 @@ import sniffio
 
 from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, DropState, Recovery, is_transient_error
+from .._events import ErrorEvent, Event
+from .._observe import SendInfo
+from .._parser import StreamParser
+from .._timeouts import Deadline
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
-from ..events import ErrorEvent, Event
-from ..observe import SendInfo
-from ..parser import StreamParser
-from ..timeouts import Deadline
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .http_library import unresolvable
 from .readahead import ReadAhead

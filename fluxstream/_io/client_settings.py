@@ -25,15 +25,15 @@ from .._core.failover import CoolDown
 from .._core.headers import checked_headers
 from .._core.secret import Secret
 from .._core.token_signature import TokenSigner
+from .._limits import StreamLimits
+from .._observe import StreamObserver
+from .._parser import StreamParser
+from .._retry import ResumePolicy, RetryPolicy
+from .._timeouts import Timeouts
+from .._upstream import Failover, Upstream, place_label
+from .._usage import UsageLedger
 from ..apis import Api
 from ..errors import show_key
-from ..limits import StreamLimits
-from ..observe import StreamObserver
-from ..parser import StreamParser
-from ..retry import ResumePolicy, RetryPolicy
-from ..timeouts import Timeouts
-from ..upstream import Failover, Upstream, place_label
-from ..usage import UsageLedger
 from .attempt import RequestSpec
 from .base_url import BaseURL
 from .failover import Target
@@ -41,7 +41,7 @@ from .http_library import HttpErrors
 from .request_builder import RequestBuilder
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..stream import ReplyStream
+    from .._stream import ReplyStream
 
 __all__ = ["ClientSettings", "ClientState", "RoutePlan", "checked_upstreams", "distinct"]
 

@@ -1,4 +1,4 @@
-"""A client's deadlines as one :class:`~fluxstream.timeouts.Timeouts`; its deprecated shorthands.
+"""A client's deadlines as one :class:`~fluxstream._timeouts.Timeouts`; its deprecated shorthands.
 
 ``timeouts=`` is the one vocabulary for deadlines. The constructor's five older keywords
 (``timeout``, ``idle_timeout``, ``stall_timeout``, ``first_token_timeout``,
@@ -9,14 +9,12 @@ so two spellings of one deadline do not live on in users' code.
 
 from __future__ import annotations
 
-import os
-import sys
-import warnings
 from typing import Any
 
 import httpx
 
-from ..timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
+from .._core.deprecation import warn_deprecated
+from .._timeouts import DEFAULT_TIMEOUTS, HTTP_FIELDS, Timeouts
 
 __all__ = [
     "CREATED_WITH", "DEFAULT_TIMEOUT", "NOT_GIVEN", "SHORTHANDS", "TimeoutShorthands",
@@ -25,7 +23,7 @@ __all__ = [
 ]
 
 #: Connect fast, but allow long gaps between bytes: reasoning models think silently for minutes
-#: (the HTTP fields of :data:`~fluxstream.timeouts.DEFAULT_TIMEOUTS`: 10, 600, 60 and 60 s).
+#: (the HTTP fields of :data:`~fluxstream._timeouts.DEFAULT_TIMEOUTS`: 10, 600, 60 and 60 s).
 DEFAULT_TIMEOUT = httpx.Timeout(
     connect=DEFAULT_TIMEOUTS.connect, read=DEFAULT_TIMEOUTS.read,
     write=DEFAULT_TIMEOUTS.write, pool=DEFAULT_TIMEOUTS.pool,
@@ -57,7 +55,6 @@ SHORTHANDS: dict[str, tuple[tuple[str, ...], object]] = {
     "first_token_timeout": (("first_token",), None),
     "finish_grace": (("finish_grace",), DEFAULT_TIMEOUTS.finish_grace),
 }
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _fields(keyword: str) -> str:
@@ -83,18 +80,6 @@ def warn_property(keyword: str, *, assigned: bool) -> None:
         fields = SHORTHANDS[keyword][0]
         shown = fields[0] if len(fields) == 1 else "connect, .read, .write, .pool"
         warn_deprecated(f"client.{keyword} is deprecated: read client.timeouts.{shown}")
-
-
-def warn_deprecated(message: str) -> None:
-    """A ``DeprecationWarning`` attributed to the user's line: the first caller outside
-    fluxstream (a keyword may come through ``anthropic_client(**kwargs)``), so Python's
-    default filter shows it once per line of the user's code."""
-    frame = sys._getframe(1)
-    level = 2
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame = frame.f_back
-        level += 1
-    warnings.warn(message, DeprecationWarning, stacklevel=level)
 
 
 def configured_timeouts(

@@ -20,14 +20,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from .. import apis
 from .._core.resume_token import check_version
+from .._observe import StreamObserver
+from .._parser import StreamParser, new_content_key
+from .._reply import Reply
+from .._retry import ResumePolicy, RetryPolicy
+from .._stream import ReplyStream
+from .._upstream import Failover, Upstream
 from ..apis import Api, Structured
 from ..errors import ResumeTokenError, show_key
-from ..observe import StreamObserver
-from ..parser import StreamParser, new_content_key
-from ..reply import Reply
-from ..retry import ResumePolicy, RetryPolicy
-from ..stream import ReplyStream
-from ..upstream import Failover, Upstream
 from .attempt import RequestSpec
 from .call_options import CallOptions
 from .client_settings import ClientSettings, RoutePlan, checked_upstreams

@@ -22,7 +22,7 @@ never more than that upstream's own ``max_tokens``; :func:`end_at_length` ends a
 cap is spent, ``finished`` with stop ``length``, instead of asking.
 
 Each segment carries its usage, or its estimate when it delivered content without a final
-count (:func:`fluxstream.usage.estimate_part`), so the bill of a reply that moved adds up.
+count (:func:`fluxstream._usage.estimate_part`), so the bill of a reply that moved adds up.
 
 *When* to move is not decided here: the reader asks
 :meth:`~fluxstream._core.recovery.Recovery.decide` (the upstream's own retries and resume
@@ -43,12 +43,12 @@ from typing import Any, Literal
 from .._core.error_hold import ErrorHold
 from .._core.failover import FAILOVER_ERRORS, CoolDown, may_fail_over, reason_of, segment_end
 from .._core.length_budget import LengthBudget
+from .._events import Event, Handoff
+from .._parser import StreamParser
+from .._reply import Outcome, Segment, SegmentEnd
 from ..apis import Api, ApiFeatureError
 from ..apis.portable import convert_body
 from ..errors import APIStatusError, FluxstreamError, one_line, show_key
-from ..events import Event, Handoff
-from ..parser import StreamParser
-from ..reply import Outcome, Segment, SegmentEnd
 from .attempt import Attempt, RequestSpec
 from .channel import Channel
 

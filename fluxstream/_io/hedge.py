@@ -46,11 +46,11 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.failover import FAILOVER_ERRORS, reason_of, segment_end
+from .._events import ErrorEvent, Event, Handoff
+from .._observe import SendInfo
+from .._parser import StreamParser
+from .._reply import SegmentEnd
 from ..errors import FluxstreamError, show_key
-from ..events import ErrorEvent, Event, Handoff
-from ..observe import SendInfo
-from ..parser import StreamParser
-from ..reply import SegmentEnd
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
 from .failover import Route, Target, moves_on

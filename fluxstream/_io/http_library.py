@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from .._core.headers import CREDENTIAL_NAME
+from .._timeouts import Deadline
 from ..errors import (
     APIStatusError,
     AuthenticationError,
@@ -33,7 +34,6 @@ from ..errors import (
     RateLimitError,
     RequestHeaderError,
 )
-from ..timeouts import Deadline
 
 __all__ = [
     "HttpErrors", "RequestHeaderError", "UnsupportedTransport", "credentials_of", "os_text",

@@ -1,4 +1,4 @@
-"""The engine of a :class:`~fluxstream.stream.ReplyStream`: reads, timeouts, recovery.
+"""The engine of a :class:`~fluxstream._stream.ReplyStream`: reads, timeouts, recovery.
 
 :class:`StreamReader` turns the bytes of a :class:`~fluxstream._io.channel.Channel` into events
 through the parser and enforces the clocks of :class:`~fluxstream._core.progress.Progress`.
@@ -29,11 +29,11 @@ from .._core.failover import FAILOVER_ERRORS, error_event_reason, reason_of
 from .._core.length_budget import LengthBudget
 from .._core.progress import DeadlinePassed, Progress
 from .._core.recovery import Decision, Failure, FailureKind, Recovery, is_transient_error
+from .._events import Event
+from .._parser import StreamParser
+from .._retry import ResumePolicy, RetryPolicy
+from .._timeouts import Deadline
 from ..errors import APITimeoutError, FluxstreamError, ResumeMismatchError, StreamFailedError
-from ..events import Event
-from ..parser import StreamParser
-from ..retry import ResumePolicy, RetryPolicy
-from ..timeouts import Deadline
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
 from .failover import Route, continue_here, hand_off, moves_on, start_on

@@ -28,8 +28,8 @@ from __future__ import annotations
 import logging
 
 from .._core.recovery import Decision
+from .._events import Event
 from ..errors import APIStatusError, ContentTypeError, one_line, show_key
-from ..events import Event
 from .attempt import Attempt
 from .channel import Channel
 

@@ -1,7 +1,7 @@
 """How a client's requests to one base URL are built: URL, headers, credentials, body.
 
 One :class:`RequestBuilder` per base URL and key: the client's own (remade when its
-``base_url`` is assigned) and one per fallback :class:`~fluxstream.upstream.Upstream` (its
+``base_url`` is assigned) and one per fallback :class:`~fluxstream._upstream.Upstream` (its
 own key and headers, never the client's), all on the client's HTTP client. What does not
 depend on the request is made once (merged headers per API, the HTTP library's timeout
 keywords, each API's builders), since every request pays its set-up before its first byte.
@@ -19,9 +19,9 @@ from typing import Any
 import msgspec
 
 from .._core.secret import Secret
+from .._timeouts import Timeouts
+from .._upstream import credential_headers, fingerprint, place_label
 from ..apis import Api, bearer
-from ..timeouts import Timeouts
-from ..upstream import credential_headers, fingerprint, place_label
 from .base_url import BaseURL
 from .client_timeouts import CREATED_WITH
 from .http_library import HttpErrors
@@ -122,7 +122,7 @@ class RequestBuilder:
     def identity(self, api: Api, headers: Mapping[str, str]) -> str:
         """This base URL to the circuit breaker: its label and a fingerprint of the
         credentials a request with ``headers`` of its own is sent with (see
-        :attr:`~fluxstream.upstream.Upstream.identity`)."""
+        :attr:`~fluxstream._upstream.Upstream.identity`)."""
         secrets = self._identity
         if secrets is None or headers:
             url, key = self.url, self.key

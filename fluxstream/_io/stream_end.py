@@ -18,6 +18,9 @@ import time
 import anyio
 
 from .._core.recovery import Failure
+from .._events import Event
+from .._parser import StreamParser
+from .._timeouts import Deadline
 from ..errors import (
     APIConnectionError,
     APITimeoutError,
@@ -27,9 +30,6 @@ from ..errors import (
     StreamError,
     StreamFailedError,
 )
-from ..events import Event
-from ..parser import StreamParser
-from ..timeouts import Deadline
 from .attempt import RequestSpec
 from .channel import Channel
 from .failover import Route, end_at_length

@@ -1,6 +1,6 @@
 """``ReplyStream``'s structured output: ``objects()``, ``partial_tool_call()``, ``parsed``.
 
-A mixin of :class:`~fluxstream.stream.ReplyStream`, in a module of its own so that the
+A mixin of :class:`~fluxstream._stream.ReplyStream`, in a module of its own so that the
 stream's class stays the iteration/lifecycle face. The work is done by
 :mod:`fluxstream._io.structured_output` (a view fed by ``ReplyStream.__anext__``) and
 :mod:`fluxstream.structured` (sans-IO); the pacing of ``objects(coalesce=)`` is the stream's
@@ -13,12 +13,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core.coalesce import Picked
-from ..events import Event, ToolCallDelta
+from .._events import Event, ToolCallDelta
 from .structured_output import Structured, StructuredView, hand_out
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..parser import StreamParser
-    from ..reply import Reply
+    from .._parser import StreamParser
+    from .._reply import Reply
     from ..structured import ObjectBuilder, StructuredResult
     from .reader import StreamReader
 

@@ -1,4 +1,4 @@
-"""The structured side of a :class:`~fluxstream.stream.ReplyStream`: typed partial objects.
+"""The structured side of a :class:`~fluxstream._stream.ReplyStream`: typed partial objects.
 
 Small because the work is done by :mod:`fluxstream.structured` (sans-IO); how each API asks
 for structured output (Chat ``response_format``, Responses ``text.format``, Anthropic a forced
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._events import Event, TextDelta, ToolCallDelta
+from .._reply import Reply
 from ..apis import Structured
-from ..events import Event, TextDelta, ToolCallDelta
-from ..reply import Reply
 from ..structured import ObjectBuilder, StructuredTracker
 
 __all__ = ["Structured", "StructuredView", "hand_out"]

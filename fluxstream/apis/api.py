@@ -81,7 +81,7 @@ class Api:
     operation: ClassVar[str] = "chat"
     #: The path under the client's ``base_url`` that a streaming request is posted to.
     path: ClassVar[str]
-    #: The attribute of :class:`~fluxstream.client.AsyncClient` that serves it (``client.chat``).
+    #: The attribute of :class:`~fluxstream._client.AsyncClient` that serves it (``client.chat``).
     endpoint: ClassVar[str]
     #: Headers every request of this API carries (a version pin), under the request's own.
     headers: ClassVar[Mapping[str, str]] = {}

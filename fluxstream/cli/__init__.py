@@ -34,16 +34,16 @@ import anyio
 import httpx
 
 from .. import apis
+from .._client import AsyncClient, checked_headers, keyless, request_for
 from .._core.headers import CREDENTIAL_NAME
+from .._endpoints import api_client
+from .._events import Handoff
+from .._reply import Outcome
+from .._retry import ResumePolicy
+from .._stream import ReplyStream
+from .._upstream import Upstream
 from ..apis import Api
-from ..client import AsyncClient, checked_headers, keyless, request_for
-from ..endpoints import api_client
 from ..errors import FluxstreamError, MissingAPIKeyError
-from ..events import Handoff
-from ..reply import Outcome
-from ..retry import ResumePolicy
-from ..stream import ReplyStream
-from ..upstream import Upstream
 from .args import build_parser
 from .capture import (
     Recording,

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from .._io.http_library import status_error
+from .._parser import StreamParser, replay
+from .._reply import Reply
 from ..errors import ContentTypeError, FluxstreamError
 from ..formats.auto import identify
-from ..parser import StreamParser, replay
-from ..reply import Reply
 from ..sse import SSEDecoder
 
 __all__ = [

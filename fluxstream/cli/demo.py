@@ -3,7 +3,7 @@
 The demo's server injects trouble (heartbeats, tiny writes, a dropped connection); the summary
 must report what the *client* saw, not what the server was asked to do. Three sources:
 
-* the stream's own counters (:class:`~fluxstream.stream.StreamStats`: heartbeats, resumes,
+* the stream's own counters (:class:`~fluxstream._stream.StreamStats`: heartbeats, resumes,
   attempts);
 * the reads the HTTP transport delivered, counted by :class:`ReadCountingTransport` (an httpx
   transport that wraps the response body; the socket and its extensions are untouched, so
@@ -29,11 +29,11 @@ from typing import Any
 import httpx
 
 from .. import apis
+from .._events import Handoff
+from .._upstream import Upstream
 from ..apis import Api
 from ..apis.anthropic_messages import ANTHROPIC_MESSAGES
 from ..apis.chat_completions import CHAT_COMPLETIONS
-from ..events import Handoff
-from ..upstream import Upstream
 from .render import visible
 
 __all__ = [

@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .. import apis
 from .._core.headers import CREDENTIAL_NAME
-from ..upstream import Upstream
+from .._upstream import Upstream
 from .render import visible
 
 __all__ = [

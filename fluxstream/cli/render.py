@@ -14,7 +14,7 @@ import re
 from typing import TextIO
 
 from .. import apis
-from ..events import (
+from .._events import (
     Finish,
     Handoff,
     ReasoningDelta,
@@ -23,8 +23,8 @@ from ..events import (
     TextDelta,
     ToolCallDone,
 )
-from ..reply import Choice, Outcome, Reply, Segment, Usage
-from ..stream import ReplyStream
+from .._reply import Choice, Outcome, Reply, Segment, Usage
+from .._stream import ReplyStream
 
 __all__ = [
     "FORMAT_NAMES",
@@ -167,9 +167,9 @@ class LivePrinter:
     with what it has so far and goes on live. Each choice after the first is labelled
     ``[choice i]``, and the first too when more than one choice was asked for (``choices``).
 
-    A :class:`~fluxstream.events.Handoff` (the reply moved to a fallback) is one line on
+    A :class:`~fluxstream._events.Handoff` (the reply moved to a fallback) is one line on
     ``notes`` (stderr), between the text before and after it; the text itself goes on where
-    it was, so the reply reads whole. A :class:`~fluxstream.events.Reset` (the reply starts
+    it was, so the reply reads whole. A :class:`~fluxstream._events.Reset` (the reply starts
     over) is marked ``[restarted]`` and what follows is printed afresh.
     """
 

@@ -1,4 +1,4 @@
-"""Wire formats: provider payloads -> normalized :mod:`fluxstream.events`.
+"""Wire formats: provider payloads -> normalized :mod:`fluxstream._events`.
 
 Each format is a sans-IO class that takes SSE events (or payloads another SDK already decoded)
 and returns normalized events; it knows nothing about transports or the assembled reply. The

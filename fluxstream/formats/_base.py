@@ -26,8 +26,7 @@ import msgspec
 import pydantic_core
 from pydantic import ValidationError
 
-from ..errors import FrameDecodeError, LimitExceededError
-from ..events import (
+from .._events import (
     ErrorEvent,
     Event,
     Finish,
@@ -38,10 +37,11 @@ from ..events import (
     ToolCallDelta,
     UsageUpdate,
 )
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from ..reply import StopReason, unified_stop
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._reply import StopReason, unified_stop
+from .._wire import CompletionTokensDetails, PromptTokensDetails, Usage
+from ..errors import FrameDecodeError, LimitExceededError
 from ..sse import ServerSentEvent
-from ..wire import CompletionTokensDetails, PromptTokensDetails, Usage
 from ._contract import Claim
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
 
@@ -329,7 +329,7 @@ def opt_str(value: object) -> str | None:
 
 
 def usage(raw: Mapping[str, Any]) -> Usage:
-    """A :class:`~fluxstream.wire.Usage` keeping the provider's own field names
+    """A :class:`~fluxstream._wire.Usage` keeping the provider's own field names
     (``input_tokens``/``output_tokens``...) as extra fields: nothing is renamed or lost.
     ``raw`` must fit (see :func:`checked_usage`); if it does not, the fields that do not fit
     are left out (a ``Usage`` holding ``total_tokens: 1.5`` would not validate back: relay
@@ -633,7 +633,7 @@ class ChoiceState:
     def restore_offsets(self, counts: Mapping[str, Any],
                         ids: Mapping[int, tuple[Any, Any]]) -> None:
         """Offsets and tool-call identity from a resume token (``counts`` as
-        :meth:`fluxstream.assembly.ReplyAssembler.offsets` writes one choice's, ``ids`` the
+        :meth:`fluxstream._assembly.ReplyAssembler.offsets` writes one choice's, ``ids`` the
         reply's ``{call: (id, name)}``): only lengths are known, not the streamed text."""
         self.text = int(counts.get("text", 0))
         self.reasoning = int(counts.get("reasoning", 0))
@@ -722,7 +722,7 @@ CHOICE_SLOTS = ("calls", "held", "last_call", "reasoning", "refusal", "text")
 
 
 def excerpt(frame: object) -> str:
-    """A skipped frame as :class:`~fluxstream.events.SkippedFrame` shows it: its first
+    """A skipped frame as :class:`~fluxstream._events.SkippedFrame` shows it: its first
     characters (compact JSON for a decoded frame), never holding a lone surrogate."""
     if not isinstance(frame, str):
         try:
@@ -782,7 +782,7 @@ class FormatBase(Detection):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
         not a JSON object, instead of skipping and counting it.
-    :param limits: caps on server-controlled input (:class:`~fluxstream.limits.StreamLimits`):
+    :param limits: caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`):
         a tool call past ``max_tool_calls`` (or a choice past ``max_choices``) raises
         :class:`~fluxstream.errors.LimitExceededError` before the format keeps anything of it.
     """

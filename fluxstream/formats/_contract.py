@@ -1,4 +1,4 @@
-"""The contract between :class:`~fluxstream.parser.StreamParser` and a wire format, and the
+"""The contract between :class:`~fluxstream._parser.StreamParser` and a wire format, and the
 registry of formats.
 
 Why one explicit contract: the parser drives every format through the same calls (feeding,
@@ -21,8 +21,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from ..events import Event
-from ..limits import StreamLimits
+from .._events import Event
+from .._limits import StreamLimits
 from ..sse import ServerSentEvent
 
 __all__ = ["FORMATS", "Claim", "FormatClass", "WireFormat"]
@@ -44,7 +44,7 @@ class Claim(enum.IntEnum):
 
 
 class WireFormat(Protocol):
-    """What :class:`~fluxstream.parser.StreamParser` calls on a format (every format has all
+    """What :class:`~fluxstream._parser.StreamParser` calls on a format (every format has all
     of it; ``auto`` passes each call on to the format it chose)."""
 
     key: str

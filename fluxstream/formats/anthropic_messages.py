@@ -10,7 +10,7 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
 
 * ``text_delta`` -> text; ``thinking_delta`` -> reasoning. ``signature_delta`` and
   ``redacted_thinking`` blocks are never shown: each thinking block (its full text and
-  signature) and each redacted block is kept as a :class:`~fluxstream.events.ReasoningBlock`
+  signature) and each redacted block is kept as a :class:`~fluxstream._events.ReasoningBlock`
   in Anthropic's own shape, ready to send back in the next request.
 * ``tool_use`` blocks -> tool calls, index = the content block index; arguments are the
   ``input_json_delta.partial_json`` fragments, or the block-start ``input`` (normally ``{}``)
@@ -41,9 +41,9 @@ from typing import Any
 
 import msgspec
 
-from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from ..reply import unified_stop
+from .._events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._reply import unified_stop
 from . import _base
 from ._base import (
     _FOLD,  # thinking fragments are folded like arguments (see ``fold``)
@@ -133,7 +133,7 @@ class AnthropicMessagesFormat(JsonEventFormat):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
         JSON object, instead of skipping and counting it.
-    :param limits: :class:`~fluxstream.limits.StreamLimits`: a ``tool_use`` block past
+    :param limits: :class:`~fluxstream._limits.StreamLimits`: a ``tool_use`` block past
         ``max_tool_calls`` raises :class:`~fluxstream.errors.LimitExceededError` before the
         format keeps it.
     """

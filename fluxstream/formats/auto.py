@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 
 import pydantic_core
 
-from ..events import ErrorEvent, Event
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._events import ErrorEvent, Event
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
 from ._base import KEEPALIVES, Detection, FormatBase, crowded, error_event, is_error_object
 from ._contract import FORMATS, Claim, WireFormat

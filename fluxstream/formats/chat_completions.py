@@ -1,11 +1,11 @@
 """The OpenAI Chat Completions stream format (and the many servers that imitate it).
 
 ``ChatCompletionsFormat`` turns SSE events, or chunk objects another SDK already decoded, into
-normalized :mod:`fluxstream.events`. It keeps only the small per-choice state that the events
+normalized :mod:`fluxstream._events`. It keeps only the small per-choice state that the events
 themselves need (offsets, tool-call identity, the last finish reason); the text itself is
-assembled by :mod:`fluxstream.assembly`.
+assembled by :mod:`fluxstream._assembly`.
 
-Why it reads dicts and not :mod:`fluxstream.wire` models: one chunk is decoded per SSE event,
+Why it reads dicts and not :mod:`fluxstream._wire` models: one chunk is decoded per SSE event,
 and ``pydantic_core.from_json`` plus a few ``dict.get`` calls is several times cheaper than
 validating into models (numbers in ``benchmarks/README.md``). Every access is defensive
 (``null``, missing keys, wrong types) because providers disagree about nearly everything; the
@@ -25,7 +25,7 @@ Rules, in short:
   ``id``/``name`` are taken from the first non-empty value; an ``arguments`` object is
   serialised to compact JSON;
 * an error payload (``{"error": ...}``, ``{"object": "error", ...}`` or ``event: error``)
-  becomes an :class:`~fluxstream.events.ErrorEvent`; the stream goes on to its end;
+  becomes an :class:`~fluxstream._events.ErrorEvent`; the stream goes on to its end;
 * ``[DONE]`` (after trimming whitespace) is the sentinel, never JSON; nothing after it counts;
 * ``choices`` that is not a list makes the frame a skipped, counted one (strict: an error);
 * lone UTF-16 surrogate halves: servers that cut text by UTF-16 unit (Node-based ones) send a
@@ -40,7 +40,7 @@ Rules, in short:
   the sentinel arrives is delivered as U+FFFD; one still open when the bytes end without the
   sentinel is dropped (the stream is truncated anyway). Delivered text never holds a lone
   surrogate;
-* limits (:class:`~fluxstream.limits.StreamLimits`): more distinct choices than
+* limits (:class:`~fluxstream._limits.StreamLimits`): more distinct choices than
   ``max_choices`` or tool calls in one choice than ``max_tool_calls`` raise
   :class:`~fluxstream.errors.LimitExceededError` before any state is kept for them. Decoding
   itself costs ~250 bytes per JSON object or array (one 16 MiB event of a million
@@ -66,12 +66,12 @@ from typing import Any
 import msgspec
 import pydantic_core
 
+from .._events import ErrorEvent, Event, UsageUpdate
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._reply import unified_stop
+from .._wire import Usage
 from ..errors import LimitExceededError
-from ..events import ErrorEvent, Event, UsageUpdate
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from ..reply import unified_stop
 from ..sse import ServerSentEvent
-from ..wire import Usage
 from ._base import (
     BIG_FRAME,
     CHOICE_SLOTS,
@@ -198,7 +198,7 @@ class ChatCompletionsFormat(FormatBase):
     def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
                 finishes: dict[int, str | None]) -> None:
         """Continue offsets (and tool-call identity) from a resumed reply: ``offsets`` as
-        :meth:`fluxstream.assembly.ReplyAssembler.offsets` gives them, ``calls`` per choice
+        :meth:`fluxstream._assembly.ReplyAssembler.offsets` gives them, ``calls`` per choice
         ``{index: (id, name)}``, ``finishes`` the finish reasons so far."""
         for key, counts in offsets.items():
             index = int(key)

@@ -8,7 +8,7 @@ gateways that imitate them. Every SSE event is one whole ``GenerateContentRespon
   leaves the default out), never by the position in the array. ``content.parts[]`` in order:
   ``text`` -> text, ``text`` with ``thought: true`` -> reasoning, ``functionCall`` -> a tool
   call (see below), ``thoughtSignature`` (on any part) -> kept, not shown, as a
-  :class:`~fluxstream.events.ReasoningBlock` (the next request must send it back);
+  :class:`~fluxstream._events.ReasoningBlock` (the next request must send it back);
   ``executableCode``, ``codeExecutionResult``, ``inlineData``, ``fileData`` and parts of a kind
   not known here carry nothing for the reply: skipped and counted.
 * ``finishReason`` -> the choice's finish reason, raw, with :attr:`Finish.stop` from
@@ -59,12 +59,12 @@ import msgspec
 import pydantic_core
 from msgspec import UNSET
 
+from .._events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpdate
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._reply import StopReason
+from .._wire import Usage
 from ..errors import LimitExceededError
-from ..events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpdate
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from ..reply import StopReason
 from ..sse import ServerSentEvent
-from ..wire import Usage
 from ._base import (
     BIG_FRAME,
     MAX_KEPT_CHARS,
@@ -104,7 +104,7 @@ MAX_RAW_CHARS = 1024 * 1024
 #: Usage fields kept (real ``usageMetadata`` has about ten).
 MAX_USAGE_FIELDS = 64
 
-#: ``finishReason`` -> the unified :data:`~fluxstream.reply.StopReason`. Unknown reasons are
+#: ``finishReason`` -> the unified :data:`~fluxstream._reply.StopReason`. Unknown reasons are
 #: kept raw and read ``other``.
 STOPS: dict[str, StopReason] = {
     "STOP": "stop",
@@ -153,7 +153,7 @@ def _count(value: object) -> int | None:
 
 
 def gemini_usage(raw: Mapping[str, Any]) -> Usage:
-    """``usageMetadata`` as a :class:`~fluxstream.wire.Usage`: Gemini's own fields kept, and
+    """``usageMetadata`` as a :class:`~fluxstream._wire.Usage`: Gemini's own fields kept, and
     the Chat Completions names filled in. ``completion_tokens`` counts the thoughts too
     (``candidatesTokenCount + thoughtsTokenCount``), as OpenAI counts reasoning tokens in
     them; ``total_tokens`` is ``totalTokenCount`` (it also counts tool-use prompt tokens)."""
@@ -603,7 +603,7 @@ class GeminiFormat(_CandidateReader):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a data frame that is
         not a JSON object, instead of skipping and counting it.
-    :param limits: caps on candidates and tool calls (:class:`~fluxstream.limits.StreamLimits`).
+    :param limits: caps on candidates and tool calls (:class:`~fluxstream._limits.StreamLimits`).
     """
 
     __slots__ = ("_blocked", "_errored", "_raw", "_usage_dict", "_usage_frame", "_usage_sent",

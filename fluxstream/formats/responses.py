@@ -35,7 +35,7 @@ Mapping (the corpus conventions, ``tests/fixtures/chat/README.md``):
 * ``error`` events (message flat or under ``error``) and ``response.failed``'s
   ``response.error`` become ``reply.error`` (the first error wins: the ``error`` event has the
   detail, ``response.failed`` repeats it).
-* ``reasoning`` output items are kept as :class:`~fluxstream.events.ReasoningBlock` (they
+* ``reasoning`` output items are kept as :class:`~fluxstream._events.ReasoningBlock` (they
   carry ``encrypted_content`` when requested, which a stateless conversation sends back).
 * other ``response.*`` events (content parts, annotations, hosted tools ...) are ignored; a
   ``type`` outside that namespace is skipped and counted; ``keepalive`` counts as a heartbeat.
@@ -61,9 +61,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ..events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
-from ..limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from ..reply import StopReason, unified_stop
+from .._events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from .._reply import StopReason, unified_stop
 from ._base import (
     MAX_SEQUENCE,
     JsonEventFormat,
@@ -118,7 +118,7 @@ class ResponsesFormat(JsonEventFormat):
     :param key: the content key stamped on every keyed event.
     :param strict: raise :class:`~fluxstream.errors.FrameDecodeError` on a frame that is not a
         JSON object, instead of skipping and counting it.
-    :param limits: :class:`~fluxstream.limits.StreamLimits`: a function call past
+    :param limits: :class:`~fluxstream._limits.StreamLimits`: a function call past
         ``max_tool_calls`` raises :class:`~fluxstream.errors.LimitExceededError` before the
         format keeps it.
     """

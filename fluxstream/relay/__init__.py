@@ -1,6 +1,6 @@
 """The relay: one streamed reply, followed from any worker, process or browser.
 
-A layer above the stream (it consumes :class:`~fluxstream.stream.ReplyStream` events and
+A layer above the stream (it consumes :class:`~fluxstream._stream.ReplyStream` events and
 resume tokens) and below the server and CLI. A producer records a stream into a
 :class:`ReplyLog`; followers anywhere read it from a position, live; a cancel from anywhere
 stops the upstream; a dead producer is noticed through its lease and, if asked, taken over::

@@ -2,7 +2,7 @@
 
 A relayed reply is a sequence of numbered *entries* (1, 2, ...). Each entry holds the
 normalized events of one frame (coalesced, so a fast model costs a handful of writes per
-second); the last one is *terminal*: its only event is the :class:`~fluxstream.events.End`, and
+second); the last one is *terminal*: its only event is the :class:`~fluxstream._events.End`, and
 it carries the reply's metadata and the latest resume token.
 
 A *follow position* ``"N-I"`` names event ``I`` (0-based) of entry ``N``; following ``after``
@@ -27,8 +27,7 @@ import msgspec
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
 
-from ..errors import RelayPositionError
-from ..events import (
+from .._events import (
     Event,
     Outcome,
     ReasoningDelta,
@@ -36,6 +35,7 @@ from ..events import (
     TextDelta,
     ToolCallDelta,
 )
+from ..errors import RelayPositionError
 
 __all__ = [
     "START",

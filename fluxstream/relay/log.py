@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from .._events import End, Outcome
 from ..errors import RelayKeyError, RelayPositionError, RelayUnavailableError, show_key
-from ..events import End, Outcome
 from .access import LogAccess
 from .codec import Entry, Position, RelayEvent, end_record, parse_position, relayed
 from .producer import RecordedStream, Recorder
 from .writer import Write, Writer, current_loop
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..stream import ReplyStream
+    from .._stream import ReplyStream
 
 __all__ = ["LogState", "ReplyLog", "Write"]
 
@@ -166,7 +166,7 @@ class ReplyLog(ABC):
         self, stream: ReplyStream, *, key: str | None = None, only_consumer: bool = False
     ) -> RecordedStream:
         """Record every event ``stream`` delivers under ``key`` (default: the stream's content
-        key). The result is the same stream (a :class:`~fluxstream.stream.ReplyStream`, now a
+        key). The result is the same stream (a :class:`~fluxstream._stream.ReplyStream`, now a
         :class:`~fluxstream.relay.RecordedStream`): use it exactly as before::
 
             async with log.record(client.chat.stream(...)) as stream:

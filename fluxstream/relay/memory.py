@@ -19,8 +19,8 @@ from typing import Any
 
 import anyio
 
+from .._events import Event
 from ..errors import RelayKeyError, RelayLeaseLostError, show_key
-from ..events import Event
 from .codec import Entry
 from .log import LogState, ReplyLog
 

@@ -1,6 +1,6 @@
 """The producer side: a stream whose delivered events are recorded into a reply log.
 
-:class:`Recorder` is a stream observer (:mod:`fluxstream.observe`): told of each event the
+:class:`Recorder` is a stream observer (:mod:`fluxstream._observe`): told of each event the
 stream delivers, it only appends it to a list. The log's writer (one background task per log,
 :mod:`fluxstream.relay.writer`, for every stream the process records) coalesces what arrived
 into one entry per frame and writes it, refreshes the lease when there is nothing to write,
@@ -10,7 +10,7 @@ or breaks the stream that feeds it: a failed write is reported once (``log_error
 warning) and recording stops.
 
 :class:`RecordedStream` is the stream itself, recorded: :meth:`ReplyLog.record` gives the
-very :class:`~fluxstream.stream.ReplyStream` it was handed a recorder and the few members
+very :class:`~fluxstream._stream.ReplyStream` it was handed a recorder and the few members
 the relay adds (creating the reply before the request, waiting for the terminal entry when
 the stream ends, the recorder's counters). Everything else is the stream's own.
 """
@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
+from .._events import End, Event, Outcome
 from .._io.tasks import spawn
+from .._stream import ReplyStream
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
-from ..events import End, Event, Outcome
-from ..stream import ReplyStream
 from .codec import Entry, coalesce, end_record
 from .writer import Write, Writer
 
 if TYPE_CHECKING:  # pragma: no cover
     from .._core.progress import StreamStats
-    from ..observe import StreamInfo
-    from ..reply import Reply
+    from .._observe import StreamInfo
+    from .._reply import Reply
     from .access import LogAccess
 
 __all__ = ["RecordedStream", "Recorder", "produce"]
@@ -77,7 +77,7 @@ class Source(Protocol):
 
 class Recorder:
     """Records the events a stream delivers into a log, one entry per frame (see the module
-    docstring): a :class:`~fluxstream.observe.StreamObserver` of the stream, and a
+    docstring): a :class:`~fluxstream._observe.StreamObserver` of the stream, and a
     :class:`~fluxstream.relay.writer.Recording` of the log's writer."""
 
     def __init__(
@@ -347,7 +347,7 @@ class Recorder:
 
 
 class RecordedStream(ReplyStream):
-    """A :class:`~fluxstream.stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
+    """A :class:`~fluxstream._stream.ReplyStream` recorded into a :class:`ReplyLog` as it is
     consumed (see :meth:`ReplyLog.record`): the stream's whole API, and the recorder's
     state (:attr:`log_error`, :attr:`writes`, :attr:`refreshes`, :meth:`start`)."""
 

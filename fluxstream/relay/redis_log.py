@@ -52,6 +52,7 @@ from typing import Any
 
 from pydantic_core import to_json
 
+from .._events import Event
 from ..errors import (
     RelayError,
     RelayKeyError,
@@ -60,7 +61,6 @@ from ..errors import (
     one_line,
     show_key,
 )
-from ..events import Event
 from ._redis_cancel_watch import CancelWatch, ignore_result
 from ._redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
 from ._redis_connection import entry_number

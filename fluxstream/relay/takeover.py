@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .. import apis
-from ..errors import one_line, show_key
-from ..events import (
+from .._events import (
     Event,
     Finish,
     ReasoningDelta,
@@ -27,6 +26,7 @@ from ..events import (
     TextDelta,
     ToolCallDelta,
 )
+from ..errors import one_line, show_key
 from .codec import Entry
 from .producer import RecordedStream, Recorder, background
 

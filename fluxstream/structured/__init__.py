@@ -1,7 +1,7 @@
 """Structured output: request parameters from pydantic types, typed partial objects while the
 JSON streams, and the validated result (sans-IO; see :mod:`.objects` and :mod:`.schema`).
 
-Layer: beside :mod:`fluxstream.assembly` (imports the reply and the events, and the engine in
+Layer: beside :mod:`fluxstream._assembly` (imports the reply and the events, and the engine in
 :mod:`fluxstream._core`; never the I/O layer). The engine (:class:`ObjectBuilder`, the name a
 type goes by) and the reading of a finished reply (:func:`parse_reply`) are defined below the
 reply model, which runs them for ``Reply.parse(Model)``; this package is where users import them.

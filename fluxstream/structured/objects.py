@@ -1,7 +1,7 @@
 """Typed partial objects from JSON text that is still arriving (:class:`ObjectBuilder`).
 
 The engine is defined in the sans-IO core (:mod:`fluxstream._core.partial_objects`, whose
-docstring says what a partial object holds and costs), below :mod:`fluxstream.reply`, because
+docstring says what a partial object holds and costs), below :mod:`fluxstream._reply`, because
 ``Reply.parse(Model)`` runs it; its public home is :mod:`fluxstream.structured`.
 """
 

@@ -1,7 +1,7 @@
 """What the partial-object builder needs to know about a type, compiled once from pydantic.
 
 Defined in the sans-IO core (:mod:`fluxstream._core.object_shapes`, whose docstring gives the
-rules) beside the engine that uses it, below :mod:`fluxstream.reply`; re-exported here so
+rules) beside the engine that uses it, below :mod:`fluxstream._reply`; re-exported here so
 the structured package keeps every module it had.
 """
 

@@ -1,7 +1,7 @@
 """Typed partial objects driven by a stream's normalized events (sans-IO).
 
 :class:`StructuredTracker` is what an I/O layer feeds with the events it already has
-(:mod:`fluxstream.events`): the text deltas of one choice go to an
+(:mod:`fluxstream._events`): the text deltas of one choice go to an
 :class:`~.objects.ObjectBuilder` of the ``response_format`` type, the argument deltas of each
 tool call go to a builder of that tool's type (Anthropic's "tool as schema", or typed function
 arguments), refusals, finish reasons, restarts and the end are recorded. ``feed`` says which
@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..events import End, Event, Finish, RefusalDelta, Reset, TextDelta, ToolCallDelta
-from ..reply import Outcome, unified_stop
+from .._events import End, Event, Finish, RefusalDelta, Reset, TextDelta, ToolCallDelta
+from .._reply import Outcome, unified_stop
 from .objects import ObjectBuilder, StructuredResult
 from .reply import TRUNCATING_STOPS
 

@@ -25,11 +25,11 @@ from pydantic import BaseModel
 
 import fluxstream
 from fluxstream import apis
+from fluxstream._parser import replay
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.apis import Api, Structured
 from fluxstream.apis.portable import convert_body
 from fluxstream.formats import FORMATS
-from fluxstream.parser import replay
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 APIS = apis.registered()

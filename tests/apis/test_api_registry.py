@@ -18,11 +18,11 @@ from pydantic import BaseModel
 
 import fluxstream
 from fluxstream import apis
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.apis import Api, ApiFeatureError, UnknownApiError
 from fluxstream.apis.portable import convert_body
 from fluxstream.errors import FluxstreamError, ResumeTokenError
 from fluxstream.relay import Entry, MemoryReplyLog
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 USER = [{"role": "user", "content": "hello there"}]

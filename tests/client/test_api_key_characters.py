@@ -17,8 +17,8 @@ import anyio
 import pytest
 
 import fluxstream
-from fluxstream.endpoints import anthropic_client
-from fluxstream.retry import RetryPolicy
+from fluxstream._endpoints import anthropic_client
+from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

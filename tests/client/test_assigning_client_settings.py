@@ -20,13 +20,13 @@ from raw_upstream import FINISH, HEAD, LIFE, read_request, text, upstream
 
 import fluxstream
 from fluxstream import Deadline, Timeouts
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import (
     APITimeoutError,
     FirstTokenTimeoutError,
     IdleTimeoutError,
     StallTimeoutError,
 )
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import serve
 
 pytestmark = pytest.mark.anyio

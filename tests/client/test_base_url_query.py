@@ -22,7 +22,7 @@ from raw_upstream import read_request, upstream
 from sse_frames import DONE, frame
 
 import fluxstream
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread, serve
 
 pytestmark = pytest.mark.anyio

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import fluxstream
-from fluxstream.endpoints import anthropic_client
+from fluxstream._endpoints import anthropic_client
 
 NO_SCHEME = [
     "127.0.0.1:8787/v1",

@@ -38,7 +38,7 @@ from raw_upstream import (
 
 import fluxstream
 from fluxstream import Timeouts
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -596,7 +596,7 @@ async def test_500_concurrent_streams_each_exact(server: Any) -> None:
     ],
 )
 def test_request_bodies_encode_to_the_same_json_as_the_standard_library(body: Any) -> None:
-    from fluxstream.client import encode_body
+    from fluxstream._client import encode_body
 
     encoded = encode_body(body)
     assert isinstance(encoded, bytes)
@@ -604,7 +604,7 @@ def test_request_bodies_encode_to_the_same_json_as_the_standard_library(body: An
 
 
 def test_a_body_json_cannot_encode_is_a_type_error() -> None:
-    from fluxstream.client import encode_body
+    from fluxstream._client import encode_body
 
     with pytest.raises(TypeError):
         encode_body({"model": object()})

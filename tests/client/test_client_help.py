@@ -39,4 +39,4 @@ def test_help_shows_no_object_address_as_a_default() -> None:
 def test_the_endpoints_are_the_same_objects_on_every_access() -> None:
     client = fluxstream.AsyncClient("http://127.0.0.1:9/v1")
     assert client.chat is client.chat and client.responses is client.responses
-    assert isinstance(client.messages, fluxstream.client.Messages)
+    assert isinstance(client.messages, fluxstream._client.Messages)

@@ -16,8 +16,8 @@ from raw_upstream import HEAD, MSG, read_request, text, upstream
 
 import fluxstream
 from fluxstream import Timeouts
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import IdleTimeoutError, StallTimeoutError, StreamError
-from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -8,7 +8,7 @@ import inspect
 import pytest
 
 import fluxstream
-from fluxstream.reply import Reply
+from fluxstream._reply import Reply
 
 
 @pytest.mark.parametrize("endpoint", ["chat", "responses", "messages"])

@@ -20,6 +20,7 @@ from raw_upstream import BUSY, FINISH, HEAD, LIFE, MSG, read_request, text, upst
 
 import fluxstream
 from fluxstream import Deadline, Timeouts
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import (
     APITimeoutError,
     FirstTokenTimeoutError,
@@ -27,7 +28,6 @@ from fluxstream.errors import (
     StallTimeoutError,
     StreamError,
 )
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,7 @@ from sse_frames import chat_choice, chat_frame
 import fluxstream
 from fluxstream._io.reader import StreamReader
 from fluxstream._io.transport import ControlledResponse, ResponseControls
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import serve
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -17,11 +17,11 @@ from fixture_files import chat_stream
 from sse_frames import frames
 
 import fluxstream
-from fluxstream.endpoints import ANTHROPIC_VERSION, anthropic_client
+from fluxstream._endpoints import ANTHROPIC_VERSION, anthropic_client
+from fluxstream._events import TextDelta
+from fluxstream._reply import Outcome
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APIStatusError, StreamFailedError
-from fluxstream.events import TextDelta
-from fluxstream.reply import Outcome
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -186,7 +186,7 @@ class _Dropping(httpx.AsyncByteStream):
 async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
     """A drop after content, continued by prefill: the partial text goes back as a trailing
     assistant message (no ``prefix`` flag), the new message's echo is cut, offsets go on."""
-    from fluxstream.retry import ResumePolicy
+    from fluxstream._retry import ResumePolicy
 
     def start(mid: str) -> dict[str, Any]:
         return {"type": "message_start", "message": {"id": mid, "model": "m", "content": [],
@@ -223,7 +223,7 @@ async def test_messages_continuation_after_a_drop(anyio_backend: str) -> None:
 async def test_a_messages_resume_token_resumes_through_client_chat(anyio_backend: str) -> None:
     """``client.chat.resume(token)`` hands a Messages stream's token to ``client.messages``:
     Anthropic parsing and headers, offsets that go on (here by continuation)."""
-    from fluxstream.retry import ResumePolicy
+    from fluxstream._retry import ResumePolicy
 
     start = {"type": "message_start", "message": {"id": "m1", "model": "m", "content": []}}
     block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}

@@ -31,7 +31,7 @@ from sse_frames import DONE, chat_frame, chat_text
 
 import fluxstream
 from fluxstream import Timeouts
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -21,8 +21,8 @@ from raw_upstream import MSG, read_request, upstream
 
 import fluxstream
 from fluxstream import Timeouts
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StreamError
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 import fluxstream
 from fluxstream import apis
-from fluxstream.events import TextDelta
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._events import TextDelta
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import Server, script_for, serve
 
 pytestmark = pytest.mark.anyio

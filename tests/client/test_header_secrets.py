@@ -21,8 +21,8 @@ import anyio
 import pytest
 
 import fluxstream
-from fluxstream.endpoints import anthropic_client
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._endpoints import anthropic_client
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

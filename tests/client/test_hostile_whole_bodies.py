@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 import fluxstream
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APIStatusError, FluxstreamError
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -16,8 +16,8 @@ import anyio
 import pytest
 
 import fluxstream
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import one_line, show_key
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 import fluxstream
-from fluxstream.endpoints import anthropic_client
+from fluxstream._endpoints import anthropic_client
 from fluxstream.errors import FluxstreamError, MissingAPIKeyError
 
 VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",

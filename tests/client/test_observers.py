@@ -1,4 +1,4 @@
-"""Stream observers (``fluxstream.observe``) on real sockets: told when a stream opens, of each
+"""Stream observers (``fluxstream._observe``) on real sockets: told when a stream opens, of each
 event it delivers and exactly once when it ends, on every way a stream ends; an observer that
 raises never breaks the stream. Run on asyncio and trio, and on httpx with ``--transport httpx``.
 """
@@ -17,7 +17,7 @@ import pytest
 import fluxstream
 from fluxstream import Outcome, StreamInfo, StreamObserver, StreamStats, Timeouts
 from fluxstream._core.progress import Progress
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -356,7 +356,7 @@ def test_an_observer_keeping_the_no_op_on_event_is_not_called_per_event() -> Non
     """An observer that reads what it needs at the end (``StreamObserver``'s own ``on_event``
     kept) costs a stream nothing per event; one that overrides it is told of each."""
     from fluxstream._core.observers import ObserverSet
-    from fluxstream.events import TextDelta
+    from fluxstream._events import TextDelta
 
     class EndOnly(StreamObserver):
         pass

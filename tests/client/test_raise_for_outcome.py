@@ -23,8 +23,8 @@ import pydantic
 import pytest
 
 import fluxstream
+from fluxstream._parser import StreamParser
 from fluxstream.errors import StreamError, StreamFailedError, StreamTruncatedError
-from fluxstream.parser import StreamParser
 from fluxstream.server import ServerThread
 
 MESSAGES = [{"role": "user", "content": "A reply long enough to be cut in many places"}]

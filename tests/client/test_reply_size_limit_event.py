@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 from sse_frames import chat_text
 
-from fluxstream.assembly import ReplyAssembler
+from fluxstream._assembly import ReplyAssembler
+from fluxstream._events import Event, ReasoningDelta, TextDelta, ToolCallDelta
+from fluxstream._limits import StreamLimits
 from fluxstream.errors import LimitExceededError
-from fluxstream.events import Event, ReasoningDelta, TextDelta, ToolCallDelta
-from fluxstream.limits import StreamLimits
 
 
 def _kept(asm: ReplyAssembler) -> tuple[str, str | None, list[str]]:
@@ -98,7 +98,7 @@ def test_text_before_another_limit_in_the_same_batch_is_counted() -> None:
 
 
 def test_text_kept_before_a_limit_in_the_same_read_is_delivered() -> None:
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     parser = StreamParser(limits=StreamLimits(max_reply_chars=10))
     delivered: list[Event] = []
@@ -115,7 +115,7 @@ def test_text_kept_before_a_limit_in_the_same_read_is_delivered() -> None:
 def test_a_limit_found_by_the_last_read_is_raised_by_close_and_the_reply_failed() -> None:
     """The read that delivered the events before the limit was the last one: ``close``
     raises the limit (as the next ``feed`` would) and the reply ends ``failed``."""
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     parser = StreamParser(limits=StreamLimits(max_reply_chars=10))
     delivered = parser.feed(

@@ -98,7 +98,7 @@ async def test_a_whole_stream_enters_no_cancel_scope_and_waits_for_nothing_at_cl
 async def test_leaving_early_cancels_no_scope_and_frees_the_connection(
     server: Any, scope_calls: dict[str, int]
 ) -> None:
-    limits = fluxstream.client.httpx.Limits(max_connections=1)
+    limits = fluxstream._client.httpx.Limits(max_connections=1)
     async with fluxstream.AsyncClient(
         server.base_url, transport="aiohttp", limits=limits,
         timeouts=Timeouts(connect=5.0, read=5.0, write=5.0, pool=5.0),

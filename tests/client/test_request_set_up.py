@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 import fluxstream
+from fluxstream._endpoints import ANTHROPIC_VERSION
 from fluxstream._io.transport import ControlledResponse, ResponseControls, controls_of
+from fluxstream._retry import RetryPolicy
+from fluxstream._timeouts import Timeouts
 from fluxstream.apis.chat_completions import CHAT_COMPLETIONS
-from fluxstream.endpoints import ANTHROPIC_VERSION
-from fluxstream.retry import RetryPolicy
-from fluxstream.timeouts import Timeouts
 
 pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]
 

@@ -19,7 +19,7 @@ import pytest
 
 import fluxstream
 from fluxstream import Timeouts
-from fluxstream.events import TextDelta, ToolCallDelta
+from fluxstream._events import TextDelta, ToolCallDelta
 from fluxstream.server import Server, script_for, serve
 
 pytestmark = pytest.mark.anyio

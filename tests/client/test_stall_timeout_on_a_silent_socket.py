@@ -19,8 +19,8 @@ from raw_upstream import FINISH, HEAD, MSG, read_request, text, upstream
 
 import fluxstream
 from fluxstream import Timeouts
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import StallTimeoutError
-from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -23,8 +23,8 @@ import pytest
 
 from fluxstream._core.echo import EchoFilter
 from fluxstream._core.progress import Progress
-from fluxstream.events import Event, Finish, TextDelta
-from fluxstream.timeouts import Timeouts
+from fluxstream._events import Event, Finish, TextDelta
+from fluxstream._timeouts import Timeouts
 
 KEY = "k"
 

@@ -20,7 +20,7 @@ from sse_frames import chat_text
 
 import fluxstream
 from fluxstream import Timeouts
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 from fluxstream.server import serve
 
 pytestmark = pytest.mark.anyio
@@ -361,8 +361,8 @@ def test_repr_hides_credentials_in_the_url() -> None:
 
 
 def test_the_sans_io_layers_import_without_the_http_stack() -> None:
-    code = ("import sys, fluxstream.sse, fluxstream.parser; "
-            "print(any(m in sys.modules for m in ('httpx', 'anyio', 'fluxstream.client')))")
+    code = ("import sys, fluxstream.sse, fluxstream._parser; "
+            "print(any(m in sys.modules for m in ('httpx', 'anyio', 'fluxstream._client')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

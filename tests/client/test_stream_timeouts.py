@@ -27,8 +27,8 @@ from sse_frames import chat_text as text
 
 import fluxstream
 from fluxstream import Timeouts
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APITimeoutError, FirstTokenTimeoutError, StallTimeoutError
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

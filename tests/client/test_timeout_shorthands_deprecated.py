@@ -18,7 +18,7 @@ import pytest
 
 import fluxstream
 from fluxstream import Timeouts
-from fluxstream.endpoints import anthropic_client
+from fluxstream._endpoints import anthropic_client
 
 URL = "http://127.0.0.1:9/v1"
 

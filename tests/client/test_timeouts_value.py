@@ -16,14 +16,14 @@ import pytest
 
 import fluxstream
 from fluxstream import Deadline, Timeouts
-from fluxstream.client import DEFAULT_TIMEOUT
+from fluxstream._client import DEFAULT_TIMEOUT
+from fluxstream._timeouts import DEFAULT_TIMEOUTS
 from fluxstream.errors import (
     APITimeoutError,
     FirstTokenTimeoutError,
     IdleTimeoutError,
     StallTimeoutError,
 )
-from fluxstream.timeouts import DEFAULT_TIMEOUTS
 
 BASE = "http://127.0.0.1:9/v1"
 MSG = [{"role": "user", "content": "hi"}]

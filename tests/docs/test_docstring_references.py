@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from fluxstream._core.moved_modules import MOVED
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "fluxstream"
 
@@ -135,6 +137,8 @@ def has_path(owner: Any, parts: list[str]) -> bool:
     value unknown here), the rest is taken as it is."""
     for name in parts:
         if isinstance(owner, ModuleType):
+            if owner.__name__ in MOVED or f"{owner.__name__}.{name}" in MOVED:
+                return False  # a deprecated path is no reference to give
             if hasattr(owner, name):
                 owner = getattr(owner, name)
                 continue
@@ -157,6 +161,8 @@ def has_path(owner: Any, parts: list[str]) -> bool:
 def absolute(dotted: str) -> bool:
     parts = dotted.split(".")
     for cut in range(len(parts), 0, -1):
+        if any(".".join(parts[:k]) in MOVED for k in range(1, cut + 1)):
+            continue  # a deprecated path is no reference to give
         try:
             module = importlib.import_module(".".join(parts[:cut]))
         except ImportError:
@@ -257,7 +263,7 @@ def names_not_python() -> frozenset[str]:
     """The dotted names the code uses as data, not references to resolve: every string it
     holds (a span attribute, a logger's name) and the span events it names by a send's kind
     (``fluxstream.retry``, ``fluxstream.resume``)."""
-    from fluxstream.observe import SendInfo
+    from fluxstream._observe import SendInfo
 
     found = {f"fluxstream.{kind}" for kind in typing.get_args(
         typing.get_type_hints(SendInfo)["kind"])}

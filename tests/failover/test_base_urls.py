@@ -150,7 +150,7 @@ def test_labels_keep_the_url_as_given() -> None:
 async def test_anthropic_client_and_the_client_agree(bodies: dict[str, bytes]) -> None:
     seen: list[str] = []
     async with upstream(strict(bodies["anthropic_messages"], "/v1/messages", seen)) as server:
-        from fluxstream.endpoints import anthropic_client
+        from fluxstream._endpoints import anthropic_client
 
         async with anthropic_client(root_of(server), api_key="k") as client:
             await ask(client, "anthropic_messages")

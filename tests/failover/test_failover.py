@@ -17,9 +17,9 @@ from shown_text import CONTINUES, read_shown
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Reset, Upstream
+from fluxstream._reply import SegmentEnd
 from fluxstream.apis import UnknownApiError
 from fluxstream.errors import APIStatusError
-from fluxstream.reply import SegmentEnd
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

@@ -18,8 +18,8 @@ import pytest
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Upstream
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APIStatusError
-from fluxstream.retry import RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

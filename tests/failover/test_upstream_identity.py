@@ -19,8 +19,8 @@ from handoff_token import token_past_handoff
 
 import fluxstream
 from fluxstream import Failover, Outcome, ResumePolicy, Upstream
+from fluxstream._reply import SegmentEnd
 from fluxstream.errors import APIStatusError, RateLimitError
-from fluxstream.reply import SegmentEnd
 from fluxstream.server import ServerThread
 
 MSG = [{"role": "user", "content": "hello there"}]

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from sse_frames import frames
 
-from fluxstream.events import End, Outcome
-from fluxstream.parser import StreamParser
+from fluxstream._events import End, Outcome
+from fluxstream._parser import StreamParser
 
 
 def body(*events: dict[str, Any]) -> bytes:

@@ -18,9 +18,9 @@ from fixture_files import chat_expected, chat_stream
 from format_corpus import as_corpus, check_reply
 from sse_frames import frame, frames
 
-from fluxstream.events import Outcome
+from fluxstream._events import Outcome
+from fluxstream._parser import StreamParser, replay
 from fluxstream.formats.auto import AutoFormat, identify
-from fluxstream.parser import StreamParser, replay
 from fluxstream.sse import ServerSentEvent
 
 CHAT = chat_stream("cc-openai-py-basic-text")

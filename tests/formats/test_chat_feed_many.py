@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fluxstream._events import Event
+from fluxstream._limits import StreamLimits
 from fluxstream.errors import FluxstreamError
-from fluxstream.events import Event
 from fluxstream.formats.chat_completions import ChatCompletionsFormat
-from fluxstream.limits import StreamLimits
 from fluxstream.sse import ServerSentEvent
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,12 +15,12 @@ import pytest
 from fixture_files import CHAT, chat_expected, chat_streams, require
 from format_corpus import check_events_rebuild_reply, check_reply
 
-from fluxstream.events import (
+from fluxstream._events import (
     ReasoningDelta,
     RefusalDelta,
     TextDelta,
 )
-from fluxstream.parser import StreamParser, replay
+from fluxstream._parser import StreamParser, replay
 
 
 def chat_fixtures() -> list[Path]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_chat_fixtures import FILES, IDS, require_fixtures
 
-from fluxstream.wire import ChatCompletionChunk, ContentPart, Usage
+from fluxstream._wire import ChatCompletionChunk, ContentPart, Usage
 
 
 def _payloads(path: Path) -> list[str]:

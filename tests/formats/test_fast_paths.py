@@ -14,7 +14,7 @@ The fast paths, each with the general path it is held to (switched by ``tests/fa
 
 Over every recorded stream of every format in ``fluxstream.formats.FORMATS`` (found by the
 ``format`` its expectation names; ``auto`` reads them all), cut at random read boundaries,
-strict or not, through :class:`~fluxstream.parser.StreamParser`: the events, the error
+strict or not, through :class:`~fluxstream._parser.StreamParser`: the events, the error
 raised, the wire state after every read, the reply, the offsets and the final wire state are
 the same on every path; and the events equal those of the whole body in one read (the fast
 paths take other turns on other cuts). A format registered tomorrow is in these tests at
@@ -50,10 +50,10 @@ from fixture_files import api_streams, require
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxstream.events import Event
+from fluxstream._events import Event
+from fluxstream._parser import StreamParser
 from fluxstream.formats import FORMATS
 from fluxstream.formats._base import FormatBase
-from fluxstream.parser import StreamParser
 from fluxstream.sse import iter_events
 
 SETTINGS = settings(deadline=None,

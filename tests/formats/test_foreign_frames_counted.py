@@ -10,9 +10,9 @@ import pytest
 from fixture_files import chat_stream
 from sse_frames import frames
 
-from fluxstream.events import SkippedFrame
+from fluxstream._events import SkippedFrame
+from fluxstream._parser import StreamParser
 from fluxstream.formats.auto import identify
-from fluxstream.parser import StreamParser
 from fluxstream.sse import SSEDecoder
 
 STREAMS = {

@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sse_frames import frames
 
-from fluxstream.errors import FrameDecodeError
-from fluxstream.events import (
+from fluxstream._events import (
     End,
     ErrorEvent,
     Finish,
@@ -33,7 +32,8 @@ from fluxstream.events import (
     SkippedFrame,
     TextDelta,
 )
-from fluxstream.parser import StreamParser, replay
+from fluxstream._parser import StreamParser, replay
+from fluxstream.errors import FrameDecodeError
 
 FILES = chat_streams("anth-")
 IDS = [p.stem for p in FILES]

@@ -13,10 +13,10 @@ from fixture_files import chat_streams, require
 from format_corpus import MODES, check_events_rebuild_reply, check_reply, expected, reads, run
 from sse_frames import frames as _sse
 
-from fluxstream.events import ErrorEvent, Finish, Outcome, SkippedFrame, TextDelta
+from fluxstream._events import ErrorEvent, Finish, Outcome, SkippedFrame, TextDelta
+from fluxstream._parser import StreamParser, replay
+from fluxstream._reply import unified_stop
 from fluxstream.formats import FORMATS, AutoFormat, ChatCompletionsFormat, detect
-from fluxstream.parser import StreamParser, replay
-from fluxstream.reply import unified_stop
 
 FILES = chat_streams("cc-") + chat_streams("resp-") + chat_streams("anth-")
 IDS = [p.stem for p in FILES]
@@ -201,7 +201,7 @@ def test_reply_with_stop_round_trips() -> None:
 def test_auto_hands_the_parsers_limits_to_the_chosen_format() -> None:
     """A format that caps its own state (Chat Completions) gets the parser's limits through
     ``auto`` as it does when named, not the defaults."""
-    from fluxstream.limits import StreamLimits
+    from fluxstream._limits import StreamLimits
 
     limits = StreamLimits(max_choices=1, max_tool_calls=1)
     parser = StreamParser(format="auto", limits=limits)
@@ -218,7 +218,7 @@ def test_fast_event_makers_build_the_same_frozen_events() -> None:
 
     import pydantic
 
-    from fluxstream.events import (
+    from fluxstream._events import (
         Event,
         Finish,
         ReasoningDelta,

@@ -18,8 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sse_frames import frames
 
-from fluxstream.errors import FrameDecodeError, LimitExceededError, ResumeTokenError
-from fluxstream.events import (
+from fluxstream._events import (
     ErrorEvent,
     Finish,
     Outcome,
@@ -28,8 +27,9 @@ from fluxstream.events import (
     TextDelta,
     ToolCallDelta,
 )
-from fluxstream.limits import StreamLimits
-from fluxstream.parser import StreamParser, replay
+from fluxstream._limits import StreamLimits
+from fluxstream._parser import StreamParser, replay
+from fluxstream.errors import FrameDecodeError, LimitExceededError, ResumeTokenError
 
 FILES = gemini_streams()
 IDS = [p.stem for p in FILES]

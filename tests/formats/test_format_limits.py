@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sse_frames import frames
 
+from fluxstream._limits import StreamLimits
+from fluxstream._parser import StreamParser
 from fluxstream.errors import LimitExceededError
-from fluxstream.limits import StreamLimits
-from fluxstream.parser import StreamParser
 
 LIMITS = StreamLimits(max_tool_calls=2)
 CALLS = 50

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from sse_frames import frame, frames
 
+from fluxstream._events import SkippedFrame
+from fluxstream._parser import StreamParser
 from fluxstream.errors import FrameDecodeError
-from fluxstream.events import SkippedFrame
-from fluxstream.parser import StreamParser
 
 #: Each format's event, with a field full of tiny objects.
 HOSTILE = {

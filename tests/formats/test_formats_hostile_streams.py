@@ -4,7 +4,7 @@ Recorded streams (``tests/fixtures/chat/resp-*``, ``anth-*``) are mutated event 
 reordered, duplicated, dropped, indices out of range or of the wrong type, ``*.done`` /
 ``content_block_stop`` removed, unknown event types, deltas for items and blocks that never
 started, deep JSON, ``sequence_number`` going backwards — and fed to a strict
-:class:`~fluxstream.parser.StreamParser`. Whatever arrives:
+:class:`~fluxstream._parser.StreamParser`. Whatever arrives:
 
 * nothing but a typed :class:`~fluxstream.errors.FluxstreamError` is raised, and the reply
   (and its JSON) can still be built;
@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sse_frames import frames
 
+from fluxstream._events import Event
+from fluxstream._parser import StreamParser
 from fluxstream.errors import FluxstreamError, ResumeMismatchError
-from fluxstream.events import Event
-from fluxstream.parser import StreamParser
 
 RESP = chat_streams("resp-")
 ANTH = chat_streams("anth-")

@@ -18,7 +18,7 @@ import pytest
 from fixture_files import chat_streams, require
 from sse_frames import frames
 
-from fluxstream.parser import replay
+from fluxstream._parser import replay
 
 RESP = chat_streams("resp-")
 ANTH = chat_streams("anth-")

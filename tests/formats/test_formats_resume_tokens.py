@@ -19,9 +19,9 @@ from fixture_files import chat_streams, require
 from resume_tokens import ANTH, RESP, content, frames, read, resumed, token
 from sse_frames import frame
 
+from fluxstream._events import Outcome
+from fluxstream._parser import StreamParser
 from fluxstream.errors import ResumeTokenError
-from fluxstream.events import Outcome
-from fluxstream.parser import StreamParser
 
 
 @pytest.mark.parametrize("fmt", ["named", "auto"])

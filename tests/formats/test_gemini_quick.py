@@ -33,11 +33,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sse_frames import frames
 
+from fluxstream._events import Event, ReasoningBlock, TextDelta, ToolCallDelta
+from fluxstream._limits import StreamLimits
+from fluxstream._parser import StreamParser
 from fluxstream.errors import FluxstreamError
-from fluxstream.events import Event, ReasoningBlock, TextDelta, ToolCallDelta
 from fluxstream.formats.gemini import GeminiFormat
-from fluxstream.limits import StreamLimits
-from fluxstream.parser import StreamParser
 from fluxstream.sse import ServerSentEvent
 
 SETTINGS = settings(max_examples=300, deadline=None,

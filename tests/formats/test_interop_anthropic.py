@@ -17,8 +17,8 @@ import pytest
 from fixture_files import chat_streams, require
 from format_corpus import as_corpus
 
-from fluxstream.events import End
-from fluxstream.parser import StreamParser, replay
+from fluxstream._events import End
+from fluxstream._parser import StreamParser, replay
 
 anthropic = pytest.importorskip("anthropic")
 httpx2 = pytest.importorskip("httpx2")

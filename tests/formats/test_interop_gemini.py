@@ -31,9 +31,9 @@ import pytest
 from fixture_files import require
 from gemini_corpus import as_corpus, gemini_streams
 
-from fluxstream.events import End, Outcome
-from fluxstream.parser import StreamParser, replay
-from fluxstream.reply import Reply
+from fluxstream._events import End, Outcome
+from fluxstream._parser import StreamParser, replay
+from fluxstream._reply import Reply
 from fluxstream.server.render_gemini import gemini_route
 
 genai = pytest.importorskip("google.genai")

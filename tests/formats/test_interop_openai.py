@@ -17,8 +17,8 @@ import pytest
 from format_corpus import as_corpus
 from test_chat_fixtures import FILES, IDS, require_fixtures
 
-from fluxstream.events import End, Outcome, TextDelta
-from fluxstream.parser import StreamParser, replay
+from fluxstream._events import End, Outcome, TextDelta
+from fluxstream._parser import StreamParser, replay
 
 openai = pytest.importorskip("openai")
 

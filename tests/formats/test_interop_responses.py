@@ -18,8 +18,8 @@ import pytest
 from fixture_files import chat_streams, require
 from format_corpus import as_corpus
 
-from fluxstream.events import End
-from fluxstream.parser import StreamParser, replay
+from fluxstream._events import End
+from fluxstream._parser import StreamParser, replay
 
 openai = pytest.importorskip("openai")
 

@@ -24,12 +24,12 @@ from fast_paths import without_quick_decoders
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fluxstream._events import Event, TextDelta, ToolCallDelta
+from fluxstream._limits import StreamLimits
 from fluxstream.errors import FluxstreamError
-from fluxstream.events import Event, TextDelta, ToolCallDelta
 from fluxstream.formats._base import JsonEventFormat
 from fluxstream.formats.anthropic_messages import AnthropicMessagesFormat
 from fluxstream.formats.responses import ResponsesFormat
-from fluxstream.limits import StreamLimits
 from fluxstream.sse import ServerSentEvent
 
 SETTINGS = settings(max_examples=300, deadline=None,

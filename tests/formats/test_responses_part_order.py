@@ -16,8 +16,8 @@ from typing import Any
 from resume_tokens import token
 from sse_frames import frames
 
-from fluxstream.events import SkippedFrame
-from fluxstream.parser import StreamParser
+from fluxstream._events import SkippedFrame
+from fluxstream._parser import StreamParser
 
 CREATED = {"type": "response.created", "response": {"id": "r", "status": "in_progress"}}
 COMPLETED = {"type": "response.completed", "response": {"id": "r", "status": "completed"}}

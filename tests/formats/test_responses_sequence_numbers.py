@@ -19,9 +19,9 @@ from functools import partial
 import pytest
 from sse_frames import frames
 
+from fluxstream._events import Outcome, SkippedFrame, TextDelta
+from fluxstream._parser import StreamParser
 from fluxstream.errors import ResumeMismatchError
-from fluxstream.events import Outcome, SkippedFrame, TextDelta
-from fluxstream.parser import StreamParser
 
 LETTERS = "ABCDEF"
 

@@ -15,8 +15,8 @@ from fixture_files import chat_streams
 from format_corpus import as_corpus
 from sse_frames import frames
 
-from fluxstream.events import Outcome
-from fluxstream.parser import StreamParser, replay
+from fluxstream._events import Outcome
+from fluxstream._parser import StreamParser, replay
 
 RESP = [p for p in chat_streams("resp-") if "truncated" not in p.stem]
 _INDEX_KEYS = ("output_index",)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fluxstream import StreamParser
-from fluxstream.events import Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from fluxstream._events import Event, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
 
 EMOJI = "\U0001f600"
 

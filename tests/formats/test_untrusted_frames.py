@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from sse_frames import frames
 
-from fluxstream.errors import ArgumentsError, FrameDecodeError
-from fluxstream.events import (
+from fluxstream._events import (
     End,
     Event,
     Finish,
@@ -24,8 +23,9 @@ from fluxstream.events import (
     TextDelta,
     ToolCallDelta,
 )
-from fluxstream.parser import StreamParser
-from fluxstream.reply import Reply, ToolCall
+from fluxstream._parser import StreamParser
+from fluxstream._reply import Reply, ToolCall
+from fluxstream.errors import ArgumentsError, FrameDecodeError
 from fluxstream.sse import SSEDecoder
 
 #: Raw JSON texts (written by hand, so that escapes stay exactly as a server sent them) as
@@ -198,7 +198,7 @@ def test_complete_body_without_finish_reason_is_still_done() -> None:
 
 def test_client_passes_the_opt_out_to_its_parser() -> None:
     pytest.importorskip("httpx")
-    from fluxstream.client import AsyncClient
+    from fluxstream._client import AsyncClient
 
     client = AsyncClient("http://127.0.0.1:9/v1", api_key="k", require_finish_reason=False)
     stream = client.chat.stream(model="m", messages=[])

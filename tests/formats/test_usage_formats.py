@@ -205,7 +205,7 @@ def test_anthropic_usage_of_the_wrong_type_is_dropped_and_counted(bad: dict[str,
 
 
 def test_a_resume_token_of_a_stream_with_wrong_usage_is_accepted() -> None:
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     parser = StreamParser(content_key="k", format="anthropic_messages")
     for piece in sse({"type": "message_start", "message": {

@@ -21,10 +21,10 @@ from test_usage_formats import anthropic_usage, responses_usage, round_trips, ss
 
 import fluxstream
 from fluxstream import replay
-from fluxstream.events import UsageUpdate
+from fluxstream._events import UsageUpdate
+from fluxstream._parser import StreamParser
+from fluxstream._usage import ModelPrice, UsageLedger
 from fluxstream.formats._base import MAX_TOKEN_COUNT
-from fluxstream.parser import StreamParser
-from fluxstream.usage import ModelPrice, UsageLedger
 
 
 def usages(parser: StreamParser, reads: list[bytes], *, close: bool = True) -> list[UsageUpdate]:

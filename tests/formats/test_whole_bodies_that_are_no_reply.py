@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from fluxstream import Outcome
+from fluxstream._parser import StreamParser
 from fluxstream.formats import FORMATS
-from fluxstream.parser import StreamParser
 
 NAMED = [name for name in FORMATS if name != "auto"]
 

@@ -1,4 +1,4 @@
-"""The usage estimate (``reply.usage_estimate``, :mod:`fluxstream.usage`) against llama.cpp on a
+"""The usage estimate (``reply.usage_estimate``, :mod:`fluxstream._usage`) against llama.cpp on a
 real model: within 10% of the server's own count, for a reply read to its end without usage
 and for a stream stopped early (compared with the same request run to the end)."""
 

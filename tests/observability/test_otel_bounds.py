@@ -20,8 +20,8 @@ from opentelemetry.trace import StatusCode
 import fluxstream
 import fluxstream.otel as otel
 from fluxstream._core.progress import StreamStats
-from fluxstream.observe import StreamInfo
-from fluxstream.reply import Choice, ErrorInfo, Outcome, Reply
+from fluxstream._observe import StreamInfo
+from fluxstream._reply import Choice, ErrorInfo, Outcome, Reply
 from fluxstream.server import ServerThread
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -109,9 +109,9 @@ GLOBAL_PROVIDER = textwrap.dedent("""
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
     from fluxstream._core.progress import StreamStats
-    from fluxstream.observe import StreamInfo
+    from fluxstream._observe import StreamInfo
     from fluxstream.otel import OpenTelemetryObserver
-    from fluxstream.reply import Outcome, Reply
+    from fluxstream._reply import Outcome, Reply
 
     def end_one(observer):
         span = observer.for_stream()

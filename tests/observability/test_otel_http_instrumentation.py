@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.trace import SpanKind
 
 import fluxstream
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

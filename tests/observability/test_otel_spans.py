@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, StatusCode
 
 import fluxstream
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio
@@ -378,8 +378,8 @@ async def test_a_reply_that_moved_counts_every_upstream_on_the_span(
 
 def test_a_count_an_int64_attribute_cannot_hold_is_never_set() -> None:
     from fluxstream._core.genai_attributes import tokens_of
-    from fluxstream.reply import UsageEstimate
-    from fluxstream.wire import Usage
+    from fluxstream._reply import UsageEstimate
+    from fluxstream._wire import Usage
 
     huge = fluxstream.Reply(usage=Usage(prompt_tokens=10**30, completion_tokens=2))
     assert tokens_of(huge) == (None, 2, False)

@@ -1,4 +1,4 @@
-"""Usage on every outcome and cost (``fluxstream.usage``): the estimate when no usage came, the
+"""Usage on every outcome and cost (``fluxstream._usage``): the estimate when no usage came, the
 input tokens remembered per content key, prices per model; the log lines of a stream carry its
 content key and request id. No OpenTelemetry needed for any of it."""
 
@@ -13,11 +13,11 @@ from decimal import Decimal
 import pytest
 
 import fluxstream
-from fluxstream.reply import Reply, UsageEstimate
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._reply import Reply, UsageEstimate
+from fluxstream._retry import ResumePolicy, RetryPolicy
+from fluxstream._usage import ModelPrice, UsageLedger, estimate_output_tokens
+from fluxstream._wire import PromptTokensDetails, Usage
 from fluxstream.server import ServerThread
-from fluxstream.usage import ModelPrice, UsageLedger, estimate_output_tokens
-from fluxstream.wire import PromptTokensDetails, Usage
 
 MSG = [{"role": "user", "content": "hi there"}]
 NO_RESUME = ResumePolicy(last_event_id=False, starting_after=False)
@@ -135,7 +135,7 @@ async def test_every_log_line_of_a_stream_carries_its_content_key_and_request_id
 def test_nothing_imports_opentelemetry_unless_it_is_used(server: ServerThread) -> None:
     """A stream of a plain client, and the whole package imported, load no OpenTelemetry."""
     code = textwrap.dedent(f"""
-        import sys, anyio, fluxstream, fluxstream.usage, fluxstream.observe
+        import sys, anyio, fluxstream, fluxstream._usage, fluxstream._observe
         async def main():
             async with fluxstream.AsyncClient({server.base_url!r}) as client:
                 await client.chat.complete(model="m", messages=[{{"role": "user", "content": "x"}}])

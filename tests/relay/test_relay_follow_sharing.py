@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from relay_support import RedisServer
 
-from fluxstream.events import (
+from fluxstream._events import (
     End,
     Event,
     Finish,

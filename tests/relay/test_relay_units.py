@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fluxstream._events import End, Finish, Outcome, ReasoningDelta, TextDelta, ToolCallDelta
 from fluxstream.errors import RelayPositionError
-from fluxstream.events import End, Finish, Outcome, ReasoningDelta, TextDelta, ToolCallDelta
 from fluxstream.relay import Entry, Position, coalesce, parse_position
 from fluxstream.relay.codec import decode_entry, encode_entry
 from fluxstream.relay.takeover import StoredReply

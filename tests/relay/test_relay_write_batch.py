@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from relay_support import RedisServer
 
+from fluxstream._events import End, Outcome, TextDelta
 from fluxstream.errors import RelayLeaseLostError, RelayUnavailableError
-from fluxstream.events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
 from fluxstream.relay._redis_writes import WRITES
 from fluxstream.relay.codec import Entry

@@ -16,7 +16,7 @@ import anyio
 import pytest
 from relay_support import RedisServer
 
-from fluxstream.events import End, Outcome, TextDelta
+from fluxstream._events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
 from fluxstream.relay._redis_written_channel import message_of, names_of
 from fluxstream.relay.codec import Entry, encode_entry

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from sse_frames import chat_text, frames
 
-from fluxstream.events import Event, Outcome, TextDelta
-from fluxstream.parser import StreamParser
+from fluxstream._events import Event, Outcome, TextDelta
+from fluxstream._parser import StreamParser
 
 PREFIX = "The river bends under the old stone bridge"
 
@@ -143,7 +143,7 @@ def test_a_continuation_prefix_never_ends_in_whitespace() -> None:
     """Anthropic (and others) refuse a prefill that ends in whitespace (400): the prefix is
     sent without its trailing whitespace, and the whitespace the provider sends again at the
     start of the continuation is cut as an echo, however short."""
-    from fluxstream.parser import StreamParser
+    from fluxstream._parser import StreamParser
 
     for tail, continued in [("\n", "\nNext line."), (" \n\t", " \n\tMore."), ("\n", "Next.")]:
         parser = StreamParser()

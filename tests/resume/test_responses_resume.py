@@ -25,8 +25,8 @@ import pytest
 from sse_frames import frames
 
 import fluxstream
-from fluxstream.events import Reset, TextDelta
-from fluxstream.retry import ResumePolicy
+from fluxstream._events import Reset, TextDelta
+from fluxstream._retry import ResumePolicy
 from fluxstream.server import Server, script_for
 
 pytestmark = pytest.mark.anyio

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from resume_tokens import token
 from sse_frames import frames
 
-from fluxstream.parser import StreamParser
+from fluxstream._parser import StreamParser
 
 TEXT = st.text(alphabet="ab€😀 ", min_size=1, max_size=4)
 

@@ -22,7 +22,7 @@ import pytest
 from sse_frames import frame, frames
 
 import fluxstream
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import serve
 from fluxstream.server.script import expected_reply
 

@@ -19,8 +19,8 @@ import pytest
 from raw_upstream import HEAD, MSG, read_request, text, upstream
 
 import fluxstream
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import ContentTypeError
-from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -34,9 +34,9 @@ from hypothesis import strategies as st
 from resume_tokens import frames, token
 
 import fluxstream
+from fluxstream._parser import StreamParser
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import ResumeTokenError
-from fluxstream.parser import StreamParser
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 USER = [{"role": "user", "content": "What is the weather in Zürich?"}]

@@ -17,9 +17,9 @@ import anyio
 import pytest
 
 import fluxstream
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import ResumeTokenError
 from fluxstream.relay import Entry, MemoryReplyLog
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = pytest.mark.anyio

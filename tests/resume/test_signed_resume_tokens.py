@@ -25,8 +25,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import fluxstream
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import ResumeTokenError
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 SECRET = "s3cret-" + "k" * 24

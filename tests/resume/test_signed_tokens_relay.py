@@ -19,8 +19,8 @@ import anyio
 import pytest
 
 import fluxstream
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.relay import Entry, MemoryReplyLog
-from fluxstream.retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
 
 pytestmark = [pytest.mark.anyio, pytest.mark.asyncio_only]  # the relay runs on asyncio

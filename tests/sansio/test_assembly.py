@@ -15,8 +15,7 @@ import pydantic
 import pytest
 from sse_frames import frames
 
-from fluxstream.errors import ArgumentsError, FrameDecodeError
-from fluxstream.events import (
+from fluxstream._events import (
     End,
     ErrorEvent,
     Event,
@@ -32,8 +31,9 @@ from fluxstream.events import (
     TypedEvent,
     UsageUpdate,
 )
-from fluxstream.parser import StreamParser, replay
-from fluxstream.reply import Reply, ToolCall, Usage
+from fluxstream._parser import StreamParser, replay
+from fluxstream._reply import Reply, ToolCall, Usage
+from fluxstream.errors import ArgumentsError, FrameDecodeError
 from fluxstream.sse import ServerSentEvent
 
 #: Chunks as one body, ``[DONE]`` last unless ``done=False``.
@@ -570,7 +570,7 @@ def test_feed_sse_and_counters() -> None:
 
 
 def test_feed_chunk_accepts_mappings_and_model_dump_objects() -> None:
-    from fluxstream.wire import ChatCompletionChunk
+    from fluxstream._wire import ChatCompletionChunk
 
     parser = StreamParser()
     parser.feed_chunk(chunk(ch(content="a")))

@@ -19,10 +19,10 @@ from test_recovery import T0, drop, recovery
 from fluxstream._core.failover import may_fail_over
 from fluxstream._core.length_budget import LengthBudget
 from fluxstream._core.recovery import Decision, Failure
+from fluxstream._reply import Choice, Reply, Usage
+from fluxstream._retry import ResumePolicy, RetryPolicy
+from fluxstream._timeouts import Deadline
 from fluxstream.errors import APIConnectionError, APIStatusError
-from fluxstream.reply import Choice, Reply, Usage
-from fluxstream.retry import ResumePolicy, RetryPolicy
-from fluxstream.timeouts import Deadline
 
 #: Failover(per_upstream_attempts=2), the default: the reader gives each upstream two attempts.
 OWN = RetryPolicy(max_attempts=2)

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-import fluxstream.assembly as assembly
-import fluxstream.partial_json as partial_json
-from fluxstream.assembly import ReplyAssembler
-from fluxstream.events import TextDelta
-from fluxstream.partial_json import PartialJSON, parse_partial
+import fluxstream._assembly as assembly
+import fluxstream._partial_json as partial_json
+from fluxstream._assembly import ReplyAssembler
+from fluxstream._events import TextDelta
+from fluxstream._partial_json import PartialJSON, parse_partial
 
 
 class _CountingPattern:
@@ -87,7 +87,7 @@ def test_parse_partial_of_many_brackets_is_fast() -> None:
 def test_assembler_partial_arguments_on_unclosed_brackets(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from fluxstream.events import ToolCallDelta
+    from fluxstream._events import ToolCallDelta
 
     counter = _CountingPattern(partial_json._UP_TO_BRACKET)
     monkeypatch.setattr(partial_json, "_UP_TO_BRACKET", counter)

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sse_frames import frame as event
 
+from fluxstream._events import End, Outcome, SkippedFrame, TextDelta, ToolCallDelta
+from fluxstream._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from fluxstream._parser import StreamParser
 from fluxstream.errors import EventTooLargeError, LimitExceededError
-from fluxstream.events import End, Outcome, SkippedFrame, TextDelta, ToolCallDelta
-from fluxstream.limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from fluxstream.parser import StreamParser
 from fluxstream.sse import SSEDecoder
 
 MiB = 1024 * 1024
@@ -94,7 +94,7 @@ def test_tool_calls_limit_without_indexes() -> None:
 
 
 def test_assembler_enforces_limits_for_any_format() -> None:
-    from fluxstream.assembly import ReplyAssembler
+    from fluxstream._assembly import ReplyAssembler
 
     asm = ReplyAssembler("k", limits=StreamLimits(max_tool_calls=2, max_choices=2))
     asm.feed([ToolCallDelta("k", 0, n, None, None, "", 0) for n in range(2)])

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from fluxstream import parser as parser_module
-from fluxstream.parser import StreamParser, new_content_key
+from fluxstream import _parser as parser_module
+from fluxstream._parser import StreamParser, new_content_key
 
 
 @pytest.mark.parametrize("seed", range(50))

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxstream.parser import StreamParser
-from fluxstream.partial_json import PartialJSON, parse_partial
-from fluxstream.reply import ToolCall
+from fluxstream._parser import StreamParser
+from fluxstream._partial_json import PartialJSON, parse_partial
+from fluxstream._reply import ToolCall
 
 json_values = st.recursive(
     st.none()

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from fluxstream.partial_json import PartialJSON, parse_partial
+from fluxstream._partial_json import PartialJSON, parse_partial
 from fluxstream.structured import ObjectBuilder
 
 BIG = "1" * 5000  # past sys.get_int_max_str_digits() (4300): int() raises ValueError

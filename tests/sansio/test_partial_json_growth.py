@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from fluxstream.partial_json import PartialJSON
+from fluxstream._partial_json import PartialJSON
 
 
 def _feed_time(text: str) -> float:

@@ -8,9 +8,9 @@ usage chunks are never progress.
 from __future__ import annotations
 
 from fluxstream._core.progress import Progress
-from fluxstream.events import Event, Finish, SkippedFrame, TextDelta, UsageUpdate
-from fluxstream.reply import Usage
-from fluxstream.timeouts import Timeouts
+from fluxstream._events import Event, Finish, SkippedFrame, TextDelta, UsageUpdate
+from fluxstream._reply import Usage
+from fluxstream._timeouts import Timeouts
 
 KEY = "k"
 TEXT: list[Event] = [TextDelta(KEY, 0, 0, "x")]
@@ -101,7 +101,7 @@ def test_an_event_still_arriving_gets_a_grace_per_read_within_a_bound() -> None:
 def test_each_read_wait_names_its_deadline() -> None:
     """The I/O layer is told which deadline a wait is for; it never works it out."""
     from fluxstream._core.progress import Wait
-    from fluxstream.timeouts import Deadline
+    from fluxstream._timeouts import Deadline
 
     progress = started(stall_timeout=0.5, first_token_timeout=3.0, finish_grace=1.0)
     assert progress.read_wait(1.0, in_event=False) == Wait(2.0, Deadline.FIRST_TOKEN)
@@ -114,7 +114,7 @@ def test_each_read_wait_names_its_deadline() -> None:
 
 def test_the_head_wait_is_the_nearer_of_the_read_timeout_and_the_first_token() -> None:
     from fluxstream._core.progress import Wait
-    from fluxstream.timeouts import Deadline
+    from fluxstream._timeouts import Deadline
 
     progress = Progress(Timeouts(read=10.0, first_token=3.0))
     progress.start(0.0)
@@ -133,8 +133,8 @@ def test_the_head_wait_is_the_nearer_of_the_read_timeout_and_the_first_token() -
 
 
 def test_the_first_deadline_that_ended_the_stream_is_in_the_stats() -> None:
-    from fluxstream.reply import Reply
-    from fluxstream.timeouts import Deadline
+    from fluxstream._reply import Reply
+    from fluxstream._timeouts import Deadline
 
     progress = started(stall_timeout=0.5)
     assert progress.stats(Reply(), 1, 0, 1.0).deadline is None

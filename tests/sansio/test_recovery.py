@@ -12,7 +12,7 @@ import random
 import pytest
 
 from fluxstream._core.recovery import Decision, DropState, Recovery, is_transient_error
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._retry import ResumePolicy, RetryPolicy
 
 T0 = 1000.0  # the "now" of the first request
 

@@ -20,8 +20,8 @@ import pytest
 from sse_frames import chat_choice, chat_frame
 
 import fluxstream
-from fluxstream.events import Reset, TextDelta
-from fluxstream.retry import ResumePolicy, RetryPolicy
+from fluxstream._events import Reset, TextDelta
+from fluxstream._retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

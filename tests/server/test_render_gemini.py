@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from fluxstream.events import Outcome
-from fluxstream.parser import replay
+from fluxstream._events import Outcome
+from fluxstream._parser import replay
 from fluxstream.server.profiles import parse_profiles
 from fluxstream.server.render import frame
 from fluxstream.server.render_gemini import (
@@ -88,7 +88,7 @@ def test_a_trailing_model_turn_is_continued() -> None:
 def test_the_whole_response_has_the_stream_content() -> None:
     for body in ({"contents": USER}, {"contents": USER, "tools": TOOLS}):
         script = _script(body)
-        from fluxstream.parser import StreamParser
+        from fluxstream._parser import StreamParser
 
         parser = StreamParser(format="gemini")
         parser.feed_completion(gemini_response(script, frozenset()))

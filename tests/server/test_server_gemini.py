@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from fluxstream.events import Outcome
-from fluxstream.parser import StreamParser, replay
+from fluxstream._events import Outcome
+from fluxstream._parser import StreamParser, replay
 from fluxstream.server import ServerThread, script_for
 
 USER = [{"role": "user", "parts": [{"text": "Weather in Zürich?"}]}]

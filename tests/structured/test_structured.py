@@ -22,8 +22,8 @@ from pydantic import (
     model_validator,
 )
 
+from fluxstream._reply import Choice, Outcome, Reply, ToolCall
 from fluxstream.errors import FluxstreamError, ParseError
-from fluxstream.reply import Choice, Outcome, Reply, ToolCall
 from fluxstream.structured import (
     ObjectBuilder,
     anthropic_tool,
@@ -760,8 +760,8 @@ def test_structured_is_sans_io() -> None:
 
     code = ("import sys, fluxstream.structured; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('httpx', 'anyio', 'aiohttp', 'fluxstream.stream', 'fluxstream.client')"
-            " or m in ('fluxstream.stream', 'fluxstream.client')))")
+            "('httpx', 'anyio', 'aiohttp', 'fluxstream._stream', 'fluxstream._client')"
+            " or m in ('fluxstream._stream', 'fluxstream._client')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "[]"

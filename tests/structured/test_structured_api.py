@@ -23,8 +23,8 @@ import pytest
 from pydantic import BaseModel, TypeAdapter
 
 import fluxstream
+from fluxstream._reply import Reply
 from fluxstream.errors import ParseError
-from fluxstream.reply import Reply
 from fluxstream.server import Server
 from fluxstream.structured import ObjectBuilder, partial_object, strict_json_schema
 

@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel
 from sse_frames import frame
 
+from fluxstream._parser import StreamParser
 from fluxstream.errors import ParseError
-from fluxstream.parser import StreamParser
 from fluxstream.structured import StructuredTracker, parse_reply
 
 
@@ -166,7 +166,7 @@ def test_anthropic_tool_as_schema() -> None:
 
 
 def test_a_restart_starts_the_object_over() -> None:
-    from fluxstream.events import Reset, TextDelta
+    from fluxstream._events import Reset, TextDelta
 
     tracker = StructuredTracker(Plan)
     tracker.feed(TextDelta("k", 0, 0, '{"goal": "cof'))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from fluxstream.assembly import ReplyAssembler
-from fluxstream.events import ToolCallDelta
+from fluxstream._assembly import ReplyAssembler
+from fluxstream._events import ToolCallDelta
 from fluxstream.structured import StructuredTracker
 
 

@@ -27,7 +27,7 @@ from fluxstream._io.aiohttp_client import AiohttpClient
 from fluxstream._io.aiohttp_errors import EXCEPTION_MAP, ExceptionRule, translate
 from fluxstream._io.aiohttp_private import ContentEncodingError, HttpProcessingError
 from fluxstream._io.http_library import HttpErrors, unresolvable
-from fluxstream.timeouts import Deadline
+from fluxstream._timeouts import Deadline
 
 KEY = types.SimpleNamespace(host="api.example", port=443, ssl=True)  # aiohttp's ConnectionKey
 

@@ -24,8 +24,8 @@ from fault_server import Conn, serve_faults
 
 import fluxstream
 from fluxstream import Outcome
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import ContentTypeError, FluxstreamError
-from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.asyncio
 

@@ -19,7 +19,7 @@ from scripted_http import LIFE, MSG, Conn, Script, chunk, chunked_head, upstream
 from scripted_http import event as sse_event
 
 import fluxstream
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ import pytest
 from scripted_http import LIFE, MSG, Conn, Script, chunk, chunked_head, reply_body, upstream
 
 import fluxstream
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -20,7 +20,7 @@ import pytest
 import fluxstream
 from fluxstream._io.aiohttp_client import AiohttpClient, AiohttpRequest
 from fluxstream._io.default_client import AutoClient
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 from fluxstream.server import ServerThread, serve
 from fluxstream.server.script import expected_reply
 

@@ -21,8 +21,8 @@ import pytest
 from scripted_http import LIFE, MSG, Conn, Script, chunk, chunked_head, reply_body, upstream
 
 import fluxstream
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APIConnectionError, FluxstreamError, StreamFailedError
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

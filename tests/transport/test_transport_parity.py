@@ -48,6 +48,7 @@ from fault_server import (
 import fluxstream
 from fluxstream import Outcome
 from fluxstream._io import default_client
+from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.errors import (
     APIConnectionError,
     APITimeoutError,
@@ -56,7 +57,6 @@ from fluxstream.errors import (
     NotAReplyError,
     StreamFailedError,
 )
-from fluxstream.retry import ResumePolicy, RetryPolicy
 
 pytestmark = pytest.mark.asyncio
 

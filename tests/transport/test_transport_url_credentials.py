@@ -19,7 +19,7 @@ import pytest
 from raw_upstream import FINISH, HEAD, MSG, read_request, text, upstream
 
 import fluxstream
-from fluxstream.retry import RetryPolicy
+from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import fluxstream
+from fluxstream._retry import RetryPolicy
 from fluxstream.errors import APIConnectionError
-from fluxstream.retry import RetryPolicy
 
 pytestmark = pytest.mark.asyncio
 

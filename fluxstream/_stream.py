@@ -3,7 +3,7 @@
 This module is the public face: iteration, ``text()``, ``complete()``, the context manager
 and ``cancel()``. Each concern behind it has a module of its own:
 
-* :class:`~fluxstream.parser.StreamParser` (sans-IO) decides every event and the outcome;
+* :class:`~fluxstream._parser.StreamParser` (sans-IO) decides every event and the outcome;
 * :class:`~fluxstream._io.reader.StreamReader` reads through it, enforces the timeouts, acts on
   decisions and states an outcome on every path (cancellation always propagates);
 * :class:`~fluxstream._core.recovery.Recovery` (sans-IO) decides retry / resume / give up, and
@@ -13,7 +13,7 @@ and ``cancel()``. Each concern behind it has a module of its own:
 * :mod:`fluxstream._core.coalesce` and :mod:`fluxstream._io.readahead` pace
   ``text(coalesce=...)`` and ``objects(coalesce=...)``;
 * :class:`~fluxstream._core.observers.ObserverSet` tells the stream's observers
-  (:mod:`fluxstream.observe`) when it opens (:meth:`ReplyStream._open`), each event it delivers
+  (:mod:`fluxstream._observe`) when it opens (:meth:`ReplyStream._open`), each event it delivers
   (``__anext__``) and when it ends (:meth:`ReplyStream._observe_end`, on every way out);
 * :mod:`fluxstream._io.stream_objects` (a mixin) is ``objects()``, ``partial_tool_call()`` and
   ``parsed``; :mod:`fluxstream._io.structured_output` keeps their typed partial objects
@@ -38,19 +38,19 @@ from ._core.observers import ObserverSet
 from ._core.progress import StreamStats
 from ._core.resume_token import RESUME_TOKEN_VERSION, write_token
 from ._core.token_signature import TokenSigner
+from ._events import Event, Outcome, TextDelta
 from ._io.attempt import RequestSpec
 from ._io.failover import Route
 from ._io.reader import StreamReader
 from ._io.stream_objects import StructuredOutput
+from ._observe import StreamInfo, StreamObserver
+from ._parser import StreamParser
+from ._retry import ResumePolicy, RetryPolicy
 from .errors import StreamError, show_key
-from .events import Event, Outcome, TextDelta
-from .observe import StreamInfo, StreamObserver
-from .parser import StreamParser
-from .retry import ResumePolicy, RetryPolicy
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._io.structured_output import StructuredView
-    from .reply import Reply
+    from ._reply import Reply
 
 # RESUME_TOKEN_VERSION: its home is _core.resume_token, with the token's writer and reader.
 __all__ = ["RESUME_TOKEN_VERSION", "ReplyStream", "RequestSpec", "StreamStats"]
@@ -156,7 +156,7 @@ class ReplyStream(StructuredOutput):
         return replace(stats, observer_errors=errors, error_type=error)
 
     def add_observer(self, observer: StreamObserver) -> None:
-        """Tell ``observer`` of this stream too (see :mod:`fluxstream.observe`), after the
+        """Tell ``observer`` of this stream too (see :mod:`fluxstream._observe`), after the
         client's and the call's own observers. Added once the stream has opened, it misses
         ``on_open`` (and, as every observer, is not told of an end that has passed)."""
         observed = self._observed

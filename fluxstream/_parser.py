@@ -3,11 +3,11 @@
 It composes :class:`~fluxstream.sse.SSEDecoder`, the wire format named by ``format=`` (a class
 of :data:`~fluxstream.formats.FORMATS`, driven through the one contract every format has,
 :class:`~fluxstream.formats._contract.WireFormat`) and
-:class:`~fluxstream.assembly.ReplyAssembler`. Everything that has bytes drives this one object
+:class:`~fluxstream._assembly.ReplyAssembler`. Everything that has bytes drives this one object
 (:func:`replay`, the HTTP stream, the CLI), and so does code that already has decoded chunks
 from another SDK (:meth:`StreamParser.feed_chunk`), so there is no second copy of the wiring.
 
-Exactly one :class:`~fluxstream.events.End` is emitted over a parser's life, always last:
+Exactly one :class:`~fluxstream._events.End` is emitted over a parser's life, always last:
 
 * by :meth:`~StreamParser.feed` / :meth:`~StreamParser.feed_sse` when the sentinel arrives
   (the transport can stop reading at once: :attr:`~StreamParser.finished` turns true),
@@ -23,25 +23,25 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._assembly import ReplyAssembler
 from ._core.carried import Carried
 from ._core.echo import EchoFilter, continuation
 from ._core.reread import RereadChecks
 from ._core.resume_token import DAMAGE, MAX_ID_CHARS, damaged, go_on_from, read_token
-from .assembly import ReplyAssembler
+from ._events import Event
+from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from ._reply import Reply, Segment
 from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
-from .events import Event
 from .formats import FORMATS, WireFormat
 from .formats._base import MAX_SEQUENCE
 from .formats._contract import FormatClass
-from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from .reply import Reply, Segment
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
 if TYPE_CHECKING:  # pragma: no cover
     from decimal import Decimal
 
     from ._core.error_hold import ErrorHold
-    from .reply import UsageEstimate
+    from ._reply import UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
 
@@ -75,8 +75,8 @@ class StreamParser:
         payload is not a JSON object, instead of skipping and counting it.
     :param require_finish_reason: the sentinel when no choice has a finish reason ends
         ``truncated`` ("sentinel without a finish reason"); ``False`` for servers that never
-        send finish reasons (see :class:`~fluxstream.assembly.ReplyAssembler`).
-    :param limits: caps on server-controlled input (:class:`~fluxstream.limits.StreamLimits`);
+        send finish reasons (see :class:`~fluxstream._assembly.ReplyAssembler`).
+    :param limits: caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`);
         past one, :class:`~fluxstream.errors.LimitExceededError` is raised.
     """
 
@@ -119,7 +119,7 @@ class StreamParser:
         #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
         self._deferred: FluxstreamError | None = None
         #: Each upstream's part of the reply (set by the I/O layer when a stream has
-        #: fallbacks; see :class:`~fluxstream.reply.Segment`).
+        #: fallbacks; see :class:`~fluxstream._reply.Segment`).
         self.segments: list[Segment] = []
         #: Set by the I/O layer while another upstream could take the reply over: each read's
         #: events pass its :meth:`~fluxstream._core.error_hold.ErrorHold.screen` before they
@@ -300,7 +300,7 @@ class StreamParser:
 
     def settle(self, estimate: UsageEstimate | None, cost: Decimal | None) -> None:
         """The reply's usage estimate and cost, once the stream has ended
-        (:class:`fluxstream.usage.UsageLedger`): every snapshot from now on carries them."""
+        (:class:`fluxstream._usage.UsageLedger`): every snapshot from now on carries them."""
         self._assembler.usage_estimate = estimate
         self._assembler.cost = cost
 
@@ -375,7 +375,7 @@ class StreamParser:
 
     def reset(self, attempt: int, reason: str) -> list[Event]:
         """A restart (a new generation replaces the old one): fresh decoder, format and
-        assembly state, announced by a :class:`~fluxstream.events.Reset` event."""
+        assembly state, announced by a :class:`~fluxstream._events.Reset` event."""
         self.new_connection()
         self._format.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over

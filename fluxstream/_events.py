@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
-from .reply import Outcome, StopReason, ToolCall, Usage, unified_stop
+from ._reply import Outcome, StopReason, ToolCall, Usage, unified_stop
 
 __all__ = [
     "End",
@@ -111,7 +111,7 @@ class ToolCallDone:
 class Finish:
     """A choice's finish reason arrived (or changed): ``reason`` is the raw provider string,
     ``stop`` the same in one vocabulary for every format (derived from ``reason`` by
-    :func:`~fluxstream.reply.unified_stop` when the format does not give it)."""
+    :func:`~fluxstream._reply.unified_stop` when the format does not give it)."""
 
     key: str
     choice: int
@@ -146,7 +146,7 @@ class UsageUpdate:
     ``message_start`` with its placeholder ``output_tokens: 1``, Gemini's running
     ``usageMetadata``, a Chat Completions chunk's running totals while a choice is still
     going): its output count is not the reply's, so a stream that ends on one gets its
-    output tokens estimated (:attr:`fluxstream.reply.Reply.usage_estimate`)."""
+    output tokens estimated (:attr:`fluxstream._reply.Reply.usage_estimate`)."""
 
     usage: Usage
     final: bool = True
@@ -186,7 +186,7 @@ class Reset:
 
 @dataclass(frozen=True, slots=True)
 class Handoff:
-    """The reply moves to another upstream (see :class:`fluxstream.upstream.Upstream`).
+    """The reply moves to another upstream (see :class:`fluxstream._upstream.Upstream`).
 
     Skippable: the text events after it go on at ``offset`` (choice 0's text delivered so
     far), so a renderer writing ``buf[offset:]`` needs nothing from it. ``reason`` says what

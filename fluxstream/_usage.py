@@ -6,14 +6,14 @@ A stream that is cancelled, cut, or served by a server that never sends ``usage`
 (``reply.usage_partial``: Anthropic's ``message_start`` says ``output_tokens: 1``,
 Gemini's running ``usageMetadata`` counts the output so far). The client's
 :class:`UsageLedger` settles every reply when its stream ends: it fills
-``reply.usage_estimate`` (a :class:`~fluxstream.reply.UsageEstimate`, always marked estimated)
+``reply.usage_estimate`` (a :class:`~fluxstream._reply.UsageEstimate`, always marked estimated)
 in those cases, and ``reply.cost`` when the caller priced the model. It remembers the input
 tokens the server reported per content key (bounded), so a reply of a content key whose
 earlier reply reported them (a retry of the same request by the caller, a second stream
 resumed from a token) gets them in its estimate.
 
-A reply served by several upstreams (:class:`~fluxstream.upstream.Upstream`) is billed per
-part: each :class:`~fluxstream.reply.Segment` carries its reported usage or, when none was
+A reply served by several upstreams (:class:`~fluxstream._upstream.Upstream`) is billed per
+part: each :class:`~fluxstream._reply.Segment` carries its reported usage or, when none was
 final, its estimate (:func:`estimate_part`), and the cost adds the parts up, each priced by
 its own model.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from .reply import Reply, Usage, UsageEstimate
+from ._reply import Reply, Usage, UsageEstimate
 
 __all__ = [
     "ModelPrice", "UsageLedger", "content_characters", "estimate_output_tokens",

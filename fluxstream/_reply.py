@@ -1,10 +1,10 @@
 """The assembled reply: what a stream produced, whatever the provider's quirks were.
 
 These are pydantic models (users serialise, validate and compare them), built by
-:class:`fluxstream.assembly.ReplyAssembler` with ``model_construct`` (no re-validation of values
+:class:`fluxstream._assembly.ReplyAssembler` with ``model_construct`` (no re-validation of values
 the assembler already produced), so taking a snapshot often stays cheap.
 
-:class:`Outcome` lives here rather than in :mod:`fluxstream.events` only to avoid an import
+:class:`Outcome` lives here rather than in :mod:`fluxstream._events` only to avoid an import
 cycle (events carry a :class:`ToolCall`, the reply carries an outcome); ``events.Outcome`` is
 the same object.
 
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError
 from ._core.base_errors import ArgumentsError
 from ._core.partial_objects import ObjectBuilder, StructuredResult
 from ._core.type_names import schema_name
-from .wire import Usage
+from ._wire import Usage
 
 __all__ = [
     "Choice",
@@ -71,7 +71,7 @@ class Outcome(str, Enum):
 class PartialSource(Protocol):
     """What the assembler attaches to a :class:`ToolCall` so that
     :meth:`ToolCall.partial_arguments` can reuse its incremental parser (see
-    :mod:`fluxstream.partial_json`) instead of re-parsing the whole string."""
+    :mod:`fluxstream._partial_json`) instead of re-parsing the whole string."""
 
     def value_at(self, arguments: str) -> Any:
         """The best-effort value of ``arguments`` (a prefix of the call's growing argument
@@ -159,7 +159,7 @@ def parse_partial(text: str) -> Any:
         return None
 
 
-#: The provider-neutral finish reason (:attr:`Choice.stop`, :attr:`fluxstream.events.Finish.stop`).
+#: The provider-neutral finish reason (:attr:`Choice.stop`, :attr:`fluxstream._events.Finish.stop`).
 StopReason = Literal["stop", "length", "tool_calls", "content_filter", "refusal", "error", "other"]
 
 #: Raw finish reasons of every supported format -> :data:`StopReason`. The raw names do not
@@ -248,7 +248,7 @@ class UsageEstimate(BaseModel):
     ``output_tokens: 1``): never the provider's count.
 
     ``output_tokens`` is counted from the content received (text, reasoning, refusal and
-    tool-call arguments, every choice; see :func:`fluxstream.usage.estimate_output_tokens`
+    tool-call arguments, every choice; see :func:`fluxstream._usage.estimate_output_tokens`
     for the heuristic), never fewer than a snapshot had already counted; ``input_tokens`` is
     the snapshot's count if one came, else the count the server reported for an earlier
     reply of the same content key on the same client, if one did (``None`` otherwise).
@@ -274,7 +274,7 @@ class SegmentEnd(str, Enum):
     FAILED = "failed"
     #: An error event came in its stream (a busy provider's ``overloaded_error`` ...).
     ERROR_EVENT = "error_event"
-    #: It lost a hedged race (:class:`fluxstream.upstream.Failover` ``hedge_after``): its
+    #: It lost a hedged race (:class:`fluxstream._upstream.Failover` ``hedge_after``): its
     #: connection was aborted, its request is still listed for billing.
     LOST_HEDGE = "lost_hedge"
     #: Not asked: the circuit breaker had it cooling down.
@@ -289,7 +289,7 @@ class SegmentEnd(str, Enum):
 
 
 class Segment(BaseModel):
-    """One upstream's part of a reply (see :class:`fluxstream.upstream.Upstream`): who served
+    """One upstream's part of a reply (see :class:`fluxstream._upstream.Upstream`): who served
     it, which span of choice 0's text it delivered, how it ended and what it cost.
 
     ``start``/``end`` are code-point offsets of choice 0's text (``end - start`` characters
@@ -488,7 +488,7 @@ class Reply(BaseModel):
         return parse_reply(self, tp, choice=choice)
 
 
-#: Unified stop reasons (:data:`fluxstream.reply.StopReason`) that cut the content short.
+#: Unified stop reasons (:data:`fluxstream._reply.StopReason`) that cut the content short.
 TRUNCATING_STOPS = frozenset({"length", "content_filter", "error"})
 _CUT_OUTCOMES = (Outcome.TRUNCATED, Outcome.CANCELLED, Outcome.FAILED)
 

@@ -12,7 +12,7 @@ A value remembers which fields were given (:attr:`Timeouts.given`): a request's 
 ``timeouts=`` overrides only those over the client's (:meth:`Timeouts.merge`), as
 ``Timeouts(stall=5)`` means "a stall limit of 5 s, the rest as configured".
 
-Like :mod:`fluxstream.limits`, this module imports nothing from the package, so every layer
+Like :mod:`fluxstream._limits`, this module imports nothing from the package, so every layer
 (the errors included) may use it.
 """
 

@@ -1,8 +1,8 @@
-"""Normalized events -> the assembled :class:`~fluxstream.reply.Reply`, and the outcome.
+"""Normalized events -> the assembled :class:`~fluxstream._reply.Reply`, and the outcome.
 
 ``ReplyAssembler`` is the one place that decides how a stream ended (the transport only
 reports "bytes ended", "cancelled" or "failed with X"). It is sans-IO and format-neutral: it
-sees only :mod:`fluxstream.events`.
+sees only :mod:`fluxstream._events`.
 
 Why it looks the way it does:
 
@@ -12,14 +12,14 @@ Why it looks the way it does:
   joins only the new fragments, never what was folded before, so it is linear in the deltas
   (folding everything into one string every ``_FOLD`` fragments was quadratic: 4M deltas took
   12 s, 8M 53 s).
-* **Limits.** The assembler enforces the format-neutral :class:`~fluxstream.limits.StreamLimits`
+* **Limits.** The assembler enforces the format-neutral :class:`~fluxstream._limits.StreamLimits`
   (choices, tool calls per choice, code points kept for the whole reply) and raises
   :class:`~fluxstream.errors.LimitExceededError` past them.
 * **Cheap snapshots.** :meth:`ReplyAssembler.snapshot` rebuilds only the choices that changed
   since the last snapshot (``model_construct``, no re-validation) and returns the same object
   when nothing changed.
-* **Lazy incremental partial JSON.** Each tool call owns a :class:`~fluxstream.partial_json.
-  PartialJSON`, created on the first :meth:`~fluxstream.reply.ToolCall.partial_arguments`
+* **Lazy incremental partial JSON.** Each tool call owns a :class:`~fluxstream._partial_json.
+  PartialJSON`, created on the first :meth:`~fluxstream._reply.ToolCall.partial_arguments`
   call and fed only the text that arrived since the previous one.
 * **Outcome, never guessed.** ``done`` on the sentinel, ``finished`` when the bytes ended but
   every choice has a finish reason, ``truncated`` otherwise (including a payload cut by the
@@ -36,7 +36,7 @@ Why it looks the way it does:
   ``_MAX_USAGE_UPDATES``: past that the last entry is replaced, so memory stays bounded when a
   server sends usage on every chunk); ``Reply.usage`` is the last one received, and
   ``Reply.usage_partial`` whether it was only a snapshot sent before the end (see
-  :class:`~fluxstream.events.UsageUpdate`), not the format's final count.
+  :class:`~fluxstream._events.UsageUpdate`), not the format's final count.
 """
 
 from __future__ import annotations
@@ -46,8 +46,7 @@ from typing import Any, NoReturn, TypeVar
 
 from pydantic import BaseModel
 
-from .errors import FluxstreamError, LimitExceededError
-from .events import (
+from ._events import (
     End,
     ErrorEvent,
     Event,
@@ -61,9 +60,10 @@ from .events import (
     ToolCallDone,
     UsageUpdate,
 )
-from .limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from .partial_json import PartialJSON
-from .reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage, UsageEstimate
+from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
+from ._partial_json import PartialJSON
+from ._reply import Choice, ErrorInfo, Outcome, Reply, ToolCall, Usage, UsageEstimate
+from .errors import FluxstreamError, LimitExceededError
 
 __all__ = ["ReplyAssembler"]
 
@@ -163,7 +163,7 @@ class _Call:
         return partial
 
     def value_at(self, arguments: str) -> Any:
-        """:class:`~fluxstream.reply.PartialSource` for the call's reply snapshots."""
+        """:class:`~fluxstream._reply.PartialSource` for the call's reply snapshots."""
         partial = self.current()
         if partial.consumed != len(arguments):
             raise LookupError("the snapshot is older than the incremental state")
@@ -211,12 +211,12 @@ class ReplyAssembler:
     """Feed normalized events; read the reply; end it once.
 
     :meth:`feed` returns the events to pass on: the input, with a
-    :class:`~fluxstream.events.ToolCallDone` inserted after a choice's first
-    :class:`~fluxstream.events.Finish` for each of its calls.
+    :class:`~fluxstream._events.ToolCallDone` inserted after a choice's first
+    :class:`~fluxstream._events.Finish` for each of its calls.
 
     :param require_finish_reason: the sentinel with no finish reason on any choice ends
         ``truncated`` (see the module docstring); ``False`` for servers that never send one.
-    :param limits: :class:`~fluxstream.limits.StreamLimits` (choices, tool calls, reply size).
+    :param limits: :class:`~fluxstream._limits.StreamLimits` (choices, tool calls, reply size).
     """
 
     def __init__(
@@ -237,7 +237,7 @@ class ReplyAssembler:
         self.usage_updates: list[Usage] = []
         #: Whether :attr:`usage` is only an early snapshot, not the format's final count.
         self.usage_partial = False
-        #: Set once the stream has ended (:mod:`fluxstream.usage`): every later snapshot
+        #: Set once the stream has ended (:mod:`fluxstream._usage`): every later snapshot
         #: carries them.
         self.usage_estimate: UsageEstimate | None = None
         self.cost: Decimal | None = None
@@ -606,7 +606,7 @@ class ReplyAssembler:
         bytes: int,
         segments: list[Any] | None = None,
     ) -> Reply:
-        """A :class:`~fluxstream.reply.Reply`, with the id, model and counters given."""
+        """A :class:`~fluxstream._reply.Reply`, with the id, model and counters given."""
         return _construct(
             Reply,
             {

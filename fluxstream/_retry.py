@@ -18,7 +18,7 @@ Two different situations, two policies:
      assistant message (``prefix: true``, the flag DeepSeek/Mistral/Moonshot-style prefix
      completion uses), the overlap cut so the joined text is exactly old + new. Safe only for
      providers that honour assistant prefixes; the continuation is a new sample, not a replay.
-  3. ``restart`` (opt-in): a fresh generation, announced by a :class:`~fluxstream.events.Reset`
+  3. ``restart`` (opt-in): a fresh generation, announced by a :class:`~fluxstream._events.Reset`
      event; offsets start again at 0 and the reply holds only the new attempt. Always safe for
      renderers that honour ``Reset`` (they replace instead of append).
 

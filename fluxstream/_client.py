@@ -45,17 +45,17 @@ from ._io.endpoint import Endpoint
 from ._io.http_library import HttpErrors
 from ._io.request_builder import RequestBuilder
 from ._io.request_builder import encode_body as encode_body
+from ._limits import StreamLimits
+from ._observe import StreamObserver
+from ._retry import ResumePolicy, RetryPolicy
+from ._timeouts import Timeouts
 from ._typed_endpoints import Chat, Gemini, Messages, Responses
+from ._upstream import Failover, Upstream
+from ._usage import ModelPrice, UsageLedger
 from .apis import Api
 from .apis.chat_completions import CHAT_COMPLETIONS
 from .errors import MissingAPIKeyError
-from .limits import StreamLimits
-from .observe import StreamObserver
-from .retry import ResumePolicy, RetryPolicy
 from .sse import DEFAULT_MAX_EVENT_BYTES
-from .timeouts import Timeouts
-from .upstream import Failover, Upstream
-from .usage import ModelPrice, UsageLedger
 
 __all__ = ["DEFAULT_TIMEOUT", "AsyncClient", "Chat", "Secret"]
 
@@ -90,7 +90,7 @@ class AsyncClient(TimeoutShorthands):
     :param limits: the pool of the client fluxstream creates (default
         :data:`DEFAULT_LIMITS`: 1,000 connections, all kept alive).
     :param timeouts: every deadline of this client's streams, as one
-        :class:`~fluxstream.timeouts.Timeouts`: ``connect``, ``read``, ``write`` and ``pool``
+        :class:`~fluxstream._timeouts.Timeouts`: ``connect``, ``read``, ``write`` and ``pool``
         (the HTTP library's; not given: the injected ``http_client``'s own, or
         :data:`DEFAULT_TIMEOUT` for a client we create), ``idle`` (no byte at all:
         :class:`~fluxstream.errors.IdleTimeoutError`), ``stall`` (no content between two
@@ -124,30 +124,30 @@ class AsyncClient(TimeoutShorthands):
     :param require_finish_reason: ``[DONE]`` when no choice has a finish reason ends
         ``truncated``; pass ``False`` for servers that never send finish reasons.
     :param stream_limits: caps on server-controlled input
-        (:class:`~fluxstream.limits.StreamLimits`: choices, tool calls, reply size, bytes
+        (:class:`~fluxstream._limits.StreamLimits`: choices, tool calls, reply size, bytes
         without an event).
-    :param retry: retries before any content (:class:`~fluxstream.retry.RetryPolicy`; pass
+    :param retry: retries before any content (:class:`~fluxstream._retry.RetryPolicy`; pass
         ``RetryPolicy.off()`` to disable).
     :param resume: what to do when a stream drops after content arrived
-        (:class:`~fluxstream.retry.ResumePolicy`; ``Last-Event-ID`` by default).
-    :param observers: :class:`~fluxstream.observe.StreamObserver` s told when each stream
+        (:class:`~fluxstream._retry.ResumePolicy`; ``Last-Event-ID`` by default).
+    :param observers: :class:`~fluxstream._observe.StreamObserver` s told when each stream
         of this client opens, of every event it delivers, and once when it ends (tracing,
         metrics); a call's own ``observers=`` come after these.
-    :param prices: :class:`~fluxstream.usage.ModelPrice` per model name (per million
+    :param prices: :class:`~fluxstream._usage.ModelPrice` per model name (per million
         tokens; no table is shipped): each reply of a priced model gets ``reply.cost``
         (a ``Decimal``), from its usage or, when the server reported none, its
-        ``usage_estimate`` (:mod:`fluxstream.usage`).
-    :param fallbacks: :class:`~fluxstream.upstream.Upstream` s asked in order when this
+        ``usage_estimate`` (:mod:`fluxstream._usage`).
+    :param fallbacks: :class:`~fluxstream._upstream.Upstream` s asked in order when this
         client's own ``base_url`` fails, before the reply started (a retryable failure, once
         ``failover.per_upstream_attempts`` are spent) or after (once its own resume
         strategies are spent: the reply is continued there). A request may give its own. Each
         is sent its own key and headers only; two with one label (one URL and API, or this
         client's own base URL) are a ``ValueError`` asking for a ``name=``.
     :param failover: when to move on, and the circuit breaker
-        (:class:`~fluxstream.upstream.Failover`; its cool-downs are this client's).
+        (:class:`~fluxstream._upstream.Failover`; its cool-downs are this client's).
     :param raise_for_outcome: ``True``: a stream that did not end well (``truncated``,
         ``failed``, ``cancelled``) raises at the end of its ``async for`` (and ``text()``,
-        ``objects()``) what :meth:`~fluxstream.reply.Reply.raise_for_outcome` raises, after
+        ``objects()``) what :meth:`~fluxstream._reply.Reply.raise_for_outcome` raises, after
         its last event and after the observers were told of the end, as the official SDKs
         raise on a cut stream. ``False`` (default): iteration ends quietly and
         ``stream.reply.outcome`` says how. A request may say otherwise
@@ -277,13 +277,13 @@ class AsyncClient(TimeoutShorthands):
     @property
     def responses(self) -> Responses:
         """OpenAI Responses API streaming (``POST {base_url}/responses``): ``stream``,
-        ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Responses`)."""
+        ``complete`` and ``resume`` (:class:`~fluxstream._endpoints.Responses`)."""
         return self._responses
 
     @property
     def messages(self) -> Messages:
         """Anthropic Messages streaming (``POST {base_url}/v1/messages``, ``/v1`` once):
-        ``stream``, ``complete`` and ``resume`` (:class:`~fluxstream.endpoints.Messages`)."""
+        ``stream``, ``complete`` and ``resume`` (:class:`~fluxstream._endpoints.Messages`)."""
         return self._messages
 
     @property
@@ -318,7 +318,7 @@ class AsyncClient(TimeoutShorthands):
     @property
     def timeouts(self) -> Timeouts:
         """Every deadline of this client's streams, each field given
-        (:class:`~fluxstream.timeouts.Timeouts`); a request's ``timeouts=`` goes over it.
+        (:class:`~fluxstream._timeouts.Timeouts`); a request's ``timeouts=`` goes over it.
         Assigning one is taken as the constructor's ``timeouts=``: its fields over the
         defaults (the injected ``http_client``'s own for the HTTP ones); to change one
         field, ``client.timeouts = client.timeouts.replace(stall=10)``."""
@@ -348,7 +348,7 @@ class AsyncClient(TimeoutShorthands):
 
     @property
     def retry(self) -> RetryPolicy:
-        """Retries before any content (:class:`~fluxstream.retry.RetryPolicy`); a request's
+        """Retries before any content (:class:`~fluxstream._retry.RetryPolicy`); a request's
         ``retry=`` replaces it."""
         return self._settings.retry
 
@@ -359,7 +359,7 @@ class AsyncClient(TimeoutShorthands):
     @property
     def resume(self) -> ResumePolicy:
         """What a stream does when it drops after content arrived
-        (:class:`~fluxstream.retry.ResumePolicy`); a request's ``resume=`` replaces it."""
+        (:class:`~fluxstream._retry.ResumePolicy`); a request's ``resume=`` replaces it."""
         return self._settings.resume
 
     @resume.setter
@@ -379,7 +379,7 @@ class AsyncClient(TimeoutShorthands):
 
     @property
     def observers(self) -> tuple[StreamObserver, ...]:
-        """Told of every stream of this client (:mod:`fluxstream.observe`), first."""
+        """Told of every stream of this client (:mod:`fluxstream._observe`), first."""
         return self._settings.observers
 
     @observers.setter
@@ -397,7 +397,7 @@ class AsyncClient(TimeoutShorthands):
 
     @property
     def failover(self) -> Failover:
-        """When a stream moves on to a fallback (:class:`~fluxstream.upstream.Failover`)."""
+        """When a stream moves on to a fallback (:class:`~fluxstream._upstream.Failover`)."""
         return self._settings.failover
 
     @failover.setter
@@ -425,7 +425,7 @@ class AsyncClient(TimeoutShorthands):
 
     @property
     def stream_limits(self) -> StreamLimits | None:
-        """Caps on server-controlled input (:class:`~fluxstream.limits.StreamLimits`)."""
+        """Caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`)."""
         return self._settings.stream_limits
 
     @stream_limits.setter

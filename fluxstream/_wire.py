@@ -16,7 +16,7 @@ Every model is lenient on purpose (providers disagree about nearly everything):
 * ``delta.content`` is a string *or* a list of typed parts (Mistral magistral).
 
 :class:`Usage` is the one wire model that also appears in the assembled
-:class:`~fluxstream.reply.Reply` and in :class:`~fluxstream.events.UsageUpdate`.
+:class:`~fluxstream._reply.Reply` and in :class:`~fluxstream._events.UsageUpdate`.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._core.progress import StreamStats
-    from .events import Event
-    from .reply import Reply
+    from ._events import Event
+    from ._reply import Reply
 
 __all__ = ["SendInfo", "SendObserver", "StreamInfo", "StreamObserver", "StreamObserverFactory"]
 
@@ -100,7 +100,7 @@ class SendInfo:
 class StreamObserver(Protocol):
     """Told when a stream opens, of every event it delivers, and once when it ends.
 
-    See :mod:`fluxstream.observe` for the guarantees (order, exactly-once end, errors)."""
+    See :mod:`fluxstream._observe` for the guarantees (order, exactly-once end, errors)."""
 
     def on_open(self, info: StreamInfo) -> None:
         """The stream is sending its request (once; before any ``on_event``)."""

@@ -1,6 +1,6 @@
 """``client.responses`` (OpenAI Responses API) and ``client.messages`` (Anthropic Messages).
 
-Both stream through exactly what ``client.chat`` uses — the same :class:`~fluxstream.stream.
+Both stream through exactly what ``client.chat`` uses — the same :class:`~fluxstream._stream.
 ReplyStream`, timeouts, cancellation, retries, resume and error mapping — and differ only in
 their API (:mod:`fluxstream.apis`): the request they build and the wire format their parser
 reads (``"responses"`` / ``"anthropic_messages"``). Their typed signatures live beside
@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import apis
+from ._client import AsyncClient
 from ._io.base_url import keyless
 from ._io.endpoint import completing
 from ._typed_endpoints import Messages, Responses
 from .apis import Api
 from .apis.anthropic_messages import ANTHROPIC_MESSAGES, ANTHROPIC_VERSION
-from .client import AsyncClient
 
 __all__ = [
     "ANTHROPIC_VERSION", "Messages", "Responses", "anthropic_client", "completing", "token_api",
@@ -47,7 +47,7 @@ def token_api(token: Mapping[str, Any]) -> str:
 
 def api_client(api: Api, base_url: str | None = None, api_key: str | None = None,
                **kwargs: Any) -> AsyncClient:
-    """An :class:`~fluxstream.client.AsyncClient` set up the way ``api``'s own SDK is:
+    """An :class:`~fluxstream._client.AsyncClient` set up the way ``api``'s own SDK is:
     ``base_url`` falls back to the API's environment variable, then to its public root, and
     is made the API root (:meth:`~fluxstream.apis.Api.root_url`); ``api_key`` falls back to
     the API's key variable; with neither, the client is refused naming that variable
@@ -62,7 +62,7 @@ def api_client(api: Api, base_url: str | None = None, api_key: str | None = None
 
 def anthropic_client(base_url: str | None = None, api_key: str | None = None,
                      **kwargs: Any) -> AsyncClient:
-    """An :class:`~fluxstream.client.AsyncClient` for Anthropic (or an Anthropic-compatible
+    """An :class:`~fluxstream._client.AsyncClient` for Anthropic (or an Anthropic-compatible
     gateway): ``base_url`` falls back to ``ANTHROPIC_BASE_URL``, then
     ``https://api.anthropic.com``; ``/v1`` is appended when missing (Anthropic's base URLs
     name the host, fluxstream's the API root). ``api_key`` falls back to
