@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._assembly import ReplyAssembler
 from ._core.carried import Carried
 from ._core.echo import EchoFilter, continuation
 from ._core.reread import RereadChecks
-from ._core.resume_token import DAMAGE, MAX_ID_CHARS, damaged, go_on_from, read_token
+from ._core.resume_token import go_on_from
+from ._core.stream_position import StreamPosition
 from ._events import Event
 from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ._reply import Reply, Segment
-from .errors import FluxstreamError, ResumeMismatchError, ResumeTokenError
+from .errors import FluxstreamError, ResumeMismatchError
 from .formats import FORMATS, WireFormat
-from .formats._base import MAX_SEQUENCE
 from .formats._contract import FormatClass
 from .sse import DEFAULT_MAX_EVENT_BYTES, ServerSentEvent, SSEDecoder
 
@@ -62,7 +62,7 @@ def new_content_key() -> str:
 _DEFAULT_FORMAT = "chat_completions"
 
 
-class StreamParser:
+class StreamParser(StreamPosition):
     """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
 
     :param content_key: stable key of the logical request, stamped on every keyed event
@@ -79,6 +79,8 @@ class StreamParser:
     :param limits: caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`);
         past one, :class:`~fluxstream.errors.LimitExceededError` is raised.
     """
+
+    _default_format: ClassVar[str] = _DEFAULT_FORMAT
 
     def __init__(
         self,
@@ -421,34 +423,6 @@ class StreamParser:
         self._checks.new_generation()  # and its event ids and completion id are its own
         return sent
 
-    def offsets(self) -> dict[str, Any]:
-        """Code points delivered so far per choice, channel and tool call (JSON-serialisable);
-        with the reply, this is what :meth:`from_token` needs to go on."""
-        return self._assembler.offsets()
-
-    @classmethod
-    def from_token(cls, token: Mapping[str, Any], **parser_kwargs: Any) -> StreamParser:
-        """A parser that continues a stream from a resume token (``key``, ``reply``,
-        optional ``offsets``, ``last_event_id``, ``reconnection_time``): the partial reply is
-        taken over and offsets go on where they stopped.
-
-        :raises ResumeTokenError: ``token`` is not one this library wrote, is damaged, or its
-            parts disagree: bad input, never a crash deep in a format nor a reply with a gap
-            (what is checked: :mod:`fluxstream._core.resume_token`).
-        """
-        try:
-            parts = read_token(token, parser_kwargs.get("format", _DEFAULT_FORMAT))
-            parser = cls(content_key=parts.key, **parser_kwargs)
-            parts.restore(parser._assembler, parser._format)
-            parser._carried = Carried(
-                last_event_id=parts.last_event_id, reconnection_time=parts.reconnection_time)
-            parser._expect_sequence()  # whatever reads on, it reads after the token's number
-        except ResumeTokenError:
-            raise
-        except DAMAGE as exc:
-            raise damaged(exc) from exc
-        return parser
-
     # ------------------------------------------------------------------ state
 
     @property
@@ -500,37 +474,6 @@ class StreamParser:
     def done(self) -> bool:
         """The sentinel (or a complete non-streaming body) arrived."""
         return self._format.done
-
-    def wire_state(self) -> dict[str, Any] | None:
-        """The wire format's state that a resume token carries beyond the reply (``None``:
-        the format needs none): see :meth:`from_token`."""
-        state = self._format.resume_state()
-        return None if state is None else dict(state)
-
-    @property
-    def sequence(self) -> int | None:
-        """Responses API: the highest ``sequence_number`` delivered (``None``: another
-        format, none seen yet, or numbers that went backwards, which cannot order a re-read):
-        the ``starting_after`` of OpenAI's resume."""
-        seq = self._format.resume_sequence()
-        return seq if type(seq) is int and 0 <= seq < MAX_SEQUENCE else None
-
-    @property
-    def response_id(self) -> str | None:
-        """Responses API: the id of the response being streamed now (what a
-        ``starting_after`` resume re-reads; after a continuation, the new response's)."""
-        rid = self._format.response_id
-        # Real ids are tens of characters; a server's megabyte "id" is not put into a URL.
-        return rid if isinstance(rid, str) and 0 < len(rid) <= MAX_ID_CHARS else None
-
-    @property
-    def last_event_id(self) -> str:
-        return self._decoder.last_event_id or self._carried.last_event_id
-
-    @property
-    def reconnection_time(self) -> int | None:
-        time = self._decoder.reconnection_time
-        return time if time is not None else self._carried.reconnection_time
 
 
 def _bytes_ended(

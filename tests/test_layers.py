@@ -44,7 +44,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     # hooks and bookkeeping, below it
     (4, ["formats.auto", "formats", "_assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
-         "_core.carried",
+         "_core.carried", "_core.stream_position",
          "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
     (5, ["_parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)

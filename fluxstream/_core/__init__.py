@@ -25,8 +25,9 @@ structured-output engine ``Reply.parse`` runs; its home is :mod:`fluxstream.stru
 ``type_names`` (the name a type goes by at the API). Below :mod:`fluxstream.sse` sit the
 decoder's event, ``sse_event`` (its home is :mod:`fluxstream.sse`), and its run shortcuts,
 ``sse_runs``. Beside the parser sit what it uses but is not parsing: ``echo``, what a
-continuation's echo is and how it is cut, and ``carried``, the counts and SSE state of the
-decoders and wire formats a parser replaced. Under everything sit ``deprecation`` (a warning
+continuation's echo is and how it is cut, ``carried``, the counts and SSE state of the decoders
+and wire formats a parser replaced, and ``stream_position``, where a parser's stream stands as
+a resume needs it (the parser inherits it). Under everything sit ``deprecation`` (a warning
 attributed to the user's line) and ``moved_modules`` (the paths 0.1 made public that are
 private now, still importing, with that warning).
 """
