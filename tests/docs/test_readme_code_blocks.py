@@ -52,9 +52,24 @@ PRINTS = {
 }
 
 
+#: Snippets that leave a stream after its first text, to show what leaving early does: their
+#: server pauses after that text (the role chunk and the first content chunk), so the reply
+#: cannot have ended when they leave. Without the pause, a loaded machine may read the whole
+#: short reply in the read that carries the first text, and the stream ends ``done`` before
+#: the ``break``.
+LEAVES_EARLY = {"Observing a stream"}
+
+
 @pytest.fixture(scope="module")
 def upstream() -> Iterator[ServerThread]:
     with ServerThread(profile="openai") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def pausing_upstream() -> Iterator[ServerThread]:
+    faults = {"stall-after-events": "2", "stall": "60"}
+    with ServerThread(profile="openai", faults=faults) as running:
         yield running
 
 
@@ -83,6 +98,8 @@ def test_readme_snippet_runs_as_written(
     tmp_path: Path,
 ) -> None:
     compile(code, f"README.md ({heading})", "exec")  # a fragment is a SyntaxError here
+    if heading in LEAVES_EARLY:
+        upstream = request.getfixturevalue("pausing_upstream")
     script = tmp_path / "snippet.py"
     script.write_text(code.replace(SERVE_URL, upstream.base_url), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
