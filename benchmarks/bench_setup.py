@@ -4,22 +4,37 @@ Run from the repository root::
 
     python benchmarks/bench_setup.py              # instructions (cachegrind) and hot times
     python benchmarks/bench_setup.py --no-count   # hot times only (no valgrind)
+    python benchmarks/bench_setup.py --kinds delta delta-packed --pairs 1   # per delta
+
+To measure another checkout with the same script, run a copy of this file and
+``bench_server.py`` from a directory outside any checkout, with ``PYTHONPATH`` naming the
+checkout (the script puts its own checkout first on ``sys.path`` when it sits in one).
 
 Two measures, each for a few kinds of stream:
 
 * **Instructions** (``valgrind --tool=cachegrind``), which do not depend on the machine's load:
   a child process makes N streams of one kind, one after another, and the cost of one is
   (count at the larger N - count at the smaller) / their difference, so the interpreter's
-  start, the imports and the client's own set-up cancel out; the median of three such pairs
-  (a run varies by ~1 % with the random content keys and the garbage collector's timing).
+  start, the imports and the client's own set-up cancel out; the objects the imports made are
+  frozen out of the garbage collector's passes (``gc.freeze()``); the median of ``--pairs``
+  such pairs (default three: a run varies by ~1 % with the random content keys and the
+  garbage collector's timing).
 * **Hot time**: the median over rounds of the time per stream of a round of 2,000 (``build``
-  kinds) or 200 (``request``), after a warm-up.
+  kinds) or 200 (``request``), or per delta of a round of 4 replies of 100 deltas (``delta``
+  kinds), after a warm-up.
 
 The kinds: ``build`` is ``client.chat.stream(...)``, nothing sent (the set-up the endpoint
 does: options, the client's settings, the parser, the request, the route); ``build-fallback``
 the same with one fallback (a route of two targets); ``build-messages`` a Messages stream
 (the API's headers and retry policy); ``request`` a whole two-delta request on the ``packed``
 path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop.
+
+Past the first byte, per delta (N is then the deltas of each of 4 replies, and the figure
+is per delta): ``delta`` is the read path one event at a time, in lockstep (the server in
+the same loop writes one event as its own HTTP chunk, then yields 8 loop turns, so the
+client has read, parsed and handed out that delta before the next one is written, whatever
+the speed), server and event loop included; ``delta-packed`` the same replies written in
+64 KiB chunks (``Conn``'s ``packed`` path: a read holds many events).
 """
 
 from __future__ import annotations
@@ -44,11 +59,16 @@ import fluxstream
 from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-KINDS = ("build", "build-fallback", "build-messages", "request")
-#: The two N of each kind's instruction count (a whole request costs ten times a build).
-COUNTS = {"request": (200, 600)}
+KINDS = ("build", "build-fallback", "build-messages", "request", "delta", "delta-packed")
+#: The two N of each kind's instruction count (a whole request costs ten times a build; for
+#: the ``delta`` kinds N is the deltas of each of ``REPLIES`` replies).
+COUNTS = {"request": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
 BUILD_COUNTS = (1000, 3000)
 PAIRS = 3
+#: Replies per run of the ``delta`` kinds (their N is deltas per reply).
+REPLIES = 4
+#: Loop turns the lockstep server yields after each event.
+LOCKSTEP_TURNS = 8
 
 
 def _client(kind: str, base_url: str) -> fluxstream.AsyncClient:
@@ -61,6 +81,53 @@ def _builder(kind: str, client: fluxstream.AsyncClient) -> Callable[[], Any]:
     if kind == "build-messages":
         return lambda: client.messages.stream(model="m", messages=MESSAGES, max_tokens=5)
     return lambda: client.chat.stream(model="m", messages=MESSAGES, max_tokens=2)
+
+
+def _lockstep_conn() -> type[Any]:
+    """``bench_server.Conn`` with a ``lockstep`` mode: an event per HTTP chunk, then
+    ``LOCKSTEP_TURNS`` loop turns before the next, so every delta is a read of its own."""
+    from bench_server import END, HEAD, Conn, chunk
+
+    class LockstepConn(Conn):
+        async def stream(self, mode: str, events: list[bytes]) -> None:
+            if mode != "lockstep":
+                await super().stream(mode, events)
+                return
+            await self.write(HEAD)
+            for event in events:
+                await self.write(chunk(event))
+                for _ in range(LOCKSTEP_TURNS):
+                    await asyncio.sleep(0)
+            await self.write(END)
+
+    return LockstepConn
+
+
+async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
+    """``rounds`` times ``REPLIES`` sequential replies of ``deltas`` deltas each, and the time
+    per delta of each round."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_lockstep_conn(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    mode = "lockstep" if kind == "delta" else "packed"
+    times: list[float] = []
+    async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/{mode}/v1", "k") as client:
+        async def one(n: int) -> None:
+            got = 0
+            async with client.chat.stream(model="m", messages=MESSAGES, max_tokens=n) as s:
+                async for event in s:
+                    got += type(event) is fluxstream.TextDelta
+            assert s.reply.outcome == "done" and got == n, (s.reply.outcome, got)
+
+        await one(2)  # the connection opened, every lazy import done
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(REPLIES):
+                await one(deltas)
+            times.append((time.perf_counter() - start) / (REPLIES * deltas))
+    server.close()
+    await server.wait_closed()
+    return times
 
 
 async def _requests(n: int, timed: bool) -> list[float]:
@@ -94,6 +161,14 @@ async def _requests(n: int, timed: bool) -> list[float]:
 
 
 def _count_child(kind: str, n: int) -> None:
+    # The imports' objects out of the collector's passes: a full collection walks them all
+    # (tens of millions of instructions), and whether one falls into a run moved a request's
+    # count by up to 6 % between runs.
+    gc.collect()
+    gc.freeze()
+    if kind.startswith("delta"):
+        asyncio.run(_replies(kind, n, 1))
+        return
     if kind == "request":
         asyncio.run(_requests(n, False))
         return
@@ -114,16 +189,20 @@ def _instructions(kind: str, n: int) -> int:
     return int(found.group(1).replace(",", ""))
 
 
-def per_stream_instructions(kind: str) -> float:
+def per_stream_instructions(kind: str, pairs: int = PAIRS) -> float:
+    """Per stream, or per delta for the ``delta`` kinds."""
     small, large = COUNTS.get(kind, BUILD_COUNTS)
+    units = (large - small) * (REPLIES if kind.startswith("delta") else 1)
     each = []
-    for _ in range(PAIRS):
+    for _ in range(pairs):
         low, high = _instructions(kind, small), _instructions(kind, large)
-        each.append((high - low) / (large - small))
+        each.append((high - low) / units)
     return statistics.median(each)
 
 
 def hot_microseconds(kind: str, rounds: int) -> float:
+    if kind.startswith("delta"):
+        return statistics.median(asyncio.run(_replies(kind, 100, rounds))) * 1e6
     if kind == "request":
         times = asyncio.run(_requests(50 * rounds, True))
         return statistics.median(times) * 1e6
@@ -147,13 +226,16 @@ def main() -> None:
     parser.add_argument("--no-count", action="store_true", help="skip the instruction counts")
     parser.add_argument("--rounds", type=int, default=9, help="hot rounds per kind")
     parser.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--pairs", type=int, default=PAIRS,
+                        help="instruction-count pairs per kind (the median is shown)")
     args = parser.parse_args()
     if args.count_child:
         _count_child(args.count_child[0], int(args.count_child[1]))
         return
+    print(f"# fluxstream from {Path(fluxstream.__file__).parent}")
     print(f"{'kind':<16}{'instructions':>14}{'hot µs':>10}")
     for kind in args.kinds:
-        count = "" if args.no_count else f"{per_stream_instructions(kind):,.0f}"
+        count = "" if args.no_count else f"{per_stream_instructions(kind, args.pairs):,.0f}"
         print(f"{kind:<16}{count:>14}{hot_microseconds(kind, args.rounds):>10.1f}", flush=True)
 
 
