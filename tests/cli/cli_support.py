@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +27,24 @@ def run_cli(
         [sys.executable, "-m", "fluxstream", *args],
         capture_output=True, text=True, timeout=timeout, env=env or ENV,
         stdin=subprocess.DEVNULL,
+    )
+
+
+def _interruptible() -> None:
+    # Runs in the child before exec: a suite started as a background job (``pytest &`` from a
+    # script, nohup, some CI runners) has SIGINT ignored, every child inherits that, and
+    # Python then installs no KeyboardInterrupt handler: a Ctrl-C test would wait on a
+    # process that cannot be interrupted. The user at a terminal has it at its default.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_cli(*args: str) -> subprocess.Popen[str]:
+    """``fluxstream <args>`` started as a user at a terminal starts it, to be interrupted
+    (``proc.send_signal(signal.SIGINT)``) as Ctrl-C does: output piped, text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "fluxstream", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+        stdin=subprocess.DEVNULL, preexec_fn=_interruptible,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import start_cli
 from fixture_files import chat_expected, chat_stream
 
 from fluxstream.server import ServerThread
@@ -121,11 +122,8 @@ def test_chat_against_an_endpoint_and_http_errors_are_one_line(server: Any) -> N
 
 
 def test_ctrl_c_cancels_cleanly_and_prints_the_outcome(server: Any) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fluxstream", "chat", "--base-url", server.base_url,
-         "--header", "X-Fluxstream-Fault: stall=30,stall-after-events=3", "hi"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )
+    proc = start_cli("chat", "--base-url", server.base_url,
+                     "--header", "X-Fluxstream-Fault: stall=30,stall-after-events=3", "hi")
     try:
         deadline = time.monotonic() + 60
         while not server.records.requests and time.monotonic() < deadline:
@@ -148,10 +146,7 @@ def test_serve_answers_other_clients() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fluxstream", "serve", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )
+    proc = start_cli("serve", "--port", str(port))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

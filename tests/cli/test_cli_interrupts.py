@@ -8,8 +8,6 @@ import json
 import queue
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from cli_support import ENV, free_port, run_cli
+from cli_support import free_port, run_cli, start_cli
 from sse_frames import chat_choice, chat_frame
 
 
@@ -83,11 +81,8 @@ def test_ctrl_c_in_capture_keeps_what_was_read_marked_interrupted(tmp_path: Path
     exactly those bytes."""
     out = tmp_path / "capture.json"
     with stalling_server() as (base_url, sent):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "fluxstream", "capture", "--base-url", base_url,
-             "--model", "m", "-o", str(out), "stop me"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-        )
+        proc = start_cli("capture", "--base-url", base_url, "--model", "m", "-o", str(out),
+                         "stop me")
         try:
             server_port, client_port = sent.get(timeout=60)
             deadline = time.monotonic() + 60
@@ -120,10 +115,7 @@ def test_ctrl_c_in_capture_keeps_what_was_read_marked_interrupted(tmp_path: Path
 
 def test_ctrl_c_in_serve_is_a_normal_stop() -> None:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "fluxstream", "serve", "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
-    )
+    proc = start_cli("serve", "--port", str(port))
     try:
         assert proc.stdout is not None
         assert f"127.0.0.1:{port}" in proc.stdout.readline()
@@ -134,3 +126,24 @@ def test_ctrl_c_in_serve_is_a_normal_stop() -> None:
     assert proc.returncode == 0, stdout + stderr
     assert stdout.strip() == "fluxstream server stopped"
     assert stderr == ""
+
+
+def test_ctrl_c_stops_serve_even_when_the_suite_runs_with_sigint_ignored() -> None:
+    """A suite run as a background job has SIGINT ignored, and its children inherit that:
+    the CLI is started as a terminal starts it (``start_cli``), so the Ctrl-C tests test the
+    CLI, not how the suite was launched."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as ``pytest &`` in a script
+    try:
+        port = free_port()
+        proc = start_cli("serve", "--port", str(port))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        assert proc.stdout is not None
+        assert f"127.0.0.1:{port}" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    assert stdout.strip() == "fluxstream server stopped"
