@@ -113,26 +113,13 @@ def test_ctrl_c_in_capture_keeps_what_was_read_marked_interrupted(tmp_path: Path
     assert "recorded break: interrupted (Ctrl-C)" in replayed.stdout
 
 
-def test_ctrl_c_in_serve_is_a_normal_stop() -> None:
-    port = free_port()
-    proc = start_cli("serve", "--port", str(port))
-    try:
-        assert proc.stdout is not None
-        assert f"127.0.0.1:{port}" in proc.stdout.readline()
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 0, stdout + stderr
-    assert stdout.strip() == "fluxstream server stopped"
-    assert stderr == ""
-
-
-def test_ctrl_c_stops_serve_even_when_the_suite_runs_with_sigint_ignored() -> None:
-    """A suite run as a background job has SIGINT ignored, and its children inherit that:
-    the CLI is started as a terminal starts it (``start_cli``), so the Ctrl-C tests test the
-    CLI, not how the suite was launched."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as ``pytest &`` in a script
+@pytest.mark.parametrize("suite_sigint", ["default", "ignored"])
+def test_ctrl_c_in_serve_is_a_normal_stop(suite_sigint: str) -> None:
+    """``ignored``: the suite runs as a background job (``pytest &`` in a script), with
+    SIGINT ignored, which its children inherit; the CLI is started as a terminal starts it
+    (``start_cli``), so the Ctrl-C tests test the CLI, not how the suite was launched."""
+    wanted = signal.SIG_IGN if suite_sigint == "ignored" else signal.getsignal(signal.SIGINT)
+    previous = signal.signal(signal.SIGINT, wanted)
     try:
         port = free_port()
         proc = start_cli("serve", "--port", str(port))
@@ -147,3 +134,4 @@ def test_ctrl_c_stops_serve_even_when_the_suite_runs_with_sigint_ignored() -> No
         proc.kill()
     assert proc.returncode == 0, stdout + stderr
     assert stdout.strip() == "fluxstream server stopped"
+    assert stderr == ""
