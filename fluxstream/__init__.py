@@ -111,7 +111,6 @@ _LAZY = {
     "Failover": "_upstream",
     "Upstream": "_upstream",
 }
-_moved_modules.install()
 
 
 def __getattr__(name: str) -> Any:
@@ -212,3 +211,5 @@ __all__ = [
     "replay",
     "__version__",
 ]
+
+_moved_modules.install(__all__)

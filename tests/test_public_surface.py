@@ -202,6 +202,9 @@ def test_a_path_of_0_1_imports_with_a_warning_at_the_users_line(old: str) -> Non
     for name in getattr(private, "__all__", ()):
         if name in top.__all__:
             assert getattr(top, name) is getattr(private, name), name
+    at_top = [name for name in getattr(private, "__all__", ()) if name in top.__all__]
+    if at_top:  # the warning says what to import from fluxstream instead
+        assert f"import {at_top[0]}" in str(deprecations[0].message)
 
 
 def test_the_paths_the_documentation_gave_keep_working() -> None:

@@ -16,6 +16,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Collection
 from types import ModuleType
 
 from .deprecation import warn_deprecated
@@ -33,7 +34,14 @@ MOVED: dict[str, str] = {
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds and loads the old paths of :data:`MOVED`, and nothing else."""
+    """Finds and loads the old paths of :data:`MOVED`, and nothing else.
+
+    :param public: the names ``fluxstream`` exports, for the warning to say which to import
+        from there.
+    """
+
+    def __init__(self, public: Collection[str]) -> None:
+        self._public = frozenset(public)
 
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
@@ -48,8 +56,7 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module: ModuleType) -> None:
         private = importlib.import_module(MOVED[module.__name__])
         public = getattr(private, "__all__", ())
-        top = sys.modules["fluxstream"]
-        at_top = [name for name in public if name in getattr(top, "__all__", ())]
+        at_top = [name for name in public if name in self._public]
         where = (f"import {', '.join(at_top[:4])}{', ...' if len(at_top) > 4 else ''} from"
                  " fluxstream" if at_top else "import from fluxstream")
         warn_deprecated(
@@ -62,7 +69,7 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__all__ = list(public)  # type: ignore[attr-defined]
 
 
-def install() -> None:
-    """Put the finder last on ``sys.meta_path`` (once)."""
+def install(public: Collection[str]) -> None:
+    """Put the finder last on ``sys.meta_path`` (once); ``public``: ``fluxstream.__all__``."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.append(MovedModuleFinder())
+        sys.meta_path.append(MovedModuleFinder(public))
