@@ -101,6 +101,7 @@ PRINTS = {
     "docs/index.md::A first stream": ["Hello", "done stop"],
     "docs/events.md::Events": ["Hello", "[choice 0 finished: stop]", "[end: done]"],
     "docs/outcomes.md::Raising on a bad end": ["Hello", "stop", "total_tokens"],
+    "docs/configuration.md::Configuration": ["done 1 attempt(s)"],
     "docs/apis.md::The four APIs": ["Hello", "stop"],
     "docs/apis.md::Without the network": ["Hi", "Hello"],
     "docs/structured.md::Structured output": ["steps=[Step("],
