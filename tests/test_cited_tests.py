@@ -1,7 +1,7 @@
 """Every test the code and the documents cite exists.
 
 Each fast path says which test holds it equal to the general path (``tests/x.py`` or
-``tests/x.py::test_y``, in a docstring, a comment, ``docs/architecture.md`` or a README). A
+``tests/x.py::test_y``, in a docstring, a comment, a page under ``docs/`` or a README). A
 renamed or removed test would leave the citation behind, and the claim with it.
 """
 
@@ -19,7 +19,7 @@ CITATION = re.compile(r"tests/[\w/]+\.py(?:::\w+)?")
 
 def citing_files() -> list[Path]:
     return [*sorted((ROOT / "fluxstream").rglob("*.py")), ROOT / "README.md",
-            ROOT / "docs" / "architecture.md", ROOT / "benchmarks" / "README.md"]
+            *sorted((ROOT / "docs").rglob("*.md")), ROOT / "benchmarks" / "README.md"]
 
 
 def citations() -> dict[str, list[str]]:
