@@ -247,3 +247,59 @@ async def visit(
                 if cut is not None and seen >= cut:
                     return 200
     return 200
+
+
+@dataclass
+class Exchange:
+    """One request to an ASGI app in this process, its body read by a page: the status and
+    headers, and the page's events applied as each send arrives; after ``cut`` events the
+    page leaves (``http.disconnect``)."""
+
+    page: Page
+    cut: int | None = None
+    status: int | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    sent: int = 0
+    on_event: Callable[[Page], None] | None = None
+    #: Awaited after each send (a page that takes its time).
+    pause: Callable[[Exchange], Awaitable[None]] | None = None
+
+    async def run(self, app: ASGIApp, path: str = "/") -> int:
+        gone = anyio.Event()
+        decoder = fluxstream.SSEDecoder()
+        requested = False
+        headers = [(b"last-event-id", self.page.last_id.encode())] if self.page.last_id else []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if gone.is_set():
+                raise OSError("the page is gone")  # as a server's send to a closed socket
+            if message["type"] == "http.response.start":
+                self.status = message["status"]
+                self.headers = list(message.get("headers", []))
+                return
+            if self.status != 200:
+                return
+            for event in decoder.feed(message.get("body", b"")):
+                self.page.apply(event.event, event.data, event.id)
+                self.sent += 1
+                if self.on_event is not None:
+                    self.on_event(self.page)
+                if self.cut is not None and self.sent >= self.cut:
+                    gone.set()
+            if self.pause is not None:
+                await self.pause(self)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": headers,
+                 "query_string": b"", "http_version": "1.1"}
+        await app(scope, receive, send)
+        gone.set()
+        assert self.status is not None
+        return self.status
