@@ -10,6 +10,7 @@ import tracemalloc
 import uuid
 
 import anyio
+import anyio.lowlevel
 import pytest
 from web_support import Exchange, Page, messages
 
@@ -57,7 +58,7 @@ async def growth(log: ReplyLog, key: str, pages: int) -> int:
             samples[exchanges[0].sent] = tracemalloc.get_traced_memory()[0]
 
     async def take_turns(exchange: Exchange) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
     exchanges = [Exchange(Browser(), on_event=sample, pause=take_turns)]
     exchanges += [Exchange(Browser(), pause=take_turns) for _ in range(pages - 1)]

@@ -126,7 +126,7 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             running = uvicorn.Server(config)
             tasks.start_soon(lambda: running.serve(sockets=[sock]))
             with anyio.fail_after(10):
-                while not running.started:
+                while not running.started:  # noqa: ASYNC110 - uvicorn sets a plain flag
                     await anyio.sleep(0.01)
             try:
                 yield f"http://127.0.0.1:{port}"
@@ -136,12 +136,12 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             from hypercorn.asyncio import serve
             from hypercorn.config import Config
 
-            config = Config()
-            config.bind = [f"fd://{sock.detach()}"]
-            config.accesslog = None
-            config.errorlog = None
+            settings = Config()
+            settings.bind = [f"fd://{sock.detach()}"]
+            settings.accesslog = None
+            settings.errorlog = None
             stop = anyio.Event()
-            tasks.start_soon(lambda: serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
             with anyio.fail_after(10):
                 while True:  # started: it accepts a connection
                     try:
