@@ -180,8 +180,12 @@ class _Exchange:
 
     async def run(self) -> None:
         response = self.response
-        await self._send({"type": "http.response.start", "status": response.status_code,
-                          "headers": response.raw_headers})
+        try:
+            await self._send({"type": "http.response.start", "status": response.status_code,
+                              "headers": response.raw_headers})
+        except OSError:  # the page left before the head
+            self.opened.cancel()
+            return
         ended = False  # the source ended (not the page, a timeout or the relay)
         async with anyio.create_task_group() as tasks:
             self.scope = tasks.cancel_scope

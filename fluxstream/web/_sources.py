@@ -13,6 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from .._events import End, Outcome
 from ..errors import FluxstreamError, RelayKeyError, RelayPositionError, RelayUnavailableError
 from ..relay import START, Position, RelayEvent, ReplyLog
 from ._ids import EventIds, IdProblem, Kind
@@ -101,11 +102,20 @@ class Live(Source):
 
 
 async def _numbered(stream: ReplyStream) -> AsyncIterator[RelayEvent]:
-    """The stream's events, each at position ``n-0`` (``n`` from 1)."""
+    """The stream's events, each at position ``n-0`` (``n`` from 1). A stream made with
+    ``raise_for_outcome=True`` raises after its ``End``, which the page has then had; one
+    that raised before it gets an ``End`` (``failed``, the error's class as the reason), so
+    the page learns the reply ended rather than reconnecting to a reply that is gone."""
     number = 0
-    async for event in stream:
-        number += 1
-        yield RelayEvent(Position(number, 0), event)
+    ended = False
+    try:
+        async for event in stream:
+            number += 1
+            ended = event.type == "end"
+            yield RelayEvent(Position(number, 0), event)
+    except FluxstreamError as exc:
+        if not ended:
+            yield RelayEvent(Position(number + 1, 0), End(Outcome.FAILED, type(exc).__name__))
 
 
 class Followed(Source):

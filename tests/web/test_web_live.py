@@ -4,6 +4,7 @@ a Starlette app and a FastAPI app: the events, the page leaving (the upstream cl
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
@@ -33,8 +34,8 @@ async def test_a_live_reply_reaches_the_page_whole_with_named_events_and_ids(
     async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
         app = make_app(app_kind, Backing(client))
         async with serving(server, app) as base:
-            status, headers, body = await http_get(base, "/live?max_tokens=40")
-    assert status == 200
+            status, headers, body, complete = await http_get(base, "/live?max_tokens=40")
+    assert status == 200 and complete
     assert headers["content-type"] == "text/event-stream; charset=utf-8"
     assert headers["cache-control"] == "no-cache"
     events = read_events(body)
@@ -50,12 +51,38 @@ async def test_a_live_reply_reaches_the_page_whole_with_named_events_and_ids(
     assert len(tags) == 1
 
 
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
 @pytest.mark.parametrize("app_kind", ["asgi", "fastapi"])
 @pytest.mark.parametrize("server", SERVERS)
 async def test_the_page_leaving_closes_the_upstream_within_100_ms(
-    server: str, app_kind: str, upstream: ServerThread,
+    server: str, app_kind: str, transport: str, upstream: ServerThread,
+) -> None:
+    await leave_and_time_the_upstream_close(server, app_kind, transport, upstream)
+
+
+@pytest.mark.trio_only
+async def test_on_trio_under_hypercorn_the_reply_arrives_and_leaving_closes_the_upstream(
+    upstream: ServerThread,
 ) -> None:
     async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        async with serving("hypercorn", make_app("asgi", Backing(client))) as base:
+            status, _, body, complete = await http_get(base, "/live?max_tokens=20")
+    assert status == 200 and complete
+    page = Page()
+    for name, data, event_id in read_events(body):
+        page.apply(name, data, event_id)
+    assert page.shown == reply_text(20) and page.outcome == "done"
+    await leave_and_time_the_upstream_close("hypercorn", "asgi", "httpx", upstream)
+
+
+async def leave_and_time_the_upstream_close(
+    server: str, app_kind: str, transport: str, upstream: ServerThread,
+) -> None:
+    """A page reads its first text, then closes its connection: the upstream request must
+    be closed within 100 ms of that (the server's record of the close says when)."""
+    upstream.records.clear()
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k",
+                                      transport=transport) as client:
         app = make_app(app_kind, Backing(client))
         async with serving(server, app) as base:
             port = int(base.rpartition(":")[2])
@@ -66,11 +93,13 @@ async def test_the_page_leaving_closes_the_upstream_within_100_ms(
             with anyio.fail_after(10):
                 while b"event: text" not in seen:
                     seen += await conn.receive()
-            assert upstream.records.find_disconnect() is None  # the reply is still going
+            assert upstream.records.find_disconnect(completed=False) is None  # still going
             left = time.monotonic()
             await conn.aclose()
             record = await upstream.records.wait_disconnect(5, completed=False)
-    assert record.time - left < 0.1, f"the upstream was closed {record.time - left:.3f} s after"
+    took = record.time - left
+    print(f"{server} {app_kind} {transport}: the upstream closed {took * 1000:.1f} ms after")
+    assert took < 0.1, f"the upstream was closed {took:.3f} s after the page left"
 
 
 @pytest.mark.parametrize("server", SERVERS)
@@ -81,9 +110,9 @@ async def test_heartbeats_keep_an_idle_connection_alive(
         backing = Backing(client, options={"heartbeat": 0.05})
         async with serving(server, make_app("asgi", backing)) as base:
             # the upstream is silent for 0.6 s after its second event
-            status, _, body = await http_get(
+            status, _, body, complete = await http_get(
                 base, "/live?max_tokens=5&fault=stall-after-events%3D2,stall%3D0.6")
-    assert status == 200
+    assert status == 200 and complete
     assert body.count(b": ping\n\n") >= 5, body[:400]
     page = Page()
     for name, data, event_id in read_events(body):
@@ -118,7 +147,7 @@ async def test_a_reconnect_to_a_live_stream_is_refused_and_sends_no_request(
 ) -> None:
     async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
         async with serving(server, make_app("fastapi", Backing(client))) as base:
-            _, _, body = await http_get(base, "/live?max_tokens=3")
+            body = (await http_get(base, "/live?max_tokens=3")).body
             last_id = read_events(body)[-1][2]
             assert last_id is not None
             asked = len(upstream.records.requests)
@@ -134,3 +163,35 @@ async def test_a_reconnect_to_a_live_stream_is_refused_and_sends_no_request(
     assert answers["malformed"][0] == 400
     assert answers["other"][0] == 410  # another stream's id: nothing kept either
     assert all(a[1]["content-type"] == "application/json" for a in answers.values())
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_model_api_that_refuses_the_request_is_a_502_before_any_event(
+    server: str, upstream: ServerThread,
+) -> None:
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        async with serving(server, make_app("asgi", Backing(client))) as base:
+            status, headers, body, complete = await http_get(base, "/live?fault=status%3D401")
+    assert status == 502 and complete
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body) == {"error": "upstream_failed",
+                                "message": "the model's API failed: AuthenticationError"}
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_stream_that_raises_at_its_end_still_ends_the_page_with_its_outcome(
+    server: str, upstream: ServerThread,
+) -> None:
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        backing = Backing(client, stream_options={
+            "raise_for_outcome": True, "resume": fluxstream.ResumePolicy(max_resumes=0)})
+        async with serving(server, make_app("asgi", backing)) as base:
+            status, _, body, complete = await http_get(base, "/live?fault=drop-after-events%3D4")
+    assert status == 200
+    assert complete  # the body was ended, not aborted by an error out of the app
+    page = Page()
+    for name, data, event_id in read_events(body):
+        page.apply(name, data, event_id)
+    assert page.kinds[-1] == "end" and page.kinds.count("end") == 1
+    assert page.outcome == "truncated"
+    assert reply_text(30).startswith(page.shown) and page.shown
