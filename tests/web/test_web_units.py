@@ -79,7 +79,7 @@ def test_bad_settings_are_refused() -> None:
     stream = client.chat.stream(model="m", messages=[])
     for bad in ({"heartbeat": 0}, {"send_timeout": -1}, {"heartbeat": float("nan")}):
         with pytest.raises(ValueError, match="positive"):
-            EventStreamResponse(stream, **bad)  # type: ignore[arg-type]
+            EventStreamResponse(stream, **bad)
 
 
 def test_the_module_imports_no_web_framework() -> None:

@@ -137,19 +137,19 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             finally:
                 running.should_exit = True
         else:
+            import hypercorn.asyncio
+            import hypercorn.trio
             from hypercorn.config import Config
 
-            if sniffio.current_async_library() == "trio":
-                from hypercorn.trio import serve
-            else:
-                from hypercorn.asyncio import serve
+            trio = sniffio.current_async_library() == "trio"
+            serve: Any = hypercorn.trio.serve if trio else hypercorn.asyncio.serve
 
             settings = Config()
             settings.bind = [f"fd://{sock.detach()}"]
             settings.accesslog = None
             settings.errorlog = None
             stop = anyio.Event()
-            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))
             with anyio.fail_after(10):
                 while True:  # started: it accepts a connection
                     try:
@@ -163,6 +163,18 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
                 yield f"http://127.0.0.1:{port}"
             finally:
                 stop.set()
+
+
+@asynccontextmanager
+async def live_app(
+    upstream_url: str, server: str, app_kind: str = "asgi", *, transport: str = "auto",
+    options: dict[str, Any] | None = None, stream_options: dict[str, Any] | None = None,
+) -> AsyncIterator[str]:
+    """An app streaming live replies of ``upstream_url`` under ``server``: its base URL."""
+    async with fluxstream.AsyncClient(upstream_url, api_key="k", transport=transport) as client:
+        backing = Backing(client, options=options or {}, stream_options=stream_options or {})
+        async with serving(server, make_app(app_kind, backing)) as base:
+            yield base
 
 
 @dataclass
@@ -192,6 +204,14 @@ class Page:
     @property
     def shown(self) -> str:
         return "".join(self.text)
+
+
+def page_of(body: bytes) -> Page:
+    """The page after the events of one whole SSE body."""
+    page = Page()
+    for name, data, event_id in read_events(body):
+        page.apply(name, data, event_id)
+    return page
 
 
 def read_events(body: bytes) -> list[tuple[str, str, str | None]]:
