@@ -124,6 +124,7 @@ async def test_every_untrusted_last_event_id_gets_its_documented_status(
                     "not an id": 400,
                     "12-0": 400,  # a bare relay position: not an id this endpoint wrote
                     f"{ids.tag}.x-1": 400,
+                    f"{ids.tag}.0-0": 400,  # before every event: no id of an event
                     ids.tag + "." + "9" * 70: 400,
                     ("é" * 10).encode(): 400,  # not ASCII, as raw bytes
                     b"\xff\xfe": 400,
