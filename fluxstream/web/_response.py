@@ -36,6 +36,7 @@ from ._encoding import SSE, Encoding, EventEncoder
 from ._sources import Followed, Live, Opened, Refusal, Source
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._client import AsyncClient
     from .._stream import ReplyStream
 
 __all__ = ["EventStreamResponse"]
@@ -88,7 +89,7 @@ class EventStreamResponse:
         log: ReplyLog,
         key: str,
         *,
-        takeover: Any = None,
+        takeover: AsyncClient | None = None,
         encoding: Encoding | None = None,
         heartbeat: float = 15.0,
         send_timeout: float = 30.0,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from .._events import End, Outcome
 from ..errors import FluxstreamError, RelayKeyError, RelayPositionError, RelayUnavailableError
@@ -19,6 +19,7 @@ from ..relay import START, Position, RelayEvent, ReplyLog
 from ._ids import EventIds, IdProblem, Kind
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._client import AsyncClient
     from .._stream import ReplyStream
 
 __all__ = ["Followed", "Live", "Opened", "Refusal", "Source"]
@@ -123,7 +124,7 @@ class Followed(Source):
     one). The page leaving stops only this follower: the producer goes on, so a reload
     continues where it stopped; :meth:`~fluxstream.relay.ReplyLog.cancel` stops the reply."""
 
-    def __init__(self, log: ReplyLog, key: str, takeover: Any = None) -> None:
+    def __init__(self, log: ReplyLog, key: str, takeover: AsyncClient | None = None) -> None:
         self.log = log
         self.key = key
         self.takeover = takeover
