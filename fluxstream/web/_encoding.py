@@ -98,6 +98,7 @@ class SSE:
         return f"SSE(retry={self.retry!r})"
 
     def encoder(self, ids: EventIds) -> EventEncoder:
+        """A new SSE encoder for one response (it keeps nothing between events)."""
         return _SSEEncoder(ids, self.retry)
 
 

@@ -50,6 +50,7 @@ class EventIds:
 
     @classmethod
     def of(cls, key: str, kind: Kind) -> EventIds:
+        """The ids of the reply under content key ``key``, streamed live or followed."""
         digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=6,
                                  person=kind.value)
         return cls(digest.hexdigest())
