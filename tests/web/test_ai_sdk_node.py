@@ -1,0 +1,217 @@
+"""Our UI message stream read by the AI SDK itself: the ``ai`` npm package under Node.
+
+An app on uvicorn (a thread of this process) streams replies of the embedded server as the AI
+SDK's UI message stream; Node POSTs to it with the package's ``DefaultChatTransport`` (what
+``useChat`` sends and reads) and folds the chunks into a message with ``readUIMessageStream``
+(what ``useChat`` does with them). The message must hold exactly the reply: its text, its
+reasoning, its tool calls (streamed arguments, then the parsed input), and the error or the
+cut that ended it. A body cut anywhere is read into exactly the text of the events that
+arrived whole. See ``ai_sdk_node.py`` for how the package is installed (once, outside the
+repository) and when a missing Node is a skip or a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ai_sdk_node import install_ai_sdk, joined, parts, read_with_ai_sdk
+
+import fluxstream
+from fluxstream import ResumePolicy
+from fluxstream.server import FAULT_HEADER, PROFILE_HEADER, ServerThread
+from fluxstream.web.ai_sdk import UIMessageStream, chat_messages
+
+uvicorn = pytest.importorskip("uvicorn")
+from starlette.applications import Starlette  # noqa: E402
+from starlette.requests import Request  # noqa: E402
+from starlette.responses import Response, StreamingResponse  # noqa: E402
+from starlette.routing import Route  # noqa: E402
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string"}}}}},
+]
+
+#: What each case asks the embedded server for (keyword arguments of ``chat.stream``).
+CASES: dict[str, dict[str, Any]] = {
+    "text": {},
+    "reasoning": {"extra_headers": {PROFILE_HEADER: "reasoning"}},
+    "tools": {"tools": TOOLS},
+    "error": {"extra_headers": {PROFILE_HEADER: "error-midstream"}},
+    "shown-error": {"extra_headers": {PROFILE_HEADER: "error-midstream"}},
+    "truncated": {"extra_headers": {FAULT_HEADER: "drop-after-events=9"},
+                  "resume": ResumePolicy.off()},
+}
+
+
+def shown_error(event: fluxstream.ErrorEvent | fluxstream.End) -> str:
+    return event.message if isinstance(event, fluxstream.ErrorEvent) else str(event.reason)
+
+
+class ChatApp:
+    """``POST /chat?case=NAME``: a reply of the embedded server as a UI message stream; the
+    reply each case ended with is kept in ``replies``."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.replies: dict[str, fluxstream.Reply] = {}
+        self.app = Starlette(routes=[Route("/chat", self.chat, methods=["POST"])])
+
+    async def chat(self, request: Request) -> Response:
+        case = request.query_params["case"]
+        messages = chat_messages(json.loads(await request.body()))
+        encoding = UIMessageStream(
+            error_text=shown_error if case == "shown-error" else UIMessageStream().error_text)
+        return StreamingResponse(
+            self.body(case, messages, encoding), media_type=encoding.media_type,
+            headers=dict(encoding.headers))
+
+    async def body(self, case: str, messages: list[dict[str, str]],
+                   encoding: UIMessageStream) -> AsyncIterator[bytes]:
+        encoder = encoding.encoder()
+        async with fluxstream.AsyncClient(self.upstream) as client:
+            async with client.chat.stream(model="m", messages=messages, **CASES[case]) as stream:
+                yield encoder.open()
+                async for event in stream:
+                    out = encoder.encode(event)
+                    if out:
+                        yield out
+                yield encoder.close()
+            self.replies[case] = stream.reply
+
+
+@pytest.fixture(scope="module")
+def ai_sdk() -> Path:
+    return install_ai_sdk()
+
+
+@pytest.fixture
+def chat_app() -> Iterator[tuple[str, ChatApp]]:
+    with ServerThread(profile="openai") as upstream:
+        app = ChatApp(upstream.base_url)
+        config = uvicorn.Config(app.app, host="127.0.0.1", port=0, log_level="warning")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}", app
+        finally:
+            server.should_exit = True
+            thread.join(10)
+
+
+def tool_parts(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"toolCallId": p["toolCallId"], "type": p["type"], "state": p["state"],
+             "input": p["input"]} for p in parts(result, "tool")]
+
+
+def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
+    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+) -> None:
+    base, app = chat_app
+    names = list(CASES)
+    results = dict(zip(names, read_with_ai_sdk(
+        ai_sdk, [{"url": f"{base}/chat?case={name}", "prompt": "ai sdk"} for name in names],
+        tmp_path), strict=True))
+    for name in names:
+        assert results[name]["failed"] is None, (name, results[name])
+        assert results[name]["chunks"][:2] == ["start", "start-step"], name
+
+    text, reply = results["text"], app.replies["text"]
+    assert reply.outcome is fluxstream.Outcome.DONE and len(reply.text) > 40
+    assert joined(text, "text") == reply.text  # multi-byte, emoji, quotes, a newline
+    assert len(parts(text, "text")) == 1 and parts(text, "text")[0]["state"] == "done"
+    assert (text["finishReason"], text["errors"]) == ("stop", [])
+    assert text["message"]["metadata"]["outcome"] == "done"
+    assert text["message"]["metadata"]["usage"]["completion_tokens"] == (
+        reply.usage.completion_tokens if reply.usage else None)
+
+    reasoning, reply = results["reasoning"], app.replies["reasoning"]
+    assert reply.choices[0].reasoning and reply.text
+    assert joined(reasoning, "reasoning") == reply.choices[0].reasoning
+    assert joined(reasoning, "text") == reply.text
+    kinds = [p["type"] for p in reasoning["message"]["parts"] if p["type"] != "step-start"]
+    assert kinds == ["reasoning", "text"]  # in the order the model produced them
+    assert reasoning["errors"] == []
+
+    tools, reply = results["tools"], app.replies["tools"]
+    calls = reply.choices[0].tool_calls
+    assert len(calls) == 2 and (tools["finishReason"], tools["errors"]) == ("tool-calls", [])
+    assert tool_parts(tools) == [
+        {"toolCallId": call.id, "type": f"tool-{call.name}", "state": "input-available",
+         "input": json.loads(call.arguments)} for call in calls]
+    # The arguments were streamed (several deltas per call, interleaved), then made whole.
+    assert tools["chunks"].count("tool-input-delta") >= 2 * len(calls)
+    assert tools["chunks"].count("tool-input-available") == len(calls)
+
+    error, reply = results["error"], app.replies["error"]
+    assert reply.outcome is fluxstream.Outcome.FAILED and reply.error is not None
+    assert joined(error, "text") == reply.text and reply.text  # what came before the error
+    assert error["errors"] == ["An error occurred."]  # the upstream's words stay on the server
+    assert reply.error.message not in json.dumps(error)
+    assert error["finishReason"] == "error"
+    shown = results["shown-error"]
+    assert shown["errors"] == [app.replies["shown-error"].error.message]  # type: ignore[union-attr]
+
+    cut, reply = results["truncated"], app.replies["truncated"]
+    assert reply.outcome is fluxstream.Outcome.TRUNCATED and reply.text
+    assert joined(cut, "text") == reply.text
+    assert (cut["finishReason"], cut["errors"]) == ("interrupted", [])
+    assert cut["message"]["metadata"]["outcome"] == "truncated"
+
+
+def complete_events_text(body: bytes) -> tuple[str, str]:
+    """The text and reasoning of the chunks whose SSE events are complete in ``body``."""
+    decoder = fluxstream.SSEDecoder()
+    text = reasoning = ""
+    for event in decoder.feed(body):
+        if event.data == "[DONE]":
+            continue
+        chunk = json.loads(event.data)
+        if chunk["type"] == "text-delta":
+            text += chunk["delta"]
+        elif chunk["type"] == "reasoning-delta":
+            reasoning += chunk["delta"]
+    return text, reasoning
+
+
+def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
+    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+) -> None:
+    base, app = chat_app
+    response = httpx.post(f"{base}/chat?case=reasoning", timeout=30, json={
+        "messages": [{"role": "user", "parts": [{"type": "text", "text": "ai sdk"}]}]})
+    assert response.headers["content-type"].startswith("text/event-stream")
+    assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
+    body = response.content
+    assert body.endswith(b"data: [DONE]\n\n")
+    # Seeded cut points, and every cut inside the first multi-byte character.
+    rng = random.Random(36)
+    first_wide = next(i for i, byte in enumerate(body) if byte >= 0x80)
+    cuts = sorted({*rng.sample(range(1, len(body)), 40), first_wide + 1, first_wide + 2})
+    results = read_with_ai_sdk(ai_sdk, [{"bytes": body[:cut]} for cut in cuts], tmp_path)
+    reply = app.replies["reasoning"]
+    for cut, result in zip(cuts, results, strict=True):
+        assert result["failed"] is None, (cut, result)
+        text, reasoning = complete_events_text(body[:cut])
+        assert joined(result, "text") == text, cut
+        assert joined(result, "reasoning") == reasoning, cut
+        assert reply.text.startswith(text) and (reply.choices[0].reasoning or "").startswith(
+            reasoning)
+        assert "\ufffd" not in json.dumps(result, ensure_ascii=False)
