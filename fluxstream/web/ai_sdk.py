@@ -405,7 +405,8 @@ def chat_messages(body: object) -> list[dict[str, str]]:
         raise ValueError("expected a JSON object with a list of messages")
     messages: list[dict[str, str]] = []
     for message in body["messages"]:
-        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+        role = message.get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str) or role not in _ROLES:
             raise ValueError("each message needs a role: system, user or assistant")
         parts = message.get("parts")
         if not isinstance(parts, list):
@@ -414,5 +415,5 @@ def chat_messages(body: object) -> list[dict[str, str]]:
                  if isinstance(part, dict) and part.get("type") == "text"]
         if not all(isinstance(text, str) for text in texts):
             raise ValueError("a text part's text must be a string")
-        messages.append({"role": message["role"], "content": "".join(texts)})  # type: ignore[arg-type]
+        messages.append({"role": role, "content": "".join(texts)})  # type: ignore[arg-type]
     return messages
