@@ -74,8 +74,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (14, ["_client", "_endpoints"]),
     (15, [""]),  # fluxstream/__init__.py
     (16, ["relay", "otel"]),  # and every relay.* module; otel: the OpenTelemetry observer
-    # and every server.* and cli.* module
-    (17, ["server", "cli", "__main__"]),
+    # and every server.* and cli.* module; web: a reply streamed to a browser (stream, relay)
+    (17, ["server", "cli", "__main__", "web"]),
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
@@ -86,7 +86,7 @@ def layer_of(module: str) -> int:
     if module in LAYERS:
         return LAYERS[module]
     top = module.split(".", 1)[0]
-    if top in ("relay", "server", "cli", "apis"):
+    if top in ("relay", "server", "cli", "apis", "web"):
         return LAYERS[top]
     raise KeyError(f"fluxstream.{module} has no layer in tests/test_layers.py: give it one")
 

@@ -233,11 +233,7 @@ class ReplyLog(ABC):
             had read (a Redis failover before they reached the replica).
         """
         position = parse_position(after if after is not None else last_event_id)
-        state = await self._state(key)
-        if not state.exists:
-            raise RelayKeyError(f"no reply is stored under key {show_key(key)}")
-        if position.entry > state.last:
-            raise RelayPositionError(f"position {position} is past the end of {show_key(key)}")
+        await self._stored(key, position)
         poll = min(1.0, self.lease / 4)
         cursor = max(0, position.entry - 1)
         took_over: Callable[[], None] | None = None
@@ -298,6 +294,40 @@ class ReplyLog(ABC):
         finally:
             if took_over is not None and not finished:
                 took_over()
+
+    async def check_follow(
+        self, key: str, *, after: str | Position | None = None, last_event_id: str | None = None
+    ) -> bool:
+        """Check ``key`` and the position as :meth:`follow` does, at once: whether anything
+        may come after it (``False``: the reply ended exactly there). :meth:`follow` checks
+        only when it is first iterated, and then waits for the producer; a web response
+        answers a bad ``Last-Event-ID`` with a status, which it can send only before its
+        head, and must not wait for a slow model to learn that the id was bad.
+
+        :raises RelayKeyError: nothing is stored under ``key``.
+        :raises RelayPositionError: the position is malformed or past the end.
+        """
+        position = parse_position(after if after is not None else last_event_id)
+        await self._stored(key, position)
+        if position.entry == 0:
+            return True
+        for entry in await self._read(key, position.entry - 1, 0):
+            if entry.number == position.entry:
+                if position.index >= len(entry.events):
+                    raise RelayPositionError(
+                        f"position {position} is past the end of {show_key(key)}"
+                    )
+                return entry.end is None or position.index < len(entry.events) - 1
+        raise RelayUnavailableError(f"entry {position.entry} of {show_key(key)} was lost")
+
+    async def _stored(self, key: str, position: Position) -> LogState:
+        """The reply's state, checked: it exists and ``position`` is not past its last entry."""
+        state = await self._state(key)
+        if not state.exists:
+            raise RelayKeyError(f"no reply is stored under key {show_key(key)}")
+        if position.entry > state.last:
+            raise RelayPositionError(f"position {position} is past the end of {show_key(key)}")
+        return state
 
     # ------------------------------------------------------------------ stopping
 
