@@ -62,6 +62,8 @@ from .._events import (
 )
 from .._reply import Outcome, StopReason, ToolCall, Usage
 from ..relay import RelayEvent
+from ._encoding import Encoding
+from ._ids import EventIds
 
 __all__ = [
     "DONE",
@@ -171,12 +173,16 @@ class UIMessageStream:
     def __repr__(self) -> str:
         return f"UIMessageStream(message_id={self.message_id!r}, choice={self.choice!r})"
 
-    def encoder(self, ids: object = None) -> UIMessageStreamEncoder:
+    def encoder(self, ids: EventIds | None = None) -> UIMessageStreamEncoder:
         """A new encoder for one response (``ids`` is not used: see the class docstring)."""
         return UIMessageStreamEncoder(
             message_id=self.message_id, choice=self.choice, error_text=self.error_text,
             metadata=self.metadata,
         )
+
+
+#: Checked by mypy: the class fits the response's seam.
+_ENCODING: type[Encoding] = UIMessageStream
 
 
 class UIMessageStreamEncoder:

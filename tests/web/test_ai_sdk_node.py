@@ -1,17 +1,19 @@
 """Our UI message stream read by the AI SDK itself: the ``ai`` npm package under Node.
 
-An app on uvicorn (a thread of this process) streams replies of the embedded server as the AI
-SDK's UI message stream; Node POSTs to it with the package's ``DefaultChatTransport`` (what
-``useChat`` sends and reads) and folds the chunks into a message with ``readUIMessageStream``
-(what ``useChat`` does with them). The message must hold exactly the reply: its text, its
-reasoning, its tool calls (streamed arguments, then the parsed input), and the error or the
-cut that ended it. A body cut anywhere is read into exactly the text of the events that
-arrived whole. See ``ai_sdk_node.py`` for how the package is installed (once, outside the
-repository) and when a missing Node is a skip or a failure.
+An app on uvicorn (a thread of this process) streams replies of the embedded server through
+``EventStreamResponse`` with the AI SDK's UI message stream as its encoding; Node POSTs to it
+with the package's ``DefaultChatTransport`` (what ``useChat`` sends and reads) and folds the
+chunks into a message with ``readUIMessageStream`` (what ``useChat`` does with them). The
+message must hold exactly the reply: its text, its reasoning, its tool calls (streamed
+arguments, then the parsed input), and the error or the cut that ended it. A body cut
+anywhere is read into exactly the text of the events that arrived whole. See
+``ai_sdk_node.py`` for how the package is installed (once, outside the repository) and when a
+missing Node is a skip or a failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
@@ -27,12 +29,13 @@ from ai_sdk_node import install_ai_sdk, joined, parts, read_with_ai_sdk
 import fluxstream
 from fluxstream import ResumePolicy
 from fluxstream.server import FAULT_HEADER, PROFILE_HEADER, ServerThread
-from fluxstream.web.ai_sdk import UIMessageStream, chat_messages
+from fluxstream.web import EventStreamResponse
+from fluxstream.web.ai_sdk import UIMessageStream, chat_messages, masked_error
 
 uvicorn = pytest.importorskip("uvicorn")
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
-from starlette.responses import Response, StreamingResponse  # noqa: E402
+from starlette.responses import Response  # noqa: E402
 from starlette.routing import Route  # noqa: E402
 
 TOOLS = [
@@ -61,34 +64,29 @@ def shown_error(event: fluxstream.ErrorEvent | fluxstream.End) -> str:
 
 class ChatApp:
     """``POST /chat?case=NAME``: a reply of the embedded server as a UI message stream; the
-    reply each case ended with is kept in ``replies``."""
+    stream each case was served by is kept in ``streams`` (its ``reply`` is what was sent)."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
-        self.replies: dict[str, fluxstream.Reply] = {}
-        self.app = Starlette(routes=[Route("/chat", self.chat, methods=["POST"])])
+        self.streams: dict[str, fluxstream.ReplyStream] = {}
+        self.app = Starlette(routes=[Route("/chat", self.chat, methods=["POST"])],
+                             lifespan=self.lifespan)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async with fluxstream.AsyncClient(self.upstream) as self.client:
+            yield
 
     async def chat(self, request: Request) -> Response:
         case = request.query_params["case"]
         messages = chat_messages(json.loads(await request.body()))
-        encoding = UIMessageStream(
-            error_text=shown_error if case == "shown-error" else UIMessageStream().error_text)
-        return StreamingResponse(
-            self.body(case, messages, encoding), media_type=encoding.media_type,
-            headers=dict(encoding.headers))
+        stream = self.streams[case] = self.client.chat.stream(
+            model="m", messages=messages, **CASES[case])
+        error_text = shown_error if case == "shown-error" else masked_error
+        return EventStreamResponse(stream, encoding=UIMessageStream(error_text=error_text))
 
-    async def body(self, case: str, messages: list[dict[str, str]],
-                   encoding: UIMessageStream) -> AsyncIterator[bytes]:
-        encoder = encoding.encoder()
-        async with fluxstream.AsyncClient(self.upstream) as client:
-            async with client.chat.stream(model="m", messages=messages, **CASES[case]) as stream:
-                yield encoder.open()
-                async for event in stream:
-                    out = encoder.encode(event)
-                    if out:
-                        yield out
-                yield encoder.close()
-            self.replies[case] = stream.reply
+    def reply(self, case: str) -> fluxstream.Reply:
+        return self.streams[case].reply
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +131,7 @@ def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
         assert results[name]["failed"] is None, (name, results[name])
         assert results[name]["chunks"][:2] == ["start", "start-step"], name
 
-    text, reply = results["text"], app.replies["text"]
+    text, reply = results["text"], app.reply("text")
     assert reply.outcome is fluxstream.Outcome.DONE and len(reply.text) > 40
     assert joined(text, "text") == reply.text  # multi-byte, emoji, quotes, a newline
     assert len(parts(text, "text")) == 1 and parts(text, "text")[0]["state"] == "done"
@@ -142,7 +140,7 @@ def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
     assert text["message"]["metadata"]["usage"]["completion_tokens"] == (
         reply.usage.completion_tokens if reply.usage else None)
 
-    reasoning, reply = results["reasoning"], app.replies["reasoning"]
+    reasoning, reply = results["reasoning"], app.reply("reasoning")
     assert reply.choices[0].reasoning and reply.text
     assert joined(reasoning, "reasoning") == reply.choices[0].reasoning
     assert joined(reasoning, "text") == reply.text
@@ -150,7 +148,7 @@ def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
     assert kinds == ["reasoning", "text"]  # in the order the model produced them
     assert reasoning["errors"] == []
 
-    tools, reply = results["tools"], app.replies["tools"]
+    tools, reply = results["tools"], app.reply("tools")
     calls = reply.choices[0].tool_calls
     assert len(calls) == 2 and (tools["finishReason"], tools["errors"]) == ("tool-calls", [])
     assert tool_parts(tools) == [
@@ -160,16 +158,16 @@ def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
     assert tools["chunks"].count("tool-input-delta") >= 2 * len(calls)
     assert tools["chunks"].count("tool-input-available") == len(calls)
 
-    error, reply = results["error"], app.replies["error"]
+    error, reply = results["error"], app.reply("error")
     assert reply.outcome is fluxstream.Outcome.FAILED and reply.error is not None
     assert joined(error, "text") == reply.text and reply.text  # what came before the error
     assert error["errors"] == ["An error occurred."]  # the upstream's words stay on the server
     assert reply.error.message not in json.dumps(error)
     assert error["finishReason"] == "error"
     shown = results["shown-error"]
-    assert shown["errors"] == [app.replies["shown-error"].error.message]  # type: ignore[union-attr]
+    assert shown["errors"] == [app.reply("shown-error").error.message]  # type: ignore[union-attr]
 
-    cut, reply = results["truncated"], app.replies["truncated"]
+    cut, reply = results["truncated"], app.reply("truncated")
     assert reply.outcome is fluxstream.Outcome.TRUNCATED and reply.text
     assert joined(cut, "text") == reply.text
     assert (cut["finishReason"], cut["errors"]) == ("interrupted", [])
@@ -206,7 +204,7 @@ def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
     first_wide = next(i for i, byte in enumerate(body) if byte >= 0x80)
     cuts = sorted({*rng.sample(range(1, len(body)), 40), first_wide + 1, first_wide + 2})
     results = read_with_ai_sdk(ai_sdk, [{"bytes": body[:cut]} for cut in cuts], tmp_path)
-    reply = app.replies["reasoning"]
+    reply = app.reply("reasoning")
     for cut, result in zip(cuts, results, strict=True):
         assert result["failed"] is None, (cut, result)
         text, reasoning = complete_events_text(body[:cut])
