@@ -38,7 +38,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -121,13 +121,9 @@ class Ask(BaseModel):
     max_tokens: int = Field(200, ge=1, le=4096)
 
 
-def make_app(
-    log: ReplyLog, base_url: str, *, heartbeat: float = 15.0,
-    upstream_headers: Mapping[str, str] | None = None,
-) -> FastAPI:
-    """The app. ``heartbeat``: seconds of quiet after which a comment is sent (below the
-    idle timeout of every proxy in front). ``upstream_headers``: sent with every request to
-    the model's API."""
+def make_app(log: ReplyLog, base_url: str, *, heartbeat: float = 15.0) -> FastAPI:
+    """The app. ``heartbeat``: seconds of quiet after which a comment is sent (keep it below
+    the idle timeout of every proxy and load balancer in front)."""
     state: dict[str, Any] = {}
 
     @asynccontextmanager
@@ -152,7 +148,7 @@ def make_app(
         key = uuid.uuid4().hex
         stream = state["client"].chat.stream(
             model="m", messages=[{"role": "user", "content": ask.prompt}],
-            max_tokens=ask.max_tokens, content_key=key, extra_headers=upstream_headers,
+            max_tokens=ask.max_tokens, content_key=key,
         )
         # Recorded by this worker, followed from any: only the log reads it, so a worker
         # that lost the reply to a takeover stops its model.
