@@ -8,7 +8,12 @@
 //   {"url": "http://127.0.0.1:PORT/chat"}  -- POSTed by the AI SDK's DefaultChatTransport (the
 //                                              transport useChat uses), or
 //   {"bytes": "<base64>"}                   -- a body as it arrived (cut anywhere, say), read by
-//                                              the same parser the transport uses.
+//                                              the same parser the transport uses, or
+//   {"url": ..., "chatId": ID, "leaveAfter": N} -- POSTed, left after N chunks (the page went
+//                                              away), then resumed as `useChat({resume: true})`
+//                                              does: the transport's reconnectToStream, a GET
+//                                              of URL/ID/stream (null: nothing to resume), or
+//   {"url": ..., "chatId": ID, "reconnect": true} -- that GET alone.
 // Each result: {"message": the last UIMessage, "chunks": the chunk types in order,
 //   "finishReason", "errors": texts of the errors the reader reported, "failed": an error that
 //   ended the read (null when it read to the end)}.
@@ -58,21 +63,47 @@ async function read(chunks) {
   return { message, chunks: seen, finishReason, errors, failed };
 }
 
+const NOTHING = { message: null, chunks: [], finishReason: null, errors: [], failed: null };
+const userMessages = prompt => [
+  { id: 'u1', role: 'user', parts: [{ type: 'text', text: prompt ?? 'hi' }] }];
+
+async function leaveAndResume(item) {
+  const transport = new DefaultChatTransport({ api: item.url });
+  if (!item.reconnect) {
+    const leave = new AbortController();
+    const chunks = await transport.sendMessages({
+      chatId: item.chatId, trigger: 'submit-message', messageId: undefined,
+      messages: userMessages(item.prompt), abortSignal: leave.signal,
+    });
+    const reader = chunks.getReader();
+    for (let i = 0; i < item.leaveAfter; i++) await reader.read();
+    leave.abort();
+    await reader.cancel().catch(() => {});
+  }
+  const resumed = await transport.reconnectToStream({ chatId: item.chatId });
+  return resumed === null ? { ...NOTHING, resumed: false } : { ...(await read(resumed)), resumed: true };
+}
+
 const cases = JSON.parse(readFileSync(casesFile, 'utf8'));
 for (const item of cases) {
   let result;
-  if (item.url) {
+  if (item.chatId) {
+    try {
+      result = await leaveAndResume(item);
+    } catch (e) {
+      result = { ...NOTHING, failed: String(e.message ?? e) };
+    }
+  } else if (item.url) {
     const transport = new DefaultChatTransport({ api: item.url });
     let chunks;
     try {
       chunks = await transport.sendMessages({
         chatId: 'chat', trigger: 'submit-message', messageId: undefined,
-        messages: [{ id: 'u1', role: 'user', parts: [{ type: 'text', text: item.prompt ?? 'hi' }] }],
-        abortSignal: undefined,
+        messages: userMessages(item.prompt), abortSignal: undefined,
       });
       result = await read(chunks);
     } catch (e) {
-      result = { message: null, chunks: [], finishReason: null, errors: [], failed: String(e.message ?? e) };
+      result = { ...NOTHING, failed: String(e.message ?? e) };
     }
   } else {
     result = await read(chunksOf(bodyStream(Buffer.from(item.bytes, 'base64'))));

@@ -18,16 +18,19 @@ import json
 import random
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from ai_sdk_node import install_ai_sdk, joined, parts, read_with_ai_sdk
 
 import fluxstream
 from fluxstream import ResumePolicy
+from fluxstream.relay import MemoryReplyLog, RecordedStream
 from fluxstream.server import FAULT_HEADER, PROFILE_HEADER, ServerThread
 from fluxstream.web import EventStreamResponse
 from fluxstream.web.ai_sdk import UIMessageStream, chat_messages, masked_error
@@ -64,18 +67,32 @@ def shown_error(event: fluxstream.ErrorEvent | fluxstream.End) -> str:
 
 class ChatApp:
     """``POST /chat?case=NAME``: a reply of the embedded server as a UI message stream; the
-    stream each case was served by is kept in ``streams`` (its ``reply`` is what was sent)."""
+    stream each case was served by is kept in ``streams`` (its ``reply`` is what was sent).
+
+    ``POST /relayed`` and ``GET /relayed/{chat_id}/stream``: the resumable endpoint of
+    ``docs/recipes/ai-sdk.md``: the reply is recorded into a reply log by a task of the app
+    and the page follows the log, so a page that leaves and comes back (``useChat``'s
+    ``resume``) reads the reply again from its start; once it ended, the GET is a 204."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.streams: dict[str, fluxstream.ReplyStream] = {}
-        self.app = Starlette(routes=[Route("/chat", self.chat, methods=["POST"])],
-                             lifespan=self.lifespan)
+        self.log = MemoryReplyLog()
+        self.latest: dict[str, str] = {}  # chat id -> the key of its reply still streaming
+        self.recorded: dict[str, RecordedStream] = {}
+        self.ended = threading.Event()
+        self.app = Starlette(routes=[
+            Route("/chat", self.chat, methods=["POST"]),
+            Route("/relayed", self.relayed, methods=["POST"]),
+            Route("/relayed/{chat_id}/stream", self.resume),
+        ], lifespan=self.lifespan)
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         async with fluxstream.AsyncClient(self.upstream) as self.client:
-            yield
+            async with anyio.create_task_group() as self.tasks:
+                yield
+                self.tasks.cancel_scope.cancel()
 
     async def chat(self, request: Request) -> Response:
         case = request.query_params["case"]
@@ -84,6 +101,31 @@ class ChatApp:
             model="m", messages=messages, **CASES[case])
         error_text = shown_error if case == "shown-error" else masked_error
         return EventStreamResponse(stream, encoding=UIMessageStream(error_text=error_text))
+
+    async def relayed(self, request: Request) -> Response:
+        body = json.loads(await request.body())
+        key = uuid.uuid4().hex
+        stream = self.client.chat.stream(
+            model="m", messages=chat_messages(body), content_key=key,
+            extra_headers={FAULT_HEADER: "drip=0.02"})  # slow enough to leave mid-reply
+        recorded = self.recorded[body["id"]] = self.log.record(stream, only_consumer=True)
+        await recorded.start()
+        self.latest[body["id"]] = key
+        self.tasks.start_soon(self.drain, body["id"], recorded)
+        return EventStreamResponse.follow(self.log, key, encoding=UIMessageStream())
+
+    async def drain(self, chat_id: str, recorded: RecordedStream) -> None:
+        async with recorded:
+            async for _ in recorded:
+                pass
+        del self.latest[chat_id]
+        self.ended.set()
+
+    async def resume(self, request: Request) -> Response:
+        key = self.latest.get(request.path_params["chat_id"])
+        if key is None:
+            return Response(status_code=204)  # nothing streaming: useChat stays as it is
+        return EventStreamResponse.follow(self.log, key, encoding=UIMessageStream())
 
     def reply(self, case: str) -> fluxstream.Reply:
         return self.streams[case].reply
@@ -213,3 +255,25 @@ def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
         assert reply.text.startswith(text) and (reply.choices[0].reasoning or "").startswith(
             reasoning)
         assert "\ufffd" not in json.dumps(result, ensure_ascii=False)
+
+
+def test_use_chat_resumes_a_reply_it_left_and_finds_nothing_once_it_ended(
+    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+) -> None:
+    base, app = chat_app
+    [left] = read_with_ai_sdk(ai_sdk, [
+        {"url": f"{base}/relayed", "chatId": "c1", "leaveAfter": 8, "prompt": "ai sdk"}],
+        tmp_path)
+    assert app.ended.wait(30)
+    reply = app.recorded["c1"].reply
+    assert reply.outcome is fluxstream.Outcome.DONE  # the page's leaving did not stop it
+    # Resumed mid-reply (the GET found the reply still streaming): the reply again from its
+    # start, which useChat rebuilds the message from.
+    assert (left["resumed"], left["failed"], left["errors"]) == (True, None, [])
+    assert left["chunks"][:2] == ["start", "start-step"]
+    assert joined(left, "text") == reply.text and left["finishReason"] == "stop"
+    ended, unknown = read_with_ai_sdk(ai_sdk, [
+        {"url": f"{base}/relayed", "chatId": "c1", "reconnect": True},
+        {"url": f"{base}/relayed", "chatId": "no-such-chat", "reconnect": True}], tmp_path)
+    assert (ended["resumed"], ended["failed"]) == (False, None)
+    assert (unknown["resumed"], unknown["failed"]) == (False, None)
