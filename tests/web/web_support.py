@@ -1,0 +1,249 @@
+"""Helpers of the web tests: real ASGI servers (uvicorn, hypercorn) started in this process
+on a port of the OS's choosing, the apps (bare ASGI, Starlette, FastAPI) that answer with an
+``EventStreamResponse``, an SSE page that rebuilds the text the way a page does, and an
+in-process ASGI exchange for the tests that need many connections or many runs."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+import fluxstream
+from fluxstream.relay import ReplyLog
+from fluxstream.web import EventStreamResponse
+
+SERVERS = ("uvicorn", "hypercorn")
+APPS = ("asgi", "starlette", "fastapi")
+
+Scope = dict[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+
+def messages(prompt: str = "web") -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}]
+
+
+@dataclass
+class Backing:
+    """What the apps stream from: a client of the upstream, a log, the responses' options."""
+
+    client: fluxstream.AsyncClient
+    log: ReplyLog | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def live(self, max_tokens: int, headers: dict[str, str] | None = None) -> EventStreamResponse:
+        stream = self.client.chat.stream(
+            model="m", messages=messages(), max_tokens=max_tokens, extra_headers=headers or {},
+        )
+        return EventStreamResponse(stream, **self.options)
+
+    def followed(self, key: str) -> EventStreamResponse:
+        assert self.log is not None
+        return EventStreamResponse.follow(self.log, key, **self.options)
+
+
+def _int(query: dict[str, str], name: str, default: int) -> int:
+    return int(query.get(name, default))
+
+
+def make_app(kind: str, backing: Backing) -> ASGIApp:
+    """``GET /live?max_tokens=N[&fault=...]`` and ``GET /replies/{key}`` in the framework
+    ``kind`` (``asgi``: a bare ASGI callable)."""
+    if kind == "asgi":
+        async def app(scope: Scope, receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                while (await receive())["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+            path: str = scope["path"]
+            query = dict(
+                pair.split("=", 1) for pair in scope["query_string"].decode().split("&") if pair
+            )
+            if path == "/live":
+                fault = query.get("fault")
+                response = backing.live(
+                    _int(query, "max_tokens", 30),
+                    {"X-Fluxstream-Fault": fault.replace("%3D", "=")} if fault else None,
+                )
+            else:
+                response = backing.followed(path.removeprefix("/replies/"))
+            await response(scope, receive, send)
+
+        return app
+    if kind == "starlette":
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import Response
+        from starlette.routing import Route
+
+        async def live(request: Request) -> Response:
+            fault = request.query_params.get("fault")
+            response = backing.live(int(request.query_params.get("max_tokens", 30)),
+                                    {"X-Fluxstream-Fault": fault} if fault else None)
+            assert isinstance(response, Response)
+            return response
+
+        async def followed(request: Request) -> Response:
+            response = backing.followed(request.path_params["key"])
+            assert isinstance(response, Response)
+            return response
+
+        return Starlette(routes=[Route("/live", live), Route("/replies/{key}", followed)])
+    assert kind == "fastapi"
+    from fastapi import FastAPI
+
+    api = FastAPI()
+
+    @api.get("/live")
+    async def live_endpoint(max_tokens: int = 30, fault: str | None = None) -> Any:
+        return backing.live(max_tokens, {"X-Fluxstream-Fault": fault} if fault else None)
+
+    @api.get("/replies/{key}")
+    async def followed_endpoint(key: str) -> Any:
+        return backing.followed(key)
+
+    return api
+
+
+@asynccontextmanager
+async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
+    """``app`` under ``server`` on this event loop, on a free port: its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    async with anyio.create_task_group() as tasks:
+        if server == "uvicorn":
+            import uvicorn
+
+            config = uvicorn.Config(app, log_level="warning", lifespan="off")
+            running = uvicorn.Server(config)
+            tasks.start_soon(lambda: running.serve(sockets=[sock]))
+            with anyio.fail_after(10):
+                while not running.started:
+                    await anyio.sleep(0.01)
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                running.should_exit = True
+        else:
+            from hypercorn.asyncio import serve
+            from hypercorn.config import Config
+
+            config = Config()
+            config.bind = [f"fd://{sock.detach()}"]
+            config.accesslog = None
+            config.errorlog = None
+            stop = anyio.Event()
+            tasks.start_soon(lambda: serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+            with anyio.fail_after(10):
+                while True:  # started: it accepts a connection
+                    try:
+                        probe = await anyio.connect_tcp("127.0.0.1", port)
+                    except OSError:
+                        await anyio.sleep(0.01)
+                        continue
+                    await probe.aclose()
+                    break
+            try:
+                yield f"http://127.0.0.1:{port}"
+            finally:
+                stop.set()
+
+
+@dataclass
+class Page:
+    """What a page keeps: the text by offset (choice 0), the last id, what it saw."""
+
+    text: list[str] = field(default_factory=list)
+    last_id: str | None = None
+    kinds: list[str] = field(default_factory=list)
+    outcome: str | None = None
+    twice: int = 0
+
+    def apply(self, name: str, data: str, event_id: str | None) -> None:
+        if event_id:
+            self.last_id = event_id
+        self.kinds.append(name)
+        body = json.loads(data)
+        if name == "text" and body["choice"] == 0:
+            offset = body["offset"]
+            if offset < len(self.text):
+                self.twice += 1
+            chars = list(body["text"])
+            self.text[offset:offset + len(chars)] = chars
+        elif name == "end":
+            self.outcome = body["outcome"]
+
+    @property
+    def shown(self) -> str:
+        return "".join(self.text)
+
+
+def read_events(body: bytes) -> list[tuple[str, str, str | None]]:
+    """``(event, data, id)`` of each event in an SSE body."""
+    decoder = fluxstream.SSEDecoder()
+    return [(e.event, e.data, e.id) for e in decoder.feed(body)]
+
+
+async def http_get(
+    base: str, path: str, headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
+    """One whole GET over a raw connection (HTTP/1.1, ``Connection: close``)."""
+    host, _, port = base.removeprefix("http://").partition(":")
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    async with await anyio.connect_tcp(host, int(port)) as conn:
+        await conn.send(("\r\n".join(lines) + "\r\n\r\n").encode())
+        raw = bytearray()
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    raw += await conn.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+    head, _, rest = bytes(raw).partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    found = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    body = dechunk(rest) if found.get("transfer-encoding") == "chunked" else rest
+    return int(status_line.split()[1]), found, body
+
+
+def dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2:]
+    return bytes(out)
+
+
+async def visit(
+    http: Any, url: str, page: Page, *, cut: int | None = None,
+) -> int:
+    """One connection of ``page`` to ``url`` (an ``httpx.AsyncClient``), with its
+    ``Last-Event-ID``: applies the events it gets; after ``cut`` of them the connection is
+    closed, as a network drop or a reload closes it. The status."""
+    headers = {"last-event-id": page.last_id} if page.last_id else {}
+    decoder = fluxstream.SSEDecoder()
+    seen = 0
+    async with http.stream("GET", url, headers=headers) as response:
+        if response.status_code != 200:
+            await response.aread()
+            return int(response.status_code)
+        async for chunk in response.aiter_bytes():
+            for event in decoder.feed(chunk):
+                page.apply(event.event, event.data, event.id)
+                seen += 1
+                if cut is not None and seen >= cut:
+                    return 200
+    return 200
