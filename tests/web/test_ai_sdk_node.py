@@ -1,6 +1,6 @@
 """Our UI message stream read by the AI SDK itself: the ``ai`` npm package under Node.
 
-An app on uvicorn (a thread of this process) streams replies of the embedded server through
+An app on uvicorn (on the test's event loop) streams replies of the embedded server through
 ``EventStreamResponse`` with the AI SDK's UI message stream as its encoding; Node POSTs to it
 with the package's ``DefaultChatTransport`` (what ``useChat`` sends and reads) and folds the
 chunks into a message with ``readUIMessageStream`` (what ``useChat`` does with them). The
@@ -13,13 +13,11 @@ missing Node is a skip or a failure.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
-import threading
-import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +25,20 @@ import anyio
 import httpx
 import pytest
 from ai_sdk_node import install_ai_sdk, joined, parts, read_with_ai_sdk
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from web_support import serving
 
 import fluxstream
 from fluxstream import ResumePolicy
-from fluxstream.relay import MemoryReplyLog, RecordedStream
-from fluxstream.server import FAULT_HEADER, PROFILE_HEADER, ServerThread
+from fluxstream.server import FAULT_HEADER, PROFILE_HEADER, ServerThread, expected_reply
 from fluxstream.web import EventStreamResponse
 from fluxstream.web.ai_sdk import UIMessageStream, chat_messages, masked_error
 
-uvicorn = pytest.importorskip("uvicorn")
-from starlette.applications import Starlette  # noqa: E402
-from starlette.requests import Request  # noqa: E402
-from starlette.responses import Response  # noqa: E402
-from starlette.routing import Route  # noqa: E402
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
 
 TOOLS = [
     {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -67,32 +66,12 @@ def shown_error(event: fluxstream.ErrorEvent | fluxstream.End) -> str:
 
 class ChatApp:
     """``POST /chat?case=NAME``: a reply of the embedded server as a UI message stream; the
-    stream each case was served by is kept in ``streams`` (its ``reply`` is what was sent).
+    stream each case was served by is kept in ``streams`` (its ``reply`` is what was sent)."""
 
-    ``POST /relayed`` and ``GET /relayed/{chat_id}/stream``: the resumable endpoint of
-    ``docs/recipes/ai-sdk.md``: the reply is recorded into a reply log by a task of the app
-    and the page follows the log, so a page that leaves and comes back (``useChat``'s
-    ``resume``) reads the reply again from its start; once it ended, the GET is a 204."""
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = upstream
+    def __init__(self, client: fluxstream.AsyncClient) -> None:
+        self.client = client
         self.streams: dict[str, fluxstream.ReplyStream] = {}
-        self.log = MemoryReplyLog()
-        self.latest: dict[str, str] = {}  # chat id -> the key of its reply still streaming
-        self.recorded: dict[str, RecordedStream] = {}
-        self.ended = threading.Event()
-        self.app = Starlette(routes=[
-            Route("/chat", self.chat, methods=["POST"]),
-            Route("/relayed", self.relayed, methods=["POST"]),
-            Route("/relayed/{chat_id}/stream", self.resume),
-        ], lifespan=self.lifespan)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        async with fluxstream.AsyncClient(self.upstream) as self.client:
-            async with anyio.create_task_group() as self.tasks:
-                yield
-                self.tasks.cancel_scope.cancel()
+        self.app = Starlette(routes=[Route("/chat", self.chat, methods=["POST"])])
 
     async def chat(self, request: Request) -> Response:
         case = request.query_params["case"]
@@ -101,31 +80,6 @@ class ChatApp:
             model="m", messages=messages, **CASES[case])
         error_text = shown_error if case == "shown-error" else masked_error
         return EventStreamResponse(stream, encoding=UIMessageStream(error_text=error_text))
-
-    async def relayed(self, request: Request) -> Response:
-        body = json.loads(await request.body())
-        key = uuid.uuid4().hex
-        stream = self.client.chat.stream(
-            model="m", messages=chat_messages(body), content_key=key,
-            extra_headers={FAULT_HEADER: "drip=0.02"})  # slow enough to leave mid-reply
-        recorded = self.recorded[body["id"]] = self.log.record(stream, only_consumer=True)
-        await recorded.start()
-        self.latest[body["id"]] = key
-        self.tasks.start_soon(self.drain, body["id"], recorded)
-        return EventStreamResponse.follow(self.log, key, encoding=UIMessageStream())
-
-    async def drain(self, chat_id: str, recorded: RecordedStream) -> None:
-        async with recorded:
-            async for _ in recorded:
-                pass
-        del self.latest[chat_id]
-        self.ended.set()
-
-    async def resume(self, request: Request) -> Response:
-        key = self.latest.get(request.path_params["chat_id"])
-        if key is None:
-            return Response(status_code=204)  # nothing streaming: useChat stays as it is
-        return EventStreamResponse.follow(self.log, key, encoding=UIMessageStream())
 
     def reply(self, case: str) -> fluxstream.Reply:
         return self.streams[case].reply
@@ -136,24 +90,17 @@ def ai_sdk() -> Path:
     return install_ai_sdk()
 
 
-@pytest.fixture
-def chat_app() -> Iterator[tuple[str, ChatApp]]:
-    with ServerThread(profile="openai") as upstream:
-        app = ChatApp(upstream.base_url)
-        config = uvicorn.Config(app.app, host="127.0.0.1", port=0, log_level="warning")
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started
-        port = server.servers[0].sockets[0].getsockname()[1]
-        try:
-            yield f"http://127.0.0.1:{port}", app
-        finally:
-            server.should_exit = True
-            thread.join(10)
+@asynccontextmanager
+async def chat_app(upstream: ServerThread) -> AsyncIterator[tuple[str, ChatApp]]:
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        app = ChatApp(client)
+        async with serving("uvicorn", app.app) as base:
+            yield base, app
+
+
+async def read_in_node(prefix: Path, cases: list[dict[str, Any]], work: Path) -> list[Any]:
+    """:func:`read_with_ai_sdk` off the event loop (the app serves Node on it)."""
+    return await anyio.to_thread.run_sync(read_with_ai_sdk, prefix, cases, work)
 
 
 def tool_parts(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -161,14 +108,14 @@ def tool_parts(result: dict[str, Any]) -> list[dict[str, Any]]:
              "input": p["input"]} for p in parts(result, "tool")]
 
 
-def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
-    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+async def test_the_ai_sdk_reads_text_reasoning_tool_calls_errors_and_cuts(
+    ai_sdk: Path, upstream: ServerThread, tmp_path: Path
 ) -> None:
-    base, app = chat_app
     names = list(CASES)
-    results = dict(zip(names, read_with_ai_sdk(
-        ai_sdk, [{"url": f"{base}/chat?case={name}", "prompt": "ai sdk"} for name in names],
-        tmp_path), strict=True))
+    async with chat_app(upstream) as (base, app):
+        results = dict(zip(names, await read_in_node(
+            ai_sdk, [{"url": f"{base}/chat?case={name}", "prompt": "ai sdk"} for name in names],
+            tmp_path), strict=True))
     for name in names:
         assert results[name]["failed"] is None, (name, results[name])
         assert results[name]["chunks"][:2] == ["start", "start-step"], name
@@ -231,12 +178,12 @@ def complete_events_text(body: bytes) -> tuple[str, str]:
     return text, reasoning
 
 
-def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
-    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+async def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
+    ai_sdk: Path, upstream: ServerThread, tmp_path: Path
 ) -> None:
-    base, app = chat_app
-    response = httpx.post(f"{base}/chat?case=reasoning", timeout=30, json={
-        "messages": [{"role": "user", "parts": [{"type": "text", "text": "ai sdk"}]}]})
+    async with chat_app(upstream) as (base, app), httpx.AsyncClient() as http:
+        response = await http.post(f"{base}/chat?case=reasoning", timeout=30, json={
+            "messages": [{"role": "user", "parts": [{"type": "text", "text": "ai sdk"}]}]})
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.headers["x-vercel-ai-ui-message-stream"] == "v1"
     body = response.content
@@ -245,7 +192,7 @@ def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
     rng = random.Random(36)
     first_wide = next(i for i, byte in enumerate(body) if byte >= 0x80)
     cuts = sorted({*rng.sample(range(1, len(body)), 40), first_wide + 1, first_wide + 2})
-    results = read_with_ai_sdk(ai_sdk, [{"bytes": body[:cut]} for cut in cuts], tmp_path)
+    results = await read_in_node(ai_sdk, [{"bytes": body[:cut]} for cut in cuts], tmp_path)
     reply = app.reply("reasoning")
     for cut, result in zip(cuts, results, strict=True):
         assert result["failed"] is None, (cut, result)
@@ -257,23 +204,60 @@ def test_a_body_cut_anywhere_reads_as_the_events_that_arrived_whole(
         assert "\ufffd" not in json.dumps(result, ensure_ascii=False)
 
 
-def test_use_chat_resumes_a_reply_it_left_and_finds_nothing_once_it_ended(
-    ai_sdk: Path, chat_app: tuple[str, ChatApp], tmp_path: Path
+def recipe_blocks() -> list[str]:
+    """The Python blocks of ``docs/recipes/ai-sdk.md``, in order."""
+    page = (ROOT / "docs" / "recipes" / "ai-sdk.md").read_text(encoding="utf-8")
+    return re.findall(r"^```python\n(.*?)^```$", page, flags=re.S | re.M)
+
+
+@asynccontextmanager
+async def recipe_app(block: str, upstream: ServerThread) -> AsyncIterator[tuple[str, Any]]:
+    """The app a recipe block makes, as written but for the upstream's URL, served."""
+    namespace: dict[str, Any] = {"__name__": "recipe"}
+    exec(compile(block.replace("http://127.0.0.1:8787/v1", upstream.base_url),
+                 "docs/recipes/ai-sdk.md", "exec"), namespace)
+    app = namespace["app"]
+    try:
+        async with app.router.lifespan_context(app), serving("uvicorn", app) as base:
+            yield base, namespace
+    finally:
+        await namespace["client"].aclose()
+
+
+async def test_the_recipes_endpoints_work_as_written(
+    ai_sdk: Path, upstream: ServerThread, tmp_path: Path
 ) -> None:
-    base, app = chat_app
-    [left] = read_with_ai_sdk(ai_sdk, [
-        {"url": f"{base}/relayed", "chatId": "c1", "leaveAfter": 8, "prompt": "ai sdk"}],
-        tmp_path)
-    assert app.ended.wait(30)
-    reply = app.recorded["c1"].reply
-    assert reply.outcome is fluxstream.Outcome.DONE  # the page's leaving did not stop it
+    plain, _, resumable = recipe_blocks()
+    async with recipe_app(plain, upstream) as (base, _):
+        [read] = await read_in_node(ai_sdk, [{"url": f"{base}/api/chat", "prompt": "recipe"}],
+                                    tmp_path)
+        async with httpx.AsyncClient() as http:
+            refused = await http.post(f"{base}/api/chat", json={"messages": "not a list"})
+    expected = expected_reply(upstream.records.requests[-1].json).text
+    assert (read["failed"], read["errors"], read["finishReason"]) == (None, [], "stop")
+    assert joined(read, "text") == expected and len(expected) > 40
+    assert refused.status_code == 400
+    with ServerThread(profile="openai", faults="drip=0.02") as slow:  # to leave mid-reply
+        async with recipe_app(resumable, slow) as (base, namespace):
+            [left] = await read_in_node(ai_sdk, [
+                {"url": f"{base}/api/chat", "chatId": "c2", "leaveAfter": 3, "prompt": "recipe"}],
+                tmp_path)
+            # The recipe forgets a chat whose reply ended; its dict is all there is to wait on.
+            with anyio.fail_after(30):
+                while namespace["streaming"]:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            ended, unknown = await read_in_node(ai_sdk, [
+                {"url": f"{base}/api/chat", "chatId": "c2", "reconnect": True},
+                {"url": f"{base}/api/chat", "chatId": "no-such-chat", "reconnect": True}],
+                tmp_path)
+        # The page's leaving did not stop the model: one request, answered to its end.
+        assert len(slow.records.requests) == 1
+        assert slow.records.find_disconnect(completed=False) is None
     # Resumed mid-reply (the GET found the reply still streaming): the reply again from its
     # start, which useChat rebuilds the message from.
     assert (left["resumed"], left["failed"], left["errors"]) == (True, None, [])
     assert left["chunks"][:2] == ["start", "start-step"]
-    assert joined(left, "text") == reply.text and left["finishReason"] == "stop"
-    ended, unknown = read_with_ai_sdk(ai_sdk, [
-        {"url": f"{base}/relayed", "chatId": "c1", "reconnect": True},
-        {"url": f"{base}/relayed", "chatId": "no-such-chat", "reconnect": True}], tmp_path)
-    assert (ended["resumed"], ended["failed"]) == (False, None)
+    assert joined(left, "text") == expected_reply(slow.records.requests[0].json).text
+    assert left["finishReason"] == "stop"
+    assert (ended["resumed"], ended["failed"]) == (False, None)  # it ended: a 204
     assert (unknown["resumed"], unknown["failed"]) == (False, None)
