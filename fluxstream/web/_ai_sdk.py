@@ -127,6 +127,10 @@ class UIMessageStream:
         error_text: Callable[[ErrorEvent | End], str] = masked_error,
         metadata: bool = True,
     ) -> None:
+        if isinstance(choice, bool) or not isinstance(choice, int) or choice < 0:
+            raise ValueError("choice: the index of a choice (0, 1, ...)")
+        if not callable(error_text):
+            raise TypeError("error_text: a function of the error event (or the failed End)")
         self.message_id = message_id
         self.choice = choice
         self.error_text = error_text
@@ -137,10 +141,7 @@ class UIMessageStream:
 
     def encoder(self, ids: EventIds | None = None) -> UIMessageStreamEncoder:
         """A new encoder for one response (``ids`` is not used: see the class docstring)."""
-        return UIMessageStreamEncoder(
-            message_id=self.message_id, choice=self.choice, error_text=self.error_text,
-            metadata=self.metadata,
-        )
+        return UIMessageStreamEncoder(self)
 
 
 #: Checked by mypy: the class fits the response's seam.
@@ -149,7 +150,7 @@ _ENCODING: type[Encoding] = UIMessageStream
 
 class UIMessageStreamEncoder:
     """One reply's events in, the bytes of a UI message stream out (sans-IO; one per
-    response, made by :meth:`UIMessageStream.encoder`, whose options it takes).
+    response, made by :meth:`UIMessageStream.encoder`, whose options it follows).
 
     ``open()`` is the message's opening chunks; ``encode(event)`` (``event(item)`` for a
     followed :class:`~fluxstream.relay.RelayEvent`) the SSE bytes for one event, ``b""``
@@ -158,18 +159,9 @@ class UIMessageStreamEncoder:
     A heartbeat is an SSE comment, which the AI SDK's parser skips.
     """
 
-    def __init__(
-        self,
-        *,
-        message_id: str | None = None,
-        choice: int = 0,
-        error_text: Callable[[ErrorEvent | End], str] = masked_error,
-        metadata: bool = True,
-    ) -> None:
-        self.message_id = message_id
-        self.choice = choice
-        self.error_text = error_text
-        self.metadata = metadata
+    def __init__(self, options: UIMessageStream | None = None) -> None:
+        self.options = UIMessageStream() if options is None else options
+        self.choice = self.options.choice  # read for every delta
         self.started = False
         self.ended = False
         self.done = False
@@ -194,8 +186,8 @@ class UIMessageStreamEncoder:
             return b""
         self.started = True
         opening: dict[str, Any] = {"type": "start"}
-        if self.message_id is not None:
-            opening["messageId"] = self.message_id
+        if self.options.message_id is not None:
+            opening["messageId"] = self.options.message_id
         return _chunk(opening) + b'data: {"type":"start-step"}\n\n'
 
     def heartbeat(self) -> bytes:
@@ -335,7 +327,7 @@ class UIMessageStreamEncoder:
 
     def _error(self, event: ErrorEvent | End) -> bytes:
         self._error_sent = True
-        return _chunk({"type": "error", "errorText": self.error_text(event)})
+        return _chunk({"type": "error", "errorText": str(self.options.error_text(event))})
 
     def _end(self, end: End) -> bytes:
         self.ended = True
@@ -352,7 +344,7 @@ class UIMessageStreamEncoder:
         else:
             finish = FINISH_REASONS[self._stop] if self._stop is not None else "stop"
         closing: dict[str, Any] = {"type": "finish", "finishReason": finish}
-        if self.metadata:
+        if self.options.metadata:
             meta: dict[str, Any] = {"outcome": end.outcome.value}
             if self._usage is not None:
                 meta["usage"] = self._usage.model_dump(mode="json", exclude_none=True)

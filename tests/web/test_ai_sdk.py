@@ -252,3 +252,18 @@ def test_chat_messages_are_the_text_of_a_use_chat_request() -> None:
 def test_chat_messages_refuses_what_is_not_a_use_chat_request(body: Any) -> None:
     with pytest.raises(ValueError):
         chat_messages(body)
+
+
+@pytest.mark.parametrize("choice", [-1, 1.0, True, "0"])
+def test_a_choice_that_is_not_an_index_is_refused(choice: Any) -> None:
+    with pytest.raises(ValueError, match="choice"):
+        UIMessageStream(choice=choice)
+
+
+def test_error_text_must_be_a_function_and_its_answer_is_sent_as_text() -> None:
+    with pytest.raises(TypeError, match="error_text"):
+        UIMessageStream(error_text="An error")  # type: ignore[arg-type]
+    told = UIMessageStream(error_text=lambda event: 503)  # type: ignore[arg-type,return-value]
+    assert run(End(Outcome.FAILED, None), encoder=told.encoder())[2] == {
+        "type": "error", "errorText": "503"}
+    assert repr(UIMessageStream(message_id="m")) == "UIMessageStream(message_id='m', choice=0)"
