@@ -19,6 +19,7 @@ pump's bookkeeping instead of a cancel scope around every send.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -26,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from pydantic_core import to_json
 
 from ..errors import RelayError
@@ -180,6 +182,7 @@ class _Exchange:
         response = self.response
         await self._send({"type": "http.response.start", "status": response.status_code,
                           "headers": response.raw_headers})
+        ended = False  # the source ended (not the page, a timeout or the relay)
         async with anyio.create_task_group() as tasks:
             self.scope = tasks.cancel_scope
             tasks.start_soon(self._watch)
@@ -189,8 +192,9 @@ class _Exchange:
                 await self.body(first)
             ended = await self._pump()
             tasks.cancel_scope.cancel()
-        if ended:
-            await self._send({"type": "http.response.body", "body": self.encoder.close()})
+        if ended and self.ended_by is None:
+            with contextlib.suppress(OSError):  # the page left after the last event
+                await self._send({"type": "http.response.body", "body": self.encoder.close()})
 
     async def _pump(self) -> bool:
         """Send every event; whether the source ended (not the page or the relay)."""
@@ -216,6 +220,11 @@ class _Exchange:
         self.sending_since = time.monotonic()
         try:
             await self._send({"type": "http.response.body", "body": data, "more_body": True})
+        except OSError:
+            # The page left before the server told ``receive``: ASGI servers raise an
+            # ``OSError`` for a send on a closed connection. The same end as a disconnect.
+            self._stop("disconnect")
+            await anyio.lowlevel.checkpoint()  # the cancelled scope ends this task here
         finally:
             self.sending_since = None
             self.last_sent = time.monotonic()

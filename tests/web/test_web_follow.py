@@ -126,8 +126,9 @@ async def test_every_untrusted_last_event_id_gets_its_documented_status(
                     whole.last_id: 204,  # the reply ended there
                 }
                 for last_id, status in cases.items():
+                    value = last_id if isinstance(last_id, bytes) else last_id.encode()
                     response = await http.get(f"/replies/{key}",
-                                              headers={"last-event-id": last_id})
+                                              headers={b"last-event-id": value})
                     assert response.status_code == status, (last_id, response.text)
                     if status >= 400:
                         assert response.headers["content-type"] == "application/json"

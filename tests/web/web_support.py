@@ -126,7 +126,7 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             running = uvicorn.Server(config)
             tasks.start_soon(lambda: running.serve(sockets=[sock]))
             with anyio.fail_after(10):
-                while not running.started:
+                while not running.started:  # noqa: ASYNC110 - uvicorn sets a plain flag
                     await anyio.sleep(0.01)
             try:
                 yield f"http://127.0.0.1:{port}"
@@ -136,12 +136,12 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             from hypercorn.asyncio import serve
             from hypercorn.config import Config
 
-            config = Config()
-            config.bind = [f"fd://{sock.detach()}"]
-            config.accesslog = None
-            config.errorlog = None
+            settings = Config()
+            settings.bind = [f"fd://{sock.detach()}"]
+            settings.accesslog = None
+            settings.errorlog = None
             stop = anyio.Event()
-            tasks.start_soon(lambda: serve(app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
             with anyio.fail_after(10):
                 while True:  # started: it accepts a connection
                     try:
@@ -247,3 +247,59 @@ async def visit(
                 if cut is not None and seen >= cut:
                     return 200
     return 200
+
+
+@dataclass
+class Exchange:
+    """One request to an ASGI app in this process, its body read by a page: the status and
+    headers, and the page's events applied as each send arrives; after ``cut`` events the
+    page leaves (``http.disconnect``)."""
+
+    page: Page
+    cut: int | None = None
+    status: int | None = None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    sent: int = 0
+    on_event: Callable[[Page], None] | None = None
+    #: Awaited after each send (a page that takes its time).
+    pause: Callable[[Exchange], Awaitable[None]] | None = None
+
+    async def run(self, app: ASGIApp, path: str = "/") -> int:
+        gone = anyio.Event()
+        decoder = fluxstream.SSEDecoder()
+        requested = False
+        headers = [(b"last-event-id", self.page.last_id.encode())] if self.page.last_id else []
+
+        async def receive() -> dict[str, Any]:
+            nonlocal requested
+            if not requested:
+                requested = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            if gone.is_set():
+                raise OSError("the page is gone")  # as a server's send to a closed socket
+            if message["type"] == "http.response.start":
+                self.status = message["status"]
+                self.headers = list(message.get("headers", []))
+                return
+            if self.status != 200:
+                return
+            for event in decoder.feed(message.get("body", b"")):
+                self.page.apply(event.event, event.data, event.id)
+                self.sent += 1
+                if self.on_event is not None:
+                    self.on_event(self.page)
+                if self.cut is not None and self.sent >= self.cut:
+                    gone.set()
+            if self.pause is not None:
+                await self.pause(self)
+
+        scope = {"type": "http", "method": "GET", "path": path, "headers": headers,
+                 "query_string": b"", "http_version": "1.1"}
+        await app(scope, receive, send)
+        gone.set()
+        assert self.status is not None
+        return self.status
