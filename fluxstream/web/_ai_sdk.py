@@ -71,7 +71,7 @@ Kind = Literal["text", "reasoning", "refusal"]
 
 def masked_error(event: ErrorEvent | End) -> str:
     """The default ``error_text``: that an error occurred, and nothing of what the upstream
-    said (see the module docstring)."""
+    said (why: :mod:`fluxstream.web.ai_sdk`)."""
     return "An error occurred."
 
 
