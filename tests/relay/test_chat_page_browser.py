@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import aclosing, contextmanager
 from typing import Any
 
 import anyio
@@ -204,26 +204,40 @@ class Worker:
 
 
 async def kill_mid_reply(redis_url: str, key: str, worker: Worker, proxy: IdleCuttingProxy,
-                         deltas: int) -> list[Any]:
-    """Follow ``key`` (without taking over) and kill ``worker`` once ``deltas`` text deltas
-    were recorded and the page follows the reply; the events seen to the end."""
+                         deltas: int) -> None:
+    """Follow ``key`` and kill ``worker`` once ``deltas`` text deltas were recorded and the
+    page follows the reply. This follower stops there: a follower that does not take over
+    ends a reply whose producer is gone (``producer lost``), and the test is about the page's
+    follower, which takes over."""
     from fluxstream.relay import RedisReplyLog
 
     log = RedisReplyLog(redis_url)
-    seen: list[Any] = []
     texts = 0
     try:
         with anyio.fail_after(60):
-            async for item in log.follow(key):
-                seen.append(item.event)
-                texts += isinstance(item.event, fluxstream.TextDelta)
-                if texts >= deltas and worker.process.poll() is None:
-                    # The page follows the reply (through the proxy): now the kill.
-                    assert await anyio.to_thread.run_sync(proxy.streaming.wait, 30)
-                    worker.kill()
+            async with aclosing(log.follow(key)) as followed:
+                async for item in followed:
+                    texts += isinstance(item.event, fluxstream.TextDelta)
+                    if texts >= deltas:
+                        # The page follows the reply (through the proxy): now the kill.
+                        assert await anyio.to_thread.run_sync(proxy.streaming.wait, 30)
+                        worker.kill()
+                        return
+        raise AssertionError("the reply ended before the kill")
     finally:
         await log.aclose()
-    return seen
+
+
+async def recorded_end(redis_url: str, key: str) -> Any:
+    """The ``End`` the log holds for ``key`` (the reply has ended: a replay)."""
+    from fluxstream.relay import RedisReplyLog
+
+    log = RedisReplyLog(redis_url)
+    try:
+        with anyio.fail_after(30):
+            return [item.event async for item in log.follow(key)][-1]
+    finally:
+        await log.aclose()
 
 
 def test_a_killed_worker_is_taken_over_and_the_page_shows_the_reply(redis_server: Any) -> None:
@@ -239,13 +253,13 @@ def test_a_killed_worker_is_taken_over_and_the_page_shows_the_reply(redis_server
                                  timeout=30).json()["key"]  # the first worker produces it
                 with ThreadPoolExecutor(1) as pool:
                     page = pool.submit(chromium, f"{base}/#{key}", "--dump-dom")
-                    seen = anyio.run(kill_mid_reply, redis_server.url, key, first, proxy, 20)
+                    anyio.run(kill_mid_reply, redis_server.url, key, first, proxy, 20)
                     title, text = rendered(page.result(120))
+                end = anyio.run(recorded_end, redis_server.url, key)
         finally:
             first.kill()
             second.kill()
         assert first.process.returncode == -signal.SIGKILL
-        end = seen[-1]
         assert isinstance(end, fluxstream.End) and end.outcome is fluxstream.Outcome.DONE
         assert title == "ended: done"
         assert text == expected_text()
