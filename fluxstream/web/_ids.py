@@ -73,8 +73,8 @@ class EventIds:
             parsed = parse_position(position)
         except RelayPositionError:
             return IdProblem.MALFORMED
-        if len(tag) != len(self.tag) or not _is_hex(tag) or not position:
-            return IdProblem.MALFORMED
+        if len(tag) != len(self.tag) or not _is_hex(tag) or parsed.entry == 0:
+            return IdProblem.MALFORMED  # entry 0 is before every event: no event's id
         if tag != self.tag:
             return IdProblem.OTHER_REPLY
         return parsed

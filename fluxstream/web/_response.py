@@ -36,6 +36,7 @@ from ._encoding import SSE, Encoding, EventEncoder
 from ._sources import Followed, Live, Opened, Refusal, Source
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._client import AsyncClient
     from .._stream import ReplyStream
 
 __all__ = ["EventStreamResponse"]
@@ -88,7 +89,7 @@ class EventStreamResponse:
         log: ReplyLog,
         key: str,
         *,
-        takeover: Any = None,
+        takeover: AsyncClient | None = None,
         encoding: Encoding | None = None,
         heartbeat: float = 15.0,
         send_timeout: float = 30.0,
@@ -180,8 +181,12 @@ class _Exchange:
 
     async def run(self) -> None:
         response = self.response
-        await self._send({"type": "http.response.start", "status": response.status_code,
-                          "headers": response.raw_headers})
+        try:
+            await self._send({"type": "http.response.start", "status": response.status_code,
+                              "headers": response.raw_headers})
+        except OSError:  # the page left before the head
+            self.opened.cancel()
+            return
         ended = False  # the source ended (not the page, a timeout or the relay)
         async with anyio.create_task_group() as tasks:
             self.scope = tasks.cancel_scope

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
+from .._events import End, Outcome
 from ..errors import FluxstreamError, RelayKeyError, RelayPositionError, RelayUnavailableError
 from ..relay import START, Position, RelayEvent, ReplyLog
 from ._ids import EventIds, IdProblem, Kind
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .._client import AsyncClient
     from .._stream import ReplyStream
 
 __all__ = ["Followed", "Live", "Opened", "Refusal", "Source"]
@@ -101,11 +103,20 @@ class Live(Source):
 
 
 async def _numbered(stream: ReplyStream) -> AsyncIterator[RelayEvent]:
-    """The stream's events, each at position ``n-0`` (``n`` from 1)."""
+    """The stream's events, each at position ``n-0`` (``n`` from 1). A stream made with
+    ``raise_for_outcome=True`` raises after its ``End``, which the page has then had; one
+    that raised before it gets an ``End`` (``failed``, the error's class as the reason), so
+    the page learns the reply ended rather than reconnecting to a reply that is gone."""
     number = 0
-    async for event in stream:
-        number += 1
-        yield RelayEvent(Position(number, 0), event)
+    ended = False
+    try:
+        async for event in stream:
+            number += 1
+            ended = event.type == "end"
+            yield RelayEvent(Position(number, 0), event)
+    except FluxstreamError as exc:
+        if not ended:
+            yield RelayEvent(Position(number + 1, 0), End(Outcome.FAILED, type(exc).__name__))
 
 
 class Followed(Source):
@@ -113,7 +124,7 @@ class Followed(Source):
     one). The page leaving stops only this follower: the producer goes on, so a reload
     continues where it stopped; :meth:`~fluxstream.relay.ReplyLog.cancel` stops the reply."""
 
-    def __init__(self, log: ReplyLog, key: str, takeover: Any = None) -> None:
+    def __init__(self, log: ReplyLog, key: str, takeover: AsyncClient | None = None) -> None:
         self.log = log
         self.key = key
         self.takeover = takeover

@@ -10,12 +10,22 @@ from collections.abc import AsyncIterator, Iterator
 import anyio
 import httpx
 import pytest
-from web_support import APPS, SERVERS, Backing, Page, make_app, messages, serving, visit
+from web_support import (
+    APPS,
+    SERVERS,
+    Backing,
+    Exchange,
+    Page,
+    make_app,
+    messages,
+    serving,
+    visit,
+)
 
 import fluxstream
 from fluxstream.relay import MemoryReplyLog, Position, ReplyLog, produce
 from fluxstream.server import ServerThread, expected_reply
-from fluxstream.web import EventIds
+from fluxstream.web import EventIds, EventStreamResponse
 
 pytestmark = pytest.mark.anyio
 
@@ -114,6 +124,7 @@ async def test_every_untrusted_last_event_id_gets_its_documented_status(
                     "not an id": 400,
                     "12-0": 400,  # a bare relay position: not an id this endpoint wrote
                     f"{ids.tag}.x-1": 400,
+                    f"{ids.tag}.0-0": 400,  # before every event: no id of an event
                     ids.tag + "." + "9" * 70: 400,
                     ("é" * 10).encode(): 400,  # not ASCII, as raw bytes
                     b"\xff\xfe": 400,
@@ -139,3 +150,31 @@ async def test_every_untrusted_last_event_id_gets_its_documented_status(
                 unknown = await http.get(f"/replies/{uuid.uuid4().hex}")
                 assert unknown.status_code == 404
                 assert unknown.json()["error"] == "unknown_reply"
+
+
+async def test_a_follower_that_stops_reading_is_disconnected_and_resumes_where_it_was(
+    upstream: ServerThread,
+) -> None:
+    """The documented policy for a page that falls behind: its send waits ``send_timeout``,
+    then the response ends (the follower holds one event meanwhile); its reconnect with
+    ``Last-Event-ID`` gets the rest, once."""
+    log = MemoryReplyLog()
+    async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
+        async with anyio.create_task_group() as tasks:
+            key = await start_reply(client, log, tasks, 60, 0.002)
+            page = Page()
+
+            async def stall_after_five(exchange: Exchange) -> None:
+                if exchange.sent == 5:
+                    await anyio.sleep_forever()  # a page (or its network) that stopped reading
+
+            stalled = Exchange(page, pause=stall_after_five)
+            started = anyio.current_time()
+            with anyio.fail_after(10):
+                status = await stalled.run(EventStreamResponse.follow(log, key, send_timeout=0.2))
+            assert status == 200 and stalled.sent == 5
+            assert 0.2 <= anyio.current_time() - started < 5
+            while page.outcome is None:
+                with anyio.fail_after(10):
+                    assert await Exchange(page).run(EventStreamResponse.follow(log, key)) == 200
+    assert page.shown == reply_text(60) and page.twice == 0

@@ -40,6 +40,8 @@ def test_ids_name_their_reply_and_kind() -> None:
     assert EventIds.of("another", Kind.FOLLOWED).read(IDS.id_of(position)) is IdProblem.OTHER_REPLY
     assert EventIds.of("reply-key", Kind.LIVE).read(IDS.id_of(position)) is IdProblem.OTHER_REPLY
     assert IDS.read("12-3") is IdProblem.MALFORMED  # a bare relay position
+    assert IDS.read(IDS.tag + ".0-0") is IdProblem.MALFORMED  # "the start" is no event's id
+    assert IDS.read(IDS.tag + ".") is IdProblem.MALFORMED
     assert IDS.read(IDS.tag + ".12-3" + "0" * 60) is IdProblem.MALFORMED
     assert len(IDS.id_of(Position(10**15 - 1, 10**9 - 1))) <= 64
 
@@ -79,7 +81,7 @@ def test_bad_settings_are_refused() -> None:
     stream = client.chat.stream(model="m", messages=[])
     for bad in ({"heartbeat": 0}, {"send_timeout": -1}, {"heartbeat": float("nan")}):
         with pytest.raises(ValueError, match="positive"):
-            EventStreamResponse(stream, **bad)  # type: ignore[arg-type]
+            EventStreamResponse(stream, **bad)
 
 
 def test_the_module_imports_no_web_framework() -> None:

@@ -10,9 +10,10 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
+import sniffio
 
 import fluxstream
 from fluxstream.relay import ReplyLog
@@ -36,10 +37,13 @@ class Backing:
     client: fluxstream.AsyncClient
     log: ReplyLog | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: More arguments of each live stream (``raise_for_outcome``, ``resume`` ...).
+    stream_options: dict[str, Any] = field(default_factory=dict)
 
     def live(self, max_tokens: int, headers: dict[str, str] | None = None) -> EventStreamResponse:
         stream = self.client.chat.stream(
             model="m", messages=messages(), max_tokens=max_tokens, extra_headers=headers or {},
+            **self.stream_options,
         )
         return EventStreamResponse(stream, **self.options)
 
@@ -133,15 +137,19 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
             finally:
                 running.should_exit = True
         else:
-            from hypercorn.asyncio import serve
+            import hypercorn.asyncio
+            import hypercorn.trio
             from hypercorn.config import Config
+
+            trio = sniffio.current_async_library() == "trio"
+            serve: Any = hypercorn.trio.serve if trio else hypercorn.asyncio.serve
 
             settings = Config()
             settings.bind = [f"fd://{sock.detach()}"]
             settings.accesslog = None
             settings.errorlog = None
             stop = anyio.Event()
-            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+            tasks.start_soon(lambda: serve(app, settings, shutdown_trigger=stop.wait))
             with anyio.fail_after(10):
                 while True:  # started: it accepts a connection
                     try:
@@ -155,6 +163,18 @@ async def serving(server: str, app: ASGIApp) -> AsyncIterator[str]:
                 yield f"http://127.0.0.1:{port}"
             finally:
                 stop.set()
+
+
+@asynccontextmanager
+async def live_app(
+    upstream_url: str, server: str, app_kind: str = "asgi", *, transport: str = "auto",
+    options: dict[str, Any] | None = None, stream_options: dict[str, Any] | None = None,
+) -> AsyncIterator[str]:
+    """An app streaming live replies of ``upstream_url`` under ``server``: its base URL."""
+    async with fluxstream.AsyncClient(upstream_url, api_key="k", transport=transport) as client:
+        backing = Backing(client, options=options or {}, stream_options=stream_options or {})
+        async with serving(server, make_app(app_kind, backing)) as base:
+            yield base
 
 
 @dataclass
@@ -186,15 +206,31 @@ class Page:
         return "".join(self.text)
 
 
+def page_of(body: bytes) -> Page:
+    """The page after the events of one whole SSE body."""
+    page = Page()
+    for name, data, event_id in read_events(body):
+        page.apply(name, data, event_id)
+    return page
+
+
 def read_events(body: bytes) -> list[tuple[str, str, str | None]]:
     """``(event, data, id)`` of each event in an SSE body."""
     decoder = fluxstream.SSEDecoder()
     return [(e.event, e.data, e.id) for e in decoder.feed(body)]
 
 
-async def http_get(
-    base: str, path: str, headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
+class Answer(NamedTuple):
+    """A whole HTTP answer read off the wire."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    #: The body's end was sent (a chunked body's last chunk), not an aborted connection.
+    complete: bool
+
+
+async def http_get(base: str, path: str, headers: dict[str, str] | None = None) -> Answer:
     """One whole GET over a raw connection (HTTP/1.1, ``Connection: close``)."""
     host, _, port = base.removeprefix("http://").partition(":")
     lines = [f"GET {path} HTTP/1.1", f"Host: {host}", "Connection: close"]
@@ -211,20 +247,24 @@ async def http_get(
     head, _, rest = bytes(raw).partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     found = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
-    body = dechunk(rest) if found.get("transfer-encoding") == "chunked" else rest
-    return int(status_line.split()[1]), found, body
+    if found.get("transfer-encoding") == "chunked":
+        body, complete = dechunk(rest)
+    else:
+        body, complete = rest, len(rest) == int(found.get("content-length", -1))
+    return Answer(int(status_line.split()[1]), found, body, complete)
 
 
-def dechunk(data: bytes) -> bytes:
+def dechunk(data: bytes) -> tuple[bytes, bool]:
+    """A chunked body's bytes, and whether its last chunk came."""
     out = bytearray()
     while data:
         size_line, _, data = data.partition(b"\r\n")
         size = int(size_line.split(b";")[0] or b"0", 16)
         if size == 0:
-            break
+            return bytes(out), True
         out += data[:size]
         data = data[size + 2:]
-    return bytes(out)
+    return bytes(out), False
 
 
 async def visit(
