@@ -261,3 +261,21 @@ async def test_the_recipes_endpoints_work_as_written(
     assert left["finishReason"] == "stop"
     assert (ended["resumed"], ended["failed"]) == (False, None)  # it ended: a 204
     assert (unknown["resumed"], unknown["failed"]) == (False, None)
+
+
+async def test_the_recipes_chunk_printer_prints_a_whole_reply(
+    upstream: ServerThread, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page's second block, as written: it prints the protocol's bytes of a reply."""
+    _, printer, _ = recipe_blocks()
+    code = compile(printer.replace("http://127.0.0.1:8787/v1", upstream.base_url),
+                   "docs/recipes/ai-sdk.md", "exec")
+    await anyio.to_thread.run_sync(exec, code, {"__name__": "__main__"})  # its own event loop
+    out = capsys.readouterr().out
+    assert out.endswith("data: [DONE]\n\n")
+    chunks = [json.loads(event.data) for event in fluxstream.SSEDecoder().feed(out.encode())
+              if event.data != "[DONE]"]
+    assert [c["type"] for c in chunks[:3]] == ["start", "start-step", "text-start"]
+    assert chunks[-1]["type"] == "finish" and chunks[-1]["finishReason"] == "length"
+    text = "".join(c["delta"] for c in chunks if c["type"] == "text-delta")
+    assert text == expected_reply(upstream.records.requests[-1].json).text
