@@ -40,6 +40,7 @@ MODULES = [
     ("fluxstream.relay", "one reply followed from any worker, process or browser"),
     ("fluxstream.server", "the embedded OpenAI-compatible server, for demos and tests"),
     ("fluxstream.web", "a reply streamed to a browser: an ASGI response (SSE), resumable"),
+    ("fluxstream.web.ai_sdk", "the AI SDK's UI message stream (useChat): a second encoding"),
 ]
 #: Members every class of one of these kinds has, documented by pydantic, the dataclass
 #: machinery or Python itself rather than here.

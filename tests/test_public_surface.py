@@ -85,6 +85,10 @@ EXPECTED: dict[str, list[str]] = {
         "script_for", "serve", "strip_prefix",
     ],
     "fluxstream.web": ["SSE", "Encoding", "EventEncoder", "EventIds", "EventStreamResponse"],
+    "fluxstream.web.ai_sdk": [
+        "DONE", "FINISH_REASONS", "UI_MESSAGE_STREAM_HEADERS", "UIMessageStream",
+        "UIMessageStreamEncoder", "chat_messages", "masked_error",
+    ],
     "fluxstream.structured": [
         "TRUNCATING_STOPS", "ObjectBuilder", "StructuredResult", "StructuredTracker",
         "anthropic_tool", "json_schema", "parse_reply", "parse_structured", "parse_tool_call",

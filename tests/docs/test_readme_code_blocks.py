@@ -52,8 +52,10 @@ SERVE_URL = "http://127.0.0.1:8787/v1"
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", flags=re.S | re.M)
 HEADING = re.compile(r"^#+ (.+)$", flags=re.M)
-#: Kinds of block a page may show besides ```python, none of them run (json is parsed).
-SHOWN_KINDS = {"sh", "text", "json", ""}
+#: Kinds of block a page may show besides ```python, none of them run here (json is parsed;
+#: a page's JavaScript runs where it matters in the browser and Node tests of tests/web and
+#: tests/relay).
+SHOWN_KINDS = {"sh", "text", "json", "", "js", "tsx", "html"}
 
 
 @dataclass(frozen=True)

@@ -11,80 +11,27 @@ A screenshot of the page after the reply is kept in ``$FLUXSTREAM_ARTIFACTS`` (d
 
 from __future__ import annotations
 
-import html
-import importlib.util
 import os
-import re
-import shutil
-import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from relay_support import free_port
+from browser_support import chromium, load_example, needs_chromium, rendered, serve_app
 
 from fluxstream.relay import MemoryReplyLog
 from fluxstream.server import ServerThread, expected_reply
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-ROOT = Path(__file__).resolve().parents[2]
 PROMPT = "browser"
-
-if CHROMIUM is None and os.environ.get("FLUXSTREAM_REQUIRE_BROWSER") == "1":
-    # CI installs Debian's chromium (.ci/run): there a missing browser is a failure, not a skip.
-    raise RuntimeError("FLUXSTREAM_REQUIRE_BROWSER=1 but chromium is not installed")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
-
-
-def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("relay_app", ROOT / "examples" / "relay_app.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+pytestmark = needs_chromium
 
 
 @pytest.fixture
 def app_server() -> Iterator[tuple[str, ServerThread]]:
-    uvicorn = pytest.importorskip("uvicorn")
-    example = load_example()
+    example = load_example("relay_app")
     with ServerThread(profile="openai", faults="drip=0.003") as upstream:
-        port = free_port()
         app = example.make_app(MemoryReplyLog(), upstream.base_url)
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                               log_level="warning"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert server.started
-        try:
+        with serve_app(app) as port:
             yield f"http://127.0.0.1:{port}/", upstream
-        finally:
-            server.should_exit = True
-            thread.join(10)
-
-
-def chromium(url: str, *options: str) -> str:
-    assert CHROMIUM is not None
-    result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--virtual-time-budget=20000", *options, url],
-        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
-    )
-    return result.stdout
-
-
-def rendered(dom: str) -> tuple[str, str]:
-    """(title, the text of #out) of a dumped DOM."""
-    title = re.search(r"<title>(.*?)</title>", dom, re.S)
-    out = re.search(r'<div id="out">(.*?)</div>', dom, re.S)
-    assert title and out, dom[:500]
-    return html.unescape(title.group(1)), html.unescape(out.group(1))
 
 
 def expected_text() -> str:
