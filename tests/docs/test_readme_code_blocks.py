@@ -100,6 +100,7 @@ PRINTS = {
     "README.md::Structured output": ["steps so far", "steps=[Step("],
     "README.md::Failover": ["handoff to", "done True", " done\n"],
     "README.md::Trace it": ["chat m done"],
+    "README.md::Stream it to a browser": ["'event: text'", '"offset":0'],
     "docs/index.md::A first stream": ["Hello", "done stop"],
     "docs/events.md::Events": ["Hello", "[choice 0 finished: stop]", "[end: done]"],
     "docs/outcomes.md::Raising on a bad end": ["Hello", "stop", "total_tokens"],
