@@ -202,7 +202,7 @@ def answer_messages(call: Call) -> Answer:
     if prefill is not None and prefill != prefill.rstrip():
         # Anthropic's own rule (and a trap for clients that resume by prefill).
         return Refusal(400, "messages: final assistant content cannot end with trailing whitespace")
-    script = build_script(canonical, names, token_cap=True)
+    script = build_script(canonical, names, token_cap=True, scripted=call.scripted)
     extra = continuation_headers(prefill, script)
     if not call.streamed():
         return Payload.json(message_object(script, names), extra)

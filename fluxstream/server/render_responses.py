@@ -270,7 +270,8 @@ def answer_responses(call: Call) -> Answer:
         message = "The request body must be a JSON object with an 'input' string or array."
         return Refusal(400, message)
     names = call.names
-    script = responses_script(body, names)
+    script = build_script(from_responses(body), names, token_cap=True,
+                          scripted=call.scripted)
     background = body.get("background") is True
     events = responses_events(script, names, background=background)
     final = response_object(script, names, background=background)
