@@ -24,20 +24,11 @@ from hypothesis import HealthCheck, is_hypothesis_test, settings
 
 from fluxstream.server import Server, ServerThread, serve
 
+from kit_plugin import PLUGIN, autoloaded
 
-def _kit_plugin_autoloaded() -> bool:
-    """Whether pytest loads the testing kit's plugin by itself (fluxstream is installed with
-    its ``pytest11`` entry point and plugins autoload); a checkout whose installed metadata
-    predates the entry point loads it here, once (twice would be refused by pytest)."""
-    from importlib.metadata import entry_points
-
-    if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
-        return False
-    return any(ep.value == "fluxstream.testing._plugin" for ep in entry_points(group="pytest11"))
-
-
-# The kit's fixtures are named fluxstream_*, so they never shadow the fixtures below.
-pytest_plugins = ["pytester"] + ([] if _kit_plugin_autoloaded() else ["fluxstream.testing._plugin"])
+# The testing kit's plugin, unless pytest loads it by its entry point already; its fixtures
+# are named fluxstream_*, so they never shadow the suite's own below.
+pytest_plugins = ["pytester"] + ([] if autoloaded() else [PLUGIN])
 
 # ----------------------------------------------------------------------- Hypothesis profiles
 # The README's test command must pass or fail the same way on every run and every machine: a
