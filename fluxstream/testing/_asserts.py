@@ -24,6 +24,31 @@ def _joined(shown: str | Iterable[str]) -> str:
     return shown if isinstance(shown, str) else "".join(shown)
 
 
+def _common(a: str, b: str) -> int:
+    """The length of the common start of ``a`` and ``b``."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def _repeat(text: str, expected: str, at: int) -> tuple[int, int] | None:
+    """Where ``text`` starts over an earlier part of ``expected`` after agreeing with it up to
+    ``at``: ``(offset in text, offset of the part shown again)``, or ``None``."""
+    rest = text[at:]
+    if not rest:
+        return None
+    best, length = -1, 0
+    for earlier in range(at):
+        common = _common(rest, expected[earlier:at + len(rest)])
+        if common >= length and common > 0:
+            best, length = earlier, common
+    if best < 0 or length < min(len(rest), 2):
+        return None
+    start = at
+    while start > 0 and best > 0 and text[start - 1] == expected[best - 1]:
+        start, best = start - 1, best - 1
+    return start, best
+
+
 def assert_no_text_twice(shown: str | Iterable[str], expected: str, *,
                          complete: bool = True) -> None:
     """What the app showed (its text, or the deltas it printed) is ``expected`` with no
@@ -35,14 +60,14 @@ def assert_no_text_twice(shown: str | Iterable[str], expected: str, *,
     at = next((i for i, (a, b) in enumerate(zip(text, expected, strict=False)) if a != b),
               min(len(text), len(expected)))
     around = text[max(0, at - _CONTEXT): at + _CONTEXT]
-    if len(text) > len(expected) and expected.startswith(text[:at]) and at < len(text):
-        repeated = text[at:]
-        earlier = expected.rfind(repeated[: max(1, min(len(repeated), 8))], 0, at)
-        if earlier >= 0:
-            raise AssertionError(
-                f"text shown twice: at offset {at} the reply repeats what it showed from "
-                f"offset {earlier} ({around!r})"
-            )
+    repeat = _repeat(text, expected, at)
+    if repeat is not None:
+        start, earlier = repeat
+        shown_again = text[start: start + _CONTEXT]
+        raise AssertionError(
+            f"text shown twice: at offset {start} the reply repeats what it showed from "
+            f"offset {earlier} ({shown_again!r})"
+        )
     if len(text) < len(expected) and complete and expected.startswith(text):
         raise AssertionError(f"text lost: the reply shows {len(text)} of {len(expected)} "
                              f"characters, it stops after {around!r}")

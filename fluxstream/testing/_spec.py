@@ -65,7 +65,7 @@ def _tool_calls(field: str, value: Any) -> tuple[ScriptedToolCall, ...]:
             raise ScriptError(f"reply field {where!r} must be a dict with 'name' and 'arguments'")
         unknown = set(call) - {"name", "arguments"}
         if unknown:
-            raise ScriptError(f"reply field {where}.{sorted(unknown)[0]!r} is unknown "
+            raise ScriptError(f"reply field '{where}.{sorted(unknown)[0]}' is unknown "
                               "(known: name, arguments)")
         name, arguments = call.get("name"), call.get("arguments", {})
         if not isinstance(name, str) or not name:
