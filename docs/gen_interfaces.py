@@ -39,6 +39,7 @@ MODULES = [
     ("fluxstream.structured", "typed partial objects and structured output"),
     ("fluxstream.relay", "one reply followed from any worker, process or browser"),
     ("fluxstream.server", "the embedded OpenAI-compatible server, for demos and tests"),
+    ("fluxstream.testing", "the testing kit: a pytest plugin, cassettes, one-line assertions"),
 ]
 #: Members every class of one of these kinds has, documented by pydantic, the dataclass
 #: machinery or Python itself rather than here.

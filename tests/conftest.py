@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, is_hypothesis_test, settings
+from kit_plugin import PLUGIN, autoloaded
 
 from fluxstream.server import Server, ServerThread, serve
-
-from kit_plugin import PLUGIN, autoloaded
 
 # The testing kit's plugin, unless pytest loads it by its entry point already; its fixtures
 # are named fluxstream_*, so they never shadow the suite's own below.

@@ -8,7 +8,7 @@ import os
 from importlib.metadata import entry_points
 
 #: The plugin module the ``pytest11`` entry point names.
-PLUGIN = "fluxstream.testing._plugin"
+PLUGIN = "_fluxstream_pytest_plugin"
 
 
 def autoloaded() -> bool:

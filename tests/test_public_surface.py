@@ -84,6 +84,11 @@ EXPECTED: dict[str, list[str]] = {
         "from_responses", "parse_fault_spec", "parse_profiles", "run", "run_forever",
         "script_for", "serve", "strip_prefix",
     ],
+    "fluxstream.testing": [
+        "CASSETTE_FORMAT", "FAULT_KINDS", "REPLY_FIELDS", "Cassette", "CassetteError",
+        "ScriptError", "Upstream", "assert_no_secret_logged", "assert_no_text_twice",
+        "assert_upstream_closed", "load_cassette",
+    ],
     "fluxstream.structured": [
         "TRUNCATING_STOPS", "ObjectBuilder", "StructuredResult", "StructuredTracker",
         "anthropic_tool", "json_schema", "parse_reply", "parse_structured", "parse_tool_call",
@@ -160,6 +165,7 @@ def test_the_checks_tell_an_annotation_helper_from_a_public_name() -> None:
 #: import path. Everything else under ``fluxstream/`` has a private name.
 PUBLIC_MODULES = frozenset({
     "errors", "sse", "apis", "formats", "structured", "relay", "server", "otel", "cli",
+    "testing",
 })
 
 

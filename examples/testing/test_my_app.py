@@ -34,7 +34,7 @@ def test_the_app_survives_a_drop_mid_reply(fluxstream_upstream: Upstream,
     shown: list[str] = []
     assert ask(client, "capital of France?", shown.append) == ANSWER
     assert_no_text_twice(shown, ANSWER)
-    assert [r.ending for r in fluxstream_upstream.responses] == ["dropped", "complete"]
+    assert [r.ending for r in fluxstream_upstream.wait_responses(2)] == ["dropped", "complete"]
 
 
 @pytest.mark.fluxstream(reply={"text": ANSWER}, faults=[

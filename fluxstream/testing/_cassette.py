@@ -48,6 +48,7 @@ __all__ = [
     "redact_path",
 ]
 
+#: The ``format`` a cassette file names; another (a newer fluxstream's) is refused.
 CASSETTE_FORMAT = "fluxstream-cassette/1"
 REDACTED = "<redacted>"
 #: Shorter values are not searched for in a whole file (they would match ordinary text).

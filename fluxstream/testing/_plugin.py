@@ -1,4 +1,5 @@
-"""The pytest plugin (entry point ``pytest11: fluxstream``): fixtures, a marker, an option.
+"""The kit's fixtures, as the plugin pytest loads (``_fluxstream_pytest_plugin``, outside
+the package so that loading it costs nothing) runs them on first use:
 
 * ``fluxstream_upstream``: an :class:`~fluxstream.testing.Upstream` for this test alone,
   started on 127.0.0.1 at a port the OS picks (no collision between xdist workers) and
@@ -25,35 +26,10 @@ from ._cassette import CassetteError, CassetteRecorder, CassetteReplay, load_cas
 from ._spec import ScriptError, faults_from, reply_from
 from ._upstream import Upstream, configure
 
-__all__ = [
-    "fluxstream_cassette",
-    "fluxstream_upstream",
-    "pytest_addoption",
-    "pytest_configure",
-]
+__all__ = ["cassettes_for", "upstream_for"]
 
 MARKER = "fluxstream"
 _MARKER_FIELDS = ("reply", "faults", "profile", "api_key")
-RECORD_MODES = ("none", "missing", "all")
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("fluxstream", "fluxstream testing kit")
-    group.addoption(
-        "--fluxstream-record", choices=RECORD_MODES, default="none",
-        help="record cassettes from their real upstream: 'missing' ones, or 'all' again "
-             "(default 'none': replay only)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        f"{MARKER}(reply=None, faults=None, profile='openai', api_key=None): script the "
-        "fluxstream_upstream of this test (its reply, a schedule of faults, its quirks)",
-    )
-
-
 def _upstream_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The marker's fields, checked: a bad one fails the set-up with its name."""
     marker = request.node.get_closest_marker(MARKER)
@@ -75,9 +51,8 @@ def _upstream_options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return options
 
 
-@pytest.fixture
-def fluxstream_upstream(request: pytest.FixtureRequest) -> Iterator[Upstream]:
-    """The embedded server for this test, on 127.0.0.1: script it, point clients at it."""
+def upstream_for(request: pytest.FixtureRequest) -> Iterator[Upstream]:
+    """The ``fluxstream_upstream`` fixture: this test's upstream, set up by its marker."""
     options = _upstream_options(request)
     upstream = Upstream(profile=options.get("profile", "openai"),
                         api_key=options.get("api_key"))
@@ -86,10 +61,9 @@ def fluxstream_upstream(request: pytest.FixtureRequest) -> Iterator[Upstream]:
         yield upstream
 
 
-@pytest.fixture
-def fluxstream_cassette(request: pytest.FixtureRequest) -> Iterator[Callable[..., Upstream]]:
-    """``fluxstream_cassette(name, record_from=None, pace=False)`` -> an upstream that
-    replays the cassette ``name`` (recording it with ``--fluxstream-record``)."""
+def cassettes_for(request: pytest.FixtureRequest) -> Iterator[Callable[..., Upstream]]:
+    """The ``fluxstream_cassette`` fixture: upstreams replaying (or recording) cassettes,
+    checked at teardown (a request that did not match fails the test)."""
     mode = request.config.getoption("--fluxstream-record", "none")
     made: list[tuple[Upstream, CassetteReplay | CassetteRecorder]] = []
 

@@ -172,7 +172,8 @@ def _count(value: Any) -> bool:
 
 
 _SECONDS = "a number of seconds"
-#: Every fault kind, its fields and the server fault key each one sets (:mod:`..server.faults`).
+#: Every fault kind, its fields and the server fault key each one sets
+#: (:mod:`fluxstream.server.faults`).
 FAULT_KINDS: dict[str, dict[str, _Field]] = {
     "drop": {
         "after_events": _Field("drop-after-events", _count, "an int"),

@@ -4,13 +4,15 @@ It is the embedded server itself (:class:`~fluxstream.server.ServerThread`: the 
 providers' quirks, the faults, the records) with a :class:`~fluxstream.server.plan.RequestPlan`
 the test fills: replies and faults are schedules the requests take from in order, so "the
 first request gets a 429, the second drops after three events, the third is served" is
-written the way it is said. The server runs on its own event loop in a thread, so one fixture serves sync
-tests, asyncio and trio tests alike, and every client (an SDK's own thread pool included).
+written the way it is said. The server runs on its own event loop in a thread, so one
+fixture serves sync tests, asyncio and trio tests alike, and every client (an SDK's own
+thread pool included).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import parse_qsl
@@ -18,7 +20,13 @@ from urllib.parse import parse_qsl
 from ..server import ServerThread
 from ..server.answers import Answer
 from ..server.plan import NOTHING_PLANNED, Planned
-from ..server.records import DisconnectRecord, DisconnectWaits, RequestRecord, ResponseRecord
+from ..server.records import (
+    POLL_INTERVAL,
+    DisconnectRecord,
+    DisconnectWaits,
+    RequestRecord,
+    ResponseRecord,
+)
 from ..server.responder import SECRET_HEADERS
 from ..server.scripted import ScriptedReply
 from ._spec import ScheduledFault, ScriptError, fault_from, reply_from
@@ -150,6 +158,7 @@ class Upstream(DisconnectWaits):
 
     @property
     def port(self) -> int:
+        """The port the OS gave (a free one, so parallel tests and xdist workers never meet)."""
         return self._thread.port
 
     @property
@@ -251,8 +260,21 @@ class Upstream(DisconnectWaits):
 
     @property
     def responses(self) -> list[ResponseRecord]:
-        """How each answer ended (``complete``, ``dropped``, ``client-disconnect``...)."""
+        """How each answer ended (``complete``, ``dropped``, ``client-disconnect``...), so
+        far (:meth:`wait_responses` waits for the last one)."""
         return list(self._thread.records.responses)
+
+    def wait_responses(self, count: int, timeout: float = 2.0) -> list[ResponseRecord]:
+        """:attr:`responses` once ``count`` answers have ended: the server records how an
+        answer ended just after its last byte, which the client may have read already.
+        ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while len(self._thread.records.responses) < count:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{len(self.responses)} answers ended within {timeout} s, "
+                                   f"not {count}")
+            time.sleep(POLL_INTERVAL)
+        return self.responses
 
     @property
     def disconnects(self) -> list[DisconnectRecord]:

@@ -141,7 +141,8 @@ def test_a_recorded_drop_is_replayed_as_a_drop(tmp_path: Path) -> None:
     record = {"format": "fluxstream-capture/1",
               "request": {"path": "chat/completions", "body": CHAT},
               "status": 200, "content_type": "text/event-stream", "headers": {},
-              "reads": [{"t": 0.0, "b64": base64.b64encode(b"data: {\"choices\":[]}\n\n").decode()}],
+              "reads": [{"t": 0.0,
+                         "b64": base64.b64encode(b'data: {"choices":[]}\n\n').decode()}],
               "error": {"type": "RemoteProtocolError", "message": "peer closed connection"}}
     path = tmp_path / "dropped.json"
     path.write_text(json.dumps(record), encoding="utf-8")
@@ -149,7 +150,7 @@ def test_a_recorded_drop_is_replayed_as_a_drop(tmp_path: Path) -> None:
         kit.serve_from(CassetteReplay(load_cassette(path)))
         with pytest.raises(httpx.RemoteProtocolError):
             httpx.post(kit.base_url + "/chat/completions", json=CHAT)
-        assert [r.ending for r in kit.responses] == ["dropped"]
+        assert [r.ending for r in kit.wait_responses(1)] == ["dropped"]
 
 
 @pytest.mark.parametrize(("content", "reason"), [
@@ -178,5 +179,5 @@ def test_a_newer_or_corrupted_cassette_is_refused_with_its_path_and_reason(
 
 
 def test_a_missing_cassette_is_refused_with_its_path(tmp_path: Path) -> None:
-    with pytest.raises(CassetteError, match="missing.json: cannot be read"):
+    with pytest.raises(CassetteError, match=r"missing\.json: cannot be read"):
         load_cassette(tmp_path / "missing.json")

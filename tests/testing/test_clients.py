@@ -149,4 +149,4 @@ async def test_fluxstream_resumes_through_a_drop_on_either_loop(
             async for delta in stream.text():
                 shown.append(delta)
     assert "".join(shown) == ANSWER
-    assert [r.ending for r in fluxstream_upstream.responses][0] == "dropped"
+    assert fluxstream_upstream.wait_responses(2)[0].ending == "dropped"

@@ -8,7 +8,6 @@ import re
 import socket
 import time
 
-import anyio
 import httpx
 import pytest
 
@@ -48,7 +47,8 @@ def test_a_scripted_reply_is_what_the_stream_says(fluxstream_upstream: Upstream)
                         for e in events for c in e.get("choices", []))  # type: ignore[union-attr]
     assert reasoning == "Easy one."
     usage = events[-1]["usage"]  # type: ignore[index]
-    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (11, 7, 18)
+    counts = (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"])
+    assert counts == (11, 7, 18)
 
 
 def test_several_choices_each_say_their_own_text(fluxstream_upstream: Upstream) -> None:
@@ -113,7 +113,7 @@ def test_faults_are_a_schedule_taken_request_by_request(fluxstream_upstream: Ups
             client.post(up.base_url + "/chat/completions", json=chat_body()).read()
         third = client.post(up.base_url + "/chat/completions", json=chat_body())
     assert chat_text(sse_data(third.text)) == "one two three four five six"
-    assert [r.ending for r in up.responses] == ["complete", "dropped", "complete"]
+    assert [r.ending for r in up.wait_responses(3)] == ["complete", "dropped", "complete"]
 
 
 def test_a_529_on_the_messages_path_is_anthropics_overloaded_error(
@@ -226,7 +226,6 @@ async def test_the_same_fixture_serves_an_async_test(fluxstream_upstream: Upstre
         response = await client.post(fluxstream_upstream.base_url + "/chat/completions",
                                      json=chat_body())
     assert chat_text(sse_data(response.text)) == "async hello"
-    await anyio.sleep(0)
 
 
 def _first_other_address() -> str | None:
