@@ -20,13 +20,7 @@ from urllib.parse import parse_qsl
 from ..server import ServerThread
 from ..server.answers import Answer
 from ..server.plan import NOTHING_PLANNED, Planned
-from ..server.records import (
-    POLL_INTERVAL,
-    DisconnectRecord,
-    DisconnectWaits,
-    RequestRecord,
-    ResponseRecord,
-)
+from ..server.records import POLL_INTERVAL, DisconnectRecord, RequestRecord, ResponseRecord
 from ..server.responder import SECRET_HEADERS
 from ..server.scripted import ScriptedReply
 from ._spec import ScheduledFault, ScriptError, fault_from, reply_from
@@ -112,7 +106,7 @@ class _Plan:
         )
 
 
-class Upstream(DisconnectWaits):
+class Upstream(ServerThread):
     """A running upstream for one test: where it listens, what it answers, what it saw.
 
     ::
@@ -125,56 +119,35 @@ class Upstream(DisconnectWaits):
     after those given before it; one given ``times=None`` stands for every request no counted
     one takes (a later one replaces it). A fault's ``times`` defaults to 1, a reply's to
     ``None``, so a retry after a drop gets the same words. A client's model listing takes
-    neither.
+    neither. It is a :class:`~fluxstream.server.ServerThread` (``port``, ``url``,
+    ``records``, ``wait_disconnect``...) that listens on ``127.0.0.1`` only, at a port the
+    OS picks (parallel tests and xdist workers never meet).
     """
 
     def __init__(self, *, profile: str | None = "openai", api_key: str | None = None) -> None:
         self._plan = _Plan()
-        self._thread = ServerThread(LOOPBACK, 0, profile, api_key, plan=self._plan)
+        super().__init__(LOOPBACK, 0, profile, api_key, plan=self._plan)
 
-    # -- running ------------------------------------------------------------------------------
-
-    def start(self) -> Upstream:
-        """Listen on ``127.0.0.1`` at a free port (the OS picks: no collisions under xdist)."""
-        self._thread.start()
+    def start(self, timeout: float = 10.0) -> Upstream:
+        """Start listening (re-raises a start-up error)."""
+        super().start(timeout)
         return self
-
-    def stop(self) -> None:
-        """Close every connection and stop listening."""
-        self._thread.stop()
 
     def __enter__(self) -> Upstream:
         return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     # -- where it listens ---------------------------------------------------------------------
 
     @property
     def host(self) -> str:
         """Always ``127.0.0.1``: the kit's server is never reachable beyond this machine."""
-        return self._thread.server.host
-
-    @property
-    def port(self) -> int:
-        """The port the OS gave (a free one, so parallel tests and xdist workers never meet)."""
-        return self._thread.port
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no path): the Anthropic SDK's and google-genai's base URL."""
-        return self._thread.url
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``: openai-python's, LiteLLM's and fluxstream's base URL."""
-        return self._thread.base_url
+        return self.server.host
 
     @property
     def base_urls(self) -> dict[str, str]:
         """The base URL each API's clients take, by the API's name (``chat_completions``,
-        ``responses``, ``anthropic_messages``, ``gemini``)."""
+        ``responses``, ``anthropic_messages``, ``gemini``): ``url`` for the Anthropic SDK and
+        google-genai, ``base_url`` (``/v1``) for openai-python, LiteLLM and fluxstream."""
         return {"chat_completions": self.base_url, "responses": self.base_url,
                 "anthropic_messages": self.url, "gemini": self.url}
 
@@ -248,7 +221,7 @@ class Upstream(DisconnectWaits):
     def requests(self) -> list[RequestRecord]:
         """Every request received, in order: method, path, headers (secrets as
         ``<redacted>``), the JSON ``json`` body, its time."""
-        return list(self._thread.records.requests)
+        return list(self.records.requests)
 
     @property
     def request(self) -> RequestRecord:
@@ -262,14 +235,14 @@ class Upstream(DisconnectWaits):
     def responses(self) -> list[ResponseRecord]:
         """How each answer ended (``complete``, ``dropped``, ``client-disconnect``...), so
         far (:meth:`wait_responses` waits for the last one)."""
-        return list(self._thread.records.responses)
+        return list(self.records.responses)
 
     def wait_responses(self, count: int, timeout: float = 2.0) -> list[ResponseRecord]:
         """:attr:`responses` once ``count`` answers have ended: the server records how an
         answer ended just after its last byte, which the client may have read already.
         ``TimeoutError`` after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
-        while len(self._thread.records.responses) < count:
+        while len(self.records.responses) < count:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"{len(self.responses)} answers ended within {timeout} s, "
                                    f"not {count}")
@@ -279,7 +252,7 @@ class Upstream(DisconnectWaits):
     @property
     def disconnects(self) -> list[DisconnectRecord]:
         """Each time a client went away, with when, and how much it had been sent."""
-        return list(self._thread.records.disconnects)
+        return list(self.records.disconnects)
 
     @property
     def secrets(self) -> frozenset[str]:
@@ -288,10 +261,6 @@ class Upstream(DisconnectWaits):
         with self._plan.lock:
             return frozenset(self._plan.secrets)
 
-    def find_disconnect(
-        self, *, request: int | None = None, completed: bool | None = None
-    ) -> DisconnectRecord | None:
-        return self._thread.find_disconnect(request=request, completed=completed)
 
 
 def configure(upstream: Upstream, reply: Mapping[str, Any] | None,
