@@ -12,7 +12,7 @@ Three measures (benchmarks/README.md, "Testing kit"):
    the mocks through their transports).
 3. **Import cost when loaded but unused**: what loading the plugin adds to a pytest start (the
    entry module's import time after pytest's, median of 15 processes), the wall time of a
-   suite of 200 trivial tests with and without the plugin (median of 5 runs), and, for
+   suite of 200 trivial tests with and without the plugin (median of 9 alternating runs), and, for
    reference, what the first test that asks for a fixture pays (``import fluxstream.testing``).
 
 pytest-httpx pins the httpx it supports, which is not the shared environment's: it runs in a
@@ -169,22 +169,24 @@ def import_cost(python: str) -> dict[str, float]:
     return {key: statistics.median(values) for key, values in results.items()}
 
 
-def unused_suite(python: str, with_plugin: bool, tests: int) -> float:
-    """Wall time (s, median of 5) of ``tests`` trivial tests, the plugin loaded or not."""
+def unused_suites(python: str, tests: int, runs: int = 9) -> tuple[float, float]:
+    """Wall time (s, median of ``runs``) of ``tests`` trivial tests without the plugin and
+    with it loaded, the two runs alternating so that the machine's load falls on both."""
     code = f"import pytest\n@pytest.mark.parametrize('n', range({tests}))\ndef test_x(n):\n    pass\n"
-    walls = []
+    walls: dict[bool, list[float]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "test_plain.py").write_text(code)
         env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTHONPATH": str(ROOT)}
-        args = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        if with_plugin:
-            args += ["-p", "_fluxstream_pytest_plugin"]
-        for _ in range(5):
-            start = time.perf_counter()
-            subprocess.run([*args, "test_plain.py"], cwd=tmp, env=env, capture_output=True,
-                           check=True)
-            walls.append(time.perf_counter() - start)
-    return statistics.median(walls)
+        for _ in range(runs):
+            for loaded in (False, True):
+                args = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+                if loaded:
+                    args += ["-p", "_fluxstream_pytest_plugin"]
+                start = time.perf_counter()
+                subprocess.run([*args, "test_plain.py"], cwd=tmp, env=env, capture_output=True,
+                               check=True)
+                walls[loaded].append(time.perf_counter() - start)
+    return statistics.median(walls[False]), statistics.median(walls[True])
 
 
 def main() -> None:
@@ -209,10 +211,10 @@ def main() -> None:
     print(f"\nplugin loaded, unused: its import after pytest's {costs['plugin']:.1f} ms "
           f"(median of 15); the kit's first use imports fluxstream.testing: "
           f"{costs['kit']:.0f} ms")
-    without = unused_suite(sys.executable, False, args.tests)
-    loaded = unused_suite(sys.executable, True, args.tests)
+    without, loaded = unused_suites(sys.executable, args.tests)
     print(f"{args.tests} trivial tests: {without:.3f} s without the plugin, {loaded:.3f} s "
-          f"with it loaded (median of 5 runs; {100 * (loaded - without) / without:+.1f}%)")
+          f"with it loaded (median of 9 alternating runs; "
+          f"{100 * (loaded - without) / without:+.1f}%)")
 
 
 if __name__ == "__main__":
