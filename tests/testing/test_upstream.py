@@ -286,3 +286,15 @@ def test_a_malformed_script_or_fault_names_its_field(
     with pytest.raises(ScriptError, match=re.escape(field)):
         call(fluxstream_upstream)  # type: ignore[operator]
     assert fluxstream_upstream.requests == []
+
+
+@pytest.mark.fluxstream(api_key="sk-the-right-one", profile="azure")
+def test_the_marker_sets_the_key_the_upstream_wants_and_its_quirks(
+    fluxstream_upstream: Upstream,
+) -> None:
+    url = fluxstream_upstream.base_url + "/chat/completions"
+    wrong = httpx.post(url, json=chat_body(), headers={"Authorization": "Bearer sk-wrong"})
+    assert wrong.status_code == 401
+    right = httpx.post(url, json=chat_body(), headers={"Authorization": "Bearer sk-the-right-one"})
+    assert right.status_code == 200
+    assert '"prompt_filter_results"' in right.text  # Azure's first event
