@@ -14,8 +14,10 @@ client works: openai-python, the Anthropic SDK, google-genai, LiteLLM, plain htt
         fluxstream_upstream.drop(after_events=3)
         assert my_app.ask("capital?", base_url=fluxstream_upstream.base_url) == "Paris ..."
 
-This module imports no pytest (the helpers serve any runner); the plugin
-(``fluxstream.testing._plugin``) does, when pytest loads it.
+This module imports no pytest (the helpers serve any runner). pytest loads the small module
+``_fluxstream_pytest_plugin`` beside the package, which imports the kit only when a test asks
+for a fixture (:mod:`fluxstream.testing._plugin` holds the fixtures' bodies), so a suite that
+never does pays nothing for it.
 """
 
 from __future__ import annotations
