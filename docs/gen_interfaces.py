@@ -41,6 +41,7 @@ MODULES = [
     ("fluxstream.server", "the embedded OpenAI-compatible server, for demos and tests"),
     ("fluxstream.web", "a reply streamed to a browser: an ASGI response (SSE), resumable"),
     ("fluxstream.web.ai_sdk", "the AI SDK's UI message stream (useChat): a second encoding"),
+    ("fluxstream.testing", "the testing kit: a pytest plugin, cassettes, one-line assertions"),
 ]
 #: Members every class of one of these kinds has, documented by pydantic, the dataclass
 #: machinery or Python itself rather than here.

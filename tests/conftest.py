@@ -21,8 +21,13 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, is_hypothesis_test, settings
+from kit_plugin import PLUGIN, autoloaded
 
 from fluxstream.server import Server, ServerThread, serve
+
+# The testing kit's plugin, unless pytest loads it by its entry point already; its fixtures
+# are named fluxstream_*, so they never shadow the suite's own below.
+pytest_plugins = ["pytester"] + ([] if autoloaded() else [PLUGIN])
 
 # ----------------------------------------------------------------------- Hypothesis profiles
 # The README's test command must pass or fail the same way on every run and every machine: a

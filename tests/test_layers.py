@@ -76,6 +76,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (16, ["relay", "otel"]),  # and every relay.* module; otel: the OpenTelemetry observer
     # and every server.* and cli.* module; web: a reply streamed to a browser (stream, relay)
     (17, ["server", "cli", "__main__", "web"]),
+    # and every testing.* module: the testing kit drives the server and reads cli's captures
+    (18, ["testing"]),
 ]
 for _layer, _names in _ORDER:
     for _name in _names:
@@ -86,7 +88,7 @@ def layer_of(module: str) -> int:
     if module in LAYERS:
         return LAYERS[module]
     top = module.split(".", 1)[0]
-    if top in ("relay", "server", "cli", "apis", "web"):
+    if top in ("relay", "server", "cli", "apis", "web", "testing"):
         return LAYERS[top]
     raise KeyError(f"fluxstream.{module} has no layer in tests/test_layers.py: give it one")
 

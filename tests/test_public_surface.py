@@ -89,6 +89,11 @@ EXPECTED: dict[str, list[str]] = {
         "DONE", "FINISH_REASONS", "UI_MESSAGE_STREAM_HEADERS", "UIMessageStream",
         "UIMessageStreamEncoder", "chat_messages", "masked_error",
     ],
+    "fluxstream.testing": [
+        "CASSETTE_FORMAT", "FAULT_KINDS", "REPLY_FIELDS", "Cassette", "CassetteError",
+        "ScriptError", "Upstream", "assert_no_secret_logged", "assert_no_text_twice",
+        "assert_upstream_closed", "load_cassette",
+    ],
     "fluxstream.structured": [
         "TRUNCATING_STOPS", "ObjectBuilder", "StructuredResult", "StructuredTracker",
         "anthropic_tool", "json_schema", "parse_reply", "parse_structured", "parse_tool_call",
@@ -166,6 +171,7 @@ def test_the_checks_tell_an_annotation_helper_from_a_public_name() -> None:
 PUBLIC_MODULES = frozenset({
     "errors", "sse", "apis", "formats", "structured", "relay", "server", "otel", "cli",
     "web",
+    "testing",
 })
 
 

@@ -11,11 +11,12 @@ tested without a socket and the server adds only timing and faults.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .script import Script, dumps
+from .scripted import ScriptedReply
 
 __all__ = [
     "CONTINUATION_HEADER",
@@ -25,6 +26,7 @@ __all__ = [
     "Memory",
     "Payload",
     "Refusal",
+    "Relayed",
     "WireEvent",
     "continuation_headers",
     "header",
@@ -90,7 +92,21 @@ class EventStream:
     keepalive: bytes | None = None
 
 
-Answer = Refusal | Payload | EventStream
+#: What a relayed answer's source opens: its status, its headers and its body's reads.
+RelayedHead = tuple[int, Headers, AsyncIterator[bytes]]
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """An answer whose status, headers and body come from elsewhere, read by read (a
+    recorded response replayed at its pace, a real server's response passed on): ``open``
+    is awaited when the answer is sent. The body goes out chunked, through the connection's
+    byte faults."""
+
+    open: Callable[[], Awaitable[RelayedHead]]
+
+
+Answer = Refusal | Payload | EventStream | Relayed
 
 
 class Memory:
@@ -132,6 +148,8 @@ class Call:
     memory: Memory
     #: The route's path match (its groups are path parameters, e.g. a response id).
     match: re.Match[str] | None = None
+    #: The content a test stated for this reply (:mod:`.plan`), said instead of the computed.
+    scripted: ScriptedReply | None = None
 
     def header(self, name: str) -> str | None:
         return header(self.headers, name)

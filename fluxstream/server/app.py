@@ -46,6 +46,7 @@ from .connection import (
 from .dispatch import refuse
 from .error_shapes import error_json
 from .faults import build_faults, parse_fault_spec
+from .plan import RequestPlan
 from .profiles import parse_profiles
 from .records import DisconnectRecord, DisconnectWaits, Records
 from .render import MODELS
@@ -91,6 +92,7 @@ class Server(DisconnectWaits):
         record_limit: int | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        plan: RequestPlan | None = None,
     ) -> None:
         for name, value in (("max_body_bytes", max_body_bytes),
                             ("max_connections", max_connections)):
@@ -106,6 +108,8 @@ class Server(DisconnectWaits):
         self.max_body_bytes = max_body_bytes
         self.slots = Slots(max_connections)
         self.records = Records(limit=record_limit)
+        #: Asked once per request for its faults, reply or answer (see :mod:`.plan`).
+        self.plan = plan
         self._responder = Responder(self)
         self._connection_seq = 0
 
@@ -246,6 +250,7 @@ async def serve(
     record_limit: int | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    plan: RequestPlan | None = None,
 ) -> AsyncIterator[Server]:
     """Run the server in the current event loop (asyncio or trio) for the ``async with`` body.
 
@@ -255,6 +260,7 @@ async def serve(
     ``max_body_bytes``: the largest request body served (a 413 with a JSON error past it).
     ``max_connections``: connections served at once; the next one waits until one ends
     (idle keep-alive connections are closed to make room; see :mod:`.slots`).
+    ``plan``: asked once per request for its faults, scripted reply or answer (:mod:`.plan`).
     """
     server = Server(
         host=host,
@@ -266,6 +272,7 @@ async def serve(
         record_limit=record_limit,
         max_body_bytes=max_body_bytes,
         max_connections=max_connections,
+        plan=plan,
     )
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     server.port = listener.extra(anyio.abc.SocketAttribute.local_port)

@@ -298,7 +298,7 @@ def answer_chat(call: Call) -> Answer:
     body = call.body
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         return Refusal(400, "The request body must be a JSON object with a 'messages' array.")
-    script = chat_script(body, call.names)
+    script = build_script(body, call.names, scripted=call.scripted)
     extra = continuation_headers(continuation_prefix(body), script)
     if not call.streamed():
         return Payload.json(completion(script, call.names), extra)

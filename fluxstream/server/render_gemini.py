@@ -314,7 +314,7 @@ def answer_gemini(call: Call) -> Answer:
     base, suffix = split_model(model)
     names = call.names | parse_profiles(suffix)
     canonical = from_gemini(body, base)
-    script = build_script(canonical, names, token_cap=True)
+    script = build_script(canonical, names, token_cap=True, scripted=call.scripted)
     extra = continuation_headers(continuation_prefix(canonical), script)
     if not streamed or "json" in names:
         return Payload.json(gemini_response(script, names), extra)

@@ -86,6 +86,8 @@ def _blocks(script: Script) -> list[dict[str, Any]]:
             {"type": "thinking", "thinking": choice.reasoning, "signature": _signature(script)}
         )
     if choice.tool_calls:
+        if choice.text_deltas:  # a scripted reply's words before its calls
+            blocks.append({"type": "text", "text": choice.text})
         for call in choice.tool_calls:
             blocks.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
                            "input": _input(call.arguments, call.args)})
@@ -139,6 +141,14 @@ def messages_events(script: Script, names: frozenset[str]) -> list[WireEvent]:
                  "delta": {"type": "thinking_delta", "thinking": delta}})
         add({"type": "content_block_delta", "index": index,
              "delta": {"type": "signature_delta", "signature": _signature(script)}})
+        add({"type": "content_block_stop", "index": index})
+        index += 1
+    if choice.tool_calls and choice.text_deltas and not cut:  # a scripted reply's words
+        add({"type": "content_block_start", "index": index,
+             "content_block": {"type": "text", "text": ""}})
+        for delta in choice.text_deltas:
+            add({"type": "content_block_delta", "index": index,
+                 "delta": {"type": "text_delta", "text": delta}})
         add({"type": "content_block_stop", "index": index})
         index += 1
     if not choice.tool_calls or cut:
@@ -202,7 +212,7 @@ def answer_messages(call: Call) -> Answer:
     if prefill is not None and prefill != prefill.rstrip():
         # Anthropic's own rule (and a trap for clients that resume by prefill).
         return Refusal(400, "messages: final assistant content cannot end with trailing whitespace")
-    script = build_script(canonical, names, token_cap=True)
+    script = build_script(canonical, names, token_cap=True, scripted=call.scripted)
     extra = continuation_headers(prefill, script)
     if not call.streamed():
         return Payload.json(message_object(script, names), extra)

@@ -23,7 +23,7 @@ The dialect's routes (see :mod:`.dialect_table`) are :func:`answer_responses` an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
@@ -84,12 +84,32 @@ def _output(script: Script, cut: bool) -> list[dict[str, Any]]:
         summary = [{"type": "summary_text", "text": choice.reasoning}]
         out.append({"id": rs_id, "type": "reasoning", "summary": summary})
     if choice.tool_calls and not cut:
+        if choice.text_deltas:  # a scripted reply's words before its calls
+            out.append(_message_item(msg_id, choice.text, done=True))
         for call in choice.tool_calls:
             out.append(_call_item(script, call.index, call.id, call.name, call.arguments, True))
     elif not choice.tool_calls:
         text = "".join(_texts(choice, cut))
         out.append(_message_item(msg_id, text, done=True))
     return out
+
+
+def _whole_message(add: Callable[[dict[str, Any]], None], msg_id: str, index: int,
+                   texts: tuple[str, ...]) -> int:
+    """The events of a whole message item at ``index``; the next output index."""
+    where = {"item_id": msg_id, "output_index": index, "content_index": 0}
+    text = "".join(texts)
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    add({"type": "response.output_item.added", "output_index": index,
+         "item": _message_item(msg_id, "", done=False)})
+    add({"type": "response.content_part.added", **where, "part": {**part, "text": ""}})
+    for delta in texts:
+        add({"type": "response.output_text.delta", **where, "delta": delta, "logprobs": []})
+    add({"type": "response.output_text.done", **where, "text": text, "logprobs": []})
+    add({"type": "response.content_part.done", **where, "part": part})
+    add({"type": "response.output_item.done", "output_index": index,
+         "item": _message_item(msg_id, text, done=True)})
+    return index + 1
 
 
 def _message_item(msg_id: str, text: str, *, done: bool) -> dict[str, Any]:
@@ -218,6 +238,8 @@ def responses_events(
         add({"type": "response.output_item.done", "output_index": index,
              "item": _message_item(msg_id, text, done=True)})
     else:
+        if choice.text_deltas:  # a scripted reply's words before its calls
+            index = _whole_message(add, msg_id, index, choice.text_deltas)
         fragments: dict[int, list[str]] = {}
         for call_index, fragment in choice.tool_fragments:
             fragments.setdefault(call_index, []).append(fragment)
@@ -270,7 +292,8 @@ def answer_responses(call: Call) -> Answer:
         message = "The request body must be a JSON object with an 'input' string or array."
         return Refusal(400, message)
     names = call.names
-    script = responses_script(body, names)
+    script = build_script(from_responses(body), names, token_cap=True,
+                          scripted=call.scripted)
     background = body.get("background") is True
     events = responses_events(script, names, background=background)
     final = response_object(script, names, background=background)

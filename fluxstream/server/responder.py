@@ -19,11 +19,14 @@ import h11
 
 from .answers import Call, Memory, Refusal, header
 from .connection import ClientGone, Connection, Dropped
+from .dialect_table import dialect_of
 from .dispatch import dispatch, refuse
 from .faults import FaultError, Faults, build_faults, parse_fault_spec
+from .plan import NOTHING_PLANNED, Planned, RequestPlan
 from .profiles import ProfileError, parse_profiles, split_model
 from .records import Records, RequestRecord, ResponseRecord
 from .request_body import MAX_JSON_VALUES, more_values_than, parse_body
+from .streaming import send_answer
 
 __all__ = [
     "ATTEMPT_HEADER",
@@ -48,6 +51,10 @@ ATTEMPT_HEADER = "X-Fluxstream-Attempt-Key"
 MAX_STORED_RESPONSES = 1024
 #: Attempt keys remembered before the count starts over (bounds a long-running server).
 MAX_ATTEMPT_KEYS = 100_000
+#: Request headers whose values are secrets: recorded as ``<redacted>`` (a scheme kept).
+SECRET_HEADERS = frozenset({
+    "authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie",
+})
 
 Ending = Literal["complete", "dropped", "client-disconnect", "shutdown"]
 
@@ -63,6 +70,8 @@ class Settings(Protocol):
     def api_key(self) -> str | None: ...
     @property
     def records(self) -> Records: ...
+    @property
+    def plan(self) -> RequestPlan | None: ...
 
 
 class Responder:
@@ -97,9 +106,13 @@ class Responder:
         names: frozenset[str] = frozenset()
         spec: dict[str, str] = {}
         faults = Faults()
+        plan = self.settings.plan
+        planned = NOTHING_PLANNED if plan is None else plan.plan(
+            method, path, query, headers, parsed
+        )
         try:
-            names = self._profiles_for(headers, parsed)
-            spec = {**self.settings.fault_spec,
+            names = self._profiles_for(headers, parsed) | planned.profiles
+            spec = {**self.settings.fault_spec, **planned.faults,
                     **parse_fault_spec(header(headers, FAULT_HEADER))}
             faults = build_faults(spec)
         except (ProfileError, FaultError) as exc:
@@ -116,7 +129,7 @@ class Responder:
             method=method,
             path=path,
             headers=[
-                (k, _redact(v) if k in ("authorization", "x-api-key") else v) for k, v in headers
+                (k, _redact(v) if k in SECRET_HEADERS else v) for k, v in headers
             ],
             json=parsed,
             body_bytes=body_bytes,
@@ -126,7 +139,8 @@ class Responder:
             attempt=attempt,
             last_event_id=header(headers, "last-event-id"),
         ))
-        call = Call(method, path, query, headers, parsed, names, self.memory)
+        call = Call(method, path, query, headers, parsed, names, self.memory, None,
+                    planned.reply)
         ending: Ending = "shutdown"
         try:
             with anyio.CancelScope() as scope:
@@ -135,7 +149,7 @@ class Responder:
                     await refuse(conn, path, Refusal(400, problem))
                 else:
                     conn.faults = faults
-                    await dispatch(conn, call, self.settings.api_key)
+                    await self._answer(conn, call, planned)
                 ending = "complete"
             if scope.cancelled_caught or conn.disconnected:
                 ending = "client-disconnect"
@@ -166,6 +180,13 @@ class Responder:
                 time=time.monotonic(),
             ))
             records.trim()
+
+    async def _answer(self, conn: Connection, call: Call, planned: Planned) -> None:
+        """The plan's own answer when it gave one, else the route's."""
+        if planned.answer is None:
+            await dispatch(conn, call, self.settings.api_key)
+        else:
+            await send_answer(conn, planned.answer, dialect_of(call.path).errors)
 
     def _profiles_for(self, headers: tuple[tuple[str, str], ...], parsed: Any) -> frozenset[str]:
         """The request's profiles (header and model suffix), else the server's."""

@@ -23,6 +23,7 @@ from .app import (
     Server,
     serve,
 )
+from .plan import RequestPlan
 from .records import DisconnectRecord, DisconnectWaits, Records
 
 __all__ = ["ServerThread", "run", "run_forever"]
@@ -99,8 +100,10 @@ class ServerThread(DisconnectWaits):
         idle_timeout: float = DEFAULT_IDLE_TIMEOUT,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        plan: RequestPlan | None = None,
     ) -> None:
         self._options: dict[str, Any] = {
+            "plan": plan,
             "host": host,
             "port": port,
             "profile": profile,

@@ -58,6 +58,7 @@ from typing import Any
 from .content import reasoning_deltas, text_deltas, tool_arguments
 from .profiles import parse_profiles
 from .schema_value import schema_value
+from .scripted import ScriptedReply
 
 __all__ = [
     "CREATED",
@@ -139,6 +140,8 @@ class ChoiceScript:
     #: ``(call index, fragment)`` in streaming order: the calls' fragments interleaved.
     tool_fragments: tuple[tuple[int, str], ...]
     finish_reason: str
+    #: Text deltas before the error event of the error-midstream profiles (``None``: half).
+    error_after: int | None = None
 
     @property
     def text(self) -> str:
@@ -165,7 +168,10 @@ class Script:
 
 
 def error_cut(choice: ChoiceScript) -> int:
-    """How many text deltas of ``choice`` precede the error of the error-midstream profiles."""
+    """How many text deltas of ``choice`` precede the error of the error-midstream profiles
+    (half of them, or all of a scripted reply's: its error follows its text)."""
+    if choice.error_after is not None:
+        return choice.error_after
     return len(choice.text_deltas) // 2
 
 
@@ -405,8 +411,12 @@ def build_script(
     profiles: Iterable[str] | str | None = None,
     *,
     token_cap: bool = False,
+    scripted: ScriptedReply | None = None,
 ) -> Script:
     """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``.
+
+    ``scripted``: the content a test stated (:mod:`.scripted`), said instead of the computed
+    one (ids and continuation stay the request's; ``max_tokens`` does not cut it).
 
     A continuation request (see :func:`continuation_prefix`) gets the continuation of the
     original request's reply (see the module docstring). A plain answer cut by ``max_tokens``
@@ -419,11 +429,50 @@ def build_script(
     names = parse_profiles(profiles)
     prefix = continuation_prefix(request)
     if prefix is None:
-        return _build(request, names, token_cap)
+        return _scripted(request, scripted) if scripted else _build(request, names, token_cap)
     original = strip_prefix(request)
+    if scripted is not None:
+        return _continue(_scripted(original, scripted), prefix, names)
     if "prefix-as-input" in names:
         original = _cap_after_prefix(original, prefix, names, token_cap)
     return _continue(_build(original, names, token_cap), prefix, names)
+
+
+def _scripted(request: Mapping[str, Any], scripted: ScriptedReply) -> Script:
+    """The script of a stated reply: its content, the request's ids and model."""
+    plain = dict.fromkeys(("tools", "response_format", "n", *_CAPS))
+    computed = _build({**request, **plain}, frozenset(), False)
+    digest = computed.id.removeprefix("chatcmpl-")
+    choices: list[ChoiceScript] = []
+    for c, choice in enumerate(scripted.choices):
+        calls = tuple(
+            ToolCallScript(k, f"call_{digest[:12]}_{c}_{k}", call.name,
+                           dumps(dict(call.arguments)), dict(call.arguments))
+            for k, call in enumerate(choice.tool_calls)
+        )
+        finish = choice.finish_reason or ("tool_calls" if calls else "stop")
+        choices.append(ChoiceScript(
+            index=c, reasoning_deltas=choice.reasoning, text_deltas=choice.text,
+            tool_calls=calls, tool_fragments=_interleave(calls), finish_reason=finish,
+            error_after=len(choice.text) if scripted.error else None,
+        ))
+    completion = sum(
+        len(ch.reasoning_deltas) + len(ch.text_deltas) + len(ch.tool_fragments) for ch in choices
+    )
+    prompt = computed.usage["prompt_tokens"]
+    usage: dict[str, Any] = {
+        **computed.usage,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "completion_tokens_details": {
+            "reasoning_tokens": sum(len(ch.reasoning_deltas) for ch in choices)
+        },
+    }
+    usage.update(scripted.usage or {})
+    if scripted.usage and "total_tokens" not in scripted.usage:
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return replace(computed, choices=tuple(choices), usage=usage,
+                   reasoning=any(ch.reasoning_deltas for ch in choices))
 
 
 _CAPS = ("max_completion_tokens", "max_tokens")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import anyio
 
-from .answers import Answer, EventStream, Payload, Refusal, WireEvent
+from .answers import Answer, EventStream, Payload, Refusal, Relayed, WireEvent
 from .connection import Connection, Dropped
 from .error_shapes import ErrorShape
 from .render import frame, frame_comment, oversize_data
@@ -32,8 +32,30 @@ async def send_answer(
         await conn.simple(answer.status, body, extra=list(answer.headers), close=answer.close)
     elif isinstance(answer, Payload):
         await conn.simple(answer.status, answer.body, answer.content_type, list(answer.headers))
+    elif isinstance(answer, Relayed):
+        await send_relayed(conn, answer)
     else:
         await EventWriter(conn, answer).send(last_event_id)
+
+
+async def send_relayed(conn: Connection, answer: Relayed) -> None:
+    """A relayed answer: its head, then each read as it comes, chunked (the framing of the
+    source is not kept: its body is passed on decoded)."""
+    status, headers, reads = await answer.open()
+    try:
+        await conn.start(status, list(headers), chunked=True)
+        for _ in range(MAX_EVENTS_PER_REQUEST):
+            read = await anext(reads, None)
+            if read is None:
+                break
+            if read:
+                await conn.body(read)
+        await conn.end()
+    finally:
+        close = getattr(reads, "aclose", None)
+        if close is not None:
+            with anyio.CancelScope(shield=True):
+                await close()
 
 
 class EventWriter:
