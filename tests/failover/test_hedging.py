@@ -217,15 +217,25 @@ async def test_cancelling_mid_race_closes_both_connections(how: str) -> None:
                 async for _ in stream:
                     pass
 
+            async def both_asked() -> None:
+                """Until each server has the request (the hedge was sent and arrived): a
+                fixed wait could cancel before the hedge reached a loaded machine's server."""
+                with anyio.fail_after(10):
+                    while not (requests_to(primary) and requests_to(fallback)):
+                        await anyio.sleep(0.01)
+
             if how == "stream.cancel()":
                 async with anyio.create_task_group() as group:
                     group.start_soon(consume)
-                    await anyio.sleep(0.7)
+                    await both_asked()
                     cancelled_at = time.monotonic()
                     stream.cancel()
             else:
-                with anyio.move_on_after(0.7):
-                    await consume()
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(consume)
+                        await both_asked()
+                        scope.cancel()
                 cancelled_at = time.monotonic()
             await stream.aclose()
             for server in (primary, fallback):
