@@ -59,10 +59,12 @@ import fluxstream
 from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-KINDS = ("build", "build-fallback", "build-messages", "request", "delta", "delta-packed")
+KINDS = ("build", "build-fallback", "build-messages", "request", "request-fallback",
+         "request-hedged", "delta", "delta-packed")
 #: The two N of each kind's instruction count (a whole request costs ten times a build; for
 #: the ``delta`` kinds N is the deltas of each of ``REPLIES`` replies).
-COUNTS = {"request": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
+COUNTS = {"request": (200, 600), "request-fallback": (200, 600), "request-hedged": (200, 600),
+          "delta": (100, 300), "delta-packed": (100, 300)}
 BUILD_COUNTS = (1000, 3000)
 PAIRS = 3
 #: Replies per run of the ``delta`` kinds (their N is deltas per reply).
@@ -130,16 +132,21 @@ async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
     return times
 
 
-async def _requests(n: int, timed: bool) -> list[float]:
+async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
     """``n`` sequential two-delta requests against an in-process ``Conn`` (the times of each
-    round of 50 when ``timed``)."""
+    round of 50 when ``timed``). ``request-fallback``: with one fallback that is never asked;
+    ``request-hedged``: the same, with a hedge armed that never fires (``hedge_after`` 60 s)."""
     from bench_server import Conn
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Conn, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     times: list[float] = []
-    async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/packed/v1", "k") as client:
+    fallbacks = [Upstream("http://127.0.0.1:8/v1", api_key="k2")] if kind != "request" else []
+    failover = fluxstream.Failover(hedge_after=60.0) if kind == "request-hedged" else None
+    async with fluxstream.AsyncClient(
+        f"http://127.0.0.1:{port}/packed/v1", "k", fallbacks=fallbacks, failover=failover,
+    ) as client:
         async def one() -> None:
             async with client.chat.stream(model="m", messages=MESSAGES, max_tokens=2) as s:
                 async for _ in s:
@@ -169,8 +176,8 @@ def _count_child(kind: str, n: int) -> None:
     if kind.startswith("delta"):
         asyncio.run(_replies(kind, n, 1))
         return
-    if kind == "request":
-        asyncio.run(_requests(n, False))
+    if kind.startswith("request"):
+        asyncio.run(_requests(n, False, kind))
         return
     client = _client(kind, "http://127.0.0.1:9/v1")
     build = _builder(kind, client)
@@ -203,8 +210,8 @@ def per_stream_instructions(kind: str, pairs: int = PAIRS) -> float:
 def hot_microseconds(kind: str, rounds: int) -> float:
     if kind.startswith("delta"):
         return statistics.median(asyncio.run(_replies(kind, 100, rounds))) * 1e6
-    if kind == "request":
-        times = asyncio.run(_requests(50 * rounds, True))
+    if kind.startswith("request"):
+        times = asyncio.run(_requests(50 * rounds, True, kind))
         return statistics.median(times) * 1e6
     client = _client(kind, "http://127.0.0.1:9/v1")
     build = _builder(kind, client)

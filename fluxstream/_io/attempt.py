@@ -63,7 +63,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - anyio depends on the backport there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 
-__all__ = ["DRAIN_SECONDS", "Attempt", "AttemptCancelled", "RequestSpec", "read_limited"]
+__all__ = [
+    "DRAIN_SECONDS", "Attempt", "AttemptCancelled", "PushedBack", "RequestSpec", "read_limited",
+]
 
 #: The most of an error body read to describe it (the rest is not worth waiting for).
 ERROR_BODY_LIMIT = 64 * 1024
@@ -522,6 +524,46 @@ def _only_cancelled(group: BaseExceptionGroup[BaseException]) -> BaseException |
     return leaf
 
 
+class PushedBack:
+    """Bytes already read put back in front of a body (a hedge's race read them): those
+    chunks, then what ended the read there (``error``, or the end), or else the rest of
+    ``body``. Once the chunks are out and the read goes on, the attempt reads ``body``
+    itself again (:attr:`Attempt.body` is put back), so the rest of the reply costs nothing
+    more per read. A plain iterator, not a generator: :func:`needs_unwinding` and
+    :func:`finish_body` look through it to the HTTP library's body."""
+
+    __slots__ = ("_attempt", "_chunks", "_ended", "_error", "body")
+
+    def __init__(
+        self, attempt: Attempt, chunks: list[bytes], body: AsyncIterator[bytes] | None, *,
+        error: BaseException | None, ended: bool,
+    ) -> None:
+        self._attempt = attempt
+        self._chunks = chunks[::-1]
+        self.body = body
+        self._error = error
+        self._ended = ended or body is None
+
+    def __aiter__(self) -> PushedBack:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._chunks:
+            return self._chunks.pop()
+        error = self._error
+        if error is not None:
+            self._error = None
+            self._ended = True
+            raise error
+        body = self.body
+        if self._ended or body is None:
+            raise StopAsyncIteration
+        attempt = self._attempt
+        if attempt.body is self:
+            attempt.body = body
+        return await body.__anext__()
+
+
 async def finish_body(source: AsyncIterator[bytes]) -> bool:
     """End the HTTP library's chain of async generators under a body that was not read to its
     end, inside a read, so every one of them finishes now. False: another task's read is in
@@ -533,6 +575,10 @@ async def finish_body(source: AsyncIterator[bytes]) -> bool:
     exception unwinds (and finishes) each generator on its way out; the connection under an
     unfinished body is closed, as it had to be. An exhausted generator just stops.
     """
+    if type(source) is PushedBack:
+        if source.body is None:
+            return True
+        source = source.body
     if not needs_unwinding(source):
         # The cancelled scope below is not free (anyio formats the task's repr on every
         # ``cancel()``: ~50 µs), and every stream's close comes here.
@@ -553,6 +599,8 @@ def needs_unwinding(source: AsyncIterator[bytes] | None) -> bool:
     """``source`` is a chain of async generators not run to its end (see :func:`finish_body`);
     anything else (the aiohttp adapter's body is a plain iterator that closing the response
     ends, or a generator already exhausted) has nothing to unwind."""
+    if type(source) is PushedBack:
+        source = source.body
     return isinstance(source, AsyncGeneratorType) and source.ag_frame is not None
 
 

@@ -15,11 +15,19 @@ one too). Never a retry of the same upstream (its own attempts are the first rac
 after content, and never a hedge that serves because the first failed meanwhile (it was
 asked already; a third request would only add cost).
 
-:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`), in a task group of
-two racers. Each reads its upstream's bytes into a probe parser of that API (thrown away after:
-only a parser knows when content came) and keeps them; the winner's bytes are put back in
-front of its response body (:func:`replayed`), so the reader reads them as if no race had
+:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`). Each racer reads its
+upstream's bytes into a probe parser of that API (thrown away after: only a parser knows when
+content came) and keeps them; the winner's bytes are put back in front of its response body
+(:class:`~fluxstream._io.attempt.PushedBack`), so the reader reads them as if no race had
 happened: its parser, deadlines, retries and failover see one connection.
+
+Most armed hedges never fire (that is what ``hedge_after`` at a high percentile means), so on
+asyncio the first upstream is read in the stream's own task under a timer, and a task is made
+only when the timer fires (the hedge's); that task interrupts the first racer's read (a cancel
+scope around it) when the hedge wins. Armed and never fired, a request then costs what it
+costs without the hedge plus the probe of its first read. trio has no way to start a task
+from a timer, so there both racers run in a task group from the start (the same decisions,
+checked by the same tests on both).
 
 * The first upstream settles before the hedge is due (content, an error, a drop, the end):
   no hedge is sent, and the reader goes on as without hedging (a failure is then the
@@ -37,12 +45,13 @@ happened: its parser, deadlines, retries and failover see one connection.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
+import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.failover import FAILOVER_ERRORS, reason_of, segment_end
@@ -51,11 +60,11 @@ from .._observe import SendInfo
 from .._parser import StreamParser
 from .._reply import SegmentEnd
 from ..errors import FluxstreamError, show_key
-from .attempt import Attempt, AttemptCancelled, RequestSpec
+from .attempt import Attempt, AttemptCancelled, PushedBack, RequestSpec
 from .channel import Channel
 from .failover import Route, Target, moves_on
 
-__all__ = ["FirstConnect", "Hedge", "replayed"]
+__all__ = ["FirstConnect", "Hedge"]
 
 logger = logging.getLogger("fluxstream")
 #: Bytes read from one racer without content before the race stops waiting on it: it is
@@ -109,6 +118,8 @@ class _Racer:
         self.error_event = False
         #: Content came (or a whole reply, or so much that the reader decides).
         self.won = False
+        #: The hedge's request (made when the hedge is sent).
+        self.spec: RequestSpec | None = None
 
     @property
     def reason(self) -> str:
@@ -130,8 +141,14 @@ class Hedge:
         self.route = route
         self.after = after
         self._cancelled = False
+        #: The scope a racer runs in that :meth:`cancel` reaches: the task group's, or (on
+        #: asyncio) the one the first racer is read under in the stream's own task.
         self._group: anyio.CancelScope | None = None
         self._racers: list[_Racer] = []
+        #: The racers in the order they settled (on the timer path).
+        self._settled: list[_Racer] = []
+        #: The hedge's task, once the timer fired (on the timer path).
+        self._hedge_task: asyncio.Task[None] | None = None
 
     def cancel(self) -> None:
         """Interrupt the race from any task: both connections are aborted at once (the
@@ -142,6 +159,8 @@ class Hedge:
                 racer.attempt.cancel()
         if self._group is not None:
             self._group.cancel()
+        if self._hedge_task is not None:
+            self._hedge_task.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -155,13 +174,12 @@ class Hedge:
         ``Handoff`` made before waits in :attr:`Route.undelivered` for it)."""
         channel, route = self.channel, self.route
         target = route.peek(time.monotonic())
-        spec = None
-        if target is not None:
-            try:
-                spec = target.request(route.body_for(target))
-            except FluxstreamError as exc:  # a request that API cannot be asked: no hedge
-                logger.info("no hedge on %s: %s", target.label, reason_of(exc))
-        if target is None or spec is None:
+        if target is None:
+            return await channel.connect(), []
+        if sniffio.current_async_library() == "asyncio":
+            return await self._run_on_timer(target)
+        spec = self._hedge_request(target)
+        if spec is None:
             return await channel.connect(), []
         first = _Racer(route.current, self._probe(route.current))
         self._racers = [first]
@@ -179,11 +197,7 @@ class Hedge:
                     if serving is None and not self.cancelled:
                         hedge = _Racer(target, self._probe(target))
                         self._racers.append(hedge)
-                        logger.info(
-                            "stream %s: no content from %s within %.3gs; hedging on %s",
-                            show_key(channel.parser.content_key), first.target.label,
-                            self.after, target.label, extra=channel.log_extra(),
-                        )
+                        self._log_hedging(target)
                         group.start_soon(self._race, hedge, self._hedge_connect(hedge, spec),
                                          send)
                         serving, loser = await self._decide(receive, first, hedge)
@@ -202,6 +216,117 @@ class Hedge:
                 await self._close_all()
             raise AttemptCancelled
         return self._serve(serving, hedge, spec), route.take_undelivered()
+
+    # ------------------------------------------------------------------ on a timer
+
+    def _hedge_request(self, target: Target) -> RequestSpec | None:
+        """The hedge's request, or ``None`` when ``target``'s API cannot be asked it (no
+        hedge then: the first upstream goes on alone)."""
+        try:
+            return target.request(self.route.body_for(target))
+        except FluxstreamError as exc:
+            logger.info("no hedge on %s: %s", target.label, reason_of(exc))
+            return None
+
+    async def _run_on_timer(self, target: Target) -> tuple[Attempt, list[Event]]:
+        """:meth:`run` on asyncio: the first upstream is read here, in the stream's task,
+        under a cancel scope (what a winning hedge or :meth:`cancel` interrupts); the hedge's
+        request and task are made only when the timer fires (:meth:`_fire`)."""
+        route = self.route
+        first = _Racer(route.current, self._probe(route.current))
+        self._racers = [first]
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.after, self._fire, target)
+        scope = self._group = anyio.CancelScope()
+        try:
+            try:
+                with scope:
+                    await self._run_racer(first, self._connect_first)
+            finally:
+                timer.cancel()
+                self._group = None
+            task = self._hedge_task
+            if task is None:  # the usual case: the timer never fired (or could not hedge)
+                if self.cancelled:
+                    raise AttemptCancelled
+                return self._serve(first, None, None), route.take_undelivered()
+            serving, loser = await self._decide_after_timer(first, task)
+            if loser is not None and not self.cancelled:
+                with anyio.CancelScope(shield=True):
+                    await self._close(loser)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._close_all()
+            raise
+        if self.cancelled:
+            with anyio.CancelScope(shield=True):
+                await self._close_all()
+            raise AttemptCancelled
+        hedge = self._racers[1]
+        return self._serve(serving, hedge, hedge.spec), route.take_undelivered()
+
+    def _fire(self, target: Target) -> None:
+        """The timer: no content from the first upstream in time; the hedge is asked, in a
+        task of its own (in the stream's context, so trace headers follow)."""
+        if self.cancelled or self._settled:
+            return
+        spec = self._hedge_request(target)
+        if spec is None:
+            return
+        hedge = _Racer(target, self._probe(target))
+        hedge.spec = spec
+        self._racers.append(hedge)
+        self._log_hedging(target)
+        self._hedge_task = asyncio.get_running_loop().create_task(self._hedge_runs(hedge))
+
+    async def _hedge_runs(self, hedge: _Racer) -> None:
+        """The hedge's task: connect and read until content. Settled before the first
+        racer: a win interrupts the first racer's read (its scope), a failure is recorded
+        and closed here while the first upstream goes on alone."""
+        assert hedge.spec is not None
+        await self._run_racer(hedge, self._hedge_connect(hedge, hedge.spec))
+        if self._settled[0] is not hedge or self.cancelled:
+            return  # the first settled first: the stream's task decides
+        if hedge.won:
+            scope = self._group
+            if scope is not None:
+                scope.cancel()
+            return
+        self._failed_hedge(hedge)
+        with anyio.CancelScope(shield=True):
+            await self._close(hedge)
+
+    async def _decide_after_timer(
+        self, first: _Racer, task: asyncio.Task[None]
+    ) -> tuple[_Racer, _Racer | None]:
+        """The hedge was sent: what :meth:`_decide` decides, by the order the racers
+        settled in (the first racer has settled here unless a winning hedge interrupted it)."""
+        hedge = self._racers[1]
+        if self.cancelled or not self._settled:
+            return first, None
+        if self._settled[0] is hedge:
+            if hedge.won:
+                self._abort(first)
+                self._moved(f"hedged: no content within {self.after:.3g}s",
+                            SegmentEnd.LOST_HEDGE, "")
+                return hedge, first
+            await asyncio.wait([task])  # failed: recorded and closed by its task
+            return first, None
+        route = self.route
+        if first.won:
+            self._abort(hedge)
+            task.cancel()
+            await asyncio.wait([task])
+            route.noted(hedge.target, SegmentEnd.LOST_HEDGE, "", 1)
+            route.drop(hedge.target)
+            return first, hedge
+        # the first upstream failed: the hedge is the next upstream, asked already
+        route.failed(time.monotonic())
+        with anyio.CancelScope(shield=True):
+            await self.channel.close(drain=False)
+        self._moved(first.reason, segment_end(first.reason, False), first.reason)
+        await asyncio.wait([task])
+        return hedge, None
 
     # ------------------------------------------------------------------ the race
 
@@ -242,8 +367,16 @@ class Hedge:
         self, racer: _Racer, connect: Callable[[], Awaitable[Attempt]],
         send: MemoryObjectSendStream[_Racer],
     ) -> None:
-        """Connect, then read until content (or the end, or a failure); report it settled.
-        A connect that failed leaves no attempt: the racer never answered."""
+        """:meth:`_run_racer`, then report it settled."""
+        await self._run_racer(racer, connect)
+        await send.send(racer)
+
+    async def _run_racer(
+        self, racer: _Racer, connect: Callable[[], Awaitable[Attempt]]
+    ) -> None:
+        """Connect, then read until content (or the end, or a failure); settled then (in
+        :attr:`_settled`). A connect that failed leaves no attempt: the racer never
+        answered."""
         try:
             attempt = await connect()
         except Exception as exc:  # raised to the reader if this racer is left to serve
@@ -258,7 +391,7 @@ class Hedge:
                     await self._read_first(racer, attempt)
             except Exception as exc:  # replayed to the reader after the bytes read
                 racer.error = exc
-        await send.send(racer)
+        self._settled.append(racer)
 
     async def _read_first(self, racer: _Racer, attempt: Attempt) -> None:
         """Read ``racer`` until content, keeping the bytes; bounded by the stream's
@@ -271,8 +404,11 @@ class Hedge:
             left = progress.first_token_left(time.monotonic())
             data: bytes | None = None
             try:
-                with anyio.move_on_after(math.inf if left is None else left):
+                if left is None:  # no first-token deadline: no scope either
                     data = await read()
+                else:
+                    with anyio.move_on_after(left):
+                        data = await read()
             except StopAsyncIteration:
                 racer.ended = True
                 return
@@ -282,13 +418,14 @@ class Hedge:
             racer.chunks.append(data)
             size += len(data)
             try:
-                events = probe.feed(data)
+                settled = _probed(probe, data)
             except FluxstreamError:  # the reader's parser meets it again, and decides
                 return
-            if not probe.saw_content and any(type(e) is ErrorEvent for e in events):
-                racer.error_event = True
+            if settled is not None:
+                racer.error_event = not settled
+                racer.won = settled
                 return
-            if probe.saw_content or probe.finished or size > _MAX_BUFFERED:
+            if size > _MAX_BUFFERED:
                 racer.won = True
                 return
         racer.won = True
@@ -313,6 +450,14 @@ class Hedge:
             return attempt
 
         return connect
+
+    def _log_hedging(self, target: Target) -> None:
+        channel = self.channel
+        logger.info(
+            "stream %s: no content from %s within %.3gs; hedging on %s",
+            show_key(channel.parser.content_key), self._racers[0].target.label,
+            self.after, target.label, extra=channel.log_extra(),
+        )
 
     def _probe(self, target: Target) -> StreamParser:
         """A throwaway parser of ``target``'s API: it tells when content came."""
@@ -381,6 +526,10 @@ class Hedge:
     async def _close_all(self) -> None:
         """Both connections closed (a cancel, or the task's cancellation); the hedge, if it
         was sent and is not recorded yet, is recorded as cancelled."""
+        task = self._hedge_task
+        if task is not None and not task.done():  # the timer path's hedge, still racing
+            task.cancel()
+            await asyncio.wait([task])
         for racer in self._racers:
             self._abort(racer)
         await self.channel.close(drain=False)
@@ -392,11 +541,14 @@ class Hedge:
                 route.noted(hedge.target, SegmentEnd.CANCELLED, "", 1)
                 route.drop(hedge.target)
 
-    def _serve(self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec) -> Attempt:
+    def _serve(
+        self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec | None
+    ) -> Attempt:
         """``racer`` serves: its bytes go back in front of its body for the reader."""
         channel = self.channel
         attempt = racer.attempt
         if racer is hedge:
+            assert spec is not None
             channel.parser.switch_format(racer.target.api.name)
             channel.spec = spec
             channel.resuming_by = None
@@ -407,28 +559,29 @@ class Hedge:
             if channel.reads_ahead:
                 channel.start_read_ahead()
         if not attempt.is_json:
-            attempt.body = replayed(
-                racer.chunks, attempt.body, error=racer.error, ended=racer.ended
+            attempt.body = PushedBack(
+                attempt, racer.chunks, attempt.body, error=racer.error, ended=racer.ended
             )
         return attempt
 
 
-async def replayed(
-    chunks: list[bytes], body: AsyncIterator[bytes] | None, *,
-    error: BaseException | None, ended: bool,
-) -> AsyncIterator[bytes]:
-    """``chunks`` (read during the race), then what ended the read (``error``, or the end),
-    or else the rest of ``body``. An async generator, so closing the attempt unwinds the
-    HTTP library's body under it (see :func:`fluxstream._io.attempt.finish_body`)."""
-    for chunk in chunks:
-        yield chunk
-    if error is not None:
-        raise error
-    if ended or body is None:
-        return
-    while True:
-        try:
-            chunk = await body.__anext__()
-        except StopAsyncIteration:
-            return
-        yield chunk
+def _probed(probe: StreamParser, data: bytes) -> bool | None:
+    """``data`` through ``probe`` an event at a time, up to the first content: ``True`` when
+    content came (or the reply finished), ``False`` for an error event before content,
+    ``None`` when neither (read on). A read often holds the whole reply, and only its start
+    decides the race: the reader parses all of it anyway. Cutting at blank lines is only a
+    guess at event boundaries (a stream with CR LF line ends is fed in one piece); the parser
+    gives the same events at any cut."""
+    start, size = 0, len(data)
+    while start < size:
+        cut = data.find(b"\n\n", start)
+        end = size if cut < 0 else cut + 2
+        events = probe.feed(data[start:end] if start or end < size else data)
+        if not probe.saw_content and any(type(e) is ErrorEvent for e in events):
+            if end < size:  # as the reader sees this read: content after it in it wins
+                probe.feed(data[end:])
+            return probe.saw_content
+        if probe.saw_content or probe.finished:
+            return True
+        start = end
+    return None

@@ -217,15 +217,25 @@ async def test_cancelling_mid_race_closes_both_connections(how: str) -> None:
                 async for _ in stream:
                     pass
 
+            async def both_asked() -> None:
+                """Until each server has the request (the hedge was sent and arrived): a
+                fixed wait could cancel before the hedge reached a loaded machine's server."""
+                with anyio.fail_after(10):
+                    while not (requests_to(primary) and requests_to(fallback)):
+                        await anyio.sleep(0.01)
+
             if how == "stream.cancel()":
                 async with anyio.create_task_group() as group:
                     group.start_soon(consume)
-                    await anyio.sleep(0.7)
+                    await both_asked()
                     cancelled_at = time.monotonic()
                     stream.cancel()
             else:
-                with anyio.move_on_after(0.7):
-                    await consume()
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(consume)
+                        await both_asked()
+                        scope.cancel()
                 cancelled_at = time.monotonic()
             await stream.aclose()
             for server in (primary, fallback):
@@ -301,3 +311,65 @@ async def test_a_handoff_before_content_hedges_the_next_pair_too(clean: ServerTh
         (Upstream(second.base_url).label, "lost_hedge"),
         (Upstream(third.base_url).label, "done"),
     ])
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_armed_hedge_that_never_fires_starts_no_task(clean: ServerThread) -> None:
+    """On asyncio, a hedge is a timer until it fires: a request whose content comes in time
+    runs no task beyond what the same request without ``hedge_after`` runs (the race's task
+    group used to start one per request), and its first read goes back in front of the body
+    once, after which the body is read directly."""
+    import asyncio
+
+    from fluxstream._io.attempt import PushedBack
+
+    async def tasks_during(fallback: ServerThread, **failover: Any) -> tuple[int, str, bool]:
+        seen = 0
+        pushed_back_left = False
+        async with client_of(clean, fallback, **failover) as client:
+            await client.chat.complete(model="m", messages=MSG)  # pooled connection, imports
+            stream = client.chat.stream(model="m", messages=MSG)
+            shown = ""
+            async with stream:
+                async for event in stream:
+                    seen = max(seen, len(asyncio.all_tasks()))
+                    if event.type == "text":
+                        shown += event.text
+                attempt = stream._reader.channel.attempt
+                pushed_back_left = attempt is not None and type(attempt.body) is PushedBack
+        return seen, shown, pushed_back_left
+
+    with ServerThread(profile="openai") as fallback:
+        plain = await tasks_during(fallback)
+        armed = await tasks_during(fallback, hedge_after=30.0)
+        assert requests_to(fallback) == 0
+    assert armed[0] == plain[0]
+    assert armed[1] == plain[1] == await answer_of(clean)
+    assert not armed[2]
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        ([b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+          b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}'], True),
+        ([b'{"error":{"message":"overloaded","type":"server_error"}}'], False),
+        ([b'{"error":{"message":"overloaded","type":"server_error"}}',
+          b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}'], True),
+        ([b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'], None),
+    ],
+    ids=["content", "error-event", "error-then-content-in-the-same-read", "no-content-yet"],
+)
+def test_the_race_probe_decides_a_read_as_the_reader_would(
+    events: list[bytes], expected: bool | None
+) -> None:
+    """The probe reads a racer's read only up to its first content (the rest is the
+    reader's), yet decides it as the whole read would: content after an error event in the
+    same read is content."""
+    from fluxstream._io.hedge import _probed
+    from fluxstream._parser import StreamParser
+
+    data = b"".join(b"data: " + e + b"\n\n" for e in events)
+    for cut in (data, data.replace(b"\n", b"\r\n")):
+        probe = StreamParser(content_key="k", format="chat_completions")
+        assert _probed(probe, cut) is expected
