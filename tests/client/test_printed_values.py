@@ -25,7 +25,7 @@ def test_every_member_prints_and_formats_as_its_value(vocabulary: type[Enum]) ->
         assert str(member) == member.value
         assert f"{member}" == member.value
         assert f"{member:>12}" == format(member.value, ">12")
-        assert "%s" % member == member.value
+        assert "%s" % (member,) == member.value  # noqa: UP031 - what logging does
         assert member == member.value  # still a str: compares equal to its value
         assert repr(member).startswith(f"<{vocabulary.__name__}.")  # repr stays telling
         assert json.dumps(member) == json.dumps(member.value)
