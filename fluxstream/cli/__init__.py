@@ -22,6 +22,7 @@ import argparse
 import base64
 import json
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -31,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.abc
 import httpx
 
 from .. import apis
@@ -320,18 +322,55 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
 
 
 async def _serve(args: argparse.Namespace, session: _Session) -> int:
-    """Serve until Ctrl-C, which :func:`main` reports as a normal stop."""
+    """Serve until Ctrl-C (which :func:`main` reports as a normal stop) or SIGTERM (what a
+    process manager sends: the same stop, said here). A port it cannot listen on is one line
+    naming the address, not the errno alone."""
     from ..server import run_forever
 
+    listening = False
+
     def ready(url: str) -> None:
+        nonlocal listening
+        listening = True
         session.out.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
         session.out.flush()
 
-    await run_forever(
-        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready,
-        faults=args.fault,
-    )
+    refused: OSError | None = None
+    async with anyio.create_task_group() as tg:
+        await tg.start(_stop_on_sigterm, tg.cancel_scope)
+        try:
+            await run_forever(
+                host=args.host, port=args.port, profile=args.profile, api_key=args.api_key,
+                ready=ready, faults=args.fault,
+            )
+        except OSError as exc:
+            if listening:
+                raise
+            refused = exc
+            tg.cancel_scope.cancel()
+    if refused is not None:
+        why = (refused.strerror or str(refused)).lower()
+        raise OSError(
+            f"cannot listen on {args.host}:{args.port}: {why} (another server there? choose"
+            " another with --port)"
+        )
+    session.out.write("fluxstream server stopped\n")
     return EXIT_OK
+
+
+async def _stop_on_sigterm(
+    scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """Cancel ``scope`` on SIGTERM; started once the handler is in place, so a SIGTERM sent
+    after the server said it listens is always a clean stop (none on Windows: no SIGTERM)."""
+    if sys.platform == "win32":  # pragma: no cover - anyio has no signal receiver there
+        task_status.started()
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:

@@ -135,3 +135,31 @@ def test_ctrl_c_in_serve_is_a_normal_stop(suite_sigint: str) -> None:
     assert proc.returncode == 0, stdout + stderr
     assert stdout.strip() == "fluxstream server stopped"
     assert stderr == ""
+
+
+def test_sigterm_in_serve_is_a_normal_stop() -> None:
+    """What a process manager sends (systemd, docker stop, kill): the same clean stop as
+    Ctrl-C, not a death by signal (exit -15 and nothing said)."""
+    port = free_port()
+    proc = start_cli("serve", "--port", str(port))
+    try:
+        assert proc.stdout is not None
+        assert f"127.0.0.1:{port}" in proc.stdout.readline()  # listening: the handler is set
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stdout + stderr
+    assert stdout.strip() == "fluxstream server stopped"
+    assert stderr == ""
+
+
+def test_serve_on_a_busy_port_is_one_line_naming_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run_cli("serve", "--port", str(port))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("fluxstream: cannot listen on 127.0.0.1:") and f":{port}" in line
+    assert "in use" in line and "--port" in line
