@@ -259,7 +259,7 @@ class StoredResponse:
 
 def responses_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
     """The script of a Responses request: that of the chat request it amounts to."""
-    return build_script(from_responses(body), names, token_cap=True)
+    return build_script(from_responses(body), names)
 
 
 def answer_responses(call: Call) -> Answer:
