@@ -53,11 +53,12 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f]")
 #: A tokens/s rate is shown only over at least this many completion tokens and this much time
 #: after the first token. Below that it measures the network and the scheduler, not the model:
 #: a local or buffering server hands over a whole reply in one read (30 tokens in 50 µs "are"
-#: 600000 tokens/s), a clock tick or a late wake-up (1-15 ms) is a large share of a short span,
-#: and over a few tokens the first token's own time (counted in, but before the span) skews
-#: the quotient by 1/N.
+#: 600000 tokens/s), and over a few tokens the first token's own time (counted in, but before
+#: the span) skews the quotient by 1/N. A tenth of a second keeps a clock tick or a late
+#: wake-up (1-15 ms) within 15 % and still measures a model at ~100 tokens/s over a short
+#: reply (half a second said "too fast to measure" of 30 tokens in 300 ms).
 MIN_RATE_TOKENS = 10
-MIN_RATE_SECONDS = 0.5
+MIN_RATE_SECONDS = 0.1
 
 
 def visible(text: str) -> str:
@@ -343,7 +344,7 @@ def _rate(count: int, span: float) -> str:
     if count >= MIN_RATE_TOKENS and span >= MIN_RATE_SECONDS:
         return f"{count / span:.0f}"
     if span < MIN_RATE_SECONDS:
-        return f"- ({count} tokens in {span * 1000:.1f} ms: too fast to measure)"
+        return f"- ({count} tokens in {span * 1000:.1f} ms: too short to measure)"
     return f"- (only {count} tokens)"
 
 
