@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
@@ -56,6 +56,9 @@ from .capture import (
     request_fields,
 )
 from .render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
+
+if TYPE_CHECKING:  # pragma: no cover - imported where used (demo imports httpx's transport)
+    from .demo import LogTally
 
 __all__ = ["main"]
 
@@ -123,13 +126,18 @@ async def _stream_to_terminal(
     survived: Survived | None = None, *, include_usage: bool = True,
     fields: dict[str, Any] | None = None, api: Api,
     resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
+    log: LogTally | None = None,
 ) -> int:
+    """Stream the reply to the terminal; ``log``: say each resume and warning as it happens,
+    on a line of its own between the reply's text (``chat``)."""
     fields = dict(fields or {})
     n = fields.get("n")
     stream = _open_stream(client, api, model, messages, headers, tools, include_usage, fields,
                           resume, fallbacks)
     printer = LivePrinter(session.out, choices=n if type(n) is int else 1, notes=session.err)
     session.stream, session.printer = stream, printer
+    if log is not None:
+        log.notes = printer.note
     async with stream:
         async for event in stream:
             printer.event(event)
@@ -313,11 +321,12 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
     # A fallback speaks the request's own API unless its spec names another.
     fallbacks = [spec.upstream(args.format) for spec in args.fallback or ()]
     async with _client(args, session.err) as client:
-        with LogTally():  # warnings (retries) on stderr as one safe line each
+        # Resumes and warnings (retries) on stderr, each one safe line of its own.
+        with LogTally() as log:
             return await _stream_to_terminal(
                 client, session, model, messages, _headers(args.header), tools,
                 include_usage=not args.no_usage, fields=fields, api=apis.get(args.format),
-                fallbacks=fallbacks,
+                fallbacks=fallbacks, log=log,
             )
 
 

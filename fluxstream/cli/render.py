@@ -204,14 +204,21 @@ class LivePrinter:
 
     def _handoff(self, event: Handoff) -> None:
         self.handoffs.append(event)
+        shown = any(lane.index in self._shown for lane in self._lanes.values())
+        self.note(handoff_note(event, content_shown=shown))
+
+    def note(self, text: str) -> None:
+        """``text`` as a line of its own on ``notes``, between the reply's text before and
+        after it: a handoff, a resume, a warning; never in the middle of a printed line when
+        both go to one terminal (or ``2>&1``)."""
         notes = self._notes
         if notes is None:
             return
         self._out.flush()
-        shown = any(lane.index in self._shown for lane in self._lanes.values())
         if not self._out.at_line_start and self._out.shares_place_with(notes):
             notes.stream.write("\n")  # the same terminal or file: the note on its own line
-        notes.note(handoff_note(event, content_shown=shown))
+            self._out.at_line_start = True
+        notes.note(text)
 
     def _restart(self) -> None:
         """A new generation: what was printed stays (a terminal cannot take it back), marked
