@@ -164,16 +164,10 @@ def fallback_api(primary: Api, chosen: str | None) -> Api:
 
 
 def fallback_upstream(base_url: str, api: Api) -> Upstream:
-    """The embedded fallback server of ``demo --handoff`` as an upstream.
-
-    The embedded server's Chat Completions reply is as long as ``max_tokens`` asks, past its
-    answer (long streams for tests); asked for the answer's own length, the fallback goes on
-    with the primary's reply, not a longer one (Anthropic's requests always carry
-    ``max_tokens``: 1024 in the demo)."""
-    from ..server.script import DEFAULT_DELTAS  # the server costs a quarter second to import
-
-    cap = DEFAULT_DELTAS if api is CHAT_COMPLETIONS else None
-    return Upstream(base_url, api=api.name, api_key="demo-key", max_tokens=cap)
+    """The embedded fallback server of ``demo --handoff`` as an upstream (the request's own
+    length cap: the embedded server's answer ends where a real model's would, whatever the
+    cap)."""
+    return Upstream(base_url, api=api.name, api_key="demo-key")
 
 
 def survived(
