@@ -83,6 +83,10 @@ CASES = {
         b"Transfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n",
         _chunked(BODY) + SMUGGLED,
     ),
+    "space-before-colon": _post(
+        b"Content-Length: %d\r\nTransfer-Encoding : chunked\r\n" % (len(BODY) + len(SMUGGLED)),
+        _chunked(BODY) + SMUGGLED,
+    ),
     "empty-transfer-encoding": _post(b"Transfer-Encoding:\r\n", _chunked(BODY) + SMUGGLED),
     "obs-fold-transfer-encoding": _post(
         b"X-Padding: a\r\n Transfer-Encoding: chunked\r\nContent-Length: %d\r\n" % len(BODY),
