@@ -95,7 +95,9 @@ try:
 except ImportError:  # pragma: no cover - optional
     HttpxAiohttpClient = None  # type: ignore[assignment,misc]
 
-MODEL = "fluxstream-echo"
+#: The embedded server answers as long as ``max_tokens`` asks under ``fill-max-tokens`` (its
+#: answer alone is 30 deltas): the model name carries the profile to every contender's request.
+MODEL = "fluxstream-echo@fill-max-tokens"
 MESSAGES = [{"role": "user", "content": "benchmark the client end to end"}]
 API_KEY = "bench-key"
 POOL = 2100  # connections, all kept alive: nobody pays for reconnects between rounds

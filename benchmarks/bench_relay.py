@@ -347,7 +347,7 @@ async def record_streams(
             return result
 
         log._append = timed_append  # type: ignore[method-assign]
-    request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
+    request = {"model": "m@fill-max-tokens", "messages": [{"role": "user", "content": "bench"}],
                "max_tokens": args.tokens}
     async with fluxstream.AsyncClient(base_url) as client:
         recorded = [
@@ -695,7 +695,7 @@ PCT = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 async def run_bare(args: argparse.Namespace, base_url: str, upstream_pid: int) -> dict[str, Any]:
     """The same streams and upstream with no relay (``--bare``): what the client alone costs,
     so that the relay's share of the producer's CPU per delta shows."""
-    request = {"model": "m", "messages": [{"role": "user", "content": "bench"}],
+    request = {"model": "m@fill-max-tokens", "messages": [{"role": "user", "content": "bench"}],
                "max_tokens": args.tokens}
     deltas = 0
 

@@ -308,7 +308,8 @@ class Tally:
 async def run_stream(client: fluxstream.AsyncClient, plan: Plan, tally: Tally,
                      stream_timeout: float, prompt: float) -> None:
     request: dict[str, Any] = {
-        "model": MODEL if plan.profile is None else f"{MODEL}@{plan.profile}",
+        # fill-max-tokens: the reply as long as max_tokens asks (the answer alone is 30 deltas)
+        "model": f"{MODEL}@{','.join(filter(None, (plan.profile, 'fill-max-tokens')))}",
         "messages": [{"role": "user", "content": f"soak stream {plan.index}"}],
         "max_tokens": plan.max_tokens,
     }

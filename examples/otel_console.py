@@ -1,18 +1,25 @@
 """Trace streams with OpenTelemetry and print the spans to the console.
 
 Runs against the embedded server, so it works offline:  python examples/otel_console.py
-Needs ``pip install 'fluxstream[otel]' opentelemetry-sdk`` (the SDK is the application's
-choice; fluxstream itself needs only the API). Each reply is one span named ``chat <model>``
-with the GenAI conventions' attributes; the span ends however the stream ends, here once
-read to its end and once left by ``break``.
+Needs ``pip install 'fluxstream[examples]'`` (the OpenTelemetry SDK with ``fluxstream[otel]``:
+the SDK is the application's choice, fluxstream itself needs only the API). Each reply is one
+span named ``chat <model>`` with the GenAI conventions' attributes; the span ends however the
+stream ends, here once read to its end and once left by ``break``.
 """
 
 from __future__ import annotations
 
+import sys
+
 import anyio
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+
+try:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+except ModuleNotFoundError as exc:  # one line saying what to install, not a traceback
+    sys.exit(f"this example needs the OpenTelemetry SDK ({exc.name} is not installed):"
+             " pip install 'fluxstream[examples]'")
 
 import fluxstream
 from fluxstream import ModelPrice

@@ -1,10 +1,10 @@
 """A relayed chat page: reload-safe, reconnect-safe, with a Stop button that stops the model.
 
-A small Starlette app (``pip install starlette uvicorn``; an example dependency, not one of
-fluxstream's). A reply is produced once, in a background task, into a reply log; the page
-follows it with an ``EventSource`` whose ``id:`` fields are follow positions, so a dropped
-connection, a page reload, or a reconnect that a load balancer sends to another worker
-resumes exactly where it stopped, and the page renders every character once by
+A small Starlette app (``pip install 'fluxstream[examples]'`` brings Starlette and uvicorn;
+example dependencies, not fluxstream's). A reply is produced once, in a background task, into a
+reply log; the page follows it with an ``EventSource`` whose ``id:`` fields are follow
+positions, so a dropped connection, a page reload, or a reconnect that a load balancer sends to
+another worker resumes exactly where it stopped, and the page renders every character once by
 ``(key, offset)``. Stop calls ``log.cancel(key)``, which closes the upstream request from
 whichever worker produces the reply.
 
@@ -42,10 +42,15 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+
+try:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+except ModuleNotFoundError as exc:  # one line saying what to install, not a traceback
+    sys.exit(f"this example needs Starlette ({exc.name} is not installed):"
+             " pip install 'fluxstream[examples]'")
 
 import fluxstream
 from fluxstream.errors import (
@@ -381,7 +386,10 @@ def main() -> None:
             sys.exit(str(exc))  # one line, exit status 1
     with ServerThread(profile="openai", faults="drip=0.002") as upstream:
         if "--serve" in sys.argv:
-            import uvicorn
+            try:
+                import uvicorn
+            except ModuleNotFoundError:
+                sys.exit("--serve needs uvicorn: pip install 'fluxstream[examples]'")
 
             port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 8000
             app = make_app(make_log(), upstream.base_url,

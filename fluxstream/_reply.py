@@ -67,6 +67,11 @@ class Outcome(str, Enum):
     #: An error payload arrived in the stream, or the transport/protocol failed.
     FAILED = "failed"
 
+    def __str__(self) -> str:
+        # Printed and logged as the word the docs use (``done``): since Python 3.11 a str
+        # enum's str() is ``Outcome.DONE``, and StrEnum is not on 3.10.
+        return self.value
+
 
 class PartialSource(Protocol):
     """What the assembler attaches to a :class:`ToolCall` so that

@@ -48,10 +48,7 @@ from contextlib import AbstractContextManager
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
-
+from ._core.extras import needs_extra
 from ._core.genai_attributes import (
     error_type,
     input_messages,
@@ -62,6 +59,11 @@ from ._core.genai_attributes import (
 )
 from ._events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
 from ._observe import SendInfo, StreamInfo, StreamObserver
+
+with needs_extra("otel", "fluxstream.otel", "opentelemetry"):
+    from opentelemetry import context as otel_context
+    from opentelemetry import metrics, propagate, trace
+    from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._client import AsyncClient

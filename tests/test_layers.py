@@ -26,7 +26,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (0, ["_timeouts", "_limits", "_retry", "_core.coalesce", "_partial_json", "_wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
          "_core.type_names", "_core.partial_objects", "_core.sse_event", "_core.sse_runs",
-         "_core.deprecation", "_core.moved_modules", "_reply"]),
+         "_core.deprecation", "_core.moved_modules", "_core.extras", "_reply"]),
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them;

@@ -28,6 +28,7 @@ decoder's event, ``sse_event`` (its home is :mod:`fluxstream.sse`), and its run 
 continuation's echo is and how it is cut, ``carried``, the counts and SSE state of the decoders
 and wire formats a parser replaced, and ``stream_position``, where a parser's stream stands as
 a resume needs it (the parser inherits it). Under everything sit ``deprecation`` (a warning
-attributed to the user's line) and ``moved_modules`` (the paths 0.1 made public that are
-private now, still importing, with that warning).
+attributed to the user's line), ``moved_modules`` (the paths 0.1 made public that are
+private now, still importing, with that warning) and ``extras`` (an optional dependency's
+import, which names the extra to install when it is missing).
 """

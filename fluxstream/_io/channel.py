@@ -230,11 +230,14 @@ class Channel:
         return None
 
     async def wait_to_retry(self, attempt: int, delay: float, reason: str) -> None:
+        """Wait ``delay`` before the retry that follows ``attempt`` requests; logged as
+        ``retry 1/2`` for the first of two retries (``max_attempts`` counts the first request
+        too: counting attempts read ``retry 2/3`` there, which looked like one lost)."""
         delay = self.progress.backoff(time.monotonic(), delay, self.parser.saw_content)
         logger.warning(
             "request %s failed before any content (%s); retry %d/%d in %.2fs",
-            show_key(self.parser.content_key), one_line(reason), attempt + 1,
-            self.recovery.retry.max_attempts, delay, extra=self.log_extra(),
+            show_key(self.parser.content_key), one_line(reason), attempt,
+            self.recovery.retry.max_attempts - 1, delay, extra=self.log_extra(),
         )
         await self.pause(delay)
 

@@ -22,15 +22,17 @@ import argparse
 import base64
 import json
 import os
+import signal
 import sys
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
+import anyio.abc
 import httpx
 
 from .. import apis
@@ -54,6 +56,9 @@ from .capture import (
     request_fields,
 )
 from .render import FORMAT_NAMES, LivePrinter, Output, json_safe, summary
+
+if TYPE_CHECKING:  # pragma: no cover - imported where used (demo imports httpx's transport)
+    from .demo import LogTally
 
 __all__ = ["main"]
 
@@ -121,13 +126,18 @@ async def _stream_to_terminal(
     survived: Survived | None = None, *, include_usage: bool = True,
     fields: dict[str, Any] | None = None, api: Api,
     resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
+    log: LogTally | None = None,
 ) -> int:
+    """Stream the reply to the terminal; ``log``: say each resume and warning as it happens,
+    on a line of its own between the reply's text (``chat``)."""
     fields = dict(fields or {})
     n = fields.get("n")
     stream = _open_stream(client, api, model, messages, headers, tools, include_usage, fields,
                           resume, fallbacks)
     printer = LivePrinter(session.out, choices=n if type(n) is int else 1, notes=session.err)
     session.stream, session.printer = stream, printer
+    if log is not None:
+        log.notes = printer.note
     async with stream:
         async for event in stream:
             printer.event(event)
@@ -311,27 +321,65 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
     # A fallback speaks the request's own API unless its spec names another.
     fallbacks = [spec.upstream(args.format) for spec in args.fallback or ()]
     async with _client(args, session.err) as client:
-        with LogTally():  # warnings (retries) on stderr as one safe line each
+        # Resumes and warnings (retries) on stderr, each one safe line of its own.
+        with LogTally() as log:
             return await _stream_to_terminal(
                 client, session, model, messages, _headers(args.header), tools,
                 include_usage=not args.no_usage, fields=fields, api=apis.get(args.format),
-                fallbacks=fallbacks,
+                fallbacks=fallbacks, log=log,
             )
 
 
 async def _serve(args: argparse.Namespace, session: _Session) -> int:
-    """Serve until Ctrl-C, which :func:`main` reports as a normal stop."""
+    """Serve until Ctrl-C (which :func:`main` reports as a normal stop) or SIGTERM (what a
+    process manager sends: the same stop, said here). A port it cannot listen on is one line
+    naming the address, not the errno alone."""
     from ..server import run_forever
 
+    listening = False
+
     def ready(url: str) -> None:
+        nonlocal listening
+        listening = True
         session.out.write(f"fluxstream server listening on {url} (profile {args.profile})\n")
         session.out.flush()
 
-    await run_forever(
-        host=args.host, port=args.port, profile=args.profile, api_key=args.api_key, ready=ready,
-        faults=args.fault,
-    )
+    refused: OSError | None = None
+    async with anyio.create_task_group() as tg:
+        await tg.start(_stop_on_sigterm, tg.cancel_scope)
+        try:
+            await run_forever(
+                host=args.host, port=args.port, profile=args.profile, api_key=args.api_key,
+                ready=ready, faults=args.fault,
+            )
+        except OSError as exc:
+            if listening:
+                raise
+            refused = exc
+            tg.cancel_scope.cancel()
+    if refused is not None:
+        why = (refused.strerror or str(refused)).lower()
+        raise OSError(
+            f"cannot listen on {args.host}:{args.port}: {why} (another server there? choose"
+            " another with --port)"
+        )
+    session.out.write("fluxstream server stopped\n")
     return EXIT_OK
+
+
+async def _stop_on_sigterm(
+    scope: anyio.CancelScope, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """Cancel ``scope`` on SIGTERM; started once the handler is in place, so a SIGTERM sent
+    after the server said it listens is always a clean stop (none on Windows: no SIGTERM)."""
+    if sys.platform == "win32":  # pragma: no cover - anyio has no signal receiver there
+        task_status.started()
+        return
+    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 def _request(args: argparse.Namespace) -> tuple[str, list[Any], dict[str, Any]]:

@@ -214,8 +214,9 @@ def _demo_parser(sub: Any) -> None:
 def _serve_parser(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
-        help="run the embedded server for other clients (/v1/chat/completions, /v1/responses,"
-        " /v1/messages)",
+        help="run the embedded server for other clients (Chat Completions /v1/chat/completions,"
+        " Responses /v1/responses, Anthropic Messages /v1/messages, Gemini"
+        " /v1beta/models/MODEL:streamGenerateContent)",
         description="Run the embedded server until Ctrl-C (a normal stop: exit 0).",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog_factory=_server_epilog,
     )
@@ -236,14 +237,18 @@ def _serve_parser(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
-        prog="fluxstream", description="Stream LLM replies correctly from OpenAI-style endpoints."
+        prog="fluxstream",
+        description="Stream LLM replies correctly from Chat Completions, OpenAI Responses,"
+        " Anthropic Messages and Gemini endpoints.",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _demo_parser(sub)
 
     chat = sub.add_parser(
-        "chat", help="stream a reply from any OpenAI-style endpoint",
+        "chat",
+        help="stream a reply from any Chat Completions, Responses, Anthropic Messages or Gemini"
+        " endpoint",
         formatter_class=argparse.RawDescriptionHelpFormatter, epilog_factory=_fallback_epilog,
     )
     chat.add_argument("prompt")

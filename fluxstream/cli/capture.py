@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 CAPTURE_FORMAT = "fluxstream-capture/1"
+#: The label's name before its version: a file labelled so is a capture, of whatever version.
+CAPTURE_FAMILY = CAPTURE_FORMAT.partition("/")[0]
 #: Response headers a replay needs (never cookies or anything a server could use to identify
 #: the caller): the content type decides the parsing, the others go into typed errors.
 KEPT_HEADERS = ("content-type", "retry-after", "retry-after-ms", "x-request-id")
@@ -80,15 +82,23 @@ class Capture:
 
 
 def load_capture(path: str | Path) -> Capture:
-    """Read a capture file, or a plain ``.sse`` body (anything that is not a capture)."""
+    """Read a capture file, or a plain ``.sse`` body (anything that is not a capture); a
+    capture of a version this one cannot read raises ``ValueError`` naming it."""
     raw = Path(path).read_bytes()
     if raw.lstrip()[:1] == b"{":
         try:
             record = json.loads(raw)
         except (ValueError, RecursionError):
             record = None
-        if isinstance(record, dict) and record.get("format") == CAPTURE_FORMAT:
+        label = record.get("format") if isinstance(record, dict) else None
+        if label == CAPTURE_FORMAT:
             return _from_record(record)
+        if isinstance(label, str) and label.partition("/")[0] == CAPTURE_FAMILY:
+            # A capture of another version: read as a body it would be 0 events, `truncated`.
+            raise ValueError(
+                f"{path}: cannot read a capture labelled {label!r} (this version reads"
+                f" {CAPTURE_FORMAT})"
+            )
     return Capture(reads=[raw])
 
 

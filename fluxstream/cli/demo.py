@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -42,10 +42,13 @@ __all__ = [
     "ReadCountingTransport",
     "fallback_api",
     "fallback_upstream",
+    "resume_note",
     "survived",
 ]
 
 _RESUMED_BY = re.compile(r"resuming by (\w+)")
+#: The stream's log line for a drop it resumes (``_io/reconnect.py``): why, how, how many.
+_DROPPED = re.compile(r"dropped \((.*)\); resuming by (\w+) \((\d+)/(\d+)\)$")
 #: What the primary server of ``demo --handoff`` does to every request: the connection
 #: dropped in mid-answer (its own faults; the request's headers reach the fallback too).
 HANDOFF_DROP = "drop-after-events=12"
@@ -95,22 +98,42 @@ class _Handler(logging.Handler):
         self._tally = tally
 
     def emit(self, record: logging.LogRecord) -> None:
+        tally = self._tally
         message = record.getMessage()
         match = _RESUMED_BY.search(message)
         if match:
-            self._tally.strategies.append(match.group(1))
+            tally.strategies.append(match.group(1))
+            if tally.notes is not None:
+                dropped = _DROPPED.search(message)
+                tally.notes(resume_note(*dropped.groups()) if dropped else
+                            f"fluxstream: {visible(message)}")
         elif hasattr(record, "handoff_to"):
             pass  # shown by the command from the Handoff event
         elif record.levelno >= logging.WARNING:  # anything else still reaches the user
             # A warning quotes what a server said: its control characters shown, not run.
-            sys.stderr.write(f"fluxstream: {visible(message)}\n")
+            line = f"fluxstream: {visible(message)}"
+            if tally.notes is not None:
+                tally.notes(line)
+            else:
+                sys.stderr.write(line + "\n")
+
+
+def resume_note(reason: str, strategy: str, done: str, allowed: str) -> str:
+    """The line that tells a reader the connection dropped and the reply is being resumed
+    where it broke off (``1/5``: the first of the resumes this upstream allows)."""
+    return f"↻ connection dropped ({reason}); resuming by {strategy} ({done}/{allowed})"
 
 
 class LogTally:
-    """While active, the ``fluxstream`` logger's resume lines are collected, not printed, and
-    its warnings are one line each on stderr (``fluxstream: ...``)."""
+    """While active, the ``fluxstream`` logger's resume lines are collected, and its warnings
+    are one line each on stderr (``fluxstream: ...``). With :attr:`notes` set (``chat``: the
+    printer's), a resume is said as it happens and every line goes through it, so none lands
+    in the middle of the streamed text; without (``demo``), resumes are only counted, for the
+    summary."""
 
     def __init__(self) -> None:
+        #: Where each resume and warning is said, a line each (``None``: resumes unsaid).
+        self.notes: Callable[[str], None] | None = None
         self.strategies: list[str] = []
         self._logger = logging.getLogger("fluxstream")
         self._handler = _Handler(self)
@@ -141,16 +164,10 @@ def fallback_api(primary: Api, chosen: str | None) -> Api:
 
 
 def fallback_upstream(base_url: str, api: Api) -> Upstream:
-    """The embedded fallback server of ``demo --handoff`` as an upstream.
-
-    The embedded server's Chat Completions reply is as long as ``max_tokens`` asks, past its
-    answer (long streams for tests); asked for the answer's own length, the fallback goes on
-    with the primary's reply, not a longer one (Anthropic's requests always carry
-    ``max_tokens``: 1024 in the demo)."""
-    from ..server.script import DEFAULT_DELTAS  # the server costs a quarter second to import
-
-    cap = DEFAULT_DELTAS if api is CHAT_COMPLETIONS else None
-    return Upstream(base_url, api=api.name, api_key="demo-key", max_tokens=cap)
+    """The embedded fallback server of ``demo --handoff`` as an upstream (the request's own
+    length cap: the embedded server's answer ends where a real model's would, whatever the
+    cap)."""
+    return Upstream(base_url, api=api.name, api_key="demo-key")
 
 
 def survived(

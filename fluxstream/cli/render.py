@@ -53,11 +53,12 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f]")
 #: A tokens/s rate is shown only over at least this many completion tokens and this much time
 #: after the first token. Below that it measures the network and the scheduler, not the model:
 #: a local or buffering server hands over a whole reply in one read (30 tokens in 50 µs "are"
-#: 600000 tokens/s), a clock tick or a late wake-up (1-15 ms) is a large share of a short span,
-#: and over a few tokens the first token's own time (counted in, but before the span) skews
-#: the quotient by 1/N.
+#: 600000 tokens/s), and over a few tokens the first token's own time (counted in, but before
+#: the span) skews the quotient by 1/N. A tenth of a second keeps a clock tick or a late
+#: wake-up (1-15 ms) within 15 % and still measures a model at ~100 tokens/s over a short
+#: reply (half a second said "too fast to measure" of 30 tokens in 300 ms).
 MIN_RATE_TOKENS = 10
-MIN_RATE_SECONDS = 0.5
+MIN_RATE_SECONDS = 0.1
 
 
 def visible(text: str) -> str:
@@ -203,14 +204,21 @@ class LivePrinter:
 
     def _handoff(self, event: Handoff) -> None:
         self.handoffs.append(event)
+        shown = any(lane.index in self._shown for lane in self._lanes.values())
+        self.note(handoff_note(event, content_shown=shown))
+
+    def note(self, text: str) -> None:
+        """``text`` as a line of its own on ``notes``, between the reply's text before and
+        after it: a handoff, a resume, a warning; never in the middle of a printed line when
+        both go to one terminal (or ``2>&1``)."""
         notes = self._notes
         if notes is None:
             return
         self._out.flush()
-        shown = any(lane.index in self._shown for lane in self._lanes.values())
         if not self._out.at_line_start and self._out.shares_place_with(notes):
             notes.stream.write("\n")  # the same terminal or file: the note on its own line
-        notes.note(handoff_note(event, content_shown=shown))
+            self._out.at_line_start = True
+        notes.note(text)
 
     def _restart(self) -> None:
         """A new generation: what was printed stays (a terminal cannot take it back), marked
@@ -343,7 +351,7 @@ def _rate(count: int, span: float) -> str:
     if count >= MIN_RATE_TOKENS and span >= MIN_RATE_SECONDS:
         return f"{count / span:.0f}"
     if span < MIN_RATE_SECONDS:
-        return f"- ({count} tokens in {span * 1000:.1f} ms: too fast to measure)"
+        return f"- ({count} tokens in {span * 1000:.1f} ms: too short to measure)"
     return f"- (only {count} tokens)"
 
 

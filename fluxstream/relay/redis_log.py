@@ -61,6 +61,7 @@ from ..errors import (
     one_line,
     show_key,
 )
+from ._redis import NoPermissionError, RedisError, ResponseError, aioredis
 from ._redis_cancel_watch import CancelWatch, ignore_result
 from ._redis_cluster import ClusterPipeliner, ClusterTailer, is_cluster
 from ._redis_connection import entry_number
@@ -82,14 +83,6 @@ from ._redis_writes import WRITES, WriteChannel, WriteCommands
 from ._redis_written_channel import WrittenNames
 from .codec import Entry, decode_entry, encode_entry
 from .log import LogState, ReplyLog, Write
-
-try:
-    import redis.asyncio as aioredis
-    from redis.exceptions import NoPermissionError, RedisError, ResponseError
-except ImportError as exc:  # pragma: no cover - depends on the install
-    raise ImportError(
-        "RedisReplyLog needs the optional extra: pip install 'fluxstream[redis]'"
-    ) from exc
 
 __all__ = ["RedisReplyLog"]
 

@@ -30,6 +30,7 @@ import anyio.abc
 import h11
 
 from .faults import Faults
+from .framing import framing_problem
 from .records import DisconnectRecord, Records
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ClientGone", "Connection", "Dropped", "Inbox"]
@@ -48,6 +49,12 @@ FEED_SIZE = 4 * READ_SIZE
 #: What ``bad-chunk-after`` writes where a chunk-size line belongs: not hex, so every HTTP
 #: parser must refuse it (a real server's bug or a proxy's, seen mid-stream).
 BAD_CHUNK = b"zz\r\n"
+#: Most bytes of a request's start kept to check its framing: h11 refuses a head over 64 KiB,
+#: and one feed may bring :data:`FEED_SIZE` bytes past it.
+HEAD_BYTES = 64 * 1024 + FEED_SIZE
+#: Statuses whose answer has no content (RFC 9110 15.3.5, 15.3.6, 15.4.5): a body given for
+#: one (a ``status`` fault's error body) is not sent.
+WITHOUT_CONTENT = frozenset({204, 205, 304})
 #: Most reads a ``close-after`` connection takes (and ignores) before it closes anyway.
 MAX_LINGER_READS = 10_000
 
@@ -144,6 +151,8 @@ class Connection:
         self.reset = False
         self.response_scope: anyio.CancelScope | None = None
         self.status = 0
+        #: The raw bytes of the request being read, up to its head (``None``: not recording).
+        self._head: bytearray | None = None
 
     def client_gone(self, reason: Literal["eof", "reset", "send-failed"]) -> None:
         """Record the client's disconnect (once) and cancel the response being written."""
@@ -193,7 +202,10 @@ class Connection:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            self.h11.receive_data(await self.inbox.get())
+            data = await self.inbox.get()
+            if self._head is not None and len(self._head) < HEAD_BYTES:
+                self._head += data
+            self.h11.receive_data(data)
         raise h11.RemoteProtocolError("too many reads for one event")
 
     async def wait_for_request(self) -> None:
@@ -205,8 +217,10 @@ class Connection:
 
     async def read_request(self, body: bytearray) -> tuple[h11.Request | None, bool]:
         """The next request, its body appended to ``body``; ``True`` when the body was over
-        :attr:`max_body_bytes` (then read to its end and dropped)."""
-        event = await self.next_event()
+        :attr:`max_body_bytes` (then read to its end and dropped). A head whose framing two
+        parsers could read two ways raises :class:`h11.RemoteProtocolError` with the status
+        to refuse it with (see :mod:`.framing`), before any of its body is read."""
+        event = await self._request_head()
         if not isinstance(event, h11.Request):
             return None, False
         too_big = False
@@ -223,6 +237,25 @@ class Connection:
             else:
                 return None, False
         return event, too_big
+
+    async def _request_head(self) -> Any:
+        """The next event, the bytes it was read from kept and checked by :func:`framing_problem`
+        (first, also when h11 refused the head: its status for a coding it does not know is
+        501, where a ``Transfer-Encoding`` not ending in ``chunked`` is a 400)."""
+        self._head = bytearray(self.h11.trailing_data[0])
+        try:
+            event = await self.next_event()
+        except h11.RemoteProtocolError as exc:
+            problem = framing_problem(self._head)
+            if problem is None:
+                raise
+            raise h11.RemoteProtocolError(problem[1], error_status_hint=problem[0]) from exc
+        finally:
+            head, self._head = self._head, None
+        problem = framing_problem(head) if isinstance(event, h11.Request) else None
+        if problem is not None:
+            raise h11.RemoteProtocolError(problem[1], error_status_hint=problem[0])
+        return event
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` to the socket, split by the ``write-size`` fault."""
@@ -330,7 +363,11 @@ class Connection:
         *,
         close: bool = False,
     ) -> None:
-        headers = [("content-type", content_type), ("content-length", str(len(body)))]
+        if status in WITHOUT_CONTENT:
+            body, content_type = b"", ""
+        headers = [("content-type", content_type)] if content_type else []
+        if status not in (204, 304):  # RFC 9110 8.6: neither sends a Content-Length
+            headers.append(("content-length", str(len(body))))
         await self.start(status, [*headers, *(extra or [])], chunked=False, close=close)
         if body:
             await self.body(body)

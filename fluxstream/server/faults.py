@@ -30,7 +30,9 @@ Keys (sizes in bytes, times in seconds):
 ``oversize=N``          one extra event whose data is N bytes (a chunk with empty choices and
                         a padding field; it has no ``id:``), after ``oversize-after-events=K``
                         events (default 1)
-``status=C``            answer HTTP status C instead of the stream, with ``status-body=json``
+``status=C``            answer HTTP status C (200 to 599; a 1xx cannot end a request, and 204,
+                        205 and 304 are sent without content) instead of the stream, with
+                        ``status-body=json``
                         (OpenAI-style error object, the default) or ``status-body=html``
                         (on ``/v1/messages`` the body is Anthropic's ``{"type": "error",
                         "error": {...}}``; ``status=529`` is its ``overloaded_error``)
@@ -101,7 +103,7 @@ _INT = {
     "stall-after-events": (0, 10_000_000),
     "oversize": (1, MAX_BYTES),
     "oversize-after-events": (0, 10_000_000),
-    "status": (100, 599),
+    "status": (200, 599),
     "fail-first": (0, 1_000_000),
     "batch": (1, MAX_BYTES),
 }
@@ -112,6 +114,13 @@ _FLOAT = {
     "drip": (0.0, 60.0),
     "delay": (0.0, MAX_SECONDS),
     "close-after": (0.0, MAX_SECONDS),
+}
+#: What a refused value of these keys is told, beyond its bounds.
+_WHY = {
+    "status": (
+        ": a status fault is the final answer, 200 to 599 (a 1xx is informational: it cannot"
+        " end a request)"
+    ),
 }
 _OTHER = ("drop-reset", "status-body", "retry-after")
 #: Every accepted key.
@@ -169,7 +178,8 @@ def build_faults(spec: Mapping[str, str]) -> Faults:
             else:
                 kwargs[attr] = value
         except ValueError:
-            raise FaultError(f"bad value {value!r} for fault {key!r}") from None
+            why = _WHY.get(key, "")
+            raise FaultError(f"bad value {value!r} for fault {key!r}{why}") from None
     if (
         "fail_first" in kwargs
         and "status" not in kwargs

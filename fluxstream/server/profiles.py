@@ -57,6 +57,11 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
         "a model that ignores `response_format` / `text.format` and answers its plain text"
     ),
     "fenced-json": "structured output wrapped in a ```json markdown fence, as chatty models do",
+    "fill-max-tokens": (
+        "the answer goes on to `max_tokens` (repeating its paragraph; up to 100000 deltas)"
+        " and finishes `stop`: a long stream, for tests and benchmarks (without it a cap"
+        " above the answer changes nothing, as with a real model)"
+    ),
     "sse-ids": (
         "Responses / Messages events also carry `id:` lines (as some gateways add), so"
         " Last-Event-ID can resume them"

@@ -300,7 +300,7 @@ def gemini_script(body: Mapping[str, Any], names: frozenset[str],
     in the path (``model``); a body's ``model`` (as tests write one) stands in for it."""
     given = body.get("model")
     name = model if model is not None else given if isinstance(given, str) else "gemini"
-    return build_script(from_gemini(body, name), names, token_cap=True)
+    return build_script(from_gemini(body, name), names)
 
 
 def answer_gemini(call: Call) -> Answer:
@@ -314,7 +314,7 @@ def answer_gemini(call: Call) -> Answer:
     base, suffix = split_model(model)
     names = call.names | parse_profiles(suffix)
     canonical = from_gemini(body, base)
-    script = build_script(canonical, names, token_cap=True, scripted=call.scripted)
+    script = build_script(canonical, names, scripted=call.scripted)
     extra = continuation_headers(continuation_prefix(canonical), script)
     if not streamed or "json" in names:
         return Payload.json(gemini_response(script, names), extra)

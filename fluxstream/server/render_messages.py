@@ -192,7 +192,7 @@ def _events(payloads: list[dict[str, Any]], names: frozenset[str]) -> list[WireE
 def messages_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
     """The script of a Messages request: that of the chat request it amounts to (a trailing
     assistant message is the prefill the reply continues)."""
-    return build_script(from_messages(body), names, token_cap=True)
+    return build_script(from_messages(body), names)
 
 
 def answer_messages(call: Call) -> Answer:
@@ -212,7 +212,7 @@ def answer_messages(call: Call) -> Answer:
     if prefill is not None and prefill != prefill.rstrip():
         # Anthropic's own rule (and a trap for clients that resume by prefill).
         return Refusal(400, "messages: final assistant content cannot end with trailing whitespace")
-    script = build_script(canonical, names, token_cap=True, scripted=call.scripted)
+    script = build_script(canonical, names, scripted=call.scripted)
     extra = continuation_headers(prefill, script)
     if not call.streamed():
         return Payload.json(message_object(script, names), extra)

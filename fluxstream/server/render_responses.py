@@ -281,7 +281,7 @@ class StoredResponse:
 
 def responses_script(body: Mapping[str, Any], names: frozenset[str]) -> Script:
     """The script of a Responses request: that of the chat request it amounts to."""
-    return build_script(from_responses(body), names, token_cap=True)
+    return build_script(from_responses(body), names)
 
 
 def answer_responses(call: Call) -> Answer:
@@ -292,8 +292,7 @@ def answer_responses(call: Call) -> Answer:
         message = "The request body must be a JSON object with an 'input' string or array."
         return Refusal(400, message)
     names = call.names
-    script = build_script(from_responses(body), names, token_cap=True,
-                          scripted=call.scripted)
+    script = build_script(from_responses(body), names, scripted=call.scripted)
     background = body.get("background") is True
     events = responses_events(script, names, background=background)
     final = response_object(script, names, background=background)

@@ -9,9 +9,11 @@ How a reply is derived (all of it is a pure function of the request JSON and the
 * **Text** is a short natural answer (:mod:`.content`) that is still rich in what breaks
   clients: multi-byte characters (``é``, ``你好``, ``👋🏽``, a two-code-point emoji), a quote and
   a backslash that JSON must escape, a newline. One token is one delta; the number of text
-  deltas is ``max_completion_tokens`` or ``max_tokens`` when given (capped at
-  :data:`MAX_DELTAS`; a longer reply goes on, a shorter one is cut as a real model's is, and
-  finishes ``length``), else :data:`DEFAULT_DELTAS`, the whole answer.
+  deltas is :data:`DEFAULT_DELTAS`, the whole answer, in every dialect; a length cap
+  (``max_completion_tokens``, ``max_tokens``) under it cuts the answer as a real model's is
+  cut, finishing ``length``, and one above it changes nothing. With the ``fill-max-tokens``
+  profile the answer goes on to the cap (up to :data:`MAX_DELTAS`, finishing ``stop``): long
+  streams, asked for by name by tests and benchmarks.
 * **Reasoning** deltas (``reasoning_content``) precede the text when the ``reasoning`` profile
   is on or the request has ``reasoning_effort`` (other than ``"none"``).
 * **Tool calls**: when ``tools`` are given (and ``tool_choice`` is not ``"none"``) the reply is
@@ -410,7 +412,6 @@ def build_script(
     request: Mapping[str, Any],
     profiles: Iterable[str] | str | None = None,
     *,
-    token_cap: bool = False,
     scripted: ScriptedReply | None = None,
 ) -> Script:
     """Compute the reply for ``request`` (the chat-completions JSON body) under ``profiles``.
@@ -419,29 +420,28 @@ def build_script(
     one (ids and continuation stay the request's; ``max_tokens`` does not cut it).
 
     A continuation request (see :func:`continuation_prefix`) gets the continuation of the
-    original request's reply (see the module docstring). A plain answer cut by ``max_tokens``
-    (fewer than :data:`DEFAULT_DELTAS`) finishes ``length`` in every dialect. ``token_cap``
-    (the Responses and Messages dialects): ``max_tokens`` only ever shortens the plain answer
-    (Chat Completions keeps its "longer reply goes on", finishing ``stop``: tests use it for
-    long streams). Structured content (:func:`response_schema`, :func:`forced_tool`) is always
-    cut by ``max_tokens`` with finish ``length``.
+    original request's reply (see the module docstring). ``max_tokens`` only ever shortens the
+    plain answer (fewer than :data:`DEFAULT_DELTAS`: it finishes ``length``), unless the
+    ``fill-max-tokens`` profile asks for an answer as long as the cap. Structured content
+    (:func:`response_schema`, :func:`forced_tool`) is always cut by ``max_tokens`` with finish
+    ``length``.
     """
     names = parse_profiles(profiles)
     prefix = continuation_prefix(request)
     if prefix is None:
-        return _scripted(request, scripted) if scripted else _build(request, names, token_cap)
+        return _scripted(request, scripted) if scripted else _build(request, names)
     original = strip_prefix(request)
     if scripted is not None:
         return _continue(_scripted(original, scripted), prefix, names)
     if "prefix-as-input" in names:
-        original = _cap_after_prefix(original, prefix, names, token_cap)
-    return _continue(_build(original, names, token_cap), prefix, names)
+        original = _cap_after_prefix(original, prefix, names)
+    return _continue(_build(original, names), prefix, names)
 
 
 def _scripted(request: Mapping[str, Any], scripted: ScriptedReply) -> Script:
     """The script of a stated reply: its content, the request's ids and model."""
     plain = dict.fromkeys(("tools", "response_format", "n", *_CAPS))
-    computed = _build({**request, **plain}, frozenset(), False)
+    computed = _build({**request, **plain}, frozenset())
     digest = computed.id.removeprefix("chatcmpl-")
     choices: list[ChoiceScript] = []
     for c, choice in enumerate(scripted.choices):
@@ -479,7 +479,7 @@ _CAPS = ("max_completion_tokens", "max_tokens")
 
 
 def _cap_after_prefix(
-    request: dict[str, Any], prefix: str, names: frozenset[str], token_cap: bool
+    request: dict[str, Any], prefix: str, names: frozenset[str]
 ) -> dict[str, Any]:
     """The ``prefix-as-input`` profile: the original request of a continuation whose length
     cap counts only what it generates, as a provider counts a prefill (it is input): its cap
@@ -489,7 +489,7 @@ def _cap_after_prefix(
     if limit is None or not prefix:
         return request
     # Each delta holds a code point or more: the prefix's fit in this many.
-    longer = _build(_capped(request, limit + len(prefix)), names, token_cap)
+    longer = _build(_capped(request, limit + len(prefix)), names)
     if len(longer.choices) != 1:
         return request
     held = end = 0
@@ -529,7 +529,7 @@ def _forced_call(
     return call, tuple((0, p) for p in pieces), cut
 
 
-def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -> Script:
+def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
     digest = request_digest(request)
     messages = request.get("messages")
     prompt = _prompt(messages if isinstance(messages, list) else [])
@@ -538,7 +538,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str], token_cap: bool) -
     limit = _int_param(request, "max_completion_tokens", "max_tokens")
     limit = None if limit is None else max(1, min(limit, MAX_DELTAS))
     count = DEFAULT_DELTAS if limit is None else limit
-    if token_cap:
+    if "fill-max-tokens" not in names:  # a real model's answer: a cap only ever cuts it
         count = min(count, DEFAULT_DELTAS)
     schema = None if "ignore-schema" in names else response_schema(request)
     forced = forced_tool(request)

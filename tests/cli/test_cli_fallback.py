@@ -152,7 +152,11 @@ def test_a_reply_cut_mid_way_goes_on_on_the_fallback_in_every_format(
         primary_requests = len(primary.records.requests)
     assert code == 0, out + err
     assert reply_text(out) == EXPECTED
-    (line,) = err.splitlines()
+    *resumes, line = err.splitlines()
+    # The primary's own resumes first, a line each (streams with ids: Last-Event-ID).
+    assert all(r.startswith("↻ connection dropped (") for r in resumes), resumes
+    assert [r.rpartition("(")[2] for r in resumes] == [f"{i}/5)" for i in
+                                                        range(1, len(resumes) + 1)]
     match = HANDOFF_LINE.match(line)
     assert match is not None and match[1] == "continued on" and match[2] == "backup", line
     offset = int(match[4])

@@ -113,11 +113,19 @@ def test_ctrl_c_in_capture_keeps_what_was_read_marked_interrupted(tmp_path: Path
     assert "recorded break: interrupted (Ctrl-C)" in replayed.stdout
 
 
-@pytest.mark.parametrize("suite_sigint", ["default", "ignored"])
-def test_ctrl_c_in_serve_is_a_normal_stop(suite_sigint: str) -> None:
+@pytest.mark.parametrize(
+    ("stop", "suite_sigint"),
+    [(signal.SIGINT, "default"), (signal.SIGINT, "ignored"), (signal.SIGTERM, "default")],
+    ids=["ctrl-c", "ctrl-c-suite-ignoring-sigint", "sigterm"],
+)
+def test_ctrl_c_or_sigterm_in_serve_is_a_normal_stop(
+    stop: signal.Signals, suite_sigint: str
+) -> None:
     """``ignored``: the suite runs as a background job (``pytest &`` in a script), with
     SIGINT ignored, which its children inherit; the CLI is started as a terminal starts it
-    (``start_cli``), so the Ctrl-C tests test the CLI, not how the suite was launched."""
+    (``start_cli``), so the Ctrl-C tests test the CLI, not how the suite was launched.
+    SIGTERM is what a process manager sends (systemd, docker stop, kill): the same clean
+    stop as Ctrl-C, not a death by signal (exit -15 and nothing said)."""
     wanted = signal.SIG_IGN if suite_sigint == "ignored" else signal.getsignal(signal.SIGINT)
     previous = signal.signal(signal.SIGINT, wanted)
     try:
@@ -127,11 +135,22 @@ def test_ctrl_c_in_serve_is_a_normal_stop(suite_sigint: str) -> None:
         signal.signal(signal.SIGINT, previous)
     try:
         assert proc.stdout is not None
-        assert f"127.0.0.1:{port}" in proc.stdout.readline()
-        proc.send_signal(signal.SIGINT)
+        assert f"127.0.0.1:{port}" in proc.stdout.readline()  # listening: the handlers are set
+        proc.send_signal(stop)
         stdout, stderr = proc.communicate(timeout=60)
     finally:
         proc.kill()
     assert proc.returncode == 0, stdout + stderr
     assert stdout.strip() == "fluxstream server stopped"
     assert stderr == ""
+
+
+def test_serve_on_a_busy_port_is_one_line_naming_it() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run_cli("serve", "--port", str(port))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("fluxstream: cannot listen on 127.0.0.1:") and f":{port}" in line
+    assert "in use" in line and "--port" in line

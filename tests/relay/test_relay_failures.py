@@ -85,7 +85,7 @@ async def test_a_cancelled_reply_leaves_no_cancel_subscription_behind(
                     outcomes.append(await stopper.cancel(key))
 
                 async with anyio.create_task_group() as tg, producer.record(
-                    client.chat.stream(model="m", content_key=key, **req)
+                    client.chat.stream(model="m@fill-max-tokens", content_key=key, **req)
                 ) as recorded:
                     async for event in recorded:
                         if isinstance(event, fluxstream.TextDelta) and not outcomes:
@@ -300,7 +300,7 @@ async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothi
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         for round_ in range(5):
             key = f"stop-taker-{round_}"
-            stream = client.chat.stream(model="m", content_key=key, **req)
+            stream = client.chat.stream(model="m@fill-max-tokens", content_key=key, **req)
             base = stream.resume_token()
             base.pop("reply", None)
             await stream.aclose()

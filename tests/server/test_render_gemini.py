@@ -29,7 +29,7 @@ TOOLS = [{"functionDeclarations": [{"name": "get_weather", "parameters": {
 
 
 def _script(body: dict[str, Any], names: frozenset[str] = frozenset()) -> Any:
-    return build_script(from_gemini(body, "gemini-test"), names, token_cap=True)
+    return build_script(from_gemini(body, "gemini-test"), names)
 
 
 def _body(body: dict[str, Any], names: frozenset[str]) -> bytes:

@@ -94,24 +94,25 @@ def test_every_prefix_length_in_the_script() -> None:
             assert deltas[-len(rest)].endswith(rest[0])
 
 
-@pytest.mark.parametrize("token_cap", [False, True], ids=["chat", "messages-like"])
-def test_prefix_as_input_counts_only_the_deltas_after_the_prefix(token_cap: bool) -> None:
+@pytest.mark.parametrize(("extra", "cap"), [("", 24), (",fill-max-tokens", 40)],
+                         ids=["answer", "filled"])
+def test_prefix_as_input_counts_only_the_deltas_after_the_prefix(extra: str, cap: int) -> None:
     """A provider counts a prefill as input: a continuation asked for the cap minus the
     deltas its prefix holds whole ends exactly where the uninterrupted reply does, whatever
     the cut (between deltas, inside one, inside an emoji, before a whitespace delta); a delta
     the prefix holds part of is generated again, from where the prefix stops."""
-    cap = 24
-    deltas = build_script(chat(max_tokens=cap), token_cap=token_cap).choices[0].text_deltas
+    deltas = build_script(chat(max_tokens=cap), extra).choices[0].text_deltas
+    assert len(deltas) == cap
     whole = "".join(deltas)
     for cut in range(1, len(whole)):
         prefix = whole[:cut]
         held = sum(1 for end in itertools.accumulate(map(len, deltas)) if end <= cut)
         asked = continuation(chat(max_tokens=cap - held), prefix)
-        (choice,) = build_script(asked, "prefix-as-input", token_cap=token_cap).choices
+        (choice,) = build_script(asked, "prefix-as-input" + extra).choices
         assert prefix + choice.text == whole, cut
         assert len(choice.text_deltas) == cap - held  # what it was asked for, no more
         if held:  # without the profile the prefix counts against the cap: it ends sooner
-            (plain,) = build_script(asked, token_cap=token_cap).choices
+            (plain,) = build_script(asked, extra).choices
             assert prefix + plain.text != whole
 
 

@@ -91,7 +91,7 @@ def test_script_for_takes_the_one_names_and_the_older_ones() -> None:
     body = {"model": "m", "max_tokens": 5, "messages": USER}
     assert script_for("anthropic_messages", body) == script_for("messages", body)
     assert script_for("chat_completions", body) == script_for("chat", body)
-    assert script_for("messages", body) == build_script(from_messages(body), token_cap=True)
+    assert script_for("messages", body) == build_script(from_messages(body))
     responses = {"model": "m", "input": "Hi"}
     assert script_for("responses", responses).choices[0].text
 

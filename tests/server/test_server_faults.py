@@ -5,6 +5,7 @@ connection closed after the response. Runs on asyncio and trio."""
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 import anyio
@@ -21,6 +22,7 @@ from test_server_support import (
 )
 
 from fluxstream.server import Server, expected_reply, serve
+from fluxstream.server.faults import FaultError
 
 pytestmark = pytest.mark.anyio
 
@@ -365,3 +367,48 @@ async def test_bad_chunk_is_a_protocol_error_for_httpx(aserver: Server) -> None:
 async def test_bad_values_of_the_connection_faults_are_refused(aserver: Server, spec: str) -> None:
     response = await araw_exchange(aserver.port, URL, chat(), fault(spec))
     assert response.status == 400 and spec.partition("=")[0].encode() in response.body
+
+
+@pytest.mark.parametrize("status", [100, 101, 199])
+async def test_an_informational_status_fault_is_refused_by_name(
+    aserver: Server, status: int
+) -> None:
+    """A 1xx is not an answer a request can end with (the connection used to drop instead of
+    sending it): refused when the fault is read, saying what a status fault takes."""
+    response = await araw_exchange(aserver.port, URL, chat(), fault(f"status={status}"))
+    assert response.status == 400
+    assert b"'status'" in response.body and b"200" in response.body
+    assert b"informational" in response.body
+    with pytest.raises(FaultError, match=r"200 to 599.*informational"):
+        Server(faults=f"status={status}")
+
+
+@pytest.mark.parametrize(("status", "length"), [(204, None), (205, b"0"), (304, None)])
+async def test_a_status_without_content_is_served_exactly(
+    aserver: Server, status: int, length: bytes | None
+) -> None:
+    """204, 205 and 304 carry no content (RFC 9110 15.3.5, 15.3.6, 15.4.5): the answer has no
+    body and no Content-Length it does not keep (205: ``0``), and the connection goes on to
+    answer the request pipelined behind it."""
+    body = json.dumps(chat()).encode()
+    first = (
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % (URL.encode(), len(body))
+        + b"X-Fluxstream-Fault: status=%d\r\n\r\n" % status
+        + body
+    )
+    second = request_bytes("/v1/models", None)
+    data = bytearray()
+    with anyio.fail_after(10):
+        async with await anyio.connect_tcp("127.0.0.1", aserver.port) as stream:
+            await stream.send(first + second)
+            while True:
+                try:
+                    data += await stream.receive(65536)
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+    head, _, rest = bytes(data).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status)
+    headers = dict(line.lower().split(b": ", 1) for line in head.split(b"\r\n")[1:])
+    assert headers.get(b"content-length") == length
+    assert b"content-type" not in headers
+    assert rest.startswith(b"HTTP/1.1 200 "), rest

@@ -314,14 +314,14 @@ def test_dialects_translate_to_the_chat_request() -> None:
     assert "prefix" not in lone["messages"][-1]
 
 
-def test_token_cap_never_lengthens_and_cut_is_length() -> None:
+def test_a_cap_never_lengthens_and_cut_is_length() -> None:
     chat = {"model": "m", "messages": USER, "max_tokens": 100}
-    assert len(build_script(chat).choices[0].text_deltas) == 100  # chat: goes on
-    capped = build_script(chat, token_cap=True).choices[0]
+    capped = build_script(chat).choices[0]
     assert len(capped.text_deltas) == 30 and capped.finish_reason == "stop"
-    short = build_script({**chat, "max_tokens": 5}, token_cap=True).choices[0]
+    filled = build_script(chat, "fill-max-tokens").choices[0]  # asked for by name: goes on
+    assert len(filled.text_deltas) == 100 and filled.finish_reason == "stop"
+    short = build_script({**chat, "max_tokens": 5}).choices[0]
     assert len(short.text_deltas) == 5 and short.finish_reason == "length"
-    assert build_script({**chat, "max_tokens": 5}).choices[0].finish_reason == "length"
     assert build_script({**chat, "max_tokens": 30}).choices[0].finish_reason == "stop"
 
 

@@ -157,7 +157,7 @@ def test_a_client_that_stops_reading_is_dropped_after_the_idle_timeout() -> None
     import time
 
     with ServerThread(profile="openai", idle_timeout=0.5) as server:
-        body = json.dumps({"model": "m", "stream": True, "max_tokens": 100_000,
+        body = json.dumps({"model": "m@fill-max-tokens", "stream": True, "max_tokens": 100_000,
                            "messages": [{"role": "user", "content": "a long one"}]}).encode()
         head = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")

@@ -52,9 +52,10 @@ def test_text_is_multibyte_and_has_default_deltas() -> None:
     assert choice.finish_reason == "stop"
 
 
-def test_a_longer_reply_goes_on_and_a_shorter_one_is_cut() -> None:
+def test_a_filled_reply_goes_on_and_a_shorter_one_is_cut() -> None:
     answer = build_script(chat()).choices[0].text_deltas
-    longer = build_script(chat(max_tokens=100)).choices[0].text_deltas
+    assert build_script(chat(max_tokens=100)).choices[0].text_deltas == answer
+    longer = build_script(chat(max_tokens=100), "fill-max-tokens").choices[0].text_deltas
     assert longer[:30] == answer and len(longer) == 100 and "".join(longer[30:]).strip()
     assert build_script(chat(max_tokens=9)).choices[0].text_deltas == answer[:9]
 
