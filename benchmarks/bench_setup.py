@@ -27,7 +27,9 @@ The kinds: ``build`` is ``client.chat.stream(...)``, nothing sent (the set-up th
 does: options, the client's settings, the parser, the request, the route); ``build-fallback``
 the same with one fallback (a route of two targets); ``build-messages`` a Messages stream
 (the API's headers and retry policy); ``request`` a whole two-delta request on the ``packed``
-path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop.
+path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop;
+``request-fallback`` the same with one fallback that is never asked, ``request-hedged`` that
+with a hedge armed that never fires (``hedge_after`` 60 s).
 
 Past the first byte, per delta (N is then the deltas of each of 4 replies, and the figure
 is per delta): ``delta`` is the read path one event at a time, in lockstep (the server in
