@@ -21,6 +21,7 @@ partial objects), :mod:`fluxstream.relay` (one reply followed from any worker or
 from typing import TYPE_CHECKING, Any
 
 from ._core import moved_modules as _moved_modules
+from ._core.think_tags import ThinkTags
 from ._events import (
     End,
     ErrorEvent,
@@ -195,6 +196,7 @@ __all__ = [
     "StreamStats",
     "StreamTruncatedError",
     "TextDelta",
+    "ThinkTags",
     "Timeouts",
     "ToolCall",
     "ToolCallDelta",

@@ -173,7 +173,7 @@ class _Call:
 class _Choice:
     __slots__ = (
         "blocks", "calls", "dirty", "finish", "index", "model", "reasoning", "refusal", "stop",
-        "text",
+        "text", "unclosed",
     )
 
     def __init__(self, index: int) -> None:
@@ -185,6 +185,7 @@ class _Choice:
         self.finish: str | None = None
         self.stop: str | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
+        self.unclosed = False
         self.dirty = True
         self.model: Choice | None = None
 
@@ -201,6 +202,7 @@ class _Choice:
                     "finish_reason": self.finish,
                     "stop": self.stop,
                     "reasoning_blocks": [self.blocks[i] for i in sorted(self.blocks)],
+                    "reasoning_unclosed": self.unclosed,
                 },
             )
             self.dirty = False
@@ -527,6 +529,14 @@ class ReplyAssembler:
             and not st.refusal.value()
             and bool(st.text.value())
         )
+
+    def mark_unclosed(self, indexes: list[int]) -> None:
+        """Reasoning of these choices, sent inside tags, ended without its closing tag."""
+        for index in indexes:
+            st = self._choices.get(index)
+            if st is not None and not st.unclosed:
+                st.unclosed = st.dirty = True
+                self._version += 1
 
     def text_of(self, choice: int) -> str:
         st = self._choices.get(choice)

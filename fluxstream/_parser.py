@@ -29,6 +29,7 @@ from ._core.echo import EchoFilter, continuation
 from ._core.reread import RereadChecks
 from ._core.resume_token import go_on_from
 from ._core.stream_position import StreamPosition
+from ._core.think_tags import TagSplitter, ThinkTags
 from ._events import Event
 from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ._reply import Reply, Segment
@@ -78,6 +79,9 @@ class StreamParser(StreamPosition):
         send finish reasons (see :class:`~fluxstream._assembly.ReplyAssembler`).
     :param limits: caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`);
         past one, :class:`~fluxstream.errors.LimitExceededError` is raised.
+    :param think_tags: reasoning a server sends inside the text between tags
+        (``<think>…</think>``) becomes reasoning deltas, the rest text
+        (:class:`~fluxstream._core.think_tags.ThinkTags`; off by default).
     """
 
     _default_format: ClassVar[str] = _DEFAULT_FORMAT
@@ -91,6 +95,7 @@ class StreamParser(StreamPosition):
         strict: bool = False,
         require_finish_reason: bool = True,
         limits: StreamLimits | None = None,
+        think_tags: ThinkTags | None = None,
     ) -> None:
         try:
             format_cls = FORMATS[format]
@@ -110,6 +115,8 @@ class StreamParser(StreamPosition):
             self.content_key, require_finish_reason=require_finish_reason, limits=limits
         )
         self._events = 0
+        #: Splits tagged reasoning out of the text (``None``: off, nothing done per delta).
+        self._tags = None if think_tags is None else TagSplitter(think_tags, self.content_key)
         # Counts and SSE state of the decoders and formats replaced (connections before the
         # current one, other upstreams' wire formats), and bytes read after the end.
         self._carried = Carried()
@@ -244,9 +251,16 @@ class StreamParser(StreamPosition):
             events = echo.filter(events, self.content_key, self._shift, fmt.done or final)
             if not echo.deciding:
                 self._echo = None
+        ending = end and fmt.done and (self.hold is None or not self.hold.held)
+        tags = self._tags
+        if tags is not None and (events or final or ending):
+            events = tags.split(events) if events else events
+            if final or ending:
+                events = events + tags.flush()
+                asm.mark_unclosed(tags.unclosed())
         if events:
             events = asm.feed(events)
-        if end and fmt.done and (self.hold is None or not self.hold.held):
+        if ending:
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
         return events
@@ -308,7 +322,21 @@ class StreamParser(StreamPosition):
 
     def cancel(self, reason: str) -> list[Event]:
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""
-        return self._assembler.cancel(reason)
+        return self._end_tags() + self._assembler.cancel(reason)
+
+    def _end_tags(self) -> list[Event]:
+        """The text a tag splitter still holds back, decided and applied before an end the
+        I/O layer states (a cancel, a failure)."""
+        tags, asm = self._tags, self._assembler
+        if tags is None or asm.finished:
+            return []
+        events = tags.flush()
+        asm.mark_unclosed(tags.unclosed())
+        try:
+            return asm.feed(events) if events else []
+        except FluxstreamError:  # a limit crossed by the last few characters: what fit
+            applied, asm.applied_before_error = asm.applied_before_error, []
+            return applied
 
     def end_at_length(self, reason: str) -> list[Event]:
         """The reply's length cap is spent (a reply continued across upstreams, counted by
@@ -320,7 +348,7 @@ class StreamParser(StreamPosition):
     def fail(self, reason: str, error: BaseException | None = None) -> list[Event]:
         """The transport or protocol failed (``error`` is informational): outcome ``failed``."""
         self._deferred = None
-        return self._assembler.fail(reason)
+        return self._end_tags() + self._assembler.fail(reason)
 
     @property
     def pending_error(self) -> FluxstreamError | None:
@@ -347,12 +375,24 @@ class StreamParser(StreamPosition):
             carried.last_event_id = resume_after
             # A throwaway format decodes replayed events without touching the reply.
             shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
-            self._checks.reconnected(resume_after, self.reply, shadow.feed)
+            reply = self.reply
+            tags = self._tags
+            self._checks.reconnected(resume_after, reply, shadow.feed, None if tags is None else {
+                c.index: tags.wire_text(c.index, c.text, c.reasoning or "")
+                for c in reply.choices
+            })
         self._decoder = self._new_decoder()
         # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
         # it delivered already: each format knows what a new connection means for it.
         self._format.new_connection()
         self._expect_sequence()
+
+    def _tags_from_reply(self) -> None:
+        """After a resume token: the tag splitter reads on from the reply taken over."""
+        if self._tags is not None:
+            self._tags.restore(
+                (c.index, c.text, c.reasoning or "") for c in self._assembler.choices()
+            )
 
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it
@@ -380,6 +420,8 @@ class StreamParser(StreamPosition):
         assembly state, announced by a :class:`~fluxstream._events.Reset` event."""
         self.new_connection()
         self._format.reset()
+        if self._tags is not None:
+            self._tags.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
         return self._assembler.reset(attempt, reason)
 
@@ -415,13 +457,24 @@ class StreamParser(StreamPosition):
         """
         if not self.continuable():
             raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
-        sent, self._echo = continuation(self._assembler.text_of(0), min_overlap)
+        sent, self._echo = continuation(self._continued_text(), min_overlap)
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
         self._checks.expect_sequence(None)  # a new response: its numbers start over
         self._checks.new_generation()  # and its event ids and completion id are its own
         return sent
+
+    def _continued_text(self) -> str:
+        """What a continuation sends as the assistant's prefix: choice 0's text as the
+        server sent it (reasoning in tags kept in it: the model goes on after its answer's
+        start, not before its reasoning)."""
+        text = self._assembler.text_of(0)
+        tags = self._tags
+        if tags is None:
+            return text
+        choice = self._assembler.choices()[0]
+        return tags.wire_text(0, text, choice.reasoning or "")
 
     # ------------------------------------------------------------------ state
 

@@ -219,6 +219,9 @@ class Choice(BaseModel):
     items that are never shown but must be sent back to continue the conversation (Anthropic
     ``thinking`` blocks with their ``signature``, ``redacted_thinking`` blocks, Responses
     ``reasoning`` items), ordered by the provider's block / output index.
+    ``reasoning_unclosed`` is true when reasoning a server sent inside the text between tags
+    (``think_tags=``) ended without its closing tag: the stream was cut, or the length cap
+    reached, while the model was still reasoning.
     """
 
     index: int
@@ -229,6 +232,7 @@ class Choice(BaseModel):
     finish_reason: str | None = None
     stop: StopReason | None = None
     reasoning_blocks: list[dict[str, Any]] = []
+    reasoning_unclosed: bool = False
 
 
 class ErrorInfo(BaseModel):
