@@ -615,6 +615,7 @@ class ReplyAssembler:
         heartbeats: int,
         bytes: int,
         segments: list[Any] | None = None,
+        request_id: str | None = None,
     ) -> Reply:
         """A :class:`~fluxstream._reply.Reply`, with the id, model and counters given."""
         return _construct(
@@ -638,5 +639,6 @@ class ReplyAssembler:
                 "heartbeats": heartbeats,
                 "bytes": bytes,
                 "segments": segments or [],
+                "request_id": request_id,
             },
         )

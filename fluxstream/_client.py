@@ -167,9 +167,9 @@ class AsyncClient(TimeoutShorthands):
 
     Its settings (``base_url``, ``timeouts``, ``retry``, ``resume``, ``observers``,
     ``fallbacks``, ``failover``, ``raise_for_outcome``, ``max_event_bytes``,
-    ``require_finish_reason``, ``stream_limits``, ``think_tags``) are assignable, checked as the constructor
-    checks them: the streams made after an assignment use the new value, one made before
-    keeps what it was made with.
+    ``require_finish_reason``, ``stream_limits``, ``think_tags``) are assignable, checked as
+    the constructor checks them: the streams made after an assignment use the new value, one
+    made before keeps what it was made with.
     """
 
     def __init__(

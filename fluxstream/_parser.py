@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from decimal import Decimal
 
     from ._core.error_hold import ErrorHold
+    from ._core.rate_limits import RateLimits
     from ._reply import UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
@@ -135,6 +136,9 @@ class StreamParser(StreamPosition):
         #: reach the reply, and while it holds any the reply does not end at the sentinel
         #: (what it held reaches the reply by :meth:`apply_held`, or never).
         self.hold: ErrorHold | None = None
+        #: What the headers of the response being read say (set by the I/O layer; read
+        #: only when asked): the reply's request id.
+        self.rate_limits: RateLimits | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -493,6 +497,7 @@ class StreamParser(StreamPosition):
             heartbeats=carried.comments + decoder.comments + carried.heartbeats + fmt.heartbeats,
             bytes=carried.bytes + decoder.bytes_fed,
             segments=self.segments,
+            request_id=None if self.rate_limits is None else self.rate_limits.request_id,
         )
 
     def partial_arguments(self, choice: int = 0, call: int = 0) -> Any:

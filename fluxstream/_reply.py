@@ -319,6 +319,8 @@ class Segment(BaseModel):
     usage: Usage | None = None
     usage_estimate: UsageEstimate | None = None
     requests: int = 0
+    #: The provider's id of this upstream's last request (``x-request-id``/``request-id``).
+    request_id: str | None = None
 
     @property
     def ended(self) -> str:
@@ -398,6 +400,9 @@ class Reply(BaseModel):
     #: Each upstream's part, in order, when the stream has fallbacks (empty otherwise): see
     #: :class:`Segment`.
     segments: list[Segment] = []
+    #: The provider's id of the request being read (``x-request-id``, Anthropic's
+    #: ``request-id``; after a failover, the serving upstream's: each segment has its own).
+    request_id: str | None = None
 
     @property
     def total_usage(self) -> TotalUsage | None:

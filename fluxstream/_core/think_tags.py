@@ -291,7 +291,7 @@ class TagSplitter:
         if not rest:
             st.held = text
             return ""
-        for name, tag in zip(self.tags.names, self._opening):
+        for name, tag in zip(self.tags.names, self._opening, strict=True):
             if rest.startswith(tag):
                 st.markup(text[: lead + len(tag)])
                 st.close = f"</{name}>"
@@ -338,7 +338,7 @@ class TagSplitter:
     def _scan(self, st: _ChoiceTags, index: int, text: str, out: list[Event]) -> str:
         at = text.find("<")
         while at >= 0:
-            for name, tag in zip(self.tags.names, self._opening):
+            for name, tag in zip(self.tags.names, self._opening, strict=True):
                 if text.startswith(tag, at):
                     self._give_text(st, index, text[:at], out)
                     st.markup(tag)

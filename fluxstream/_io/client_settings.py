@@ -24,8 +24,8 @@ from .. import apis
 from .._core.failover import CoolDown
 from .._core.headers import checked_headers
 from .._core.secret import Secret
-from .._core.token_signature import TokenSigner
 from .._core.think_tags import ThinkTags, think_tags_of
+from .._core.token_signature import TokenSigner
 from .._limits import StreamLimits
 from .._observe import StreamObserver
 from .._parser import StreamParser

@@ -6,6 +6,7 @@ sends it in and the reads a client gets them in), through the parser of every wi
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -90,7 +91,7 @@ TEXTS = st.lists(ATOMS, max_size=30).map("".join)
 def cuts(text: str, data: st.DataObject) -> list[str]:
     points = sorted(data.draw(st.sets(st.integers(0, len(text)), max_size=12)))
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [text[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 @settings(max_examples=400, deadline=None, derandomize=True)
