@@ -530,6 +530,17 @@ class ReplyAssembler:
             and bool(st.text.value())
         )
 
+    def feed_last(self, events: list[Event], unclosed: list[int]) -> list[Event]:
+        """The last deltas before an end the I/O layer states (what a tag splitter held
+        back; ``unclosed``: its choices whose reasoning never closed): applied as far as the
+        limits let them, never raising on the way to the end."""
+        self.mark_unclosed(unclosed)
+        try:
+            return self.feed(events) if events else []
+        except FluxstreamError:  # a limit crossed by the last few characters: what fit
+            applied, self.applied_before_error = self.applied_before_error, []
+            return applied
+
     def mark_unclosed(self, indexes: list[int]) -> None:
         """Reasoning of these choices, sent inside tags, ended without its closing tag."""
         for index in indexes:

@@ -329,18 +329,11 @@ class StreamParser(StreamPosition):
         return self._end_tags() + self._assembler.cancel(reason)
 
     def _end_tags(self) -> list[Event]:
-        """The text a tag splitter still holds back, decided and applied before an end the
-        I/O layer states (a cancel, a failure)."""
-        tags, asm = self._tags, self._assembler
-        if tags is None or asm.finished:
+        """What a tag splitter holds back, applied before an end the I/O layer states."""
+        tags = self._tags
+        if tags is None or self._assembler.finished:
             return []
-        events = tags.flush()
-        asm.mark_unclosed(tags.unclosed())
-        try:
-            return asm.feed(events) if events else []
-        except FluxstreamError:  # a limit crossed by the last few characters: what fit
-            applied, asm.applied_before_error = asm.applied_before_error, []
-            return applied
+        return self._assembler.feed_last(tags.flush(), tags.unclosed())
 
     def end_at_length(self, reason: str) -> list[Event]:
         """The reply's length cap is spent (a reply continued across upstreams, counted by
@@ -379,12 +372,9 @@ class StreamParser(StreamPosition):
             carried.last_event_id = resume_after
             # A throwaway format decodes replayed events without touching the reply.
             shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
-            reply = self.reply
-            tags = self._tags
-            self._checks.reconnected(resume_after, reply, shadow.feed, None if tags is None else {
-                c.index: tags.wire_text(c.index, c.text, c.reasoning or "")
-                for c in reply.choices
-            })
+            reply, tags = self.reply, self._tags
+            self._checks.reconnected(resume_after, reply, shadow.feed,
+                                     None if tags is None else tags.delivered(reply.choices))
         self._decoder = self._new_decoder()
         # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
         # it delivered already: each format knows what a new connection means for it.
@@ -394,9 +384,7 @@ class StreamParser(StreamPosition):
     def _tags_from_reply(self) -> None:
         """After a resume token: the tag splitter reads on from the reply taken over."""
         if self._tags is not None:
-            self._tags.restore(
-                (c.index, c.text, c.reasoning or "") for c in self._assembler.choices()
-            )
+            self._tags.restore(self._assembler.choices())
 
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it
@@ -461,24 +449,16 @@ class StreamParser(StreamPosition):
         """
         if not self.continuable():
             raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
-        sent, self._echo = continuation(self._continued_text(), min_overlap)
+        # With tags the model goes on after its text as sent, its reasoning in its tags.
+        tags, asm = self._tags, self._assembler
+        text = asm.text_of(0) if tags is None else tags.wire_of(asm.choices()[0])
+        sent, self._echo = continuation(text, min_overlap)
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
         self._checks.expect_sequence(None)  # a new response: its numbers start over
         self._checks.new_generation()  # and its event ids and completion id are its own
         return sent
-
-    def _continued_text(self) -> str:
-        """What a continuation sends as the assistant's prefix: choice 0's text as the
-        server sent it (reasoning in tags kept in it: the model goes on after its answer's
-        start, not before its reasoning)."""
-        text = self._assembler.text_of(0)
-        tags = self._tags
-        if tags is None:
-            return text
-        choice = self._assembler.choices()[0]
-        return tags.wire_text(0, text, choice.reasoning or "")
 
     # ------------------------------------------------------------------ state
 

@@ -36,6 +36,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .._events import Event, Finish, ReasoningDelta, TextDelta
+from .._reply import Choice
 
 __all__ = ["ThinkTags", "TagSplitter"]
 
@@ -174,12 +175,13 @@ class TagSplitter:
         """A new generation replaces the reply: every choice starts over."""
         self._choices.clear()
 
-    def restore(self, choices: Iterable[tuple[int, str, str]]) -> None:
-        """Go on with a reply taken over (``(index, text, reasoning)`` per choice, from a
-        resume token): a choice with text reads on as text; one with only reasoning reads
-        on inside the tags (its tags, gone with the old process, are the first name's)."""
+    def restore(self, choices: Iterable[Choice]) -> None:
+        """Go on with a reply taken over (its choices, from a resume token): a choice with
+        text reads on as text; one with only reasoning reads on inside the tags (its tags,
+        gone with the old process, are the first name's)."""
         self._choices.clear()
-        for index, text, reasoning in choices:
+        for choice in choices:
+            index, text, reasoning = choice.index, choice.text, choice.reasoning or ""
             if text:
                 st = _ChoiceTags(_SCAN if self.tags.anywhere else _TEXT, len(text), len(reasoning))
                 st.span("t", 0, len(text))
@@ -197,6 +199,15 @@ class TagSplitter:
     def unclosed(self) -> list[int]:
         """The choices whose reasoning ended without its closing tag."""
         return [index for index, st in self._choices.items() if st.unclosed]
+
+    def delivered(self, choices: Iterable[Choice]) -> dict[int, str]:
+        """Each choice's text as the server sent it (what a replaying server's is compared
+        with)."""
+        return {choice.index: self.wire_of(choice) for choice in choices}
+
+    def wire_of(self, choice: Choice) -> str:
+        """``choice``'s text as the server sent it, tags and reasoning in it."""
+        return self.wire_text(choice.index, choice.text, choice.reasoning or "")
 
     def wire_text(self, index: int, text: str, reasoning: str) -> str:
         """The text the server sent for choice ``index`` (tags included), given the reply's
