@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from fluxstream import ReasoningDelta, StreamParser, TextDelta, ThinkTags
 from fluxstream._core.resume_token import write_token
+from fluxstream.cli.capture import load_capture, replay_capture
 from fluxstream._core.think_tags import MAX_WHITESPACE, TagSplitter
 
 KEY = "k"
@@ -230,3 +232,26 @@ def test_a_resume_token_goes_on_inside_the_tags() -> None:
     events = again.feed(chat_body(["d</think>", "answer"]))
     assert (again.reply.text, again.reply.choices[0].reasoning) == ("answer", "abcd")
     assert [(e.offset, e.text) for e in events if isinstance(e, ReasoningDelta)] == [(3, "d")]
+
+
+# ---------------------------------------------------------------------------- recorded streams
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "think_tags"
+
+
+@pytest.mark.parametrize("name", [
+    "llama-chat-think.json", "llama-responses-think.json", "llama-chat-think-length.json",
+])
+@pytest.mark.parametrize("read_size", [0, 1, 7, 64])
+def test_llama_cpp_s_recorded_tags_split_at_any_read_size(name: str, read_size: int) -> None:
+    """Captured from llama.cpp's server (Gemma 3 270M, a grammar starting ``<think>``, the
+    tags in ``content`` as ``<``, ``t``, ``hi``, ``n``, ``k``, ``>``): the reply read with
+    the tags split out is the one read without them, split as the whole text is."""
+    capture = load_capture(str(FIXTURES / name))
+    raw = replay_capture(capture, format=capture.wire_format).choices[0]
+    split = replay_capture(
+        capture, read_size=read_size, format=capture.wire_format, think_tags=TAGS).choices[0]
+    assert raw.text.startswith("<think>")
+    assert (split.text, split.reasoning or "", split.reasoning_unclosed) == reference(
+        raw.text, TAGS)
+    assert split.reasoning_unclosed is (name == "llama-chat-think-length.json")
