@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from fluxstream import ReasoningDelta, StreamParser, TextDelta, ThinkTags
 from fluxstream._core.resume_token import write_token
-from fluxstream.cli.capture import load_capture, replay_capture
 from fluxstream._core.think_tags import MAX_WHITESPACE, TagSplitter
+from fluxstream.cli.capture import load_capture, replay_capture
 
 KEY = "k"
 TAGS = ThinkTags()
