@@ -422,6 +422,8 @@ class StreamParser(StreamPosition):
         reads the next connection, starting at the offsets delivered so far (the reply, its
         offsets and its id stay). Call before :meth:`begin_continuation` or :meth:`reset`."""
         format_cls = FORMATS[format]
+        if self._tags is not None and not self._assembler.saw_content:
+            self._tags.reset()  # nothing shown: what it held is no part of the next reply
         old = self._format
         new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
         go_on_from(new, self.reply, self._assembler.offsets())

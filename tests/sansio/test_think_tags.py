@@ -255,3 +255,16 @@ def test_llama_cpp_s_recorded_tags_split_at_any_read_size(name: str, read_size: 
     assert (split.text, split.reasoning or "", split.reasoning_unclosed) == reference(
         raw.text, TAGS)
     assert split.reasoning_unclosed is (name == "llama-chat-think-length.json")
+
+
+@pytest.mark.parametrize("before", [["<thi"], ["<think>"], ["  "]])
+def test_a_hand_off_before_anything_was_shown_starts_the_split_over(before: list[str]) -> None:
+    """A tag held back, or an opening tag taken, showed nothing: the next upstream's fresh
+    reply must not be read as going on from it."""
+    parser = StreamParser(think_tags=TAGS)
+    assert parser.feed(chat_body(before, finish=None)) == []
+    assert not parser.saw_content
+    parser.switch_format("anthropic_messages")
+    parser.switch_format("chat_completions")
+    parser.feed(chat_body(["<think>a</think>", "b"]))
+    assert (parser.reply.text, parser.reply.choices[0].reasoning) == ("b", "a")
