@@ -30,6 +30,6 @@ and wire formats a parser replaced, and ``stream_position``, where a parser's st
 a resume needs it (the parser inherits it), and ``think_tags``, which splits reasoning a
 server sends inside the text between tags out of it. ``rate_limits`` reads what a response's
 headers say (rate limits, retry advice, the request id), only when asked. Under everything
-sit ``deprecation`` (a warning attributed to the user's line) and ``moved_modules`` (the paths 0.1 made public that are
-private now, still importing, with that warning).
+sit ``deprecation`` (a warning attributed to the user's line) and ``moved_modules`` (the
+paths 0.1 made public that are private now, still importing, with that warning).
 """
