@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from .._events import Event, Finish, ReasoningDelta, TextDelta
 from .._reply import Choice
+from ..formats._base import reasoning_delta, text_delta
 
 __all__ = ["ThinkTags", "TagSplitter"]
 
@@ -98,7 +99,8 @@ def think_tags_of(value: ThinkTags | bool | None) -> ThinkTags | None:
 class _ChoiceTags:
     """One choice's state: where it is, what it holds back, what it gave out, and the spans
     of the wire text (``("t"|"r", start, end, "")`` slices of the reply's text or reasoning,
-    or ``("m", 0, 0, markup)``: a tag and the whitespace beside it)."""
+    ``("T", start, -1, "")`` the answer's text from ``start`` to its end, or
+    ``("m", 0, 0, markup)``: a tag and the whitespace beside it)."""
 
     __slots__ = ("close", "held", "mode", "reasoning", "spaces", "spans", "text", "unclosed")
 
@@ -150,9 +152,18 @@ class TagSplitter:
         every reasoning delta's offset counted across both sources; held-back text is
         decided before a choice's :class:`~fluxstream._events.Finish`."""
         out: list[Event] = []
+        choices = self._choices
         for event in events:
             cls = event.__class__
             if cls is TextDelta:
+                st = choices.get(event.choice)  # type: ignore[union-attr]
+                if st is not None and st.mode == _TEXT:  # the answer: as it came, re-counted
+                    text = event.text  # type: ignore[union-attr]
+                    start = st.text
+                    st.text = start + len(text)
+                    out.append(text_delta(self.key, event.choice, start, text)  # type: ignore[union-attr]
+                               if start != event.offset else event)  # type: ignore[union-attr]
+                    continue
                 self._text(event, out)  # type: ignore[arg-type]
             elif cls is ReasoningDelta:
                 st = self._state(event.choice)  # type: ignore[union-attr]
@@ -183,8 +194,11 @@ class TagSplitter:
         for choice in choices:
             index, text, reasoning = choice.index, choice.text, choice.reasoning or ""
             if text:
-                st = _ChoiceTags(_SCAN if self.tags.anywhere else _TEXT, len(text), len(reasoning))
-                st.span("t", 0, len(text))
+                st = _ChoiceTags(_START, 0, len(reasoning))
+                self._answer(st)
+                st.text = len(text)
+                if st.mode == _SCAN:
+                    st.span("t", 0, len(text))
             elif reasoning:
                 st = _ChoiceTags(_REASONING, 0, len(reasoning))
                 st.close = f"</{self.tags.names[0]}>"
@@ -219,6 +233,8 @@ class TagSplitter:
         for kind, start, end, markup in st.spans:
             if kind == "m":
                 parts.append(markup)
+            elif kind == "T":  # the answer, to its end
+                parts.append(text[start:])
             else:
                 parts.append((text if kind == "t" else reasoning)[start:end])
         parts.append(st.held)
@@ -236,15 +252,16 @@ class TagSplitter:
         if text:
             start = st.text
             st.text = end = start + len(text)
-            st.span("t", start, end)
-            out.append(TextDelta(self.key, index, start, text))
+            if st.mode != _TEXT:  # past the answer's start its one span runs to the end
+                st.span("t", start, end)
+            out.append(text_delta(self.key, index, start, text))
 
     def _give_reasoning(self, st: _ChoiceTags, index: int, text: str, out: list[Event]) -> None:
         if text:
             start = st.reasoning
             st.reasoning = end = start + len(text)
             st.span("r", start, end)
-            out.append(ReasoningDelta(self.key, index, start, text))
+            out.append(reasoning_delta(self.key, index, start, text))
 
     def _reasoning(self, st: _ChoiceTags, index: int, text: str, out: list[Event]) -> None:
         """A provider's own reasoning delta: it goes on the same channel, so its offset is
@@ -252,7 +269,7 @@ class TagSplitter:
         if text:
             start = st.reasoning
             st.reasoning = start + len(text)
-            out.append(ReasoningDelta(self.key, index, start, text))
+            out.append(reasoning_delta(self.key, index, start, text))
 
     def _flush_choice(self, index: int, out: list[Event]) -> None:
         st = self._choices.get(index)
@@ -265,18 +282,24 @@ class TagSplitter:
         else:
             self._give_text(st, index, held, out)
             if st.mode == _START:
-                st.mode = _SCAN if self.tags.anywhere else _TEXT
+                self._answer(st)
 
     # ------------------------------------------------------------------ the state machine
+
+    def _answer(self, st: _ChoiceTags) -> None:
+        """The answer starts: no tag is looked for any more (unless ``anywhere``). Its text
+        to the end is one span, so nothing is recorded per delta from here on."""
+        if self.tags.anywhere:
+            st.mode = _SCAN
+        else:
+            st.mode = _TEXT
+            st.spans.append(("T", st.text, -1, ""))
 
     def _text(self, event: TextDelta, out: list[Event]) -> None:
         index = event.choice
         st = self._choices.get(index)
         if st is None:
             st = self._choices[index] = _ChoiceTags(_START)
-        if st.mode == _TEXT:  # the answer after the reasoning: as it came, re-counted
-            self._give_text(st, index, event.text, out)
-            return
         text = st.held + event.text
         st.held = ""
         while text:
@@ -297,7 +320,7 @@ class TagSplitter:
         rest = text.lstrip(_WHITESPACE)
         lead = len(text) - len(rest)
         if lead > MAX_WHITESPACE:
-            st.mode = _SCAN if self.tags.anywhere else _TEXT
+            self._answer(st)
             return text
         if not rest:
             st.held = text
@@ -311,7 +334,7 @@ class TagSplitter:
         if len(rest) < self._longest and any(tag.startswith(rest) for tag in self._opening):
             st.held = text  # could still become an opening tag
             return ""
-        st.mode = _SCAN if self.tags.anywhere else _TEXT
+        self._answer(st)
         return text
 
     def _inside(self, st: _ChoiceTags, index: int, text: str, out: list[Event]) -> str:
@@ -338,12 +361,12 @@ class TagSplitter:
             room = MAX_WHITESPACE - st.spaces
             if len(lead) > room:  # too much: the rest of it is text
                 st.markup(lead[:room])
-                st.mode = _SCAN if self.tags.anywhere else _TEXT
+                self._answer(st)
                 return text[room:]
             st.spaces += len(lead)
             st.markup(lead)
         if rest:
-            st.mode = _SCAN if self.tags.anywhere else _TEXT
+            self._answer(st)
         return rest
 
     def _scan(self, st: _ChoiceTags, index: int, text: str, out: list[Event]) -> str:
