@@ -21,6 +21,8 @@ partial objects), :mod:`fluxstream.relay` (one reply followed from any worker or
 from typing import TYPE_CHECKING, Any
 
 from ._core import moved_modules as _moved_modules
+from ._core.rate_limits import RateLimit, RateLimits
+from ._core.think_tags import ThinkTags
 from ._events import (
     End,
     ErrorEvent,
@@ -158,7 +160,9 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "ParseError",
+    "RateLimit",
     "RateLimitError",
+    "RateLimits",
     "ReasoningBlock",
     "ReasoningDelta",
     "RefusalDelta",
@@ -195,6 +199,7 @@ __all__ = [
     "StreamStats",
     "StreamTruncatedError",
     "TextDelta",
+    "ThinkTags",
     "Timeouts",
     "ToolCall",
     "ToolCallDelta",

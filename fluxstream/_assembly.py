@@ -173,7 +173,7 @@ class _Call:
 class _Choice:
     __slots__ = (
         "blocks", "calls", "dirty", "finish", "index", "model", "reasoning", "refusal", "stop",
-        "text",
+        "text", "unclosed",
     )
 
     def __init__(self, index: int) -> None:
@@ -185,6 +185,7 @@ class _Choice:
         self.finish: str | None = None
         self.stop: str | None = None
         self.blocks: dict[int, dict[str, Any]] = {}
+        self.unclosed = False
         self.dirty = True
         self.model: Choice | None = None
 
@@ -201,6 +202,7 @@ class _Choice:
                     "finish_reason": self.finish,
                     "stop": self.stop,
                     "reasoning_blocks": [self.blocks[i] for i in sorted(self.blocks)],
+                    "reasoning_unclosed": self.unclosed,
                 },
             )
             self.dirty = False
@@ -528,6 +530,25 @@ class ReplyAssembler:
             and bool(st.text.value())
         )
 
+    def feed_last(self, events: list[Event], unclosed: list[int]) -> list[Event]:
+        """The last deltas before an end the I/O layer states (what a tag splitter held
+        back; ``unclosed``: its choices whose reasoning never closed): applied as far as the
+        limits let them, never raising on the way to the end."""
+        self.mark_unclosed(unclosed)
+        try:
+            return self.feed(events) if events else []
+        except FluxstreamError:  # a limit crossed by the last few characters: what fit
+            applied, self.applied_before_error = self.applied_before_error, []
+            return applied
+
+    def mark_unclosed(self, indexes: list[int]) -> None:
+        """Reasoning of these choices, sent inside tags, ended without its closing tag."""
+        for index in indexes:
+            st = self._choices.get(index)
+            if st is not None and not st.unclosed:
+                st.unclosed = st.dirty = True
+                self._version += 1
+
     def text_of(self, choice: int) -> str:
         st = self._choices.get(choice)
         return st.text.value() if st is not None else ""
@@ -605,6 +626,7 @@ class ReplyAssembler:
         heartbeats: int,
         bytes: int,
         segments: list[Any] | None = None,
+        request_id: str | None = None,
     ) -> Reply:
         """A :class:`~fluxstream._reply.Reply`, with the id, model and counters given."""
         return _construct(
@@ -628,5 +650,6 @@ class ReplyAssembler:
                 "heartbeats": heartbeats,
                 "bytes": bytes,
                 "segments": segments or [],
+                "request_id": request_id,
             },
         )

@@ -31,6 +31,7 @@ from ._core.headers import checked_headers as checked_headers
 from ._core.headers import header_safe
 from ._core.secret import Secret as Secret
 from ._core.secret import token_signer
+from ._core.think_tags import ThinkTags, think_tags_of
 from ._io.base_url import BaseURL, needs_key, safe_url
 from ._io.base_url import keyless as keyless
 from ._io.client_settings import ClientSettings, ClientState, checked_upstreams
@@ -158,12 +159,17 @@ class AsyncClient(TimeoutShorthands):
         is signed (HMAC-SHA256), and ``resume()`` refuses an unsigned or altered token with
         :class:`~fluxstream.errors.ResumeTokenError` before anything is sent. Kept like
         ``api_key``: never in a repr, a log line or an error.
+    :param think_tags: reasoning a server sends inside the text between tags
+        (``<think>…</think>``, as llama.cpp without a reasoning parser and several open
+        models do) is given as reasoning deltas, the rest as text: ``True`` for the default
+        tags (``think``, ``thinking``, ``reasoning``, at the start of a turn), a
+        :class:`~fluxstream._core.think_tags.ThinkTags` for others. A call may say otherwise.
 
     Its settings (``base_url``, ``timeouts``, ``retry``, ``resume``, ``observers``,
     ``fallbacks``, ``failover``, ``raise_for_outcome``, ``max_event_bytes``,
-    ``require_finish_reason``, ``stream_limits``) are assignable, checked as the constructor
-    checks them: the streams made after an assignment use the new value, one made before
-    keeps what it was made with.
+    ``require_finish_reason``, ``stream_limits``, ``think_tags``) are assignable, checked as
+    the constructor checks them: the streams made after an assignment use the new value, one
+    made before keeps what it was made with.
     """
 
     def __init__(
@@ -193,6 +199,7 @@ class AsyncClient(TimeoutShorthands):
         failover: Failover | None = None,
         raise_for_outcome: bool = False,
         token_secret: str | Sequence[str] | None = None,
+        think_tags: ThinkTags | bool = False,
     ) -> None:
         source = "base_url" if base_url else "base_url (from OPENAI_BASE_URL)"
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
@@ -239,6 +246,7 @@ class AsyncClient(TimeoutShorthands):
             max_event_bytes=max_event_bytes,
             require_finish_reason=require_finish_reason,
             stream_limits=stream_limits,
+            think_tags=think_tags_of(think_tags),
             usage_ledger=ledger,
             token_signer=signer,
             requests=self._requests_to(url),
@@ -431,6 +439,15 @@ class AsyncClient(TimeoutShorthands):
     @stream_limits.setter
     def stream_limits(self, value: StreamLimits | None) -> None:
         self._update(stream_limits=value)
+
+    @property
+    def think_tags(self) -> ThinkTags | None:
+        """Which tags in the text carry reasoning (``None``: none are read)."""
+        return self._settings.think_tags
+
+    @think_tags.setter
+    def think_tags(self, value: ThinkTags | bool) -> None:
+        self._update(think_tags=think_tags_of(value))
 
     @property
     def usage_ledger(self) -> UsageLedger:

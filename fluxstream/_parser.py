@@ -29,6 +29,7 @@ from ._core.echo import EchoFilter, continuation
 from ._core.reread import RereadChecks
 from ._core.resume_token import go_on_from
 from ._core.stream_position import StreamPosition
+from ._core.think_tags import TagSplitter, ThinkTags
 from ._events import Event
 from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ._reply import Reply, Segment
@@ -41,6 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from decimal import Decimal
 
     from ._core.error_hold import ErrorHold
+    from ._core.rate_limits import RateLimits
     from ._reply import UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
@@ -78,6 +80,9 @@ class StreamParser(StreamPosition):
         send finish reasons (see :class:`~fluxstream._assembly.ReplyAssembler`).
     :param limits: caps on server-controlled input (:class:`~fluxstream._limits.StreamLimits`);
         past one, :class:`~fluxstream.errors.LimitExceededError` is raised.
+    :param think_tags: reasoning a server sends inside the text between tags
+        (``<think>…</think>``) becomes reasoning deltas, the rest text
+        (:class:`~fluxstream._core.think_tags.ThinkTags`; off by default).
     """
 
     _default_format: ClassVar[str] = _DEFAULT_FORMAT
@@ -91,6 +96,7 @@ class StreamParser(StreamPosition):
         strict: bool = False,
         require_finish_reason: bool = True,
         limits: StreamLimits | None = None,
+        think_tags: ThinkTags | None = None,
     ) -> None:
         try:
             format_cls = FORMATS[format]
@@ -110,6 +116,8 @@ class StreamParser(StreamPosition):
             self.content_key, require_finish_reason=require_finish_reason, limits=limits
         )
         self._events = 0
+        #: Splits tagged reasoning out of the text (``None``: off, nothing done per delta).
+        self._tags = None if think_tags is None else TagSplitter(think_tags, self.content_key)
         # Counts and SSE state of the decoders and formats replaced (connections before the
         # current one, other upstreams' wire formats), and bytes read after the end.
         self._carried = Carried()
@@ -128,6 +136,9 @@ class StreamParser(StreamPosition):
         #: reach the reply, and while it holds any the reply does not end at the sentinel
         #: (what it held reaches the reply by :meth:`apply_held`, or never).
         self.hold: ErrorHold | None = None
+        #: What the headers of the response being read say (set by the I/O layer; read
+        #: only when asked): the reply's request id.
+        self.rate_limits: RateLimits | None = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -244,9 +255,16 @@ class StreamParser(StreamPosition):
             events = echo.filter(events, self.content_key, self._shift, fmt.done or final)
             if not echo.deciding:
                 self._echo = None
+        ending = end and fmt.done and (self.hold is None or not self.hold.held)
+        tags = self._tags
+        if tags is not None and (events or final or ending):
+            events = tags.split(events) if events else events
+            if final or ending:
+                events = events + tags.flush()
+                asm.mark_unclosed(tags.unclosed())
         if events:
             events = asm.feed(events)
-        if end and fmt.done and (self.hold is None or not self.hold.held):
+        if ending:
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
         return events
@@ -308,7 +326,14 @@ class StreamParser(StreamPosition):
 
     def cancel(self, reason: str) -> list[Event]:
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""
-        return self._assembler.cancel(reason)
+        return self._end_tags() + self._assembler.cancel(reason)
+
+    def _end_tags(self) -> list[Event]:
+        """What a tag splitter holds back, applied before an end the I/O layer states."""
+        tags = self._tags
+        if tags is None or self._assembler.finished:
+            return []
+        return self._assembler.feed_last(tags.flush(), tags.unclosed())
 
     def end_at_length(self, reason: str) -> list[Event]:
         """The reply's length cap is spent (a reply continued across upstreams, counted by
@@ -320,7 +345,7 @@ class StreamParser(StreamPosition):
     def fail(self, reason: str, error: BaseException | None = None) -> list[Event]:
         """The transport or protocol failed (``error`` is informational): outcome ``failed``."""
         self._deferred = None
-        return self._assembler.fail(reason)
+        return self._end_tags() + self._assembler.fail(reason)
 
     @property
     def pending_error(self) -> FluxstreamError | None:
@@ -347,12 +372,19 @@ class StreamParser(StreamPosition):
             carried.last_event_id = resume_after
             # A throwaway format decodes replayed events without touching the reply.
             shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
-            self._checks.reconnected(resume_after, self.reply, shadow.feed)
+            reply, tags = self.reply, self._tags
+            self._checks.reconnected(resume_after, reply, shadow.feed,
+                                     None if tags is None else tags.delivered(reply.choices))
         self._decoder = self._new_decoder()
         # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
         # it delivered already: each format knows what a new connection means for it.
         self._format.new_connection()
         self._expect_sequence()
+
+    def _tags_from_reply(self) -> None:
+        """After a resume token: the tag splitter reads on from the reply taken over."""
+        if self._tags is not None:
+            self._tags.restore(self._assembler.choices())
 
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it
@@ -380,6 +412,8 @@ class StreamParser(StreamPosition):
         assembly state, announced by a :class:`~fluxstream._events.Reset` event."""
         self.new_connection()
         self._format.reset()
+        if self._tags is not None:
+            self._tags.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
         return self._assembler.reset(attempt, reason)
 
@@ -388,6 +422,8 @@ class StreamParser(StreamPosition):
         reads the next connection, starting at the offsets delivered so far (the reply, its
         offsets and its id stay). Call before :meth:`begin_continuation` or :meth:`reset`."""
         format_cls = FORMATS[format]
+        if self._tags is not None and not self._assembler.saw_content:
+            self._tags.reset()  # nothing shown: what it held is no part of the next reply
         old = self._format
         new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
         go_on_from(new, self.reply, self._assembler.offsets())
@@ -415,7 +451,10 @@ class StreamParser(StreamPosition):
         """
         if not self.continuable():
             raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
-        sent, self._echo = continuation(self._assembler.text_of(0), min_overlap)
+        # With tags the model goes on after its text as sent, its reasoning in its tags.
+        tags, asm = self._tags, self._assembler
+        text = asm.text_of(0) if tags is None else tags.wire_of(asm.choices()[0])
+        sent, self._echo = continuation(text, min_overlap)
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
@@ -440,6 +479,7 @@ class StreamParser(StreamPosition):
             heartbeats=carried.comments + decoder.comments + carried.heartbeats + fmt.heartbeats,
             bytes=carried.bytes + decoder.bytes_fed,
             segments=self.segments,
+            request_id=None if self.rate_limits is None else self.rate_limits.request_id,
         )
 
     def partial_arguments(self, choice: int = 0, call: int = 0) -> Any:

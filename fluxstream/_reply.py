@@ -224,6 +224,9 @@ class Choice(BaseModel):
     items that are never shown but must be sent back to continue the conversation (Anthropic
     ``thinking`` blocks with their ``signature``, ``redacted_thinking`` blocks, Responses
     ``reasoning`` items), ordered by the provider's block / output index.
+    ``reasoning_unclosed`` is true when reasoning a server sent inside the text between tags
+    (``think_tags=``) ended without its closing tag: the stream was cut, or the length cap
+    reached, while the model was still reasoning.
     """
 
     index: int
@@ -234,6 +237,7 @@ class Choice(BaseModel):
     finish_reason: str | None = None
     stop: StopReason | None = None
     reasoning_blocks: list[dict[str, Any]] = []
+    reasoning_unclosed: bool = False
 
 
 class ErrorInfo(BaseModel):
@@ -320,6 +324,8 @@ class Segment(BaseModel):
     usage: Usage | None = None
     usage_estimate: UsageEstimate | None = None
     requests: int = 0
+    #: The provider's id of this upstream's last request (``x-request-id``/``request-id``).
+    request_id: str | None = None
 
     @property
     def ended(self) -> str:
@@ -399,6 +405,9 @@ class Reply(BaseModel):
     #: Each upstream's part, in order, when the stream has fallbacks (empty otherwise): see
     #: :class:`Segment`.
     segments: list[Segment] = []
+    #: The provider's id of the request being read (``x-request-id``, Anthropic's
+    #: ``request-id``; after a failover, the serving upstream's: each segment has its own).
+    request_id: str | None = None
 
     @property
     def total_usage(self) -> TotalUsage | None:

@@ -6,7 +6,9 @@ Two different situations, two policies:
   500/502/503/504, an error event before the first delta). Nothing was shown to anyone, so
   sending the same request again is always safe. Exponential backoff with full jitter (the
   AWS architecture blog's "full jitter": ``uniform(0, min(cap, base * 2**attempt))``), the
-  server's ``Retry-After`` honoured when it is longer, bounded by attempts and by total time.
+  server's ``Retry-After`` (``retry-after-ms`` first) honoured when it is longer, bounded by
+  attempts and by total time; a provider's ``x-should-retry: true``/``false`` decides over the
+  status whether to try again at all, as the official SDKs let it.
 * :class:`ResumePolicy` — the connection dropped *after content arrived*. Text was shown, so a
   plain retry would show it twice. Strategies, best first:
 
@@ -67,6 +69,12 @@ class RetryPolicy:
             raise ValueError("max_attempts must be at least 1")
         if self.base_delay < 0 or self.max_delay < 0 or self.total_timeout < 0:
             raise ValueError("delays and timeouts must not be negative")
+
+    def retryable(self, status: int, should_retry: bool | None = None) -> bool:
+        """Whether a response of ``status`` is worth another try: the provider's
+        ``x-should-retry`` (``should_retry``) when it said ``true`` or ``false``, as the
+        official SDKs obey it, else :attr:`retry_status`."""
+        return status in self.retry_status if should_retry is None else should_retry
 
     def delay(
         self, attempt: int, retry_after: float | None = None, rng: random.Random | None = None

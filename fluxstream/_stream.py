@@ -49,6 +49,7 @@ from ._retry import ResumePolicy, RetryPolicy
 from .errors import StreamError, show_key
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._core.rate_limits import RateLimits
     from ._io.structured_output import StructuredView
     from ._reply import Reply
 
@@ -133,6 +134,13 @@ class ReplyStream(StructuredOutput):
     @property
     def content_key(self) -> str:
         return self._parser.content_key
+
+    @property
+    def rate_limits(self) -> RateLimits | None:
+        """What the headers of the response being read (the latest one) say: rate limits
+        per kind, retry advice, the request id, the raw headers (``None`` before a response
+        came). Read from the headers on first use."""
+        return self._parser.rate_limits
 
     @property
     def outcome(self) -> Outcome | None:

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from . import apis
+from ._core.think_tags import ThinkTags
 from ._io.call_options import CallOptions, in_order
 from ._io.endpoint import Endpoint, completing
 from ._observe import StreamObserver
@@ -54,6 +55,7 @@ class _TypedEndpoint:
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream of this API from :meth:`ReplyStream.resume_token` (as
         ``client.chat.resume`` does, which hands such tokens here): same content key, offsets
@@ -64,11 +66,13 @@ class _TypedEndpoint:
         (after the client's own). ``fallbacks`` and ``failover``: as for ``stream`` (the
         upstream the token names as serving must be among them; the resume goes on there,
         then moves along the ones after it); ``raise_for_outcome`` too. A client with a
-        ``token_secret`` resumes only a token signed with one of its secrets."""
+        ``token_secret`` resumes only a token signed with one of its secrets.
+        ``think_tags``: as for ``stream`` (``None``: the client's)."""
         return self._endpoint.resume(token, CallOptions(
             extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
             fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
+            think_tags=think_tags,
         ))
 
 
@@ -101,6 +105,7 @@ class Chat(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -120,6 +125,10 @@ class Chat(_TypedEndpoint):
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
         :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        ``think_tags``: reasoning the server sends inside the text between tags
+        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
+        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
+        client's).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -127,6 +136,7 @@ class Chat(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
+            think_tags,
         )))
 
     def resume(
@@ -142,6 +152,7 @@ class Chat(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
     ) -> ReplyStream:
         """Continue a logical stream from :meth:`ReplyStream.resume_token` (e.g. after a worker
         restart): the same content key, offsets that go on where they stopped, and the partial
@@ -156,13 +167,15 @@ class Chat(_TypedEndpoint):
         ``stream`` (the upstream the token names as serving must be among them; the resume
         goes on there, then moves along the ones after it); ``raise_for_outcome`` too. A
         client with a ``token_secret`` resumes only a token signed with one of its secrets,
-        and refuses any other before anything is sent (``ResumeTokenError``)."""
+        and refuses any other before anything is sent (``ResumeTokenError``).
+        ``think_tags``: as for ``stream`` (``None``: the client's)."""
         # The token only chooses among the registered APIs (their own paths, never its text).
         endpoint = self._endpoints[apis.for_token(token).name]
         return endpoint.resume(token, CallOptions(
             extra_headers=extra_headers, resume=resume, retry=retry,
             response_format=response_format, timeouts=timeouts, observers=observers,
             fallbacks=fallbacks, failover=failover, raise_for_outcome=raise_for_outcome,
+            think_tags=think_tags,
         ))
 
     complete = completing(stream)
@@ -193,6 +206,7 @@ class Responses(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -211,6 +225,10 @@ class Responses(_TypedEndpoint):
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
         :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        ``think_tags``: reasoning the server sends inside the text between tags
+        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
+        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
+        client's).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -220,6 +238,7 @@ class Responses(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
+            think_tags,
         )))
 
     complete = completing(stream)
@@ -252,6 +271,7 @@ class Messages(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -271,6 +291,10 @@ class Messages(_TypedEndpoint):
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
         :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        ``think_tags``: reasoning the server sends inside the text between tags
+        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
+        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
+        client's).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -279,6 +303,7 @@ class Messages(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
+            think_tags,
         )))
 
     complete = completing(stream)
@@ -313,6 +338,7 @@ class Gemini(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        think_tags: ThinkTags | bool | None = None,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -330,6 +356,10 @@ class Gemini(_TypedEndpoint):
         continued by sending the delivered text back as a ``model`` turn).
         ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
         ``raise_for_outcome``: as for ``client.chat.stream``.
+        ``think_tags``: reasoning the server sends inside the text between tags
+        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
+        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
+        client's).
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -343,6 +373,7 @@ class Gemini(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
+            think_tags,
         )))
 
     complete = completing(stream)

@@ -27,6 +27,9 @@ from . import _timeouts as timeouts
 from ._core.base_errors import ArgumentsError, FluxstreamError, ParseError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from collections.abc import Mapping
+
+    from ._core.rate_limits import RateLimits
     from ._reply import Reply
 
 __all__ = [
@@ -166,6 +169,8 @@ class APIStatusError(FluxstreamError):
 
     ``message``, ``type`` and ``code`` come from the provider's JSON error body when there is
     one; ``body_excerpt`` holds the start of a non-JSON body (a proxy's HTML error page).
+    ``rate_limits`` is what the response's headers said (rate limits per kind, retry advice,
+    the request id; the raw headers as ``rate_limits.headers``), parsed when first read.
     """
 
     def __init__(
@@ -180,9 +185,12 @@ class APIStatusError(FluxstreamError):
         body_excerpt: str | None = None,
         request_id: str | None = None,
         retry_after: float | None = None,
+        rate_limits: RateLimits | None = None,
     ) -> None:
         #: Seconds to wait before trying again, from ``Retry-After``/``retry-after-ms``.
         self.retry_after = retry_after
+        #: The response's headers, read (``None`` when the error was not made from one).
+        self.rate_limits = rate_limits
         self.status_code = status_code
         self.message = message
         self.type = type
@@ -192,6 +200,17 @@ class APIStatusError(FluxstreamError):
         self.body_excerpt = body_excerpt
         self.request_id = request_id
         super().__init__(f"HTTP {status_code}: {message}")
+
+    @property
+    def should_retry(self) -> bool | None:
+        """The provider's ``x-should-retry`` (``None``: it did not say): obeyed over the
+        status by the retry policy, as the official SDKs do."""
+        return None if self.rate_limits is None else self.rate_limits.should_retry
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """The response's headers, names in lower case (empty when not made from one)."""
+        return {} if self.rate_limits is None else self.rate_limits.headers
 
 
 class AuthenticationError(APIStatusError):

@@ -26,7 +26,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (0, ["_timeouts", "_limits", "_retry", "_core.coalesce", "_partial_json", "_wire", "_io.tasks",
          "formats._surrogates", "_core", "_io", "_core.base_errors", "_core.object_shapes",
          "_core.type_names", "_core.partial_objects", "_core.sse_event", "_core.sse_runs",
-         "_core.deprecation", "_core.moved_modules", "_core.extras", "_reply"]),
+         "_core.deprecation", "_core.moved_modules", "_core.extras", "_reply",
+         "_core.rate_limits"]),  # a response's headers read: imports nothing
     # errors names the reply (StreamError.reply) and re-exports the root errors of _core
     (1, ["errors", "sse", "structured.schema", "structured.shapes"]),
     # _core.headers: which header names are credentials, headers checked without showing them;
@@ -45,7 +46,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (4, ["formats.auto", "formats", "_assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
          "_core.carried", "_core.stream_position",
-         "_core.length_budget"]),  # what is left of a length cap: reads the reply, its usage
+         "_core.length_budget",  # what is left of a length cap: reads the reply, its usage
+         "_core.think_tags"]),  # reasoning in tags split out of text deltas: reads events
     (5, ["_parser", "structured.track", "structured", "_core.recovery", "_core.progress",
          # and every apis.* module (one per provider API)
          "_observe", "apis", "_core.failover", "_upstream"]),

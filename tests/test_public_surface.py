@@ -50,6 +50,7 @@ EXPECTED: dict[str, list[str]] = {
         "TextDelta", "Timeouts", "ToolCall",
         "ToolCallDelta", "ToolCallDone", "Upstream", "Usage", "UsageUpdate", "__version__",
         "aiter_events", "iter_events", "replay",
+        "RateLimit", "RateLimits", "ThinkTags",  # response headers read; reasoning in tags
     ],
     "fluxstream.apis": [
         "CONTINUE_INSTRUCTION", "Api", "ApiFeatureError", "Structured", "UnknownApiError",

@@ -27,8 +27,10 @@ decoder's event, ``sse_event`` (its home is :mod:`fluxstream.sse`), and its run 
 ``sse_runs``. Beside the parser sit what it uses but is not parsing: ``echo``, what a
 continuation's echo is and how it is cut, ``carried``, the counts and SSE state of the decoders
 and wire formats a parser replaced, and ``stream_position``, where a parser's stream stands as
-a resume needs it (the parser inherits it). Under everything sit ``deprecation`` (a warning
-attributed to the user's line), ``moved_modules`` (the paths 0.1 made public that are
-private now, still importing, with that warning) and ``extras`` (an optional dependency's
-import, which names the extra to install when it is missing).
+a resume needs it (the parser inherits it), and ``think_tags``, which splits reasoning a
+server sends inside the text between tags out of it. ``rate_limits`` reads what a response's
+headers say (rate limits, retry advice, the request id), only when asked. Under everything
+sit ``deprecation`` (a warning attributed to the user's line), ``moved_modules`` (the paths
+0.1 made public that are private now, still importing, with that warning) and ``extras`` (an
+optional dependency's import, which names the extra to install when it is missing).
 """

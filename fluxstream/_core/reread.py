@@ -10,7 +10,7 @@ the first new event, then over), which the parser only consults per read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .._events import Event
 from .._reply import Reply
@@ -52,15 +52,19 @@ class RereadChecks:
         self.generation_id = None
 
     def reconnected(self, last_id: str, reply: Reply,
-                    shadow: Callable[[ServerSentEvent], list[Event]]) -> None:
+                    shadow: Callable[[ServerSentEvent], list[Event]],
+                    delivered: Mapping[int, str] | None = None) -> None:
         """A new connection that sent ``last_id`` as ``Last-Event-ID``: ``reply`` is what was
         delivered, ``shadow`` a throwaway format's ``feed`` to decode replayed events without
-        touching it."""
+        touching it; ``delivered`` the text on the wire per choice when it is not the reply's
+        (reasoning split out of tagged text)."""
         self.resume = ResumeCheck(
             last_id,
             first_id=self.first_event_id,
             reply_id=self.generation_id if self.continued else reply.id,
-            delivered={c.index: c.text for c in reply.choices},
+            delivered=(
+                {c.index: c.text for c in reply.choices} if delivered is None else delivered
+            ),
             shadow=shadow,
         )
 

@@ -98,11 +98,16 @@ class StreamPosition:
             parser._carried = Carried(
                 last_event_id=parts.last_event_id, reconnection_time=parts.reconnection_time)
             parser._expect_sequence()  # whatever reads on, it reads after the token's number
+            parser._tags_from_reply()
         except ResumeTokenError:
             raise
         except DAMAGE as exc:
             raise damaged(exc) from exc
         return parser
+
+    def _tags_from_reply(self) -> None:  # pragma: no cover - the parser's own
+        """A tag splitter goes on from the reply taken over (the parser's)."""
+        raise NotImplementedError
 
     def _expect_sequence(self) -> None:  # pragma: no cover - the parser's own
         """Check that what reads on goes on after :attr:`sequence` (the parser's)."""

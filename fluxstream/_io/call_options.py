@@ -19,6 +19,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from .._core.think_tags import ThinkTags
 from .._observe import StreamObserver
 from .._retry import ResumePolicy, RetryPolicy
 from .._timeouts import Timeouts
@@ -48,13 +49,15 @@ class CallOptions(NamedTuple):
     fallbacks: Sequence[Upstream] | None = None
     failover: Failover | None = None
     raise_for_outcome: bool | None = None
+    #: Reasoning inside the text between tags read as reasoning (``None``: the client's).
+    think_tags: ThinkTags | bool | None = None
 
 
 #: The options ``resume`` takes: those that do not make a new request (no tools, content key,
 #: strictness or log: the token has them, or they are the stream's that was recorded).
 RESUME_OPTIONS = (
     "extra_headers", "resume", "retry", "response_format", "timeouts", "observers", "fallbacks",
-    "failover", "raise_for_outcome",
+    "failover", "raise_for_outcome", "think_tags",
 )
 
 #: A :class:`CallOptions` of every field's value, in field order: how the typed ``stream``

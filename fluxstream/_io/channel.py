@@ -26,6 +26,7 @@ import anyio
 import sniffio
 
 from .._core.progress import DeadlinePassed, Progress
+from .._core.rate_limits import RateLimits
 from .._core.recovery import Decision, DropState, Recovery, is_transient_error
 from .._events import ErrorEvent, Event
 from .._observe import SendInfo
@@ -70,8 +71,9 @@ class Channel:
         self._closed: Attempt | None = None
         #: Runs a callback in this stream's event loop from any thread (see :meth:`abandon`).
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
-        #: The server's ``x-request-id`` of the latest response (see :meth:`log_extra`).
-        self.request_id: str | None = None
+        #: What the latest response's headers say (rate limits, retry advice, request id),
+        #: read only when asked (see :meth:`log_extra`, ``ReplyStream.rate_limits``).
+        self.rate_limits: RateLimits | None = None
         #: The body the current stream answers when it is not ``spec.body`` (a
         #: continuation's): its event ids number that stream, so a ``Last-Event-ID``
         #: reconnect sends it again, and a resume token (whose body is ``spec.body``)
@@ -125,17 +127,19 @@ class Channel:
                             headers=own, body=body, max_json_bytes=self.parser.max_event_bytes,
                             get=get,
                         )
-                self._request_id(attempt)
+                self._headers_of(attempt)
                 if get is None:  # a re-read (GET) goes on with the stream it re-reads
                     self.sent_body = body
             except (APITimeoutError, APIConnectionError, APIStatusError) as exc:
                 self.attempt = None
+                # The failed response's headers (none without one): its segment's request id.
+                self.rate_limits = self.parser.rate_limits = getattr(exc, "rate_limits", None)
                 if progress.due_before_content(time.monotonic(), self.parser.saw_content):
                     raise  # e.g. the head did not come within first_token: no retry
                 status = getattr(exc, "status_code", None)
                 retryable = (
                     not unresolvable(exc) if status is None
-                    else status in recovery.retry.retry_status
+                    else recovery.retry.retryable(status, getattr(exc, "should_retry", None))
                 )
                 decision = recovery.after_failed_request(
                     tries=used,
@@ -165,20 +169,21 @@ class Channel:
             return SendInfo(attempts, "first", strategy)
         return SendInfo(attempts, "resume" if resume and tries == 1 else "retry", strategy)
 
-    def _request_id(self, attempt: Attempt) -> None:
-        """Keep the server's id of the request just answered, for log lines."""
+    def _headers_of(self, attempt: Attempt) -> None:
+        """Keep the headers of the response just come (unread until asked), for the
+        stream, its reply and log lines."""
         headers = getattr(attempt.response, "headers", None)
-        found = headers.get("x-request-id") if headers is not None else None
-        if found:
-            self.request_id = str(found)
+        if headers is not None:
+            self.rate_limits = self.parser.rate_limits = RateLimits(headers)
 
     def log_extra(self) -> dict[str, str | None]:
         """What every log line of this stream carries as ``extra`` (structured loggers index
         them): its content key, and the server's request id (``x-request-id`` of the latest
         response, else the reply's id; ``None`` before either is known)."""
+        limits = self.rate_limits
         return {
             "content_key": self.parser.content_key,
-            "request_id": self.request_id or self.parser.reply.id,
+            "request_id": (limits and limits.request_id) or self.parser.reply.id,
         }
 
     # ------------------------------------------------------------------ decisions

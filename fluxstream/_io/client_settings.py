@@ -24,6 +24,7 @@ from .. import apis
 from .._core.failover import CoolDown
 from .._core.headers import checked_headers
 from .._core.secret import Secret
+from .._core.think_tags import ThinkTags, think_tags_of
 from .._core.token_signature import TokenSigner
 from .._limits import StreamLimits
 from .._observe import StreamObserver
@@ -159,6 +160,8 @@ class ClientSettings:
     max_event_bytes: int
     require_finish_reason: bool
     stream_limits: StreamLimits | None
+    #: Reasoning inside the text between tags read as reasoning (``None``: off).
+    think_tags: ThinkTags | None
     usage_ledger: UsageLedger
     token_signer: TokenSigner | None = dataclasses.field(repr=False)
     #: The requests to the base URL in force, with the client's key and headers.
@@ -173,20 +176,30 @@ class ClientSettings:
         """These settings with ``changes`` (what the next streams are made with)."""
         return dataclasses.replace(self, **changes)
 
-    def parser(self, api: Api, content_key: str, strict: bool) -> StreamParser:
-        """A parser of ``api``'s wire format for a new stream."""
+    def parser(
+        self, api: Api, content_key: str, strict: bool, tags: ThinkTags | bool | None = None
+    ) -> StreamParser:
+        """A parser of ``api``'s wire format for a new stream (``tags``: the call's
+        ``think_tags=``, ``None`` for the client's)."""
         return StreamParser(
             content_key=content_key, format=api.name, max_event_bytes=self.max_event_bytes,
             strict=strict, require_finish_reason=self.require_finish_reason,
-            limits=self.stream_limits,
+            limits=self.stream_limits, think_tags=self.tags_of(tags),
         )
 
-    def token_parser(self, api: Api, token: Mapping[str, Any]) -> StreamParser:
+    def token_parser(
+        self, api: Api, token: Mapping[str, Any], tags: ThinkTags | bool | None = None
+    ) -> StreamParser:
         """A parser that goes on from a resume token (checked by the caller)."""
         return StreamParser.from_token(
             token, format=api.name, max_event_bytes=self.max_event_bytes,
             require_finish_reason=self.require_finish_reason, limits=self.stream_limits,
+            think_tags=self.tags_of(tags),
         )
+
+    def tags_of(self, tags: ThinkTags | bool | None) -> ThinkTags | None:
+        """A call's ``think_tags=`` over the client's."""
+        return self.think_tags if tags is None else think_tags_of(tags)
 
     def request(
         self, api: Api, body: dict[str, Any], headers: Mapping[str, str] | None,

@@ -117,7 +117,9 @@ class Endpoint:
             api.add_tools(body, options.tools)
         structured = api.structured_request(body, options.response_format)
         body["stream"] = True
-        parser = settings.parser(api, options.content_key or new_content_key(), options.strict)
+        parser = settings.parser(
+            api, options.content_key or new_content_key(), options.strict, options.think_tags
+        )
         request = settings.request(api, body, options.extra_headers, options.timeouts)
         resume = self.resume_policy(options.resume, settings)
         route = None
@@ -224,7 +226,7 @@ class Endpoint:
         check_version(token)
         if not isinstance(token.get("body"), Mapping):
             raise ResumeTokenError("the resume token has no request 'body' to send again")
-        parser = settings.token_parser(api, token)
+        parser = settings.token_parser(api, token, options.think_tags)
         resume = self.resume_policy(options.resume, settings)
         request, route = self.resume_route(settings, token, dict(token["body"]), options, resume)
         stream = self.open(settings, request, parser, options, resume, route, resuming=True)

@@ -199,6 +199,7 @@ class Route:
             start=self._start, end=max(end, self._start),
             kind=segment_end(ended, bool(delivered)) if kind is None else kind,
             detail=ended, usage=usage, usage_estimate=estimate, requests=requests,
+            request_id=None if parser.rate_limits is None else parser.rate_limits.request_id,
         ))
         self._budget.close_part(reply, events, output if delivered else 0)
         self._start = end

@@ -14,18 +14,17 @@ beyond that, is :mod:`fluxstream._io.transport`.
 
 from __future__ import annotations
 
-import email.utils
 import json
 import os
 import socket
 import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from .._core.headers import CREDENTIAL_NAME
+from .._core.rate_limits import RateLimits
 from .._timeouts import Deadline
 from ..errors import (
     APIStatusError,
@@ -191,39 +190,19 @@ def seconds(value: float | None) -> str:
     return f"{rounded:g}s" if rounded < 1e6 else f"{value:.0f}s"
 
 
-def parse_retry_after(headers: Any) -> float | None:
-    """Seconds to wait, from ``retry-after-ms``, ``retry-after`` (seconds or an HTTP date)."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 def status_error(status: int, headers: Any, body: bytes) -> APIStatusError:
     """A typed exception for a non-2xx response; never includes request headers (the key)."""
     message, etype, code, param, parsed, excerpt = _describe_body(body, headers)
+    limits = RateLimits(headers)
     kwargs: dict[str, Any] = {
         "type": etype,
         "code": code,
         "param": param,
         "body": parsed,
         "body_excerpt": excerpt,
-        "request_id": headers.get("x-request-id"),
-        "retry_after": parse_retry_after(headers),
+        "request_id": limits.request_id,
+        "retry_after": limits.retry_after,
+        "rate_limits": limits,
     }
     if status in (401, 403):
         return AuthenticationError(status, message, **kwargs)

@@ -38,6 +38,7 @@ import httpx
 from .. import apis
 from .._client import AsyncClient, checked_headers, keyless, request_for
 from .._core.headers import CREDENTIAL_NAME
+from .._core.think_tags import ThinkTags
 from .._endpoints import api_client
 from .._events import Handoff
 from .._reply import Outcome
@@ -321,6 +322,7 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
     # A fallback speaks the request's own API unless its spec names another.
     fallbacks = [spec.upstream(args.format) for spec in args.fallback or ()]
     async with _client(args, session.err) as client:
+        client.think_tags = args.think_tags
         # Resumes and warnings (retries) on stderr, each one safe line of its own.
         with LogTally() as log:
             return await _stream_to_terminal(
@@ -448,7 +450,8 @@ def _replay(args: argparse.Namespace, session: _Session) -> int:
     capture = load_capture(args.file)
     fmt = args.format or capture.wire_format or "auto"
     # A non-2xx status raises its typed error.
-    reply = replay_capture(capture, read_size=args.read_size, format=fmt)
+    tags = ThinkTags() if args.think_tags else None
+    reply = replay_capture(capture, read_size=args.read_size, format=fmt, think_tags=tags)
     census = format_census(capture)
     read_as = census.first if fmt == "auto" else fmt
     other = census.other_than(read_as) if read_as else 0

@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--fallback", action="append", type=parse_fallback, metavar="URL[,OPTION=VALUE...]",
         help=FALLBACK_HELP,
     )
+    _think_tags_flag(chat)
 
     _serve_parser(sub)
 
@@ -277,4 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the wire format (default: the one the capture recorded, else auto: recognised"
         " from the first event that says)",
     )
+    _think_tags_flag(rep)
     return p
+
+
+def _think_tags_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--think-tags", action="store_true",
+        help="reasoning the server sends inside the text between <think>, <thinking> or"
+        " <reasoning> tags (at the start of the reply) is shown as reasoning",
+    )

@@ -144,6 +144,8 @@ class Connection:
         self.events = 0
         self.chunked = False
         self.request_seq: int | None = None
+        #: Headers every answer to the current request carries (a stated rate limit).
+        self.extra_headers: list[tuple[str, str]] = []
         self.completed = True
         #: Set once we start closing: read errors after that are not client disconnects.
         self.closing = False
@@ -337,7 +339,7 @@ class Connection:
     ) -> None:
         if self.faults.delay:
             await anyio.sleep(self.faults.delay)
-        all_headers = [*headers, ("server", "fluxstream")]
+        all_headers = [*headers, ("server", "fluxstream"), *self.extra_headers]
         if self.request_seq is not None:
             all_headers.append(("x-request-id", f"req_{self.request_seq}"))
         if chunked:

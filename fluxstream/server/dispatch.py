@@ -58,7 +58,9 @@ def status_fault(faults: Faults, errors: ErrorShape) -> Payload:
     """The answer of a ``status=C`` fault: ``errors``' body for that status, or an HTML error
     page (``status-body=html``, what a proxy in front of the API sends)."""
     status = faults.status or 500
-    extra = (("retry-after", faults.retry_after),) if faults.retry_after else ()
+    extra = tuple((name, value) for name, value in (
+        ("retry-after", faults.retry_after), ("retry-after-ms", faults.retry_after_ms),
+        ("x-should-retry", faults.should_retry)) if value)
     phrase = status_phrase(status)
     if faults.status_body == "html":
         html = (

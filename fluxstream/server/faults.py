@@ -37,6 +37,15 @@ Keys (sizes in bytes, times in seconds):
                         (on ``/v1/messages`` the body is Anthropic's ``{"type": "error",
                         "error": {...}}``; ``status=529`` is its ``overloaded_error``)
 ``retry-after=V``       add ``Retry-After: V`` to that error response
+``retry-after-ms=V``    add ``retry-after-ms: V`` to it (OpenAI's and Anthropic's own header)
+``should-retry=V``      add ``x-should-retry: V`` to it (``true``/``false`` tell the official
+                        SDKs whether to retry, whatever the status)
+``rate-limit=N``        enforce N requests per ``rate-window=T`` (default 1) on this server
+                        (one fixed window for every request with the fault): the requests past
+                        N in a window are answered 429 with ``retry-after-ms`` (the time left)
+                        and ``x-should-retry: true``; every answer states the limit in
+                        ``rate-headers=openai`` (``x-ratelimit-*``, the default) or
+                        ``anthropic`` (``anthropic-ratelimit-*``, and ``request-id``) headers
 ``fail-first=N``        apply this request's faults only to the first N attempts that share an
                         ``X-Fluxstream-Attempt-Key`` (or, without that header, the same method,
                         path and body); later attempts are served cleanly. Alone, it means
@@ -82,6 +91,11 @@ class Faults:
     status: int | None = None
     status_body: Literal["json", "html"] = "json"
     retry_after: str | None = None
+    retry_after_ms: str | None = None
+    should_retry: str | None = None
+    rate_limit: int | None = None
+    rate_window: float = 1.0
+    rate_headers: Literal["openai", "anthropic"] = "openai"
     fail_first: int | None = None
     delay: float = 0.0
 
@@ -106,6 +120,7 @@ _INT = {
     "status": (200, 599),
     "fail-first": (0, 1_000_000),
     "batch": (1, MAX_BYTES),
+    "rate-limit": (0, 1_000_000),
 }
 _FLOAT = {
     "write-pause": (0.0, 10.0),
@@ -114,6 +129,7 @@ _FLOAT = {
     "drip": (0.0, 60.0),
     "delay": (0.0, MAX_SECONDS),
     "close-after": (0.0, MAX_SECONDS),
+    "rate-window": (0.001, MAX_SECONDS),
 }
 #: What a refused value of these keys is told, beyond its bounds.
 _WHY = {
@@ -122,7 +138,8 @@ _WHY = {
         " end a request)"
     ),
 }
-_OTHER = ("drop-reset", "status-body", "retry-after")
+_OTHER = ("drop-reset", "status-body", "retry-after", "retry-after-ms", "should-retry",
+          "rate-headers")
 #: Every accepted key.
 FAULT_KEYS: tuple[str, ...] = (*_INT, *_FLOAT, *_OTHER)
 #: Each numeric key's type and bounds.
@@ -173,6 +190,10 @@ def build_faults(spec: Mapping[str, str]) -> Faults:
                 kwargs[attr] = value.lower() in ("1", "true", "yes", "on")
             elif key == "status-body":
                 if value not in ("json", "html"):
+                    raise ValueError
+                kwargs[attr] = value
+            elif key == "rate-headers":
+                if value not in ("openai", "anthropic"):
                     raise ValueError
                 kwargs[attr] = value
             else:

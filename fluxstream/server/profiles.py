@@ -66,6 +66,10 @@ PROFILE_DESCRIPTIONS: dict[str, str] = {
         "Responses / Messages events also carry `id:` lines (as some gateways add), so"
         " Last-Event-ID can resume them"
     ),
+    "think-tags": (
+        "reasoning sent inside the text as `<think>...</think>` before the answer, the tags"
+        " split across deltas (as llama.cpp without a reasoning parser sends them)"
+    ),
 }
 
 #: The profile names, in a fixed order (the order used when rendering and reporting).

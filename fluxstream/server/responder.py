@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -24,6 +25,7 @@ from .dispatch import dispatch, refuse
 from .faults import FaultError, Faults, build_faults, parse_fault_spec
 from .plan import NOTHING_PLANNED, Planned, RequestPlan
 from .profiles import ProfileError, parse_profiles, split_model
+from .rate_window import RateWindow, rate_headers
 from .records import Records, RequestRecord, ResponseRecord
 from .request_body import MAX_JSON_VALUES, more_values_than, parse_body
 from .streaming import send_answer
@@ -82,6 +84,7 @@ class Responder:
         self.memory = Memory(MAX_STORED_RESPONSES)
         self.attempts: dict[str, int] = {}
         self.request_seq = 0
+        self.rate_window = RateWindow()
 
     async def respond(self, conn: Connection, request: h11.Request, body: bytearray) -> bool:
         """Answer one request; ``False`` if the connection must close afterwards. ``body`` is
@@ -122,6 +125,9 @@ class Responder:
             faults = faults.cleared()
         self.request_seq += 1
         seq = conn.request_seq = self.request_seq
+        conn.extra_headers = []
+        if faults.rate_limit is not None:
+            faults = self._rate_limited(conn, faults, seq)
         records = self.settings.records
         records.requests.append(RequestRecord(
             seq=seq,
@@ -187,6 +193,19 @@ class Responder:
             await dispatch(conn, call, self.settings.api_key)
         else:
             await send_answer(conn, planned.answer, dialect_of(call.path).errors)
+
+    def _rate_limited(self, conn: Connection, faults: Faults, seq: int) -> Faults:
+        """Count the request in the server's window; state the limit in every answer's
+        headers, and answer 429 past it (see :mod:`.rate_window`)."""
+        now = time.time()
+        limit = faults.rate_limit or 0
+        fits, left, reset_in = self.rate_window.take(limit, faults.rate_window, now)
+        conn.extra_headers = rate_headers(
+            faults.rate_headers, limit, left, reset_in, now, f"req_{seq}")
+        if fits:
+            return faults
+        return replace(faults, status=429, retry_after_ms=str(max(1, round(reset_in * 1000))),
+                       should_retry="true")
 
     def _profiles_for(self, headers: tuple[tuple[str, str], ...], parsed: Any) -> frozenset[str]:
         """The request's profiles (header and model suffix), else the server's."""

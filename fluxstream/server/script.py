@@ -15,7 +15,9 @@ How a reply is derived (all of it is a pure function of the request JSON and the
   profile the answer goes on to the cap (up to :data:`MAX_DELTAS`, finishing ``stop``): long
   streams, asked for by name by tests and benchmarks.
 * **Reasoning** deltas (``reasoning_content``) precede the text when the ``reasoning`` profile
-  is on or the request has ``reasoning_effort`` (other than ``"none"``).
+  is on or the request has ``reasoning_effort`` (other than ``"none"``). The ``think-tags``
+  profile sends them inside the text instead, between ``<think>`` and ``</think>`` (the tags
+  cut across deltas), as servers without a reasoning parser do.
 * **Tool calls**: when ``tools`` are given (and ``tool_choice`` is not ``"none"``) the reply is
   one call per tool, up to :data:`MAX_TOOL_CALLS` (one if ``parallel_tool_calls`` is false),
   with arguments built from each tool's JSON schema (natural sample values, see
@@ -545,7 +547,8 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
     n = _int_param(request, "n") or 1
     n = max(1, min(n, MAX_CHOICES))
     effort = request.get("reasoning_effort")
-    reasoning = "reasoning" in names or (effort is not None and effort != "none")
+    tagged = "think-tags" in names
+    reasoning = tagged or "reasoning" in names or (effort is not None and effort != "none")
     tools = request.get("tools")
     use_tools = isinstance(tools, list) and bool(tools) and request.get("tool_choice") != "none"
     max_calls = 1 if request.get("parallel_tool_calls") is False else MAX_TOOL_CALLS
@@ -598,6 +601,11 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
             texts = text_deltas(count, c)
             if limit is not None and limit < DEFAULT_DELTAS:
                 finish = "length"  # the answer was cut, as a real model's is: in every API
+            if tagged:  # the reasoning goes into the text, its tags cut as a tokenizer cuts
+                texts = ("<", "thi", "nk>", *rdeltas, "</th", "ink>", "\n\n", *texts)
+                rdeltas = ()
+                if limit is not None:  # the cap counts the reasoning too, as a model's does
+                    texts = texts[:limit]
         choices.append(
             ChoiceScript(
                 index=c,
@@ -631,7 +639,7 @@ def _build(request: Mapping[str, Any], names: frozenset[str]) -> Script:
         created=CREATED,
         choices=tuple(choices),
         usage=usage,
-        reasoning=reasoning,
+        reasoning=reasoning and not tagged,
     )
 
 
