@@ -56,7 +56,7 @@ async def log(request: pytest.FixtureRequest) -> AsyncIterator[ReplyLog]:
 
 def reply_text(max_tokens: int) -> str:
     return expected_reply({
-        "model": "m", "messages": messages(), "max_tokens": max_tokens,
+        "model": "m@fill-max-tokens", "messages": messages(), "max_tokens": max_tokens,
         "stream": True, "stream_options": {"include_usage": True},
     }).text
 
@@ -68,7 +68,7 @@ async def start_reply(
     """A reply produced into ``log`` in the background; its key, once it exists."""
     key = uuid.uuid4().hex
     stream = client.chat.stream(
-        model="m", messages=messages(), max_tokens=max_tokens, content_key=key,
+        model="m@fill-max-tokens", messages=messages(), max_tokens=max_tokens, content_key=key,
         extra_headers={"X-Fluxstream-Fault": f"drip={drip}"},
     )
     tasks.start_soon(produce, stream, log)

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.anyio
 
 def reply_text(max_tokens: int) -> str:
     return expected_reply({
-        "model": "m", "messages": [{"role": "user", "content": "web"}], "max_tokens": max_tokens,
+        "model": "m@fill-max-tokens", "messages": [{"role": "user", "content": "web"}],
+        "max_tokens": max_tokens,
         "stream": True, "stream_options": {"include_usage": True},
     }).text
 

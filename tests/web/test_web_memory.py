@@ -41,7 +41,8 @@ async def recorded_reply(base_url: str) -> tuple[ReplyLog, str]:
     key = uuid.uuid4().hex
     async with fluxstream.AsyncClient(base_url, api_key="k") as client:
         await produce(client.chat.stream(
-            model="m", messages=messages("a long one"), max_tokens=700, content_key=key,
+            model="m@fill-max-tokens", messages=messages("a long one"), max_tokens=700,
+            content_key=key,
             extra_headers={"X-Fluxstream-Fault": "drip=0.001"},  # an entry per delta
         ), log)
     return log, key

@@ -29,7 +29,7 @@ def module_upstream() -> Iterator[ServerThread]:
 
 def reply_text() -> str:
     return expected_reply({
-        "model": "m", "messages": messages(), "max_tokens": MAX_TOKENS,
+        "model": "m@fill-max-tokens", "messages": messages(), "max_tokens": MAX_TOKENS,
         "stream": True, "stream_options": {"include_usage": True},
     }).text
 
@@ -42,7 +42,7 @@ async def rebuild(base_url: str, cuts: list[int], live: bool, drip: float) -> Pa
     page = Page()
     async with fluxstream.AsyncClient(base_url, api_key="k") as client:
         stream = client.chat.stream(
-            model="m", messages=messages(), max_tokens=MAX_TOKENS, content_key=key,
+            model="m@fill-max-tokens", messages=messages(), max_tokens=MAX_TOKENS, content_key=key,
             extra_headers={"X-Fluxstream-Fault": f"drip={drip}"},
         )
         async with anyio.create_task_group() as tasks:

@@ -42,7 +42,8 @@ class Backing:
 
     def live(self, max_tokens: int, headers: dict[str, str] | None = None) -> EventStreamResponse:
         stream = self.client.chat.stream(
-            model="m", messages=messages(), max_tokens=max_tokens, extra_headers=headers or {},
+            model="m@fill-max-tokens", messages=messages(), max_tokens=max_tokens,
+            extra_headers=headers or {},
             **self.stream_options,
         )
         return EventStreamResponse(stream, **self.options)
