@@ -30,6 +30,7 @@ from ._core.reread import RereadChecks
 from ._core.resume_token import go_on_from
 from ._core.stream_position import StreamPosition
 from ._events import Event
+from ._json_paths import PathTracker
 from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ._reply import Reply, Segment
 from .errors import FluxstreamError, ResumeMismatchError
@@ -128,6 +129,15 @@ class StreamParser(StreamPosition):
         #: reach the reply, and while it holds any the reply does not end at the sentinel
         #: (what it held reaches the reply by :meth:`apply_held`, or never).
         self.hold: ErrorHold | None = None
+        #: Path events of the JSON documents in the reply, when asked for
+        #: (:meth:`track_paths`); ``None``, the usual case, costs one check per read.
+        self.paths: PathTracker | None = None
+
+    def track_paths(self, *, content: bool = False) -> None:
+        """Put :class:`~fluxstream._events.PathStart`, ``PathDelta`` and ``PathDone`` after
+        the deltas that make them: for every tool call's arguments, and for the text of
+        every choice when ``content`` (structured output). From the next read on."""
+        self.paths = PathTracker(content=content)
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -205,7 +215,7 @@ class StreamParser(StreamPosition):
             if not applied:
                 raise
             self._deferred = exc
-            return applied
+            return applied if self.paths is None else self.paths.feed(applied)
 
     def feed_sse(self, event: ServerSentEvent) -> list[Event]:
         """One SSE event decoded elsewhere (e.g. by ``httpx-sse``)."""
@@ -246,6 +256,8 @@ class StreamParser(StreamPosition):
                 self._echo = None
         if events:
             events = asm.feed(events)
+            if self.paths is not None:
+                events = self.paths.feed(events)
         if end and fmt.done and (self.hold is None or not self.hold.held):
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
@@ -381,6 +393,8 @@ class StreamParser(StreamPosition):
         self.new_connection()
         self._format.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
+        if self.paths is not None:
+            self.paths.reset()
         return self._assembler.reset(attempt, reason)
 
     def switch_format(self, format: str) -> None:

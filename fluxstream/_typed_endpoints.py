@@ -101,6 +101,7 @@ class Chat(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -119,14 +120,16 @@ class Chat(_TypedEndpoint):
         for this request instead of the client's; ``failover``: its
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's). ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
             with_usage(body)
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
-            timeouts, observers, fallbacks, failover, raise_for_outcome,
+            timeouts, observers, fallbacks, failover, raise_for_outcome, json_paths,
         )))
 
     def resume(
@@ -193,6 +196,7 @@ class Responses(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -210,7 +214,9 @@ class Responses(_TypedEndpoint):
         for this request instead of the client's; ``failover``: its
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's). ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -219,7 +225,7 @@ class Responses(_TypedEndpoint):
             body["instructions"] = instructions
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
-            timeouts, observers, fallbacks, failover, raise_for_outcome,
+            timeouts, observers, fallbacks, failover, raise_for_outcome, json_paths,
         )))
 
     complete = completing(stream)
@@ -252,6 +258,7 @@ class Messages(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -270,7 +277,9 @@ class Messages(_TypedEndpoint):
         for this request instead of the client's; ``failover``: its
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
-        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
+        :class:`~fluxstream._client.AsyncClient`; ``None``: the client's). ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -278,7 +287,7 @@ class Messages(_TypedEndpoint):
             body["system"] = system if isinstance(system, str) else list(system)
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
-            timeouts, observers, fallbacks, failover, raise_for_outcome,
+            timeouts, observers, fallbacks, failover, raise_for_outcome, json_paths,
         )))
 
     complete = completing(stream)
@@ -313,6 +322,7 @@ class Gemini(_TypedEndpoint):
         fallbacks: Sequence[Upstream] | None = None,
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -329,7 +339,7 @@ class Gemini(_TypedEndpoint):
         ends before is ``truncated`` (and, with ``ResumePolicy(continuation=True)``,
         continued by sending the delivered text back as a ``model`` turn).
         ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
-        ``raise_for_outcome``: as for ``client.chat.stream``.
+        ``raise_for_outcome``, ``json_paths``: as for ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -342,7 +352,7 @@ class Gemini(_TypedEndpoint):
         body = GEMINI.conversation(model, list(contents), fields)
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
-            timeouts, observers, fallbacks, failover, raise_for_outcome,
+            timeouts, observers, fallbacks, failover, raise_for_outcome, json_paths,
         )))
 
     complete = completing(stream)

@@ -48,6 +48,9 @@ class CallOptions(NamedTuple):
     fallbacks: Sequence[Upstream] | None = None
     failover: Failover | None = None
     raise_for_outcome: bool | None = None
+    #: Path events (``PathStart``/``PathDelta``/``PathDone``) for the JSON of tool-call
+    #: arguments and of a structured reply (``stream`` only).
+    json_paths: bool = False
 
 
 #: The options ``resume`` takes: those that do not make a new request (no tools, content key,

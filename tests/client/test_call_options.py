@@ -75,7 +75,7 @@ def test_what_a_call_passes_reaches_the_endpoint_whole() -> None:
         "strict": True, "retry": RetryPolicy.off(), "resume": ResumePolicy.off(),
         "response_format": dict, "log": object(), "timeouts": Timeouts(stall=3),
         "observers": (object(),), "fallbacks": [Upstream("http://127.0.0.1:8/v1")],
-        "failover": Failover(), "raise_for_outcome": True,
+        "failover": Failover(), "raise_for_outcome": True, "json_paths": True,
     }
     assert set(given) == set(CallOptions._fields)
     requests = {
