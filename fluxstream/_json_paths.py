@@ -25,7 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._events import Event, PathDelta, PathDone, PathStart, Reset, TextDelta, ToolCallDelta
+from ._events import (
+    Event,
+    Finish,
+    PathDelta,
+    PathDone,
+    PathStart,
+    Reset,
+    TextDelta,
+    ToolCallDelta,
+    ToolCallDone,
+)
 from ._partial_json import PartialJSON
 
 __all__ = ["MAX_DEPTH", "PathTracker"]
@@ -58,6 +68,12 @@ class PathParser(PartialJSON):
         self.paths: list[Path] = []
         #: Code points of the open string announced so far; -1: no string value announced.
         self.sent = -1
+
+    def end(self) -> None:
+        """The document ended: a number or literal at its very end is complete (nothing
+        else says so: ``12`` could go on as ``123``)."""
+        if self.pending_token and not self._stack:
+            self.feed(" ")
 
     def _child(self) -> Path | None:
         """The path of the value about to be put (``None``: deeper than announced)."""
@@ -186,9 +202,23 @@ class PathTracker:
                         parser = self._content[event.choice] = PathParser(
                             event.key, event.choice, None, self._max_depth)
                     _read(parser, event.text, out)
+            elif kind is ToolCallDone:
+                assert isinstance(event, ToolCallDone)
+                self._ended(self._calls.get((event.choice, event.call.index)), out)
+            elif kind is Finish:
+                if self.content:
+                    assert isinstance(event, Finish)
+                    self._ended(self._content.get(event.choice), out)
             elif kind is Reset:
                 self.reset()
         return out
+
+    @staticmethod
+    def _ended(parser: PathParser | None, out: list[Event]) -> None:
+        if parser is not None and parser.pending_token:
+            parser.end()
+            out += parser.out
+            parser.out.clear()
 
     def _arguments(self, event: ToolCallDelta, out: list[Event]) -> None:
         at = (event.choice, event.call)
