@@ -62,7 +62,7 @@ def test_every_fragmentation_gives_the_documents_own_events(
 ) -> None:
     text = dumps(value, indent, ascii_only)
     cuts = [c for c in cuts if c < len(text)]
-    parser, events, counts = feed(text, cuts)
+    _, events, counts = feed(text, cuts)
     assert normalized(events) == expected(value)
     assert all(e.key == "k" and e.choice == 0 and e.call == 3 for e in events)
     # After every fragment, what was announced is how the whole document's events begin.
@@ -95,7 +95,7 @@ def test_every_completed_path_holds_what_pydantic_partial_mode_finds(
 
 def test_a_tool_call_announces_its_path_before_its_content_ends() -> None:
     text = '{"path": "src/app.py", "content": "line 1\\nline \\u00e9 2"}'
-    parser, events, _ = feed(text, list(range(1, len(text))))
+    _, events, _ = feed(text, list(range(1, len(text))))
     kinds = [(type(e).__name__, e.path) for e in events]
     path_done = kinds.index(("PathDone", ("path",)))
     assert kinds.index(("PathStart", ("content",))) > path_done
