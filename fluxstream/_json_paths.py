@@ -36,7 +36,7 @@ from ._events import (
     ToolCallDelta,
     ToolCallDone,
 )
-from ._partial_json import PartialJSON
+from ._partial_json import _ERROR, PartialJSON
 
 __all__ = ["MAX_DEPTH", "PathTracker"]
 
@@ -52,7 +52,8 @@ class PathParser(PartialJSON):
 
     Events go to :attr:`out`, which the caller empties after each :meth:`feed`."""
 
-    __slots__ = ("call", "choice", "key", "max_depth", "out", "paths", "sent")
+    __slots__ = ("call", "choice", "key", "max_depth", "out", "paths", "pieces", "sent",
+                 "spath")
     # Step through every container as it arrives (a buffered one would be announced late).
     buffer_max = 0
 
@@ -66,8 +67,14 @@ class PathParser(PartialJSON):
         self.out: list[Event] = []
         #: The paths of the open containers that were announced (the root's first).
         self.paths: list[Path] = []
-        #: Code points of the open string announced so far; -1: no string value announced.
+        #: Code points of the open string announced so far; -1: its start is not announced
+        #: yet, -2: it is deeper than announced.
         self.sent = -1
+        #: The open string's path, once announced.
+        self.spath: Path | None = None
+        #: What was fed so far, kept by :class:`PathTracker` to read a call again after a
+        #: ``replace``.
+        self.pieces: list[str] = []
 
     def end(self) -> None:
         """The document ended: a number or literal at its very end is complete (nothing
@@ -90,16 +97,17 @@ class PathParser(PartialJSON):
     def _put(self, value: Any, *, closed: bool = False) -> None:
         path = self._child()
         kind = value.__class__
-        if path is None:
-            pass
-        elif kind is str:  # a string value ends (its start and pieces are announced)
-            self._start_string(path)
-            tail = value[self.sent:] if self.sent else value
-            if tail:
-                self.out.append(PathDelta(self.key, self.choice, self.call, path, self.sent,
-                                          tail))
+        if kind is str:  # a string value ends (its start and pieces are announced)
+            spath = self._start_string(path)
+            if spath is not None:
+                tail = value[self.sent:] if self.sent else value
+                if tail:
+                    self.out.append(PathDelta(self.key, self.choice, self.call, spath,
+                                              self.sent, tail))
+                self.out.append(PathDone(self.key, self.choice, self.call, spath, value))
             self.sent = -1
-            self.out.append(PathDone(self.key, self.choice, self.call, path, value))
+        elif path is None:
+            pass
         elif closed or (kind is not dict and kind is not list):
             self._whole(path, value)  # a scalar, or a container read in one piece
         else:  # a container opens
@@ -134,10 +142,17 @@ class PathParser(PartialJSON):
                                      stack[-1]))
         return super()._close()
 
-    def _start_string(self, path: Path) -> None:
-        if self.sent < 0:
+    def _start_string(self, path: Path | None) -> Path | None:
+        """The open string's path, announcing its start on the first call (``None``: it is
+        deeper than announced)."""
+        if self.sent == -1:
+            self.spath = path
+            if path is None:
+                self.sent = -2
+                return None
             self.out.append(PathStart(self.key, self.choice, self.call, path, "string"))
             self.sent = 0
+        return self.spath
 
     def _string_piece(self, raw: str) -> None:
         if self._str_is_key:
@@ -146,11 +161,8 @@ class PathParser(PartialJSON):
         parts = self._str_parts
         count = len(parts)
         super()._string_piece(raw)
-        path = self._child()
-        if path is None:
-            return
-        self._start_string(path)
-        if len(parts) > count and parts[-1]:
+        path = self.spath if self.sent >= 0 else self._start_string(self._child())
+        if path is not None and len(parts) > count and parts[-1]:
             piece = parts[-1]
             self.out.append(PathDelta(self.key, self.choice, self.call, path, self.sent,
                                       piece))
@@ -169,20 +181,17 @@ class PathTracker:
     is the one that holds.
     """
 
-    __slots__ = ("_calls", "_content", "_max_depth", "_texts", "content")
+    __slots__ = ("_calls", "_content", "_max_depth", "content")
 
     def __init__(self, *, content: bool = False, max_depth: int = MAX_DEPTH) -> None:
         self.content = content
         self._max_depth = max_depth
         self._calls: dict[tuple[int, int], PathParser] = {}
-        #: Each call's arguments so far, kept to read them again after a ``replace``.
-        self._texts: dict[tuple[int, int], list[str]] = {}
         self._content: dict[int, PathParser] = {}
 
     def reset(self) -> None:
         """A new generation: every document starts over."""
         self._calls.clear()
-        self._texts.clear()
         self._content.clear()
 
     def feed(self, events: list[Event]) -> list[Event]:
@@ -223,25 +232,28 @@ class PathTracker:
     def _arguments(self, event: ToolCallDelta, out: list[Event]) -> None:
         at = (event.choice, event.call)
         parser = self._calls.get(at)
-        texts = self._texts.get(at)
-        if parser is None or texts is None:
+        if parser is None:
             parser = self._calls[at] = PathParser(event.key, event.choice, event.call,
                                                   self._max_depth)
-            texts = self._texts[at] = []
         if event.replace:
-            kept = "".join(texts)[: event.offset]
-            texts[:] = [kept]
+            kept = "".join(parser.pieces)[: event.offset]
             parser = self._calls[at] = PathParser(event.key, event.choice, event.call,
                                                   self._max_depth)
             parser.feed(kept)  # announced already
             parser.out.clear()
-        if event.arguments:
-            texts.append(event.arguments)
-            _read(parser, event.arguments, out)
+            parser.pieces.append(kept)
+        text = event.arguments
+        if text:
+            parser.pieces.append(text)
+            if parser._state != _ERROR:
+                parser.feed(text)
+                if parser.out:
+                    out += parser.out
+                    parser.out.clear()
 
 
 def _read(parser: PathParser, text: str, out: list[Event]) -> None:
-    if parser.failed:
+    if parser._state == _ERROR:
         return
     parser.feed(text)
     if parser.out:
