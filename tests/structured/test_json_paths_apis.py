@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -73,6 +74,35 @@ def test_recorded_tool_calls_make_the_same_path_events_at_every_cut(fmt: str) ->
             got = found[(choice, call.index)]
             assert normalized(got) == expected(json.loads(call.arguments)), (fmt, seed)
             assert all(e.key == "k" for e in got)
+
+
+CORPUS = sorted([*CHAT.glob("*.sse"), *GEMINI.glob("*.sse")])
+
+
+def _format_of(path: Path) -> str:
+    declared = json.loads(path.with_suffix(".json").read_text(encoding="utf-8")).get("format")
+    return declared if isinstance(declared, str) else "gemini"
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=[p.name for p in CORPUS])
+def test_opting_in_changes_nothing_else_on_any_recorded_stream(path: Path) -> None:
+    """Every recorded stream (cut mid-JSON, arguments only in a final event, errors, refusals):
+    the same events and reply with path events as without, and every call whose arguments
+    are whole JSON announces exactly the document's own paths."""
+    fmt = _format_of(path)
+    data = path.read_bytes()
+    plain, reply = parse(data, fmt, 1, paths=False)
+    events, again = parse(data, fmt, 1)
+    assert again == reply
+    assert [e for e in events if not isinstance(e, PATH_EVENTS)] == plain
+    found = by_call(events)
+    for choice in reply.choices:
+        for call in choice.tool_calls:
+            try:
+                whole = json.loads(call.arguments)
+            except ValueError:
+                continue  # cut or malformed: what was announced is checked elsewhere
+            assert normalized(found[(choice.index, call.index)]) == expected(whole)
 
 
 def _sse(*payloads: dict[str, Any]) -> bytes:
