@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._core.partial_objects import after_fence
 from ._events import (
     Event,
     Finish,
@@ -52,7 +53,7 @@ class PathParser(PartialJSON):
 
     Events go to :attr:`out`, which the caller empties after each :meth:`feed`."""
 
-    __slots__ = ("call", "choice", "key", "max_depth", "out", "paths", "pieces", "sent",
+    __slots__ = ("call", "choice", "key", "lead", "max_depth", "out", "paths", "pieces", "sent",
                  "spath")
     # Step through every container as it arrives (a buffered one would be announced late).
     buffer_max = 0
@@ -75,6 +76,9 @@ class PathParser(PartialJSON):
         #: What was fed so far, kept by :class:`PathTracker` to read a call again after a
         #: ``replace``.
         self.pieces: list[str] = []
+        #: A structured reply's text before its JSON began (a markdown fence line may open
+        #: it, as objects() allows); ``None`` once it began, or for tool arguments.
+        self.lead: str | None = None
 
     def end(self) -> None:
         """The document ended: a number or literal at its very end is complete (nothing
@@ -210,7 +214,14 @@ class PathTracker:
                     if parser is None:
                         parser = self._content[event.choice] = PathParser(
                             event.key, event.choice, None, self._max_depth)
-                    _read(parser, event.text, out)
+                        parser.lead = ""
+                    text = event.text
+                    if parser.lead is not None:  # a fence line may come first
+                        parser.lead, text = after_fence(parser.lead + text)
+                        if text:
+                            parser.lead = None
+                    if text:
+                        _read(parser, text, out)
             elif kind is ToolCallDone:
                 assert isinstance(event, ToolCallDone)
                 self._ended(self._calls.get((event.choice, event.call.index)), out)

@@ -228,3 +228,15 @@ def test_calls_and_choices_have_documents_of_their_own() -> None:
     done = {(e.choice, e.call, e.path): e.value for e in out if isinstance(e, PathDone)}
     assert done == {(0, 1, ("x",)): 2, (0, 1, ()): {"x": 2}, (1, 0, (0,)): True,
                     (1, 0, ()): [True], (0, 0, ("x",)): 1, (0, 0, ()): {"x": 1}}
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_a_structured_reply_in_a_markdown_fence_has_the_json_s_paths(size: int) -> None:
+    """As ``objects()`` reads a reply a chatty model wrapped in a ```` ```json ```` fence."""
+    value = {"title": "Zürich", "days": [1, 2]}
+    text = "\n```json\n" + json.dumps(value, indent=1) + "\n```\n"
+    tracker = PathTracker(content=True)
+    out: list[Any] = []
+    for start in range(0, len(text), size):
+        out += tracker.feed([TextDelta("k", 0, start, text[start : start + size])])
+    assert normalized(out) == expected(value)
