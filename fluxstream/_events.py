@@ -36,6 +36,9 @@ __all__ = [
     "Finish",
     "Handoff",
     "Outcome",
+    "PathDelta",
+    "PathDone",
+    "PathStart",
     "ReasoningBlock",
     "ReasoningDelta",
     "RefusalDelta",
@@ -105,6 +108,54 @@ class ToolCallDone:
     choice: int
     call: ToolCall
     type: Literal["tool_call_done"] = field(default="tool_call_done", init=False)
+
+
+#: One step of a JSON path: an object's key or an array's index.
+PathStep = str | int
+
+
+@dataclass(frozen=True, slots=True)
+class PathStart:
+    """The value at ``path`` of a JSON document began (opt-in: ``json_paths=True``).
+
+    The document is the arguments of tool call ``call``, or, with ``call`` ``None``, the
+    content of a structured reply. ``path`` is a tuple of keys and indexes, ``()`` the whole
+    document; ``kind`` says what began (``scalar``: a number, ``true``, ``false`` or ``null``,
+    announced once it has ended). Every value that starts completes with a
+    :class:`PathDone` unless the document is cut or malformed."""
+
+    key: str
+    choice: int
+    call: int | None
+    path: tuple[PathStep, ...]
+    kind: Literal["object", "array", "string", "scalar"]
+    type: Literal["path_start"] = field(default="path_start", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PathDelta:
+    """A piece of the string at ``path``: ``buf[offset:offset + len(text)] = text``."""
+
+    key: str
+    choice: int
+    call: int | None
+    path: tuple[PathStep, ...]
+    offset: int
+    text: str
+    type: Literal["path_delta"] = field(default="path_delta", init=False)
+
+
+@dataclass(frozen=True, slots=True)
+class PathDone:
+    """The value at ``path`` is complete: ``value`` is it, decoded (an object or array with
+    everything in it; shared with the parser, so treat it as read-only)."""
+
+    key: str
+    choice: int
+    call: int | None
+    path: tuple[PathStep, ...]
+    value: Any
+    type: Literal["path_done"] = field(default="path_done", init=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +285,9 @@ Event = Annotated[
         Reset,
         Handoff,
         End,
+        PathStart,
+        PathDelta,
+        PathDone,
     ],
     Field(discriminator="type"),
 ]

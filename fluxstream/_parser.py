@@ -31,6 +31,7 @@ from ._core.resume_token import go_on_from
 from ._core.stream_position import StreamPosition
 from ._core.think_tags import TagSplitter, ThinkTags
 from ._events import Event
+from ._json_paths import PathTracker
 from ._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ._reply import Reply, Segment
 from .errors import FluxstreamError, ResumeMismatchError
@@ -139,6 +140,15 @@ class StreamParser(StreamPosition):
         #: What the headers of the response being read say (set by the I/O layer; read
         #: only when asked): the reply's request id.
         self.rate_limits: RateLimits | None = None
+        #: Path events of the JSON documents in the reply, when asked for
+        #: (:meth:`track_paths`); ``None``, the usual case, costs one check per read.
+        self.paths: PathTracker | None = None
+
+    def track_paths(self, *, content: bool = False) -> None:
+        """Put :class:`~fluxstream._events.PathStart`, ``PathDelta`` and ``PathDone`` after
+        the deltas that make them: for every tool call's arguments, and for the text of
+        every choice when ``content`` (structured output). From the next read on."""
+        self.paths = PathTracker(content=content)
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -216,7 +226,7 @@ class StreamParser(StreamPosition):
             if not applied:
                 raise
             self._deferred = exc
-            return applied
+            return applied if self.paths is None else self.paths.feed(applied)
 
     def feed_sse(self, event: ServerSentEvent) -> list[Event]:
         """One SSE event decoded elsewhere (e.g. by ``httpx-sse``)."""
@@ -264,6 +274,8 @@ class StreamParser(StreamPosition):
                 asm.mark_unclosed(tags.unclosed())
         if events:
             events = asm.feed(events)
+            if self.paths is not None:
+                events = self.paths.feed(events)
         if ending:
             ended = asm.end(sentinel=True, cut=False, reason=fmt.done_reason or "sentinel")
             events = events + ended if events else ended
@@ -415,6 +427,8 @@ class StreamParser(StreamPosition):
         if self._tags is not None:
             self._tags.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
+        if self.paths is not None:
+            self.paths.reset()
         return self._assembler.reset(attempt, reason)
 
     def switch_format(self, format: str) -> None:

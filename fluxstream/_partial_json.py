@@ -185,6 +185,9 @@ class PartialJSON:
                 if self._str_escape:  # the previous fragment ended inside an escape
                     self._string_piece(text[i])
                     i += 1
+                    if self._state == _ERROR:  # not an escape: a syntax error, as in one piece
+                        state = _ERROR
+                        break
                     continue
                 m = _STRING_BODY.match(text, i)
                 assert m is not None
@@ -283,7 +286,8 @@ class PartialJSON:
             else:  # _END (trailing text) or _ERROR: ignore the rest
                 state = _ERROR
                 break
-        self._state = state
+        if self._state != _ERROR:  # a string piece that failed to decode stopped the parser
+            self._state = state
 
     def _put(self, value: Any, *, closed: bool = False) -> None:
         """Attach a value (scalar, complete container, or a container being opened)."""

@@ -106,6 +106,7 @@ class Chat(_TypedEndpoint):
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
         think_tags: ThinkTags | bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming chat request (lazily: on ``async with`` or the first ``anext``).
@@ -129,6 +130,9 @@ class Chat(_TypedEndpoint):
         (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
         :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
         client's).
+        ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "messages": list(messages), **params}
         if include_usage:
@@ -136,7 +140,7 @@ class Chat(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
-            think_tags,
+            think_tags, json_paths,
         )))
 
     def resume(
@@ -207,6 +211,7 @@ class Responses(_TypedEndpoint):
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
         think_tags: ThinkTags | bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Responses request (lazily, like ``client.chat.stream``).
@@ -229,6 +234,9 @@ class Responses(_TypedEndpoint):
         (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
         :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
         client's).
+        ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "input": input, **params}
         if isinstance(input, Sequence) and not isinstance(input, str):
@@ -238,7 +246,7 @@ class Responses(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
-            think_tags,
+            think_tags, json_paths,
         )))
 
     complete = completing(stream)
@@ -272,6 +280,7 @@ class Messages(_TypedEndpoint):
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
         think_tags: ThinkTags | bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming Messages request (lazily, like ``client.chat.stream``).
@@ -295,6 +304,9 @@ class Messages(_TypedEndpoint):
         (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
         :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
         client's).
+        ``json_paths``:
+        path events after the deltas, for each tool call's arguments and a typed
+        ``response_format``'s object (see ``docs/recipes/json-paths.md``).
         """
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens,
                                 "messages": list(messages), **params}
@@ -303,7 +315,7 @@ class Messages(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
-            think_tags,
+            think_tags, json_paths,
         )))
 
     complete = completing(stream)
@@ -339,6 +351,7 @@ class Gemini(_TypedEndpoint):
         failover: Failover | None = None,
         raise_for_outcome: bool | None = None,
         think_tags: ThinkTags | bool | None = None,
+        json_paths: bool = False,
         **params: Any,
     ) -> ReplyStream:
         """Open a streaming ``streamGenerateContent`` request (lazily, like
@@ -360,6 +373,7 @@ class Gemini(_TypedEndpoint):
         (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
         :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
         client's).
+        ``json_paths``: as for ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)
         if system_instruction is not None:
@@ -373,7 +387,7 @@ class Gemini(_TypedEndpoint):
         return self._endpoint.stream(body, in_order((
             tools, content_key, extra_headers, strict, retry, resume, response_format, log,
             timeouts, observers, fallbacks, failover, raise_for_outcome,
-            think_tags,
+            think_tags, json_paths,
         )))
 
     complete = completing(stream)

@@ -37,7 +37,8 @@ _ORDER: list[tuple[int, list[str]]] = [
     (3, ["formats._contract", "formats._base", "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
-         "structured.objects"]),
+         "structured.objects",
+         "_json_paths"]),  # path events of streamed JSON: the events and the partial parser
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats
     # package's __init__
     # _core.echo (a continuation's echo cut), _core.error_hold (an error event held back for

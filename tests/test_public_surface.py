@@ -40,6 +40,7 @@ EXPECTED: dict[str, list[str]] = {
         "ErrorInfo", "Event", "EventTooLargeError", "Failover", "Finish", "FirstTokenTimeoutError",
         "FluxstreamError", "FrameDecodeError", "Handoff", "IdleTimeoutError", "LimitExceededError",
         "MissingAPIKeyError", "NotAReplyError", "NotFoundError", "Outcome", "ParseError",
+        "PathDelta", "PathDone", "PathStart",
         "RateLimitError", "ReasoningBlock",
         "ReasoningDelta", "RefusalDelta", "RelayError", "RelayKeyError", "RelayLeaseLostError",
         "RelayPositionError", "RelayUnavailableError", "Reply", "ReplyStream",
@@ -96,7 +97,7 @@ EXPECTED: dict[str, list[str]] = {
         "assert_upstream_closed", "load_cassette",
     ],
     "fluxstream.structured": [
-        "TRUNCATING_STOPS", "ObjectBuilder", "StructuredResult", "StructuredTracker",
+        "TRUNCATING_STOPS", "ObjectBuilder", "PathTracker", "StructuredResult", "StructuredTracker",
         "anthropic_tool", "json_schema", "parse_reply", "parse_structured", "parse_tool_call",
         "partial_object", "response_format", "schema_name", "strict_json_schema",
         "strip_fences", "text_format",

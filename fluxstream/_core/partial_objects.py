@@ -63,6 +63,7 @@ __all__ = [
     "StructuredResult",
     "parse_structured",
     "partial_object",
+    "after_fence",
     "strip_fences",
 ]
 
@@ -99,6 +100,20 @@ class StructuredResult(Generic[T]):
     reason: str
     text: str
     refusal: str | None = None
+
+
+def after_fence(text: str) -> tuple[str, str]:
+    """The start of a streamed JSON document: ``(held, rest)``, ``rest`` being ``text``
+    without leading whitespace and a markdown fence line (```` ```json ````), ``held`` the
+    start of a fence line whose newline has not come yet (feed it again with what follows)."""
+    stripped = text.lstrip()
+    if stripped[:1] == "`":
+        newline = stripped.find("\n")
+        if newline < 0 and len(stripped) <= _FENCE_MAX:
+            return stripped, ""  # wait for the rest of the fence line
+        if 0 <= newline <= _FENCE_MAX and _FENCE_LINE.fullmatch(stripped[:newline]):
+            return "", stripped[newline + 1 :].lstrip()
+    return "", stripped
 
 
 def strip_fences(text: str) -> str:
@@ -374,20 +389,9 @@ class ObjectBuilder(Generic[T]):
 
     def _lead_in(self, text: str) -> str:
         """Strip a leading markdown fence line; check the first character of the JSON."""
-        text = self._lead + text
-        self._lead = ""
-        stripped = text.lstrip()
+        self._lead, stripped = after_fence(self._lead + text)
         if not stripped:
             return ""
-        if stripped[0] == "`":
-            newline = stripped.find("\n")
-            if newline < 0 and len(stripped) <= _FENCE_MAX:
-                self._lead = stripped  # wait for the rest of the fence line
-                return ""
-            if 0 <= newline <= _FENCE_MAX and _FENCE_LINE.fullmatch(stripped[:newline]):
-                stripped = stripped[newline + 1 :].lstrip()
-                if not stripped:
-                    return ""
         kind = self._shape.kind
         first = stripped[0]
         if (kind == MODEL and first != "{") or (kind == LIST and first != "["):

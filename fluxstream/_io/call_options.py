@@ -51,6 +51,9 @@ class CallOptions(NamedTuple):
     raise_for_outcome: bool | None = None
     #: Reasoning inside the text between tags read as reasoning (``None``: the client's).
     think_tags: ThinkTags | bool | None = None
+    #: Path events (``PathStart``/``PathDelta``/``PathDone``) for the JSON of tool-call
+    #: arguments and of a structured reply (``stream`` only).
+    json_paths: bool = False
 
 
 #: The options ``resume`` takes: those that do not make a new request (no tools, content key,

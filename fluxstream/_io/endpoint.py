@@ -120,6 +120,8 @@ class Endpoint:
         parser = settings.parser(
             api, options.content_key or new_content_key(), options.strict, options.think_tags
         )
+        if options.json_paths:  # the object is the content unless it is a forced tool's input
+            parser.track_paths(content=structured is not None and structured.tool is None)
         request = settings.request(api, body, options.extra_headers, options.timeouts)
         resume = self.resume_policy(options.resume, settings)
         route = None

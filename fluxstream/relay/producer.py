@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import anyio
 
-from .._events import End, Event, Outcome
+from .._events import End, Event, Outcome, PathDelta, PathDone, PathStart
 from .._io.tasks import spawn
 from .._stream import ReplyStream
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
@@ -100,6 +100,8 @@ class Recorder:
         self._owner = owner if owner is not None else log.new_owner()
         self._created = owner is not None
         self._number = first_entry
+        if transform is None and _tracks_paths(stream):
+            transform = without_paths
         self._transform = transform
         self._pending: list[Event] = list(prefill or [])
         self._release_on_cancel = release_on_cancel
@@ -431,6 +433,24 @@ class RecordedStream(ReplyStream):
             raise
         finally:
             recorder.in_next = False
+
+
+#: What the log never stores: path events are a view of the tool-call and text deltas it
+#: stores (a follower that wants them runs a ``structured.PathTracker`` over what it reads),
+#: and would more than double its entries and break the runs of deltas that coalesce.
+_DERIVED = (PathStart, PathDelta, PathDone)
+
+
+def without_paths(event: Event) -> list[Event]:
+    """The events of a stream that asked for path events, as the log stores them."""
+    return [] if type(event) in _DERIVED else [event]
+
+
+def _tracks_paths(stream: Source) -> bool:
+    """The stream puts path events among its own (``json_paths=True``): decided once, so a
+    recording of any other stream keeps its no-transform path."""
+    parser = getattr(stream, "_parser", None)
+    return getattr(parser, "paths", None) is not None
 
 
 class Records(Protocol):

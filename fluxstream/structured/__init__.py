@@ -7,6 +7,7 @@ type goes by) and the reading of a finished reply (:func:`parse_reply`) are defi
 reply model, which runs them for ``Reply.parse(Model)``; this package is where users import them.
 """
 
+from .._json_paths import PathTracker
 from .objects import (
     ObjectBuilder,
     StructuredResult,
@@ -28,6 +29,7 @@ from .track import StructuredTracker
 __all__ = [
     "TRUNCATING_STOPS",
     "ObjectBuilder",
+    "PathTracker",
     "StructuredResult",
     "StructuredTracker",
     "anthropic_tool",

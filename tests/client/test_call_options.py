@@ -76,7 +76,7 @@ def test_what_a_call_passes_reaches_the_endpoint_whole() -> None:
         "response_format": dict, "log": object(), "timeouts": Timeouts(stall=3),
         "observers": (object(),), "fallbacks": [Upstream("http://127.0.0.1:8/v1")],
         "failover": Failover(), "raise_for_outcome": True,
-        "think_tags": fluxstream.ThinkTags(names=("think",)),
+        "think_tags": fluxstream.ThinkTags(names=("think",)), "json_paths": True,
     }
     assert set(given) == set(CallOptions._fields)
     requests = {

@@ -93,6 +93,16 @@ def test_one_fragment_equals_char_by_char_on_invalid_json() -> None:
         assert fed([text]).value() == fed(list(text)).value(), text
 
 
+@pytest.mark.parametrize("text", ['{"a": "x\\q", "b": 1}', '["ok\\x", 2]', '["\\uZZZZ", 3]'])
+def test_a_bad_escape_stops_the_parser_however_it_was_cut(text: str) -> None:
+    """An invalid escape split from its backslash is a syntax error as it is in one piece:
+    the parser stopped there, and nothing after it (``"b": 1``) is read as if it were valid."""
+    for size in (1, 2, 3, len(text)):
+        parser = fed(cuts(text, size))
+        assert parser.failed, size
+        assert parser.value() == fed([text]).value(), size
+
+
 SCALARS = (
     st.none()
     | st.booleans()
