@@ -110,7 +110,6 @@ def worker_app(source: str, upstream: str, tokens: int, rate: float, profile: st
     """The worker's Starlette app: ``POST /prepare`` (create the replies), ``POST /go`` (start
     the producers), ``GET /stats`` (what was appended when), and the two contenders'
     ``GET /fluxstream/{key}`` and ``GET /sse-starlette/{key}``."""
-    from sse_starlette import EventSourceResponse
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -218,16 +217,7 @@ def worker_app(source: str, upstream: str, tokens: int, rate: float, profile: st
         return EventStreamResponse.follow(log, request.path_params["key"])
 
     async def with_sse_starlette(request: Request) -> Any:
-        key = request.path_params["key"]
-        last_event_id = request.headers.get("last-event-id")
-
-        async def events() -> Any:
-            async for item in log.follow(key, last_event_id=last_event_id):
-                event = item.event
-                yield {"id": str(item.position), "event": event.type,
-                       "data": json.dumps(dataclasses.asdict(event), default=pydantic_dict)}
-
-        return EventSourceResponse(events(), ping=15, send_timeout=30)
+        return by_hand(log, request.path_params["key"], request.headers.get("last-event-id"))
 
     return Starlette(routes=[
         Route("/prepare", prepare, methods=["POST"]),
@@ -236,6 +226,19 @@ def worker_app(source: str, upstream: str, tokens: int, rate: float, profile: st
         Route("/fluxstream/{key}", with_fluxstream),
         Route("/sse-starlette/{key}", with_sse_starlette),
     ])
+
+
+def by_hand(log: Any, key: str, last_event_id: str | None) -> Any:
+    """The sse-starlette contender: what a team writes by hand around ``log.follow``."""
+    from sse_starlette import EventSourceResponse
+
+    async def events() -> Any:
+        async for item in log.follow(key, last_event_id=last_event_id):
+            event = item.event
+            yield {"id": str(item.position), "event": event.type,
+                   "data": json.dumps(dataclasses.asdict(event), default=pydantic_dict)}
+
+    return EventSourceResponse(events(), ping=15, send_timeout=30)
 
 
 def pydantic_dict(value: Any) -> Any:
@@ -460,7 +463,8 @@ async def bench(args: argparse.Namespace) -> None:
     upstream_pid = upstream_proc.pid if upstream_proc is not None else None
     results: dict[str, Any] = {"regime": {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replies": args.replies,
-        "rate": args.rate, "tokens": args.tokens, "source": args.source, "rounds": args.rounds, "cpus": os.cpu_count(),
+        "rate": args.rate, "tokens": args.tokens, "source": args.source,
+        "rounds": args.rounds, "cpus": os.cpu_count(),
     }}
     try:
         if upstream_proc is not None:
@@ -496,9 +500,119 @@ def bare_done(bare: list[dict[str, Any]], round_number: int) -> bool:
     return len(bare) > round_number
 
 
+# ---------------------------------------------------------------------------- lockstep
+
+
+async def lockstep(contender: str, replies: int, pages: int, tokens: int) -> dict[str, Any]:
+    """Both responses as plain ASGI apps in this process, no HTTP server and no clock: each
+    reply's next delta is appended only once every page has been sent the one before, so
+    the work per delta does not depend on the machine's load (one entry per wake-up of
+    every follower: the least batching there is) and can be counted in instructions."""
+    from fluxstream import End, Finish, Outcome, TextDelta
+    from fluxstream.relay import MemoryReplyLog
+    from fluxstream.relay.codec import Entry, end_record
+    from fluxstream.web import EventStreamResponse
+
+    log = MemoryReplyLog(lease=600.0)
+    keys = [f"reply-{i}" for i in range(replies)]
+    for n, key in enumerate(keys):
+        await log._create(key, f"bench-{n}", {})
+    loop = asyncio.get_running_loop()
+    counted = {"deltas": 0, "bytes": 0, "target": 0}
+    reached = asyncio.Event()
+    left = asyncio.Event()  # the pages never leave: ``receive`` waits for ever
+
+    async def send(message: Any) -> None:
+        body = message.get("body", b"")
+        if body:
+            counted["bytes"] += len(body)
+            if b'"offset"' in body:
+                counted["deltas"] += 1
+                if counted["deltas"] >= counted["target"]:
+                    reached.set()
+
+    async def receive() -> Any:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    def scope_of(key: str) -> dict[str, Any]:
+        return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                "method": "GET", "scheme": "http", "path": f"/{contender}/{key}",
+                "raw_path": f"/{contender}/{key}".encode(), "query_string": b"",
+                "root_path": "", "headers": [(b"accept", b"text/event-stream")],
+                "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+
+    tasks = []
+    for n in range(replies * pages):
+        key = keys[n % replies]
+        app = EventStreamResponse.follow(log, key) if contender == "fluxstream" \
+            else by_hand(log, key, None)
+        tasks.append(loop.create_task(app(scope_of(key), receive, send)))
+    for _ in range(100):  # every page is following (waiting for the first entry)
+        await asyncio.sleep(0)
+    gc.collect()
+    cpu0 = time.process_time()
+    for t in range(tokens):
+        counted["target"] = (t + 1) * replies * pages
+        reached.clear()
+        for n, key in enumerate(keys):
+            await log._append(key, f"bench-{n}", Entry(t + 1, (
+                TextDelta(key, 0, t * len(TEXT), TEXT),)), token=None, final=False)
+        await asyncio.wait_for(reached.wait(), 600)
+    for n, key in enumerate(keys):
+        await log._append(
+            key, f"bench-{n}",
+            Entry(tokens + 1, (Finish(key, 0, "stop"), End(Outcome.DONE, "stop")),
+                  end_record(Outcome.DONE, "stop", None, None)),
+            token=None, final=True)
+    await asyncio.wait_for(asyncio.gather(*tasks), 600)
+    cpu = time.process_time() - cpu0
+    return {"contender": contender, "pages": replies * pages, "deltas": counted["deltas"],
+            "bytes": counted["bytes"], "cpu_us_per_delta": 1e6 * cpu / max(1, counted["deltas"])}
+
+
+def instructions(args: argparse.Namespace, contender: str, tokens: int) -> int:
+    """Instructions of one lockstep run under cachegrind (the whole process)."""
+    out = Path(args.valgrind_dir) / f"cg-{contender}-{args.replies}x{args.pages[0]}-{tokens}.out"
+    command = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
+               f"--cachegrind-out-file={out}", sys.executable, __file__, "--role", "lockstep",
+               "--contender", contender, "--replies", str(args.replies),
+               "--pages", str(args.pages[0]), "--tokens", str(tokens)]
+    subprocess.run(command, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    for line in out.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no summary in {out}")
+
+
+def count_instructions(args: argparse.Namespace) -> None:
+    """Instructions per delta delivered: the difference of two run lengths (``--tokens`` and
+    three times as many) over the deltas between them, so start-up and set-up cancel."""
+    Path(args.valgrind_dir).mkdir(parents=True, exist_ok=True)
+    short, long = args.tokens, 3 * args.tokens
+    deltas = (long - short) * args.replies * args.pages[0]
+    result: dict[str, Any] = {"replies": args.replies, "pages": args.replies * args.pages[0],
+                              "tokens": (short, long)}
+    for contender in CONTENDERS:
+        if contender in args.only:
+            counts = [instructions(args, contender, n) for n in (short, long)]
+            result[contender] = (counts[1] - counts[0]) / deltas
+            print(json.dumps({contender: counts}), file=sys.stderr, flush=True)
+    if len(result) == 5:
+        result["ratio"] = result["fluxstream"] / result["sse-starlette"]
+    print(json.dumps(result, indent=1), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--role", default="bench", choices=["bench", "worker"])
+    parser.add_argument("--role", default="bench", choices=["bench", "worker", "lockstep"])
+    parser.add_argument("--lockstep", action="store_true",
+                        help="in-process ASGI, no server, each delta once every page has the "
+                        "one before: CPU per delta (with --instructions: cachegrind counts)")
+    parser.add_argument("--instructions", action="store_true")
+    parser.add_argument("--valgrind-dir", default="/tmp/bench-web-cachegrind")
+    parser.add_argument("--contender", default="fluxstream", choices=CONTENDERS)
     parser.add_argument("--replies", type=int, default=100)
     parser.add_argument("--pages", default="1,5,10",
                         help="pages per reply, one c per value (c = replies x pages)")
@@ -524,6 +638,22 @@ def main() -> None:
         return
     args.pages = [int(p) for p in args.pages.split(",")]
     args.only = args.only.split(",")
+    if args.role == "lockstep":
+        result = asyncio.run(lockstep(args.contender, args.replies, args.pages[0], args.tokens))
+        print(json.dumps(result), flush=True)
+        return
+    if args.instructions:
+        count_instructions(args)
+        return
+    if args.lockstep:
+        for pages in args.pages:
+            for n in range(args.rounds):
+                order = CONTENDERS if n % 2 == 0 else CONTENDERS[::-1]
+                for contender in order:
+                    if contender in args.only:
+                        print(json.dumps(asyncio.run(lockstep(
+                            contender, args.replies, pages, args.tokens))), flush=True)
+        return
     if args.profile_dir:
         Path(args.profile_dir).mkdir(parents=True, exist_ok=True)
     asyncio.run(bench(args))
