@@ -579,7 +579,7 @@ def instructions(args: argparse.Namespace, contender: str, tokens: int) -> int:
                "--contender", contender, "--replies", str(args.replies),
                "--pages", str(args.pages[0]), "--tokens", str(tokens)]
     subprocess.run(command, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"})
     for line in out.read_text().splitlines():
         if line.startswith("summary:"):
             return int(line.split()[1])
