@@ -44,8 +44,6 @@ import gc
 import json
 import os
 import re
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,46 +55,13 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # this checkout's fluxstream
 
+from bench_relay import spawn, wait_port  # noqa: E402 - benchmarks/ is the script's dir
+from bench_relay_follow import cpu_of, free_port, stop  # noqa: E402
+
 CONTENDERS = ("fluxstream", "sse-starlette")
 #: The text of every synthetic delta (a token of English is about four characters).
 TEXT = "tok "
 OFFSET = re.compile(rb'"offset": ?(\d+)')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_port(port: int, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on port {port} after {deadline} s")
-
-
-def cpu_of(pid: int) -> float:
-    """User + system CPU seconds of process ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def spawn(*args: str, **options: Any) -> subprocess.Popen[Any]:
-    return subprocess.Popen([sys.executable, *args], **options)
-
-
-def stop(process: subprocess.Popen[Any]) -> None:
-    """End a process this benchmark started, by its pid."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(10)
 
 
 def load_average() -> float:
@@ -337,7 +302,7 @@ async def run_once(args: argparse.Namespace, contender: str, pages_per_reply: in
                    *(["--worker-log", args.worker_log] if args.worker_log else []))
     pages: list[Page] = []
     try:
-        await loop.run_in_executor(None, wait_port, port)
+        await loop.run_in_executor(None, wait_port, port, 60.0)
         keys = (await loop.run_in_executor(
             None, http, port, "POST", f"/prepare?replies={args.replies}"))["keys"]
         if contender != "bare":
