@@ -197,11 +197,12 @@ def by_hand(log: Any, key: str, last_event_id: str | None) -> Any:
     """The sse-starlette contender: what a team writes by hand around ``log.follow``."""
     from sse_starlette import EventSourceResponse
 
+    encode = HAND_ENCODERS[HAND[0]]
+
     async def events() -> Any:
         async for item in log.follow(key, last_event_id=last_event_id):
             event = item.event
-            yield {"id": str(item.position), "event": event.type,
-                   "data": json.dumps(dataclasses.asdict(event), default=pydantic_dict)}
+            yield {"id": str(item.position), "event": event.type, "data": encode(event)}
 
     return EventSourceResponse(events(), ping=15, send_timeout=30)
 
@@ -210,6 +211,21 @@ def pydantic_dict(value: Any) -> Any:
     """What ``json.dumps`` is told for the pydantic models inside events (a usage event's
     ``usage``), as a hand-written endpoint does once it meets one."""
     return value.model_dump(mode="json")
+
+
+def _lean(event: Any) -> str:
+    from pydantic_core import to_json
+
+    return to_json(event).decode()
+
+
+#: How the hand-written contender makes an event's ``data`` (``--hand``): ``asdict`` is what
+#: most code does; ``to_json`` the leanest a team would find (pydantic-core, as fluxstream).
+HAND_ENCODERS: dict[str, Any] = {
+    "asdict": lambda event: json.dumps(dataclasses.asdict(event), default=pydantic_dict),
+    "to_json": _lean,
+}
+HAND = ["asdict"]
 
 
 def run_worker(args: argparse.Namespace) -> None:
@@ -298,7 +314,7 @@ async def run_once(args: argparse.Namespace, contender: str, pages_per_reply: in
         if args.profile_dir else []
     worker = spawn(__file__, "--role", "worker", "--port", str(port), "--upstream", upstream,
                    "--tokens", str(args.tokens), "--rate", str(args.rate),
-                   "--source", args.source, *options,
+                   "--source", args.source, "--hand", args.hand, *options,
                    *(["--worker-log", args.worker_log] if args.worker_log else []))
     pages: list[Page] = []
     try:
@@ -428,7 +444,7 @@ async def bench(args: argparse.Namespace) -> None:
     upstream_pid = upstream_proc.pid if upstream_proc is not None else None
     results: dict[str, Any] = {"regime": {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "replies": args.replies,
-        "rate": args.rate, "tokens": args.tokens, "source": args.source,
+        "rate": args.rate, "tokens": args.tokens, "source": args.source, "hand": args.hand,
         "rounds": args.rounds, "cpus": os.cpu_count(),
     }}
     try:
@@ -541,7 +557,7 @@ def instructions(args: argparse.Namespace, contender: str, tokens: int) -> int:
     out = Path(args.valgrind_dir) / f"cg-{contender}-{args.replies}x{args.pages[0]}-{tokens}.out"
     command = ["valgrind", "--tool=cachegrind", "--cache-sim=no",
                f"--cachegrind-out-file={out}", sys.executable, __file__, "--role", "lockstep",
-               "--contender", contender, "--replies", str(args.replies),
+               "--contender", contender, "--replies", str(args.replies), "--hand", args.hand,
                "--pages", str(args.pages[0]), "--tokens", str(tokens)]
     subprocess.run(command, check=True, timeout=args.timeout, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONHASHSEED": "0"})
@@ -584,6 +600,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="deltas/s per reply")
     parser.add_argument("--tokens", type=int, default=40, help="deltas per reply")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--hand", default="asdict", choices=sorted(HAND_ENCODERS),
+                        help="how the hand-written contender encodes an event's data")
     parser.add_argument("--source", default="synthetic", choices=["synthetic", "server"],
                         help="synthetic: deltas appended in the worker at the pace, one entry "
                         "each; server: streams from bench_server.py recorded by log.record")
@@ -598,6 +616,7 @@ def main() -> None:
     parser.add_argument("--upstream")
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
+    HAND[0] = args.hand
     if args.role == "worker":
         run_worker(args)
         return
