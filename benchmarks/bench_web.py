@@ -1,16 +1,19 @@
 """Pages following replies through one web worker: ``fluxstream.web`` against sse-starlette.
 
-One **worker** process (uvicorn, started and ended by pid) records ``--replies`` replies into
-a :class:`~fluxstream.relay.MemoryReplyLog`: a producer task per reply drains
-``log.record(client.chat.stream(...))`` from a paced upstream (``bench_server.py``'s
-``paced-<ms>`` regime, in a process of its own: the embedded server's bytes, one write per
-delta, ``--rate`` deltas/s per reply). ``--pages`` pages per reply follow each reply over
-HTTP, through one of two contenders, the same events from the same log:
+One **worker** process (uvicorn, started and ended by pid) holds ``--replies`` replies in a
+:class:`~fluxstream.relay.MemoryReplyLog`, written by producer tasks in the worker. By default
+(``--source synthetic``) each appends one text delta per entry at ``--rate`` deltas/s, so
+both contenders get the same events in the same entries whatever the load;
+``--source server`` drains ``log.record(client.chat.stream(...))`` from a paced upstream
+(``bench_server.py``'s ``paced-<ms>`` regime in a process of its own), the recipe's own
+path, whose producer merges deltas when it is starved. ``--pages`` pages per reply follow
+each reply over HTTP, through one of two contenders, the same events from the same log:
 
 * ``fluxstream``: ``EventStreamResponse.follow(log, key)``;
 * ``sse-starlette``: ``EventSourceResponse`` (ping on, its default 15 s, and a 30 s send
   timeout like fluxstream's) over an async generator written by hand, as a team would: each
-  event of ``log.follow(key)`` as ``{"id", "event", "data": json.dumps(asdict(event))}``.
+  event of ``log.follow(key)`` as ``{"id", "event", "data": json.dumps(asdict(event))}``
+  (``--hand to_json``: ``pydantic_core.to_json(event)``, the leanest a team would write).
 
 The pages are this process (the benchmark itself): an ``asyncio.Protocol`` per connection
 that counts bytes and reads each text event's ``offset`` with a regular expression, nothing
@@ -28,7 +31,10 @@ producers; the run ends when every page has read the ``end`` event (or ``--timeo
 * **Exact**: every page got every delta the producer wrote, once (checked, not assumed).
 
 Rounds interleave the contenders (order alternating), each run in a fresh worker; medians
-over rounds, and the ratio fluxstream / sse-starlette.
+over rounds, and the ratio fluxstream / sse-starlette. ``--lockstep`` calls both responses
+as ASGI apps in this process (no server, no client), each delta appended once every page has
+the one before, so the work per delta does not depend on the load; ``--instructions``
+counts it under cachegrind.
 
     python benchmarks/bench_web.py --pages 1,5,10 --rounds 3
 """
