@@ -27,7 +27,10 @@ The kinds: ``build`` is ``client.chat.stream(...)``, nothing sent (the set-up th
 does: options, the client's settings, the parser, the request, the route); ``build-fallback``
 the same with one fallback (a route of two targets); ``build-messages`` a Messages stream
 (the API's headers and retry policy); ``request`` a whole two-delta request on the ``packed``
-path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop.
+path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop;
+``request-raw`` its anchor: the same request (the body fluxstream sends, encoded once) by raw
+aiohttp (``ClientSession.post`` + ``content.iter_any()``, bytes dropped), as
+``bench_client.py``'s ``raw-aiohttp``.
 
 Past the first byte, per delta (N is then the deltas of each of 4 replies, and the figure
 is per delta): ``delta`` is the read path one event at a time, in lockstep (the server in
@@ -59,10 +62,11 @@ import fluxstream
 from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-KINDS = ("build", "build-fallback", "build-messages", "request", "delta", "delta-packed")
+KINDS = ("build", "build-fallback", "build-messages", "request", "request-raw", "delta",
+         "delta-packed")
 #: The two N of each kind's instruction count (a whole request costs ten times a build; for
 #: the ``delta`` kinds N is the deltas of each of ``REPLIES`` replies).
-COUNTS = {"request": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
+COUNTS = {"request": (200, 600), "request-raw": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
 BUILD_COUNTS = (1000, 3000)
 PAIRS = 3
 #: Replies per run of the ``delta`` kinds (their N is deltas per reply).
@@ -160,6 +164,45 @@ async def _requests(n: int, timed: bool) -> list[float]:
     return times
 
 
+async def _raw_requests(n: int, timed: bool) -> list[float]:
+    """``_requests``'s anchor: the same requests by raw aiohttp, the bytes dropped."""
+    import json
+
+    import aiohttp
+    from bench_server import Conn
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Conn, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/packed/v1/chat/completions"
+    body = json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 2, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    headers = {"authorization": "Bearer k", "content-type": "application/json",
+               "accept": "text/event-stream"}
+    times: list[float] = []
+    async with aiohttp.ClientSession() as session:
+        async def one() -> None:
+            async with session.post(url, data=body, headers=headers) as response:
+                assert response.status == 200, response.status
+                last = b""
+                async for data in response.content.iter_any():
+                    last = data
+            assert last.endswith(b"[DONE]\n\n"), last[-40:]
+
+        await one()
+        done = 0
+        while done < n:
+            size = min(50, n - done)
+            start = time.perf_counter()
+            for _ in range(size):
+                await one()
+            times.append((time.perf_counter() - start) / size)
+            done += size
+    server.close()
+    await server.wait_closed()
+    return times
+
+
 def _count_child(kind: str, n: int) -> None:
     # The imports' objects out of the collector's passes: a full collection walks them all
     # (tens of millions of instructions), and whether one falls into a run moved a request's
@@ -171,6 +214,9 @@ def _count_child(kind: str, n: int) -> None:
         return
     if kind == "request":
         asyncio.run(_requests(n, False))
+        return
+    if kind == "request-raw":
+        asyncio.run(_raw_requests(n, False))
         return
     client = _client(kind, "http://127.0.0.1:9/v1")
     build = _builder(kind, client)
@@ -203,8 +249,9 @@ def per_stream_instructions(kind: str, pairs: int = PAIRS) -> float:
 def hot_microseconds(kind: str, rounds: int) -> float:
     if kind.startswith("delta"):
         return statistics.median(asyncio.run(_replies(kind, 100, rounds))) * 1e6
-    if kind == "request":
-        times = asyncio.run(_requests(50 * rounds, True))
+    if kind.startswith("request"):
+        run = _requests if kind == "request" else _raw_requests
+        times = asyncio.run(run(50 * rounds, True))
         return statistics.median(times) * 1e6
     client = _client(kind, "http://127.0.0.1:9/v1")
     build = _builder(kind, client)
