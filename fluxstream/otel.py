@@ -231,6 +231,7 @@ class OpenTelemetryObserver(StreamObserver):
         from . import __version__
 
         self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
+        self._tracer_provider = tracer_provider
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
         self.instruments = _Instruments(meter, meter_provider)
         if capture_content is None:
@@ -241,6 +242,17 @@ class OpenTelemetryObserver(StreamObserver):
         #: The attributes streams share, made once per server and model rather than per
         #: stream (a metric's attribute set is per series anyway).
         self._series: dict[tuple[Any, ...], Series] = {}
+
+    def traces(self) -> bool:
+        """Whether this observer's spans can record: not when its tracer provider is
+        OpenTelemetry's no-op one, or, given none, while the global one is still the proxy
+        an application replaces when it configures tracing. A span that cannot record
+        keeps nothing, so its attributes are not worked out (its trace context still goes
+        on to the request)."""
+        provider = self._tracer_provider
+        if provider is None or isinstance(provider, trace.ProxyTracerProvider):
+            provider = trace.get_tracer_provider()  # the application's, once it set one
+        return not isinstance(provider, _UNTRACED)
 
     def for_stream(self) -> StreamObserver:
         """Each stream gets its own span (one observer serves every stream of a client)."""
@@ -257,6 +269,10 @@ class OpenTelemetryObserver(StreamObserver):
             series = self._series[key] = Series(key)
         return series
 
+
+#: The tracer providers whose spans never record: OpenTelemetry's no-op one, and the global
+#: proxy until an application sets its own.
+_UNTRACED = (trace.NoOpTracerProvider, trace.ProxyTracerProvider)
 
 #: How many attribute sets an observer keeps ready (servers x models; the metric SDK itself
 #: keeps 2,000 series per instrument by default).
@@ -402,6 +418,10 @@ class StreamSpan(StreamObserver):
         owner = self._owner
         series = self._series = owner.series(info)
         body = info.body
+        self._started = time.monotonic()
+        if not owner.traces():
+            self._span = owner.tracer.start_span(series.span_name, kind=SpanKind.CLIENT)
+            return
         # Every attribute known now is given at the start, in one dict: samplers see them,
         # and the SDK takes them in one go.
         attributes = {**series.common, **request_attributes(body, info.api)}
@@ -411,7 +431,6 @@ class StreamSpan(StreamObserver):
             messages = input_messages(body)
             if messages:
                 attributes["gen_ai.input.messages"] = _json(messages)
-        self._started = time.monotonic()
         self._span = owner.tracer.start_span(
             series.span_name, kind=SpanKind.CLIENT, attributes=attributes)
 
