@@ -134,6 +134,22 @@ async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
     return times
 
 
+async def _rounds(one: Callable[[], Any], n: int) -> list[float]:
+    """``one()`` once (the connection opened, every lazy import done), then ``n`` times, and
+    the time per request of each round of 50."""
+    await one()
+    times: list[float] = []
+    done = 0
+    while done < n:
+        size = min(50, n - done)
+        start = time.perf_counter()
+        for _ in range(size):
+            await one()
+        times.append((time.perf_counter() - start) / size)
+        done += size
+    return times
+
+
 async def _requests(n: int, timed: bool) -> list[float]:
     """``n`` sequential two-delta requests against an in-process ``Conn`` (the times of each
     round of 50 when ``timed``)."""
@@ -142,7 +158,6 @@ async def _requests(n: int, timed: bool) -> list[float]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Conn, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    times: list[float] = []
     async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/packed/v1", "k") as client:
         async def one() -> None:
             async with client.chat.stream(model="m", messages=MESSAGES, max_tokens=2) as s:
@@ -150,15 +165,7 @@ async def _requests(n: int, timed: bool) -> list[float]:
                     pass
             assert s.reply.outcome == "done", s.reply.outcome
 
-        await one()  # the connection opened, every lazy import done
-        done = 0
-        while done < n:
-            size = min(50, n - done)
-            start = time.perf_counter()
-            for _ in range(size):
-                await one()
-            times.append((time.perf_counter() - start) / size)
-            done += size
+        times = await _rounds(one, n)
     server.close()
     await server.wait_closed()
     return times
@@ -179,7 +186,6 @@ async def _raw_requests(n: int, timed: bool) -> list[float]:
                        "stream_options": {"include_usage": True}}).encode()
     headers = {"authorization": "Bearer k", "content-type": "application/json",
                "accept": "text/event-stream"}
-    times: list[float] = []
     async with aiohttp.ClientSession() as session:
         async def one() -> None:
             async with session.post(url, data=body, headers=headers) as response:
@@ -189,15 +195,7 @@ async def _raw_requests(n: int, timed: bool) -> list[float]:
                     last = data
             assert last.endswith(b"[DONE]\n\n"), last[-40:]
 
-        await one()
-        done = 0
-        while done < n:
-            size = min(50, n - done)
-            start = time.perf_counter()
-            for _ in range(size):
-                await one()
-            times.append((time.perf_counter() - start) / size)
-            done += size
+        times = await _rounds(one, n)
     server.close()
     await server.wait_closed()
     return times
