@@ -29,7 +29,9 @@ the same with one fallback (a route of two targets); ``build-messages`` a Messag
 (the API's headers and retry policy); ``request`` a whole two-delta request on the ``packed``
 path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop;
 ``request-fallback`` the same with one fallback that is never asked, ``request-hedged`` that
-with a hedge armed that never fires (``hedge_after`` 60 s).
+with a hedge armed that never fires (``hedge_after`` 60 s); ``request-raw`` their anchor: the same request (the body fluxstream sends, encoded once) by raw
+aiohttp (``ClientSession.post`` + ``content.iter_any()``, bytes dropped), as
+``bench_client.py``'s ``raw-aiohttp``.
 
 Past the first byte, per delta (N is then the deltas of each of 4 replies, and the figure
 is per delta): ``delta`` is the read path one event at a time, in lockstep (the server in
@@ -62,11 +64,11 @@ from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 KINDS = ("build", "build-fallback", "build-messages", "request", "request-fallback",
-         "request-hedged", "delta", "delta-packed")
+         "request-hedged", "request-raw", "delta", "delta-packed")
 #: The two N of each kind's instruction count (a whole request costs ten times a build; for
 #: the ``delta`` kinds N is the deltas of each of ``REPLIES`` replies).
 COUNTS = {"request": (200, 600), "request-fallback": (200, 600), "request-hedged": (200, 600),
-          "delta": (100, 300), "delta-packed": (100, 300)}
+          "request-raw": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
 BUILD_COUNTS = (1000, 3000)
 PAIRS = 3
 #: Replies per run of the ``delta`` kinds (their N is deltas per reply).
@@ -134,6 +136,22 @@ async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
     return times
 
 
+async def _rounds(one: Callable[[], Any], n: int) -> list[float]:
+    """``one()`` once (the connection opened, every lazy import done), then ``n`` times, and
+    the time per request of each round of 50."""
+    await one()
+    times: list[float] = []
+    done = 0
+    while done < n:
+        size = min(50, n - done)
+        start = time.perf_counter()
+        for _ in range(size):
+            await one()
+        times.append((time.perf_counter() - start) / size)
+        done += size
+    return times
+
+
 async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
     """``n`` sequential two-delta requests against an in-process ``Conn`` (the times of each
     round of 50 when ``timed``). ``request-fallback``: with one fallback that is never asked;
@@ -143,7 +161,6 @@ async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Conn, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    times: list[float] = []
     fallbacks = [Upstream("http://127.0.0.1:8/v1", api_key="k2")] if kind != "request" else []
     failover = fluxstream.Failover(hedge_after=60.0) if kind == "request-hedged" else None
     async with fluxstream.AsyncClient(
@@ -155,15 +172,37 @@ async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
                     pass
             assert s.reply.outcome == "done", s.reply.outcome
 
-        await one()  # the connection opened, every lazy import done
-        done = 0
-        while done < n:
-            size = min(50, n - done)
-            start = time.perf_counter()
-            for _ in range(size):
-                await one()
-            times.append((time.perf_counter() - start) / size)
-            done += size
+        times = await _rounds(one, n)
+    server.close()
+    await server.wait_closed()
+    return times
+
+
+async def _raw_requests(n: int, timed: bool) -> list[float]:
+    """``_requests``'s anchor: the same requests by raw aiohttp, the bytes dropped."""
+    import json
+
+    import aiohttp
+    from bench_server import Conn
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Conn, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"http://127.0.0.1:{port}/packed/v1/chat/completions"
+    body = json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 2, "stream": True,
+                       "stream_options": {"include_usage": True}}).encode()
+    headers = {"authorization": "Bearer k", "content-type": "application/json",
+               "accept": "text/event-stream"}
+    async with aiohttp.ClientSession() as session:
+        async def one() -> None:
+            async with session.post(url, data=body, headers=headers) as response:
+                assert response.status == 200, response.status
+                last = b""
+                async for data in response.content.iter_any():
+                    last = data
+            assert last.endswith(b"[DONE]\n\n"), last[-40:]
+
+        times = await _rounds(one, n)
     server.close()
     await server.wait_closed()
     return times
@@ -177,6 +216,9 @@ def _count_child(kind: str, n: int) -> None:
     gc.freeze()
     if kind.startswith("delta"):
         asyncio.run(_replies(kind, n, 1))
+        return
+    if kind == "request-raw":
+        asyncio.run(_raw_requests(n, False))
         return
     if kind.startswith("request"):
         asyncio.run(_requests(n, False, kind))
@@ -213,7 +255,10 @@ def hot_microseconds(kind: str, rounds: int) -> float:
     if kind.startswith("delta"):
         return statistics.median(asyncio.run(_replies(kind, 100, rounds))) * 1e6
     if kind.startswith("request"):
-        times = asyncio.run(_requests(50 * rounds, True, kind))
+        if kind == "request-raw":
+            times = asyncio.run(_raw_requests(50 * rounds, True))
+        else:
+            times = asyncio.run(_requests(50 * rounds, True, kind))
         return statistics.median(times) * 1e6
     client = _client(kind, "http://127.0.0.1:9/v1")
     build = _builder(kind, client)

@@ -233,6 +233,7 @@ class OpenTelemetryObserver(StreamObserver):
         from . import __version__
 
         self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider)
+        self._tracer_provider = tracer_provider
         meter = metrics.get_meter(SCOPE, __version__, meter_provider)
         self.instruments = _Instruments(meter, meter_provider)
         if capture_content is None:
@@ -243,6 +244,17 @@ class OpenTelemetryObserver(StreamObserver):
         #: The attributes streams share, made once per server and model rather than per
         #: stream (a metric's attribute set is per series anyway).
         self._series: dict[tuple[Any, ...], Series] = {}
+
+    def traces(self) -> bool:
+        """Whether this observer's spans can record: not when its tracer provider is
+        OpenTelemetry's no-op one, or, given none, while the global one is still the proxy
+        an application replaces when it configures tracing. A span that cannot record
+        keeps nothing, so its attributes are not worked out (its trace context still goes
+        on to the request)."""
+        provider = self._tracer_provider
+        if provider is None or isinstance(provider, trace.ProxyTracerProvider):
+            provider = trace.get_tracer_provider()  # the application's, once it set one
+        return not isinstance(provider, _UNTRACED)
 
     def for_stream(self) -> StreamObserver:
         """Each stream gets its own span (one observer serves every stream of a client)."""
@@ -259,6 +271,10 @@ class OpenTelemetryObserver(StreamObserver):
             series = self._series[key] = Series(key)
         return series
 
+
+#: The tracer providers whose spans never record: OpenTelemetry's no-op one, and the global
+#: proxy until an application sets its own.
+_UNTRACED = (trace.NoOpTracerProvider, trace.ProxyTracerProvider)
 
 #: How many attribute sets an observer keeps ready (servers x models; the metric SDK itself
 #: keeps 2,000 series per instrument by default).
@@ -284,30 +300,17 @@ def _cut(value: str | None, limit: int) -> str | None:
     return value[:limit] if value is not None and len(value) > limit else value
 
 
-def _bound_server_values(attributes: dict[str, Any]) -> None:
-    """Cut the values a server chose (``response_attributes``) to their bounded lengths."""
-    for name in ("gen_ai.response.model", "gen_ai.response.id"):
-        value = attributes.get(name)
-        if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
-            attributes[name] = value[:MAX_VALUE_LENGTH]
-    reasons = attributes.get("gen_ai.response.finish_reasons")
-    if reasons:
-        attributes["gen_ai.response.finish_reasons"] = [
-            r[:MAX_VALUE_LENGTH] if isinstance(r, str) else r for r in reasons]
-    reason = attributes.get("fluxstream.end_reason")
-    if isinstance(reason, str) and len(reason) > MAX_REASON_LENGTH:
-        attributes["fluxstream.end_reason"] = reason[:MAX_REASON_LENGTH]
-
-
 class Series:
     """The attributes of the streams to one server and model: those of the span's start,
     and each metric's attribute set by response model and error, made once and never
     changed (the metric SDK copies what it is given)."""
 
-    __slots__ = ("_records", "common")
+    __slots__ = ("_records", "common", "span_name")
 
     def __init__(self, key: tuple[Any, ...]) -> None:
         operation, provider, model, address, port = key
+        #: The conventions' span name: ``{gen_ai.operation.name} {gen_ai.request.model}``.
+        self.span_name = operation if model is None else f"{operation} {model}"
         # The API's own provider (its registry entry), else its name: the conventions'
         # attribute is required, and an API of no listed provider still says which it is.
         common: dict[str, Any] = {
@@ -341,7 +344,7 @@ class Series:
 class Records:
     """Each metric's attributes for one kind of stream end (see :class:`Series`)."""
 
-    __slots__ = ("input_tokens", "outcome", "output_tokens", "timed")
+    __slots__ = ("_outcomes", "input_tokens", "outcome", "output_tokens", "timed")
 
     def __init__(
         self, common: dict[str, Any], model: str | None, error: str | None, estimated: bool
@@ -356,6 +359,14 @@ class Records:
         self.output_tokens = {**tokens, "gen_ai.token.type": "output"}
         #: The outcome counter's key, less the outcome.
         self.outcome = tuple(base.items())
+        self._outcomes: dict[str, tuple[tuple[str, Any], ...]] = {}
+
+    def outcome_key(self, outcome: str) -> tuple[tuple[str, Any], ...]:
+        """The outcome counter's key for a stream that ended ``outcome``."""
+        key = self._outcomes.get(outcome)
+        if key is None:
+            key = self._outcomes[outcome] = (*self.outcome, ("fluxstream.outcome", outcome))
+        return key
 
 
 def instrument(client: AsyncClient, **options: Any) -> OpenTelemetryObserver:
@@ -409,6 +420,10 @@ class StreamSpan(StreamObserver):
         owner = self._owner
         series = self._series = owner.series(info)
         body = info.body
+        self._started = time.monotonic()
+        if not owner.traces():
+            self._span = owner.tracer.start_span(series.span_name, kind=SpanKind.CLIENT)
+            return
         # Every attribute known now is given at the start, in one dict: samplers see them,
         # and the SDK takes them in one go.
         attributes = {**series.common, **request_attributes(body, info.api)}
@@ -418,9 +433,8 @@ class StreamSpan(StreamObserver):
             messages = input_messages(body)
             if messages:
                 attributes["gen_ai.input.messages"] = _json(messages)
-        name = info.operation if info.model is None else f"{info.operation} {info.model}"
-        self._started = time.monotonic()
-        self._span = owner.tracer.start_span(name, kind=SpanKind.CLIENT, attributes=attributes)
+        self._span = owner.tracer.start_span(
+            series.span_name, kind=SpanKind.CLIENT, attributes=attributes)
 
     def on_send(
         self, headers: dict[str, str], info: SendInfo
@@ -453,8 +467,8 @@ class StreamSpan(StreamObserver):
         # exactly the stream someone will look for.
         try:
             if span.is_recording():  # a span sampled out is only ended: nothing reads it
-                attributes = response_attributes(reply, stats, tokens)
-                _bound_server_values(attributes)
+                attributes = response_attributes(
+                    reply, stats, tokens, MAX_VALUE_LENGTH, MAX_REASON_LENGTH)
                 attributes["fluxstream.outcome"] = outcome
                 if error is not None:
                     attributes["error.type"] = error
@@ -490,7 +504,7 @@ class StreamSpan(StreamObserver):
             instruments.tokens.record(inputs, records.input_tokens)
         if outputs is not None:
             instruments.tokens.record(outputs, records.output_tokens)
-        instruments.count_outcome((*records.outcome, ("fluxstream.outcome", outcome)))
+        instruments.count_outcome(records.outcome_key(outcome))
 
     def _chunk_times(self, stats: StreamStats, timed: dict[str, Any]) -> None:
         """One measurement: the stream's mean time per chunk."""

@@ -47,12 +47,21 @@ INT64_MAX = 2**63 - 1
 JSON_FORMATS = frozenset({"json_object", "json_schema"})
 
 
-class _Fields(NamedTuple):
-    """Where one API's request may hold each parameter (:func:`_reading`)."""
+#: How a field's value becomes its attribute's (:func:`_reading`): a number, stop
+#: sequences, a choice count.
+_NUMBER, _STOP, _CHOICES = 0, 1, 2
+STOP_ATTRIBUTE = "gen_ai.request.stop_sequences"
+CHOICES_ATTRIBUTE = "gen_ai.request.choice.count"
 
-    numbers: tuple[tuple[str, tuple[str, ...]], ...]
-    stop: tuple[str, ...]
-    choices: tuple[str, ...]
+
+class _Fields(NamedTuple):
+    """Where one API's request may hold each parameter (:func:`_reading`), by field: a
+    request names two or three of the fields an API knows, so it is read by the fields it
+    holds, not by every parameter the conventions know."""
+
+    #: Each field's readings: (attribute, its rank among the attribute's fields, kind).
+    readings: dict[str, tuple[tuple[str, int, int], ...]]
+    names: frozenset[str]
 
 
 def _number(value: object) -> bool:
@@ -71,9 +80,17 @@ def _reading(api: str | None) -> tuple[Api, _Fields] | None:
     if api is None or api not in apis.names():
         return None
     known = apis.get(api)
-    numbers = tuple((attribute, known.parameter_fields(parameter))
-                    for parameter, attribute in REQUEST_NUMBERS.items())
-    return known, _Fields(numbers, known.parameter_fields("stop"), known.parameter_fields("n"))
+    readings: dict[str, list[tuple[str, int, int]]] = {}
+    wanted = [(attribute, known.parameter_fields(parameter), _NUMBER)
+              for parameter, attribute in REQUEST_NUMBERS.items()]
+    wanted.append((STOP_ATTRIBUTE, known.parameter_fields("stop"), _STOP))
+    wanted.append((CHOICES_ATTRIBUTE, known.parameter_fields("n"), _CHOICES))
+    for attribute, names, kind in wanted:
+        for rank, name in enumerate(names):
+            readings.setdefault(name, []).append((attribute, rank, kind))
+    fields = _Fields({name: tuple(each) for name, each in readings.items()},
+                     frozenset(readings))
+    return known, fields
 
 
 def _stop_sequences(value: object) -> list[str] | None:
@@ -87,33 +104,46 @@ def _stop_sequences(value: object) -> list[str] | None:
 def request_attributes(body: Mapping[str, Any], api: str | None) -> dict[str, Any]:
     """The conventions' request parameters found in a request body (never its content), as
     the request's API (``api``: its registered name) names them, where it keeps them; a
-    request of no registered API (``None``, an unknown name) has none read."""
+    request of no registered API (``None``, an unknown name) has none read. Of the fields
+    that may hold one parameter, the first (in the API's order) with a usable value wins."""
     out: dict[str, Any] = {"gen_ai.request.stream": True}
     reading = _reading(api)
     settings = body if reading is None else reading[0].request_settings(body)
     if reading is not None:
         fields = reading[1]
-        for attribute, names in fields.numbers:
-            for name in names:
-                value = settings.get(name)
-                if _number(value):
-                    out[attribute] = value
-                    break
-        for name in fields.stop:
-            stop = _stop_sequences(settings.get(name))
-            if stop is not None:
-                out["gen_ai.request.stop_sequences"] = stop
-                break
-        for name in fields.choices:
-            count = settings.get(name)
-            if isinstance(count, int) and not isinstance(count, bool):
-                if count != 1:  # recorded only when not 1, the default
-                    out["gen_ai.request.choice.count"] = count
-                break
+        present = fields.names.intersection(settings)
+        if present:
+            _read_parameters(settings, present, fields.readings, out)
     output = output_type(body, settings)
     if output is not None:
         out["gen_ai.output.type"] = output
     return out
+
+
+def _read_parameters(
+    settings: Mapping[str, Any], present: frozenset[str],
+    readings: dict[str, tuple[tuple[str, int, int], ...]], out: dict[str, Any],
+) -> None:
+    """The parameters the ``present`` fields of ``settings`` hold, into ``out``."""
+    taken: dict[str, int] = {}  # attribute: the rank of the field it was read from
+    for name in present:
+        value = settings[name]
+        for attribute, rank, kind in readings[name]:
+            if taken.get(attribute, rank + 1) < rank:
+                continue  # an earlier field of the API's holds it
+            read: Any
+            if kind == _NUMBER:
+                read = value if _number(value) else None
+            elif kind == _STOP:
+                read = _stop_sequences(value)
+            else:
+                read = value if isinstance(value, int) and not isinstance(value, bool) \
+                    else None
+            if read is not None:
+                taken[attribute] = rank
+                out[attribute] = read
+    if out.get(CHOICES_ATTRIBUTE) == 1:  # recorded only when not 1, the default
+        del out[CHOICES_ATTRIBUTE]
 
 
 def output_type(body: Mapping[str, Any], settings: Mapping[str, Any]) -> str | None:
@@ -133,16 +163,20 @@ def output_type(body: Mapping[str, Any], settings: Mapping[str, Any]) -> str | N
 
 
 def response_attributes(
-    reply: Reply, stats: StreamStats, tokens: tuple[int | None, int | None, bool]
+    reply: Reply, stats: StreamStats, tokens: tuple[int | None, int | None, bool],
+    max_value: int, max_reason: int,
 ) -> dict[str, Any]:
     """The conventions' response attributes and fluxstream's own, at the end (``tokens``:
-    :func:`tokens_of` the reply, worked out once by the caller for the metrics too)."""
+    :func:`tokens_of` the reply, worked out once by the caller for the metrics too). What
+    the server chose is cut: its model, id and finish reasons to ``max_value`` characters,
+    the end reason (which may quote its error message) to ``max_reason``."""
     out: dict[str, Any] = {}
     if reply.model:
-        out["gen_ai.response.model"] = reply.model
+        out["gen_ai.response.model"] = reply.model[:max_value]
     if reply.id:
-        out["gen_ai.response.id"] = reply.id
-    reasons = [c.finish_reason for c in reply.choices if c.finish_reason is not None]
+        out["gen_ai.response.id"] = reply.id[:max_value]
+    reasons = [c.finish_reason[:max_value] for c in reply.choices
+               if c.finish_reason is not None]
     if reasons:
         out["gen_ai.response.finish_reasons"] = reasons
     inputs, outputs, estimated = tokens
@@ -167,7 +201,7 @@ def response_attributes(
     out["fluxstream.skipped_frames"] = stats.skipped_frames
     out["fluxstream.content_events"] = stats.content_events
     if reply.end_reason:
-        out["fluxstream.end_reason"] = reply.end_reason
+        out["fluxstream.end_reason"] = reply.end_reason[:max_reason]
     return out
 
 

@@ -61,6 +61,7 @@ __all__ = [
     "ToolCallState",
     "approx_size",
     "checked_usage",
+    "checked_usage_model",
     "compact",
     "crowded",
     "error_event",
@@ -334,7 +335,7 @@ def usage(raw: Mapping[str, Any]) -> Usage:
     ``raw`` must fit (see :func:`checked_usage`); if it does not, the fields that do not fit
     are left out (a ``Usage`` holding ``total_tokens: 1.5`` would not validate back: relay
     followers and resume tokens would refuse the reply)."""
-    return Usage.model_validate(checked_usage(raw)[0])
+    return checked_usage_model(raw)[2]
 
 
 def checked_usage(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -344,19 +345,27 @@ def checked_usage(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
     ``-1000000`` would cancel another upstream's cost in any sum), and whether any was
     dropped. The provider's own extra fields are kept unless they hold such an integer. Never
     ``model_construct(**raw)``: a key named ``cls`` or ``_fields_set`` would collide."""
+    clean, dropped, _ = checked_usage_model(raw)
+    return clean, dropped
+
+
+def checked_usage_model(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool, Usage]:
+    """:func:`checked_usage` and the ``Usage`` of what is kept: validating the fields is
+    how they are checked, so the model made then is the one to keep (a usage frame is
+    validated once, not twice)."""
     clean = {k: v for k, v in raw.items() if _counts_fit(v)}
     dropped = len(clean) != len(raw)
     try:
-        Usage.model_validate(clean)
+        model = Usage.model_validate(clean)
     except ValidationError as exc:
         bad = {error["loc"][0] for error in exc.errors() if error["loc"]}
         clean = {k: v for k, v in clean.items() if k not in bad}
         try:
-            Usage.model_validate(clean)
+            model = Usage.model_validate(clean)
         except ValidationError:  # pragma: no cover - only the fields named above can fail
-            return {}, True
-        return clean, True
-    return clean, dropped
+            return {}, True, Usage.model_validate({})
+        return clean, True, model
+    return clean, dropped, model
 
 
 #: A skipped frame's reason when usage fields were dropped (see :func:`checked_usage`).
@@ -873,6 +882,13 @@ class FormatBase(Detection):
         fit dropped and counted (usage that is not an object, fields of the wrong type: a
         reply holding them would not validate back, so relay followers and resume tokens
         would refuse it)."""
+        checked = self.usage_model_of(raw, obj, out)
+        return None if checked is None else checked[0]
+
+    def usage_model_of(
+        self, raw: object, obj: object, out: list[Event]
+    ) -> tuple[dict[str, Any], Usage] | None:
+        """:meth:`usage_of` and its ``Usage``, validated once."""
         if raw is None:
             return None
         if not isinstance(raw, Mapping):
@@ -880,10 +896,10 @@ class FormatBase(Detection):
             return None
         if not raw:
             return None
-        clean, dropped = checked_usage(raw)
+        clean, dropped, model = checked_usage_model(raw)
         if dropped:
             out += self.skip(USAGE_DROPPED, obj)
-        return clean
+        return clean, model
 
     # ------------------------------------------------------------------ connections
 

@@ -69,7 +69,6 @@ import pydantic_core
 from .._events import ErrorEvent, Event, UsageUpdate
 from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .._reply import unified_stop
-from .._wire import Usage
 from ..errors import LimitExceededError
 from ..sse import ServerSentEvent
 from ._base import (
@@ -430,14 +429,14 @@ class ChatCompletionsFormat(FormatBase):
         """A chunk's usage; what does not fit is dropped and counted (see the module
         docstring): a ``Usage`` holding it would not validate back (relay, resume tokens)."""
         if usage.__class__ is dict:
-            clean = self.usage_of(clean_tree(usage) if scan else usage, obj, out)
-            if clean is not None:
+            checked = self.usage_model_of(clean_tree(usage) if scan else usage, obj, out)
+            if checked is not None:
                 # Final once every choice finished (OpenAI's trailing usage chunk, llama.cpp's
                 # on the finishing chunk); a running total (vLLM's, Perplexity's on every
                 # chunk) is a snapshot until then.
                 states = self._choices.values()
                 final = bool(states) and all(st.finish is not None for st in states)
-                out.append(UsageUpdate(Usage.model_validate(clean), final))
+                out.append(UsageUpdate(checked[1], final))
         elif usage:
             out += self.skip("usage is not an object", obj)
 

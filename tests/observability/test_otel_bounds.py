@@ -145,6 +145,51 @@ def test_observers_of_the_global_provider_count_together_whenever_it_was_set() -
     assert done.stdout.strip() == "4"
 
 
+GLOBAL_TRACER = textwrap.dedent("""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fluxstream._core.progress import StreamStats
+    from fluxstream._observe import StreamInfo
+    from fluxstream.otel import OpenTelemetryObserver
+    from fluxstream._reply import Outcome, Reply
+
+    def end_one(observer):
+        span = observer.for_stream()
+        span.on_open(StreamInfo(content_key="k", path="p", model="m", resuming=False,
+                                body={"max_tokens": 5}, api="chat_completions"))
+        span.on_end(Reply(model="m", outcome=Outcome.DONE), StreamStats(
+            bytes=1, events=1, skipped_frames=0, heartbeats=0, time_to_first_token=0.01,
+            duration=0.02, attempts=1, resumes=0))
+
+    early = OpenTelemetryObserver()  # before the application sets its provider
+    named = OpenTelemetryObserver(tracer_provider=trace.get_tracer_provider())  # its proxy
+    end_one(early)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    for observer in (early, named):
+        end_one(observer)
+    for span in exporter.get_finished_spans():
+        print(span.name, span.attributes.get("gen_ai.request.max_tokens"),
+              span.attributes.get("fluxstream.content_key"))
+""")
+
+
+def test_observers_made_before_the_global_tracer_provider_trace_once_it_is_set() -> None:
+    """Observers made while the global tracer provider is still OpenTelemetry's proxy (given
+    none, or given the proxy): nothing is traced until the application sets its provider,
+    then their spans carry every attribute (a process of its own, as the global provider is
+    set once per process)."""
+    done = subprocess.run([sys.executable, "-c", GLOBAL_TRACER], capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:-1] == ["chat m 5 k", "chat m 5 k"], done.stdout
+
+
 # --------------------------------------------------------------------------- bounds
 
 

@@ -387,3 +387,59 @@ def test_a_count_an_int64_attribute_cannot_hold_is_never_set() -> None:
     assert tokens_of(negative) == (None, None, False)
     estimated = fluxstream.Reply(usage_estimate=UsageEstimate(output_tokens=3, input_tokens=4))
     assert tokens_of(estimated) == (4, 3, True)
+
+
+def test_a_span_that_records_nothing_still_carries_the_trace_context_to_the_request(
+    telemetry: Telemetry,
+) -> None:
+    """Whether or not fluxstream's own spans are traced, a request goes out in the trace it
+    belongs to: with a tracer provider that traces nothing (metrics only), inside an
+    application's span, that span's context is current while sending and goes upstream as
+    ``traceparent``; outside any span nothing is written; a span sampled out is current and
+    propagated unsampled (its ``sampled`` flag off). The stream is measured each time."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+    from opentelemetry.trace import INVALID_SPAN, NoOpTracerProvider
+
+    from fluxstream._core.progress import StreamStats
+    from fluxstream._observe import SendInfo, StreamInfo
+    from fluxstream._reply import Outcome, Reply
+    from fluxstream.otel import OpenTelemetryObserver
+
+    def send_inside(observer: Any, outer: Any) -> tuple[Any, dict[str, str]]:
+        """The current span while ``observer``'s stream sends its first request (inside
+        ``outer``), and the headers it wrote."""
+        stream = observer.for_stream()
+        headers: dict[str, str] = {}
+        with trace.use_span(outer, end_on_exit=False):
+            stream.on_open(StreamInfo(content_key="k", path="p", model="m", resuming=False))
+            context = stream.on_send(headers, SendInfo(1, "first"))
+            if context is None:
+                current = trace.get_current_span()
+            else:
+                with context:
+                    current = trace.get_current_span()
+        stream.on_end(Reply(model="m", outcome=Outcome.DONE), StreamStats(
+            bytes=1, events=1, skipped_frames=0, heartbeats=0, time_to_first_token=0.01,
+            duration=0.02, attempts=1, resumes=0))
+        return current, headers
+
+    outer = telemetry.tracer_provider.get_tracer("app").start_span("the application's")
+    outer_context = outer.get_span_context()
+    untraced = OpenTelemetryObserver(tracer_provider=NoOpTracerProvider(),
+                                     meter_provider=telemetry.meter_provider)
+    current, headers = send_inside(untraced, outer)
+    assert current.get_span_context() == outer_context
+    assert headers["traceparent"] == (
+        f"00-{outer_context.trace_id:032x}-{outer_context.span_id:016x}"
+        f"-{outer_context.trace_flags:02x}")
+    current, headers = send_inside(untraced, INVALID_SPAN)
+    assert not current.get_span_context().is_valid and headers == {}
+
+    unsampled = OpenTelemetryObserver(tracer_provider=TracerProvider(sampler=ALWAYS_OFF),
+                                      meter_provider=telemetry.meter_provider)
+    current, headers = send_inside(unsampled, INVALID_SPAN)
+    assert current.get_span_context().is_valid and not current.is_recording()
+    assert int(headers["traceparent"].rsplit("-", 1)[1], 16) & 1 == 0  # not sampled
+    outer.end()
+    assert sum(p.count for p in telemetry.metrics()["gen_ai.client.operation.duration"]) == 3
