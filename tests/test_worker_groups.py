@@ -10,10 +10,8 @@ workers: each shared fixture is set up by one worker alone, while the other test
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,6 @@ import pytest
 import fluxstream
 
 TESTS = Path(__file__).resolve().parent
-ROOT = TESTS.parent
 
 PROBE = '''
 import os
@@ -72,13 +69,14 @@ def test_plain(n):
 '''
 
 
-def test_each_shared_session_fixture_is_set_up_by_one_worker(tmp_path: Path) -> None:
+def test_each_shared_session_fixture_is_set_up_by_one_worker(
+    tmp_path: Path, pytestconfig: pytest.Config
+) -> None:
     (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text(encoding="utf-8"))
     (tmp_path / "test_probe.py").write_text(PROBE, encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    addopts = shlex.split(pyproject["tool"]["pytest"]["ini_options"]["addopts"])
+    addopts = list(pytestconfig.getini("addopts"))  # pyproject.toml's, as this run read them
     assert "loadgroup" in " ".join(addopts)  # the test command honours the groups
     env = {**os.environ, "PYTHONPATH": str(Path(fluxstream.__file__).parents[1]),
            "PROBE_OUT": str(out)}
