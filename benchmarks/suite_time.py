@@ -22,7 +22,7 @@ def per_folder(path: str) -> dict[str, tuple[int, float]]:
     seconds: dict[str, float] = defaultdict(float)
     for case in ET.parse(path).iter("testcase"):
         parts = case.get("classname", "").split(".")
-        folder = parts[1] if len(parts) > 2 and parts[0] == "tests" else "(top)"
+        folder = parts[1] if len(parts) > 2 and not parts[1].startswith("test_") else "(top)"
         counts[folder] += 1
         seconds[folder] += float(case.get("time") or 0.0)
     return {folder: (counts[folder], seconds[folder]) for folder in counts}
