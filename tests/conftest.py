@@ -65,7 +65,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 EXPLORE_FACTOR = 10
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def scale_hypothesis_examples(items: list[pytest.Item]) -> None:
     """Under ``explore``, every Hypothesis test draws ``EXPLORE_FACTOR`` times its examples.
 
     Most tests here pin ``max_examples`` with their own ``@settings`` (sized for the test
@@ -85,6 +85,58 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test._hypothesis_internal_use_settings = settings(
             own, max_examples=own.max_examples * EXPLORE_FACTOR
         )
+
+
+# ----------------------------------------------------------------------- worker processes
+#: Session fixtures too costly to run once per xdist worker, and the ``xdist_group`` of the
+#: tests that use them: the test command runs with ``--dist loadgroup`` (pyproject.toml), which
+#: sends a group to one worker, so that worker alone starts the server. llama.cpp's server on a
+#: real model takes seconds and most of a core to start and every core it can get to answer (a
+#: second one would halve the first's speed, and the integration suite's timing checks assume
+#: one); the Redis Cluster is six redis-servers, and its tests kill and migrate its nodes.
+SHARED_SESSION_FIXTURES: dict[str, str] = {
+    "llama_server": "llama_server",
+    "redis_cluster": "redis_cluster",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups from the markers
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test that uses one of ``SHARED_SESSION_FIXTURES`` (itself or through another fixture)
+    joins that fixture's ``xdist_group``; a test may name its group itself."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return
+    for fixture, group in SHARED_SESSION_FIXTURES.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(group))
+            return
+
+
+@pytest.hookimpl(trylast=True)  # after xdist's own hook, which may have named the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scale_hypothesis_examples(items)
+    name_worker_groups(config, items)
+
+
+def name_worker_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In a worker under ``--dist loadgroup``, a grouped test's id ends in ``@<group>``: that
+    suffix is all the scheduler sees of a group. xdist 3.8 writes it to ``item._nodeid``, which
+    pytest 9.2 no longer reads (pytest-dev/pytest-xdist#1386): every group was spread over all
+    workers without a word, each starting its own llama.cpp server. Where the suffix is missing
+    it is set here, as xdist does, on the structured id pytest 9.2 reads."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                         for mark in item.iter_markers("xdist_group")})
+        suffix = f"@{'_'.join(groups)}"
+        if not groups or item.nodeid.endswith(suffix):
+            continue
+        node_id = getattr(item, "_id", None)
+        if node_id is None:  # a pytest before 9.2 (xdist sets ``_nodeid`` there)
+            item._nodeid = item.nodeid + suffix  # type: ignore[attr-defined]
+        else:
+            item._id = type(node_id).parse(item.nodeid + suffix)  # type: ignore[attr-defined]
 
 
 #: The API key of the ``keyed_server`` fixture.

@@ -26,6 +26,8 @@ OUT = Path(os.environ["PROBE_OUT"])
 def record(name, value):
     with (OUT / name).open("a", encoding="utf-8") as f:
         f.write(repr(value) + "\\n")
+    with (OUT / f"worker-{name}").open("a", encoding="utf-8") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "main") + "\\n")
 
 
 @given(st.integers())
@@ -47,7 +49,9 @@ PIN = 5  # the probe's own max_examples
 class Probe:
     """One pytest process running the probe in ``workdir`` (which keeps its ``.hypothesis/``)."""
 
-    def __init__(self, workdir: Path, profile: str | None = None, *, fail: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, profile: str | None = None, *options: str, fail: bool = False
+    ) -> None:
         workdir.mkdir(exist_ok=True)
         (workdir / "test_probe.py").write_text(PROBE, encoding="utf-8")
         self.out = workdir / f"out-{len(list(workdir.glob('out-*')))}"
@@ -64,6 +68,7 @@ class Probe:
         command += ["-p", "conftest"]
         if profile is not None:
             command.append(f"--hypothesis-profile={profile}")
+        command += options
         # started at once: the checks below run a few of these side by side
         self.process = subprocess.Popen(
             [*command, "test_probe.py"], cwd=workdir, env=env, stdin=subprocess.DEVNULL,
@@ -105,3 +110,16 @@ def test_the_explore_profile_draws_fresh_examples_and_more_of_them(tmp_path: Pat
     # a test's own max_examples is scaled up too (conftest.EXPLORE_FACTOR), not kept
     assert len(one["own"]) == len(two["own"]) > 2 * PIN
     assert len(one["profile"]) > 100
+
+
+def test_worker_processes_draw_the_examples_one_process_draws(tmp_path: Path) -> None:
+    """The test command runs on several xdist workers (pyproject.toml's addopts): each probe test
+    draws the same examples on whichever worker runs it as in a single process, since the
+    examples are seeded from the test itself, never from the process or the run."""
+    single = Probe(tmp_path / "single", None, "-n", "0")
+    workers = Probe(tmp_path / "workers", None, "-n", "2")
+    first = single.drawn()
+    assert len(first["profile"]) >= 50 and len(first["own"]) == PIN
+    assert workers.drawn() == first
+    ran_on = {(workers.out / f"worker-{name}").read_text(encoding="utf-8") for name in first}
+    assert all(text.startswith("gw") for text in ran_on), ran_on  # in worker processes

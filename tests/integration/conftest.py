@@ -7,8 +7,10 @@ outside the repository (``$FLUXSTREAM_TEST_CACHE``, else ``<tmp>/fluxstream-test
 checked against its SHA-256 before every session.
 
 The server runs in a subprocess (``llama_server.py``) on 127.0.0.1 and a free port, is waited
-for (bounded), and is stopped by its pid at the end of the session. Its log (llama.cpp writes
-"stop: cancel task" when a client goes away) is kept in a file the tests can read.
+for (bounded), and is stopped by its pid at the end of the session. Under xdist every test that
+uses it is in one ``xdist_group`` (``tests/conftest.py``), so one worker alone starts it. Its
+log (llama.cpp writes "stop: cancel task" when a client goes away) is kept in a file the tests
+can read.
 
 Tests here are skipped, with the reason, only where ``xllamacpp`` or the model package cannot
 be installed or imported; any other failure to start the server fails the session. With

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -56,12 +57,15 @@ def serve_app(app: Any) -> Iterator[int]:
 
 
 def chromium(url: str, *options: str) -> str:
+    """The browser's stdout for ``url``. A profile directory of its own per run, so browsers
+    started at once by two xdist workers never share one (nor its lock)."""
     assert CHROMIUM is not None
-    result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--virtual-time-budget=20000", *options, url],
-        capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
-    )
+    with tempfile.TemporaryDirectory(prefix="fluxstream-chromium-") as profile:
+        result = subprocess.run(
+            [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             f"--user-data-dir={profile}", "--virtual-time-budget=20000", *options, url],
+            capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL,
+        )
     return result.stdout
 
 
