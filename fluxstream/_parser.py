@@ -65,7 +65,37 @@ def new_content_key() -> str:
 _DEFAULT_FORMAT = "chat_completions"
 
 
-class StreamParser(StreamPosition):
+class OptInReading:
+    """The opt-in views of what a :class:`StreamParser` reads, kept apart from its
+    composition of the layers: reasoning split out of tagged text (``think_tags``) and path
+    events of JSON documents (``json_paths``). Off, each costs one ``None`` check per read."""
+
+    _tags: TagSplitter | None
+    _assembler: ReplyAssembler
+    #: Path events of the JSON documents in the reply, when asked for
+    #: (:meth:`track_paths`); ``None``, the usual case.
+    paths: PathTracker | None = None
+
+    def track_paths(self, *, content: bool = False) -> None:
+        """Put :class:`~fluxstream._events.PathStart`, ``PathDelta`` and ``PathDone`` after
+        the deltas that make them: for every tool call's arguments, and for the text of
+        every choice when ``content`` (structured output). From the next read on."""
+        self.paths = PathTracker(content=content)
+
+    def _end_tags(self) -> list[Event]:
+        """What a tag splitter holds back, applied before an end the I/O layer states."""
+        tags = self._tags
+        if tags is None or self._assembler.finished:
+            return []
+        return self._assembler.feed_last(tags.flush(), tags.unclosed())
+
+    def _tags_from_reply(self) -> None:
+        """After a resume token: the tag splitter reads on from the reply taken over."""
+        if self._tags is not None:
+            self._tags.restore(self._assembler.choices())
+
+
+class StreamParser(StreamPosition, OptInReading):
     """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
 
     :param content_key: stable key of the logical request, stamped on every keyed event
@@ -140,15 +170,7 @@ class StreamParser(StreamPosition):
         #: What the headers of the response being read say (set by the I/O layer; read
         #: only when asked): the reply's request id.
         self.rate_limits: RateLimits | None = None
-        #: Path events of the JSON documents in the reply, when asked for
-        #: (:meth:`track_paths`); ``None``, the usual case, costs one check per read.
-        self.paths: PathTracker | None = None
-
-    def track_paths(self, *, content: bool = False) -> None:
-        """Put :class:`~fluxstream._events.PathStart`, ``PathDelta`` and ``PathDone`` after
-        the deltas that make them: for every tool call's arguments, and for the text of
-        every choice when ``content`` (structured output). From the next read on."""
-        self.paths = PathTracker(content=content)
+        self.paths = None
 
     def __repr__(self) -> str:
         state = self._assembler.outcome.value if self._assembler.outcome else "streaming"
@@ -340,13 +362,6 @@ class StreamParser(StreamPosition):
         """The caller cancelled: outcome ``cancelled``, everything received is kept."""
         return self._end_tags() + self._assembler.cancel(reason)
 
-    def _end_tags(self) -> list[Event]:
-        """What a tag splitter holds back, applied before an end the I/O layer states."""
-        tags = self._tags
-        if tags is None or self._assembler.finished:
-            return []
-        return self._assembler.feed_last(tags.flush(), tags.unclosed())
-
     def end_at_length(self, reason: str) -> list[Event]:
         """The reply's length cap is spent (a reply continued across upstreams, counted by
         the I/O layer): what an echo check still holds is delivered, every unfinished
@@ -392,11 +407,6 @@ class StreamParser(StreamPosition):
         # it delivered already: each format knows what a new connection means for it.
         self._format.new_connection()
         self._expect_sequence()
-
-    def _tags_from_reply(self) -> None:
-        """After a resume token: the tag splitter reads on from the reply taken over."""
-        if self._tags is not None:
-            self._tags.restore(self._assembler.choices())
 
     def _expect_sequence(self) -> None:
         """A Responses stream read again after ``N`` (a re-read, a token): check that it

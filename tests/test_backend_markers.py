@@ -64,7 +64,8 @@ async def test_flavours_run_httpx_on_both_backends_and_aiohttp_on_asyncio(
 def test_a_modules_own_anyio_backend_fixture_is_refused_by_name(tmp_path: Path) -> None:
     """The fixture a module used to override would be parametrised past silently (the test
     would run on both backends): collection fails instead, saying what to write."""
-    (tmp_path / "conftest.py").write_text((Path(__file__).parent / "conftest.py").read_text())
+    for name in ("conftest.py", "kit_plugin.py"):  # the suite's conftest and what it imports
+        (tmp_path / name).write_text((Path(__file__).parent / name).read_text())
     (tmp_path / "test_overrides.py").write_text(
         "import pytest\n\npytestmark = pytest.mark.anyio\n\n\n"
         "@pytest.fixture\ndef anyio_backend() -> str:\n    return 'asyncio'\n\n\n"

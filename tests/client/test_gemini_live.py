@@ -74,7 +74,7 @@ async def test_text_usage_outcome_and_the_key(aserver: Server, root: str) -> Non
     assert reply.model == MODEL
     record = aserver.records.requests[-1]
     assert record.path == f"{root}/models/{MODEL}:streamGenerateContent"
-    assert record.header("x-goog-api-key") == "AIza-e2e"
+    assert record.header("x-goog-api-key") == "<redacted>"  # sent there (the server masks it)
     assert record.header("authorization") is None
     assert set(record.json) == {"contents"}  # no model, no stream: Google refuses them
     assert isinstance(events[-1], fluxstream.End)

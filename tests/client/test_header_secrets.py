@@ -24,6 +24,8 @@ import fluxstream
 from fluxstream._endpoints import anthropic_client
 from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream.server import ServerThread
+from fluxstream.server.responder import SECRET_HEADERS
+from fluxstream.testing import Upstream
 
 pytestmark = pytest.mark.anyio
 
@@ -64,16 +66,19 @@ async def test_a_credential_header_with_a_trailing_newline_is_sent_and_never_log
     transport: str, anyio_backend: str,
 ) -> None:
     value = value_for(name)
-    async with fluxstream.AsyncClient(
-        server.base_url, headers={name: value + padding}, transport=transport,
-        retry=RetryPolicy.off(),
-    ) as client:
-        with anyio.fail_after(10):
-            reply = await client.chat.complete(model="m", messages=MSG, max_tokens=5)
+    with Upstream() as upstream:  # records what was sent, every credential masked
+        async with fluxstream.AsyncClient(
+            upstream.base_url, headers={name: value + padding}, transport=transport,
+            retry=RetryPolicy.off(),
+        ) as client:
+            with anyio.fail_after(10):
+                reply = await client.chat.complete(model="m", messages=MSG, max_tokens=5)
+        received = upstream.records.requests[-1].header(name)
+        sent = upstream.secrets
     assert reply.outcome == "done"
-    received = server.records.requests[-1].header(name)
-    if name.lower() in ("authorization", "x-api-key"):  # the server redacts these two
+    if name.lower() in SECRET_HEADERS:  # the server masks what it knows to be a credential
         assert received is not None and received.endswith("<redacted>")
+        assert value in sent  # trimmed, then sent as it was given
     else:
         assert received == value
     assert_no_secret(caplog)
@@ -88,15 +93,19 @@ async def test_a_request_credential_header_with_a_trailing_newline_is_sent_and_n
     args: dict[str, Any] = {"chat": {"messages": MSG}, "responses": {"input": "hi"},
                             "messages": {"messages": MSG, "max_tokens": 5}}[endpoint]
     headers = {"Api-Key": f"{SECRET}\n", "Proxy-Authorization": f"Basic {SECRET}\r\n"}
-    async with fluxstream.AsyncClient(
-        server.base_url, transport=transport, retry=RetryPolicy.off()
-    ) as client:
-        with anyio.fail_after(10):
-            reply = await getattr(client, endpoint).complete(
-                model="m", extra_headers=headers, **args
-            )
+    with Upstream() as upstream:  # records what was sent, every credential masked
+        async with fluxstream.AsyncClient(
+            upstream.base_url, transport=transport, retry=RetryPolicy.off()
+        ) as client:
+            with anyio.fail_after(10):
+                reply = await getattr(client, endpoint).complete(
+                    model="m", extra_headers=headers, **args
+                )
+        received = upstream.records.requests[-1].header("api-key")
+        sent = upstream.secrets
     assert reply.outcome == "done"
-    assert server.records.requests[-1].header("api-key") == SECRET
+    assert received == "<redacted>"
+    assert SECRET in sent and f"Basic {SECRET}" in sent  # trimmed, then sent
     assert_no_secret(caplog)
 
 
