@@ -95,7 +95,7 @@ class OptInReading:
             self._tags.restore(self._assembler.choices())
 
 
-class StreamParser(StreamPosition, OptInReading):
+class StreamParser(OptInReading, StreamPosition):
     """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
 
     :param content_key: stable key of the logical request, stamped on every keyed event

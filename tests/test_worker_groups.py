@@ -72,7 +72,8 @@ def test_plain(n):
 def test_each_shared_session_fixture_is_set_up_by_one_worker(
     tmp_path: Path, pytestconfig: pytest.Config
 ) -> None:
-    (tmp_path / "conftest.py").write_text((TESTS / "conftest.py").read_text(encoding="utf-8"))
+    for name in ("conftest.py", "kit_plugin.py"):  # the suite's conftest and what it imports
+        (tmp_path / name).write_text((TESTS / name).read_text(encoding="utf-8"))
     (tmp_path / "test_probe.py").write_text(PROBE, encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
