@@ -41,6 +41,7 @@ from .._core.headers import CREDENTIAL_NAME
 from .._core.think_tags import ThinkTags
 from .._endpoints import api_client
 from .._events import Handoff
+from .._json_paths import PathTracker
 from .._reply import Outcome
 from .._retry import ResumePolicy
 from .._stream import ReplyStream
@@ -104,6 +105,7 @@ def _open_stream(
     client: AsyncClient, api: Api, model: str, messages: list[Any], headers: dict[str, str],
     tools: list[dict[str, Any]] | None, include_usage: bool, fields: dict[str, Any],
     resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
+    json_paths: bool = False,
 ) -> ReplyStream:
     """The stream of one request to ``api`` (``messages`` is the Responses ``input`` there;
     an API that requires ``max_tokens`` gets it when not given), going on on ``fallbacks``
@@ -112,9 +114,36 @@ def _open_stream(
     endpoint = getattr(client, api.endpoint)
     stream: ReplyStream = endpoint.stream(
         tools=tools, extra_headers=headers, resume=resume, fallbacks=fallbacks or None,
-        **arguments,
+        json_paths=json_paths, **arguments,
     )
     return stream
+
+
+_JSON_FORMATS = ("json_schema", "json_object")
+
+
+def _asks_for_json(api: Api, fields: dict[str, Any]) -> bool:
+    """Whether the request's own fields ask for a JSON reply (structured output given as
+    the provider's ``dict``; Anthropic's is a forced tool, whose input is a tool call's)."""
+    if api.name == "gemini":
+        config = fields.get("generationConfig")
+        return isinstance(config, dict) and config.get("responseMimeType") == "application/json"
+    fmt = fields.get("response_format")
+    if api.name == "responses":
+        text = fields.get("text")
+        fmt = text.get("format") if isinstance(text, dict) else None
+    return isinstance(fmt, dict) and fmt.get("type") in _JSON_FORMATS
+
+
+def _path_reader(
+    api: Api, fields: dict[str, Any], json_paths: bool
+) -> tuple[bool, PathTracker | None]:
+    """How ``--json-paths`` gets its path events: from the stream (``json_paths=True``), or,
+    for a reply whose text is JSON because the request's own fields say so (the stream has
+    no type to know it by), from a tracker that reads the text and the tool calls alike."""
+    if json_paths and _asks_for_json(api, fields):
+        return False, PathTracker(content=True)
+    return json_paths, None
 
 
 #: What the summary says the stream survived, from the stream and the handoffs printed.
@@ -127,21 +156,27 @@ async def _stream_to_terminal(
     survived: Survived | None = None, *, include_usage: bool = True,
     fields: dict[str, Any] | None = None, api: Api,
     resume: ResumePolicy | None = None, fallbacks: Sequence[Upstream] = (),
-    log: LogTally | None = None,
+    log: LogTally | None = None, json_paths: bool = False,
 ) -> int:
     """Stream the reply to the terminal; ``log``: say each resume and warning as it happens,
-    on a line of its own between the reply's text (``chat``)."""
+    on a line of its own between the reply's text (``chat``); ``json_paths``: each completed
+    JSON path of a tool call's arguments or a structured reply too."""
     fields = dict(fields or {})
     n = fields.get("n")
+    json_paths, tracker = _path_reader(api, fields, json_paths)
     stream = _open_stream(client, api, model, messages, headers, tools, include_usage, fields,
-                          resume, fallbacks)
+                          resume, fallbacks, json_paths)
     printer = LivePrinter(session.out, choices=n if type(n) is int else 1, notes=session.err)
     session.stream, session.printer = stream, printer
     if log is not None:
         log.notes = printer.note
     async with stream:
         async for event in stream:
-            printer.event(event)
+            if tracker is None:
+                printer.event(event)
+            else:
+                for each in tracker.feed([event]):
+                    printer.event(each)
     printer.close()
     said = survived(stream, printer.handoffs) if survived else None
     summary(stream.reply, stream, session.out, said)
@@ -328,7 +363,7 @@ async def _chat(args: argparse.Namespace, session: _Session) -> int:
             return await _stream_to_terminal(
                 client, session, model, messages, _headers(args.header), tools,
                 include_usage=not args.no_usage, fields=fields, api=apis.get(args.format),
-                fallbacks=fallbacks, log=log,
+                fallbacks=fallbacks, log=log, json_paths=args.json_paths,
             )
 
 

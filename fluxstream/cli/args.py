@@ -259,6 +259,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=FALLBACK_HELP,
     )
     _think_tags_flag(chat)
+    chat.add_argument(
+        "--json-paths", action="store_true",
+        help="say each completed value of a tool call's arguments (or of a JSON reply asked for"
+        " with response_format) on a note line of its own, as soon as it is complete",
+    )
 
     _serve_parser(sub)
 

@@ -9,6 +9,7 @@ Newline and tab are kept (a reply has them); ``--raw`` opts out.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import TextIO
@@ -17,6 +18,7 @@ from .. import apis
 from .._events import (
     Finish,
     Handoff,
+    PathDone,
     ReasoningDelta,
     RefusalDelta,
     Reset,
@@ -34,6 +36,7 @@ __all__ = [
     "Output",
     "handoff_note",
     "json_safe",
+    "path_note",
     "segment_lines",
     "summary",
     "tokens",
@@ -59,6 +62,9 @@ _JSON_UNSAFE = re.compile("[\x7f-\x9f]")
 #: reply (half a second said "too fast to measure" of 30 tokens in 300 ms).
 MIN_RATE_TOKENS = 10
 MIN_RATE_SECONDS = 0.1
+#: How much of a completed path's JSON value a note shows (a tool's ``content`` argument may
+#: be a whole file; the note says where it is, the reply itself shows all of it).
+PATH_VALUE_CHARS = 80
 
 
 def visible(text: str) -> str:
@@ -159,6 +165,21 @@ def handoff_note(event: Handoff, *, content_shown: bool) -> str:
     return f"↪ continued on {where} after {why} at offset {event.offset}"
 
 
+def path_note(event: PathDone, *, choice: bool = False) -> str:
+    """The line that says a JSON path of a tool call's arguments (or of a structured reply)
+    is complete: whose, which path, its value as JSON, cut to :data:`PATH_VALUE_CHARS`
+    (``choice``: name the choice too, when several were asked for). Control characters in
+    keys and values stay escaped: ``repr`` and JSON escape them, :meth:`Output.note` the
+    rest."""
+    whose = "reply" if event.call is None else f"tool {event.call}"
+    if choice:
+        whose = f"choice {event.choice} {whose}"
+    value = json.dumps(event.value, ensure_ascii=False)
+    if len(value) > PATH_VALUE_CHARS:
+        value = value[: PATH_VALUE_CHARS - 1] + "…"
+    return f"· {whose} path {event.path!r} = {value}"
+
+
 class LivePrinter:
     """Prints a reply's events as they arrive, one choice after another.
 
@@ -171,7 +192,9 @@ class LivePrinter:
     A :class:`~fluxstream._events.Handoff` (the reply moved to a fallback) is one line on
     ``notes`` (stderr), between the text before and after it; the text itself goes on where
     it was, so the reply reads whole. A :class:`~fluxstream._events.Reset` (the reply starts
-    over) is marked ``[restarted]`` and what follows is printed afresh.
+    over) is marked ``[restarted]`` and what follows is printed afresh. A completed JSON path
+    (:class:`~fluxstream._events.PathDone`, only when path events were asked for) is a note
+    too (:func:`path_note`).
     """
 
     def __init__(self, out: Output, *, choices: int = 1, notes: Output | None = None) -> None:
@@ -201,6 +224,8 @@ class LivePrinter:
                 self._next()
             if lane is self._live:
                 self._drain(lane)
+        elif isinstance(event, PathDone):
+            self.note(path_note(event, choice=self._label_first))
 
     def _handoff(self, event: Handoff) -> None:
         self.handoffs.append(event)
