@@ -158,6 +158,14 @@ class Api:
         ``body`` the way this API asks for structured output."""
         raise ApiFeatureError(f"the {self.title} API has no structured output here")
 
+    def asks_for_json(self, fields: Mapping[str, Any]) -> bool:
+        """Whether a request's own fields ask for a JSON reply (structured output given as
+        the provider's ``dict``): Chat Completions' ``response_format`` of type
+        ``json_schema`` or ``json_object``. An API that asks for it elsewhere says so; one
+        whose structured output is a forced tool (Anthropic) never has JSON content."""
+        fmt = fields.get("response_format")
+        return isinstance(fmt, Mapping) and fmt.get("type") in ("json_schema", "json_object")
+
     def structured(self, fmt: Any) -> Structured | None:
         """What to track for ``fmt`` when the request already carries it (a resumed
         stream's body): the type; nothing for a ``dict`` (a provider format passed through,

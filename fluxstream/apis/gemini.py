@@ -114,6 +114,11 @@ class Gemini(Api):
         role = turn.get("role")
         return "assistant" if role == "model" else role or "user", turn.get("parts")
 
+    def asks_for_json(self, fields: Mapping[str, Any]) -> bool:
+        config = fields.get("generationConfig")
+        return isinstance(config, Mapping) and (
+            config.get("responseMimeType") == "application/json")
+
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         """``generationConfig.responseMimeType`` JSON and ``responseJsonSchema`` the type's
         JSON schema; a ``dict`` is taken as the schema itself."""

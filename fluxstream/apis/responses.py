@@ -55,6 +55,11 @@ class Responses(Api):
         instructions = body.get("instructions")
         return instructions if isinstance(instructions, str) else ""
 
+    def asks_for_json(self, fields: Mapping[str, Any]) -> bool:
+        text = fields.get("text")
+        fmt = text.get("format") if isinstance(text, Mapping) else None
+        return isinstance(fmt, Mapping) and fmt.get("type") in ("json_schema", "json_object")
+
     def put_response_format(self, body: dict[str, Any], fmt: Any) -> None:
         body["text"] = {**(body.get("text") or {}), "format": text_format(fmt)}
 

@@ -119,29 +119,13 @@ def _open_stream(
     return stream
 
 
-_JSON_FORMATS = ("json_schema", "json_object")
-
-
-def _asks_for_json(api: Api, fields: dict[str, Any]) -> bool:
-    """Whether the request's own fields ask for a JSON reply (structured output given as
-    the provider's ``dict``; Anthropic's is a forced tool, whose input is a tool call's)."""
-    if api.name == "gemini":
-        config = fields.get("generationConfig")
-        return isinstance(config, dict) and config.get("responseMimeType") == "application/json"
-    fmt = fields.get("response_format")
-    if api.name == "responses":
-        text = fields.get("text")
-        fmt = text.get("format") if isinstance(text, dict) else None
-    return isinstance(fmt, dict) and fmt.get("type") in _JSON_FORMATS
-
-
 def _path_reader(
     api: Api, fields: dict[str, Any], json_paths: bool
 ) -> tuple[bool, PathTracker | None]:
     """How ``--json-paths`` gets its path events: from the stream (``json_paths=True``), or,
     for a reply whose text is JSON because the request's own fields say so (the stream has
     no type to know it by), from a tracker that reads the text and the tool calls alike."""
-    if json_paths and _asks_for_json(api, fields):
+    if json_paths and api.asks_for_json(fields):
         return False, PathTracker(content=True)
     return json_paths, None
 
