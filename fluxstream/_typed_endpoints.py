@@ -230,10 +230,7 @@ class Responses(_TypedEndpoint):
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
         :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
-        ``think_tags``: reasoning the server sends inside the text between tags
-        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
-        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
-        client's).
+        ``think_tags``: as for ``client.chat.stream``.
         ``json_paths``:
         path events after the deltas, for each tool call's arguments and a typed
         ``response_format``'s object (see ``docs/recipes/json-paths.md``).
@@ -300,10 +297,7 @@ class Messages(_TypedEndpoint):
         :class:`~fluxstream._upstream.Failover`; ``raise_for_outcome``: whether the end of
         iteration raises unless the stream ended well (see
         :class:`~fluxstream._client.AsyncClient`; ``None``: the client's).
-        ``think_tags``: reasoning the server sends inside the text between tags
-        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
-        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
-        client's).
+        ``think_tags``: as for ``client.chat.stream``.
         ``json_paths``:
         path events after the deltas, for each tool call's arguments and a typed
         ``response_format``'s object (see ``docs/recipes/json-paths.md``).
@@ -369,10 +363,7 @@ class Gemini(_TypedEndpoint):
         continued by sending the delivered text back as a ``model`` turn).
         ``timeouts``, ``observers``, ``log``, ``fallbacks``, ``failover``,
         ``raise_for_outcome``: as for ``client.chat.stream``.
-        ``think_tags``: reasoning the server sends inside the text between tags
-        (``<think>…</think>``) is read as reasoning (``True``: the default tags; a
-        :class:`~fluxstream._core.think_tags.ThinkTags`; ``False``: off; ``None``: the
-        client's).
+        ``think_tags``: as for ``client.chat.stream``.
         ``json_paths``: as for ``client.chat.stream``.
         """
         fields: dict[str, Any] = dict(params)

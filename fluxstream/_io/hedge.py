@@ -202,18 +202,14 @@ class Hedge:
                                          send)
                         serving, loser = await self._decide(receive, first, hedge)
                     group.cancel_scope.cancel()  # the loser, still connecting or reading
-            if loser is not None and not self.cancelled:
-                with anyio.CancelScope(shield=True):
-                    await self._close(loser)
+            await self._close_loser(loser)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._close_all()
+            await self._close_all_shielded()
             raise
         finally:
             self._group = None
         if self.cancelled or serving is None:  # stream.cancel() or aclose() during the race
-            with anyio.CancelScope(shield=True):
-                await self._close_all()
+            await self._close_all_shielded()
             raise AttemptCancelled
         return self._serve(serving, hedge, spec), route.take_undelivered()
 
@@ -251,16 +247,12 @@ class Hedge:
                     raise AttemptCancelled
                 return self._serve(first, None, None), route.take_undelivered()
             serving, loser = await self._decide_after_timer(first, task)
-            if loser is not None and not self.cancelled:
-                with anyio.CancelScope(shield=True):
-                    await self._close(loser)
+            await self._close_loser(loser)
         except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self._close_all()
+            await self._close_all_shielded()
             raise
         if self.cancelled:
-            with anyio.CancelScope(shield=True):
-                await self._close_all()
+            await self._close_all_shielded()
             raise AttemptCancelled
         hedge = self._racers[1]
         return self._serve(serving, hedge, hedge.spec), route.take_undelivered()
@@ -522,6 +514,17 @@ class Hedge:
         route.drop(racer.target)
         logger.info("hedge on %s failed (%s); %s goes on", racer.target.label, racer.reason,
                     self._racers[0].target.label, extra=self.channel.log_extra())
+
+    async def _close_loser(self, loser: _Racer | None) -> None:
+        """The race's loser closed, whatever cancels the caller (not when the stream was
+        cancelled meanwhile: :meth:`_close_all` closes everything then)."""
+        if loser is not None and not self.cancelled:
+            with anyio.CancelScope(shield=True):
+                await self._close(loser)
+
+    async def _close_all_shielded(self) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._close_all()
 
     async def _close_all(self) -> None:
         """Both connections closed (a cancel, or the task's cancellation); the hedge, if it
