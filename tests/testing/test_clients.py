@@ -117,7 +117,12 @@ def test_google_genai_streams_the_scripted_reply(fluxstream_upstream: Upstream) 
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic on LiteLLM's own types
-def test_litellm_streams_the_scripted_reply(fluxstream_upstream: Upstream) -> None:
+def test_litellm_streams_the_scripted_reply(
+    fluxstream_upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LiteLLM fetches its model price map from GitHub when first imported unless told to
+    # read its bundled copy: the suite talks to 127.0.0.1 only.
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     litellm = pytest.importorskip("litellm")
     fluxstream_upstream.reply(text=ANSWER)
     response = litellm.completion(model="openai/gpt-4o", messages=ASK, stream=True,
