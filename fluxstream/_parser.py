@@ -73,8 +73,8 @@ class OptInReading:
     _tags: TagSplitter | None
     _assembler: ReplyAssembler
     #: Path events of the JSON documents in the reply, when asked for
-    #: (:meth:`track_paths`); ``None``, the usual case.
-    paths: PathTracker | None = None
+    #: (:meth:`track_paths`); ``None``, the usual case (set by the parser's ``__init__``).
+    paths: PathTracker | None
 
     def track_paths(self, *, content: bool = False) -> None:
         """Put :class:`~fluxstream._events.PathStart`, ``PathDelta`` and ``PathDone`` after
