@@ -65,7 +65,11 @@ def events_for(body: bytes) -> list[bytes]:
     if cached is None:
         request = json.loads(body)
         usage = bool((request.get("stream_options") or {}).get("include_usage"))
-        events = stream_events(build_script(request, NAMES), NAMES, usage)
+        names = NAMES
+        model = request.get("model")
+        if isinstance(model, str) and "@" in model:  # "m@fill-max-tokens", as the embedded server
+            names = NAMES | parse_profiles(model.partition("@")[2])
+        events = stream_events(build_script(request, names), names, usage)
         cached = [frame(e, NAMES, retry=RETRY_MS if i == 0 else None) for i, e in enumerate(events)]
         if len(_cache) > 64:
             _cache.clear()
