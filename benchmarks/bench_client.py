@@ -7,6 +7,7 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_client.py --options  # also the transport options
     .venv/bin/python benchmarks/bench_client.py --no-cpu --no-ttft --no-memory --split --repeats 5
     .venv/bin/python benchmarks/bench_client.py --no-cpu --no-ttft --no-memory --cold
+    .venv/bin/python benchmarks/bench_client.py --no-cpu --no-ttft --no-memory --timeline
     .venv/bin/python benchmarks/bench_client.py --profile fluxstream --concurrency 500 --regime paced
 
 Method (see benchmarks/README.md, "Client (end to end)" and "Transport"):
@@ -931,6 +932,119 @@ async def bench_cold(args: argparse.Namespace) -> None:
         print(f"| {label} | {med:.1f} | {low:.1f} |")
 
 
+# --------------------------------------------------------------------------------- timeline
+
+
+class _Marks:
+    """First-time stamps of a request's phases, set by thin wrappers around aiohttp's
+    ``ClientSession._request``, the socket transport's ``write`` and aiohttp's protocol
+    ``data_received`` (the same wrappers for both contenders, installed only here)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, float] = {}
+
+    def install(self) -> Callable[[], None]:
+        from asyncio import selector_events
+
+        from aiohttp.client_proto import ResponseHandler
+
+        at = self.at
+        request, write = aiohttp.ClientSession._request, selector_events._SelectorSocketTransport.write
+        received = ResponseHandler.data_received
+
+        def _request(session: Any, *a: Any, **k: Any) -> Any:
+            at.setdefault("aiohttp", time.perf_counter())
+            return request(session, *a, **k)
+
+        def _write(transport: Any, data: Any) -> None:
+            at.setdefault("write", time.perf_counter())
+            write(transport, data)
+
+        def _received(protocol: Any, data: bytes) -> None:
+            at.setdefault("received", time.perf_counter())
+            received(protocol, data)
+
+        aiohttp.ClientSession._request = _request  # type: ignore[method-assign]
+        selector_events._SelectorSocketTransport.write = _write  # type: ignore[method-assign]
+        ResponseHandler.data_received = _received  # type: ignore[method-assign]
+
+        def restore() -> None:
+            aiohttp.ClientSession._request = request  # type: ignore[method-assign]
+            selector_events._SelectorSocketTransport.write = write  # type: ignore[method-assign]
+            ResponseHandler.data_received = received  # type: ignore[method-assign]
+
+        return restore
+
+
+async def bench_timeline(args: argparse.Namespace, server: ServerProcess) -> None:
+    """Where the c=1 first token's time goes: for raw aiohttp and fluxstream, interleaved
+    request by request (2-delta replies, the whole reply in the server's first write), the
+    median time from the request's start to aiohttp's ``_request`` (what the client does
+    before aiohttp), to the request's first socket write, to the first bytes received and to
+    the first token (raw: the first body bytes; fluxstream: the first ``TextDelta``). Then
+    what running first after a wake-up costs: after each raw request (the process woke from
+    ``epoll`` for its last read), ``client.chat.stream(...)`` is built three times in a row
+    (nothing sent) and each build timed: the same Python work, first and then warm."""
+    url = server.url(f"burst-{BURST_PACE_MS:g}")
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=POOL))
+    client = fluxstream.AsyncClient(url, API_KEY, limits=LIMITS)
+    marks = _Marks()
+    restore = marks.install()
+    phases = ("aiohttp", "write", "received")
+    rows: dict[str, list[tuple[float, ...]]] = {"raw-aiohttp": [], "fluxstream": []}
+    builds: list[tuple[float, float, float]] = []
+    try:
+        async def one(name: str, keep: bool) -> None:
+            marks.at.clear()
+            seen: list[float] = []
+            t0 = time.perf_counter()
+            first = lambda: seen.append(time.perf_counter())  # noqa: E731
+            if name == "raw-aiohttp":
+                await raw_aiohttp(session, url, 2, first)
+            else:
+                await fluxstream_loop(ClientPerURL(lambda _: client), url, 2, first)
+            if keep:
+                rows[name].append((*(marks.at[p] - t0 for p in phases), seen[0] - t0))
+
+        async def cold_builds() -> None:
+            stamps = [time.perf_counter()]
+            made = []
+            for _ in range(3):
+                made.append(client.chat.stream(model=MODEL, messages=MESSAGES, max_tokens=2))
+                stamps.append(time.perf_counter())
+            for stream in made:
+                await stream.aclose()
+            builds.append((stamps[1] - stamps[0], stamps[2] - stamps[1], stamps[3] - stamps[2]))
+
+        for _ in range(30):  # warm: connections open, lazy imports done
+            await one("raw-aiohttp", False)
+            await one("fluxstream", False)
+        for i in range(args.single):
+            for name in ("raw-aiohttp", "fluxstream") if i % 2 == 0 else (
+                    "fluxstream", "raw-aiohttp"):
+                await one(name, True)
+            await one("raw-aiohttp", False)
+            await cold_builds()
+    finally:
+        restore()
+        await client.aclose()
+        await session.close()
+    print(f"\n### Where the c=1 first token goes ({args.single} requests each, interleaved; "
+          "median µs from the request's start)\n")
+    print("| contender | to aiohttp `_request` | to first write | to first bytes received | "
+          "to first token | received → token |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, got in rows.items():
+        cols = [statistics.median(r[k] for r in got) * 1e6 for k in range(4)]
+        after = statistics.median((r[3] - r[2]) for r in got) * 1e6
+        print(f"| {name} | {cols[0]:.0f} | {cols[1]:.0f} | {cols[2]:.0f} | {cols[3]:.0f} | "
+              f"{after:.0f} |")
+    med = [statistics.median(b[k] for b in builds) * 1e6 for k in range(3)]
+    print(f"\n`client.chat.stream(...)` (nothing sent) right after a raw request's last read, "
+          f"three in a row: {med[0]:.1f} / {med[1]:.1f} / {med[2]:.1f} µs (median of "
+          f"{len(builds)})")
+
+
 # --------------------------------------------------------------------------------- memory
 
 MEMORY_CLIENTS = ("fluxstream", "openai", "raw-httpx", "raw-aiohttp")
@@ -1098,6 +1212,8 @@ def main() -> None:
                         help="also raw-httpx and fluxstream on trio (paced, c=1 and 100)")
     parser.add_argument("--split", action="store_true",
                         help="also the cost per request and per delta apart (packed, c=100/500)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="where the c=1 first token's time goes, raw aiohttp vs fluxstream")
     parser.add_argument("--cold", action="store_true",
                         help="also the first read's parse back to back and after a 0.6 ms wait")
     parser.add_argument("--profile", default=None, help="cProfile one contender instead")
@@ -1159,6 +1275,8 @@ def main() -> None:
             anyio.run(bench_split, args, server, contenders, backend="asyncio")
         if args.cold:
             anyio.run(bench_cold, args, backend="asyncio")
+        if args.timeline:
+            anyio.run(bench_timeline, args, server, backend="asyncio")
         if not args.no_ttft:
             failed += anyio.run(bench_ttft, args, server, contenders, targets,
                                 backend="asyncio")
