@@ -120,7 +120,7 @@ async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
     async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/{mode}/v1", "k") as client:
         async def one(n: int) -> None:
             got = 0
-            async with client.chat.stream(model="m", messages=MESSAGES, max_tokens=n) as s:
+            async with client.chat.stream(model="m@fill-max-tokens", messages=MESSAGES, max_tokens=n) as s:
                 async for event in s:
                     got += type(event) is fluxstream.TextDelta
             assert s.reply.outcome == "done" and got == n, (s.reply.outcome, got)
