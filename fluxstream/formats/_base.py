@@ -353,8 +353,12 @@ def checked_usage_model(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool, U
     """:func:`checked_usage` and the ``Usage`` of what is kept: validating the fields is
     how they are checked, so the model made then is the one to keep (a usage frame is
     validated once, not twice)."""
-    clean = {k: v for k, v in raw.items() if _counts_fit(v)}
-    dropped = len(clean) != len(raw)
+    if _usage_fits(raw):  # the usual frame: checked in one pass, copied whole
+        clean = dict(raw)
+        dropped = False
+    else:
+        clean = {k: v for k, v in raw.items() if _counts_fit(v)}
+        dropped = len(clean) != len(raw)
     try:
         model = Usage.model_validate(clean)
     except ValidationError as exc:
@@ -388,6 +392,28 @@ def _counts_fit(value: object, depth: int = 0) -> bool:
             return all(_counts_fit(v, depth + 1) for v in value.values())
         if isinstance(value, list):
             return all(_counts_fit(v, depth + 1) for v in value)
+    return True
+
+
+def _usage_fits(raw: Mapping[str, Any]) -> bool:
+    """Whether :func:`_counts_fit` holds for every field of ``raw``: the same answer, with
+    the usual shapes (counts, details objects of counts) checked inline, since every usage
+    frame is checked (held equal to it by
+    ``tests/formats/test_usage_formats.py::test_the_one_pass_check_equals_the_per_field_one``)."""
+    for value in raw.values():
+        kind = type(value)
+        if kind is int:
+            if not 0 <= value < _MAX_COUNT:
+                return False
+        elif kind is dict:
+            for inner in value.values():
+                if type(inner) is int:
+                    if not 0 <= inner < _MAX_COUNT:
+                        return False
+                elif not _counts_fit(inner, 1):
+                    return False
+        elif not _counts_fit(value):
+            return False
     return True
 
 

@@ -257,3 +257,55 @@ async def _ask_every_format(server: Server) -> None:
     assert responses.usage is not None and anthropic.usage is not None
     assert responses.usage.input_tokens == expected["prompt_tokens"]  # type: ignore[attr-defined]
     assert anthropic.usage.output_tokens == expected["completion_tokens"]  # type: ignore[attr-defined]
+
+
+def _hostile_usage_shapes() -> list[dict[str, Any]]:
+    """Usage objects with every kind of value a field can hold, fitting or not: counts at
+    and past the limits, bools, floats, strings, details objects and lists two levels down
+    and past them, subclasses of dict and list, and a seeded random mix of them."""
+    import random
+
+    from fluxstream.formats._base import MAX_TOKEN_COUNT
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    class Items(list):  # type: ignore[type-arg]
+        pass
+
+    values: list[Any] = [
+        0, 7, -1, MAX_TOKEN_COUNT - 1, MAX_TOKEN_COUNT, True, False, 1.5, "3", None,
+        {"cached_tokens": 0}, {"cached_tokens": -4}, {"a": {"b": -1}}, {"a": {"b": {"c": -1}}},
+        {"a": [1, -1]}, [1, 2], [1, -2], [[-1]], [{"x": -1}], [[[-1]]], {}, [],
+        Sub(cached_tokens=-1), Sub(cached_tokens=1), Items([-1]), Items([3]),
+        {"audio": 1.5, "text": "x"}, {"n": MAX_TOKEN_COUNT}, {"n": True},
+    ]
+    shapes = [{"prompt_tokens": v} for v in values]
+    shapes += [{"prompt_tokens_details": v, "completion_tokens": 2} for v in values]
+    rng = random.Random(40)
+    names = ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+             "completion_tokens_details", "x_gateway_cost", "input_tokens"]
+    for _ in range(400):
+        shapes.append({name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 5))})
+    return shapes
+
+
+def test_the_one_pass_check_equals_the_per_field_one() -> None:
+    """A usage frame is checked in one pass, copied whole when everything fits: the same
+    kept fields, drop flag and ``Usage`` as keeping each field that fits, for every shape."""
+    from fluxstream._wire import Usage
+    from fluxstream.formats._base import _counts_fit, _usage_fits, checked_usage_model
+    from pydantic import ValidationError
+
+    for raw in _hostile_usage_shapes():
+        per_field = {k: v for k, v in raw.items() if _counts_fit(v)}
+        assert _usage_fits(raw) is (len(per_field) == len(raw)), raw
+        clean, dropped, model = checked_usage_model(raw)
+        try:
+            want = Usage.model_validate(per_field)
+        except ValidationError:
+            assert dropped, raw  # a field of the wrong type: dropped, and the rest kept
+            assert set(clean) < set(per_field)
+        else:
+            assert (clean, dropped) == (per_field, len(per_field) != len(raw)), raw
+            assert model == want and clean is not raw
