@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-import sniffio
 
 from .._core.progress import DeadlinePassed, Progress
 from .._core.rate_limits import RateLimits
@@ -36,6 +35,7 @@ from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_li
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .http_library import unresolvable
 from .readahead import ReadAhead
+from .tasks import on_asyncio
 
 __all__ = ["Channel"]
 
@@ -274,7 +274,7 @@ class Channel:
         """The next read, or ``None`` if none came within ``seconds``. On asyncio, under
         asyncio's own timeout: the same deadline as an anyio ``move_on_after`` at about half
         its cost, and every stream whose sentinel comes in a read of its own pays one."""
-        if sys.version_info >= (3, 11) and sniffio.current_async_library() == "asyncio":
+        if sys.version_info >= (3, 11) and on_asyncio():
             timeout = asyncio.timeout(seconds)
             try:
                 async with timeout:

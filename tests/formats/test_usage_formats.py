@@ -293,9 +293,10 @@ def _hostile_usage_shapes() -> list[dict[str, Any]]:
 def test_the_one_pass_check_equals_the_per_field_one() -> None:
     """A usage frame is checked in one pass, copied whole when everything fits: the same
     kept fields, drop flag and ``Usage`` as keeping each field that fits, for every shape."""
+    from pydantic import ValidationError
+
     from fluxstream._wire import Usage
     from fluxstream.formats._base import _counts_fit, _usage_fits, checked_usage_model
-    from pydantic import ValidationError
 
     for raw in _hostile_usage_shapes():
         per_field = {k: v for k, v in raw.items() if _counts_fit(v)}
