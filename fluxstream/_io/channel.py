@@ -265,10 +265,20 @@ class Channel:
         server is a stall too), and after every choice finished (``finish_grace``: some
         servers never send the sentinel nor close)."""
         wait = self.progress.read_wait(time.monotonic(), self.parser.in_event)
-        if wait is None:
+        if wait is None or (wait.deadline is Deadline.FINISH_GRACE and self._body_ended()):
             return await self.receive()
         data = await self._receive_within(wait.seconds)
         return wait.deadline if data is None else data
+
+    def _body_ended(self) -> bool:
+        """The transport has the end of the body being read (the rest is buffered): a read
+        returns at once, so the wait for the sentinel after every choice finished needs no
+        deadline (a format without an end marker, Gemini's, ends every reply there)."""
+        attempt = self.attempt
+        if attempt is None or self._readahead is not None:
+            return False
+        complete = attempt.controls.body_complete
+        return complete is not None and complete()
 
     async def _receive_within(self, seconds: float) -> bytes | None:
         """The next read, or ``None`` if none came within ``seconds``. On asyncio, under

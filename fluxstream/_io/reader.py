@@ -189,6 +189,10 @@ class StreamReader(StreamEnd):
             return self.stopped()
         if exc is not None:
             self.cause = exc
+        elif self._parser.complete and not self.recovery.cancelled:
+            # Every choice finished and the bytes ended cleanly: the usual end of a format
+            # without an end marker (Gemini's), which Recovery.after_drop ends as it is.
+            return self.end(self._parser.close())
         again = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
         return await self._decided("drop", exc, reason_of(exc), again)
 
