@@ -310,3 +310,46 @@ def test_the_one_pass_check_equals_the_per_field_one() -> None:
         else:
             assert (clean, dropped) == (per_field, len(per_field) != len(raw)), raw
             assert model == want and clean is not raw
+
+
+def test_gemini_usage_validated_once_is_the_usage_validated_again() -> None:
+    """Gemini's usage is checked and validated once per delivery (the checked ``Usage`` is
+    filled in): the same ``Usage``, fields set included, as checking what was kept again
+    and validating it anew, for every shape of ``usageMetadata``."""
+    import random
+
+    from fluxstream._wire import Usage
+    from fluxstream.formats._base import checked_usage, checked_usage_model, fill_usage
+    from fluxstream.formats.gemini import _count, _filled_usage, gemini_usage
+
+    def validated_again(raw: dict[str, Any]) -> Usage:  # the way it was done before
+        clean, _ = checked_usage(raw)
+        result = Usage.model_validate(clean)
+        get = raw.get
+        output, thoughts = _count(get("candidatesTokenCount")), _count(get("thoughtsTokenCount"))
+        completion = None
+        if output is not None or thoughts is not None:
+            completion = (output or 0) + (thoughts or 0)
+        return fill_usage(result, prompt=_count(get("promptTokenCount")), completion=completion,
+                          total=_count(get("totalTokenCount")),
+                          cached=_count(get("cachedContentTokenCount")), reasoning=thoughts)
+
+    rng = random.Random(41)
+    names = ["promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount",
+             "cachedContentTokenCount", "totalTokenCount", "promptTokensDetails",
+             "toolUsePromptTokenCount"]
+    values: list[Any] = [0, 3, -2, 2**53, True, 1.5, "7", None,
+                         [{"modality": "TEXT", "tokenCount": 4}],
+                         [{"modality": "TEXT", "tokenCount": -4}], {"n": 1}]
+    shapes = [{name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 6))}
+              for _ in range(500)]
+    shapes += _hostile_usage_shapes()
+    for raw in shapes:
+        again = validated_again(raw)
+        once = gemini_usage(raw)
+        assert once == again and once.model_fields_set == again.model_fields_set, raw
+        clean, _ = checked_usage(raw)  # what a delivery filled: the kept fields
+        delivered = _filled_usage(clean, checked_usage_model(raw)[2])
+        before = validated_again(clean)
+        assert delivered == before, raw
+        assert delivered.model_fields_set == before.model_fields_set, raw
