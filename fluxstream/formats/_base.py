@@ -444,7 +444,9 @@ def _derive(result: Usage, name: str, value: object) -> None:
         result.__dict__[name] = value
 
 
-def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
+def normalized_usage(
+    raw: Mapping[str, Any], *, vocabulary: str, checked: Usage | None = None
+) -> Usage:
     """:func:`usage`, plus the Chat Completions names filled from the provider's own, so
     ``reply.usage.prompt_tokens`` reads the same for every format.
 
@@ -456,8 +458,12 @@ def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
     cache_read_input_tokens`` (every input token, as OpenAI counts them), the cache reads are
     ``prompt_tokens_details.cached_tokens``, ``total_tokens`` the sum. A count that is not a
     plain non-negative integer is not normalized (the raw value is still kept).
+
+    ``checked``: the ``Usage`` of ``raw`` as :meth:`FormatBase.usage_model_of` made it when
+    ``raw`` is what it kept (a fresh one: filled in place), so a frame's usage is validated
+    once, not twice.
     """
-    result = usage(raw)
+    result = usage(raw) if checked is None else checked
     prompt = _count(raw.get("input_tokens"))
     completion = _count(raw.get("output_tokens"))
     reasoning = None

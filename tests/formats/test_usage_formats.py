@@ -353,3 +353,28 @@ def test_gemini_usage_validated_once_is_the_usage_validated_again() -> None:
         before = validated_again(clean)
         assert delivered == before, raw
         assert delivered.model_fields_set == before.model_fields_set, raw
+
+
+@pytest.mark.parametrize("vocabulary", ["anthropic", "responses"])
+def test_usage_normalized_from_its_checked_model_is_the_usage_checked_again(
+    vocabulary: str,
+) -> None:
+    """A frame's usage is validated once: normalizing what was kept from the ``Usage`` made
+    when it was checked gives the same ``Usage`` (fields set included) as checking it again."""
+    import random
+
+    from fluxstream.formats._base import checked_usage_model, normalized_usage
+
+    rng = random.Random(42)
+    names = ["input_tokens", "output_tokens", "cache_read_input_tokens",
+             "cache_creation_input_tokens", "total_tokens", "input_tokens_details",
+             "output_tokens_details", "server_tool_use"]
+    values: list[Any] = [0, 5, -1, 2**53, True, 2.5, "9", None, {"cached_tokens": 3},
+                         {"reasoning_tokens": -3}, {"web_search_requests": 1}]
+    shapes = [{name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 7))}
+              for _ in range(500)]
+    for raw in shapes + _hostile_usage_shapes():
+        kept, _, model = checked_usage_model(raw)
+        once = normalized_usage(kept, vocabulary=vocabulary, checked=model)
+        again = normalized_usage(kept, vocabulary=vocabulary)
+        assert once == again and once.model_fields_set == again.model_fields_set, raw
