@@ -923,7 +923,7 @@ class FormatBase(Detection):
         """:meth:`usage_of` and its ``Usage``, validated once."""
         if raw is None:
             return None
-        if not isinstance(raw, Mapping):
+        if raw.__class__ is not dict and not isinstance(raw, Mapping):  # dict: no ABC check
             out += self.skip("usage is not an object", obj)
             return None
         if not raw:
