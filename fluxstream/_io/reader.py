@@ -191,7 +191,9 @@ class StreamReader(StreamEnd):
             self.cause = exc
         elif self._parser.complete and not self.recovery.cancelled:
             # Every choice finished and the bytes ended cleanly: the usual end of a format
-            # without an end marker (Gemini's), which Recovery.after_drop ends as it is.
+            # without an end marker (Gemini's), which Recovery.decide always ends as it is
+            # (held to it by tests/sansio/test_recovery.py::
+            # test_bytes_ending_cleanly_with_every_choice_finished_always_end_the_stream).
             return self.end(self._parser.close())
         again = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
         return await self._decided("drop", exc, reason_of(exc), again)
