@@ -621,10 +621,9 @@ class SSEDecoder(LineDecoder):
                 # The pieces split(b"\n") gives, when few: a split into six pieces at most,
                 # whole when there are fewer (a count of the read's lines scanned every byte
                 # of it, a few instructions each: a read of many events is long).
-                few: list[bytes] | None = data.split(b"\n", 5)
-                n = len(few)
-                if not 3 < n < 6:
-                    few = None
+                pieces = data.split(b"\n", 5)
+                n = len(pieces)
+                few: list[bytes] | None = pieces if 3 < n < 6 else None
                 if few is not None and not few[-2] and few[-3][:5] == b"data:":
                     id_ = self.last_event_id  # at a block boundary: equals the ID buffer
                     event_type = b""

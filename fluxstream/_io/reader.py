@@ -66,8 +66,14 @@ class StreamReader(StreamEnd):
         self._complete: Callable[[], bool] = lambda: parser.complete
         # The output counted against the length cap, across upstreams (a token's reply too;
         # a new stream's is empty, and a reply snapshot costs as much as the rest of this).
-        cap = route.length_cap if route is not None else spec.api.length_cap(spec.body)
-        budget = LengthBudget(cap, parser.reply if resuming else None)
+        # The cap is read from the request on first use (a stream that never drops or
+        # continues never asks); the body does not change once the stream is made.
+        if route is not None:
+            budget = LengthBudget(route.length_cap, parser.reply if resuming else None)
+        else:
+            api, body = spec.api, spec.body
+            budget = LengthBudget(None, parser.reply if resuming else None,
+                                  cap_of=lambda: api.length_cap(body))
         self.recovery = Recovery(retry, resume, budget=budget)
         self.progress = Progress(spec.timeouts)
         channel = Channel(spec, parser, self.recovery, self.progress)
