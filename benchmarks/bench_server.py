@@ -1,8 +1,9 @@
 """A lean streaming server for the client benchmarks, in its own process.
 
 ``python benchmarks/bench_server.py --port P`` serves ``POST /<mode>/v1/chat/completions``
-with exactly the bytes the embedded server (``fluxstream serve --profile openai``) sends for
-the same request body (the events come from ``fluxstream.server``'s script and renderer, so
+(and Anthropic's ``/<mode>/v1/messages``, Gemini's
+``/<mode>/v1beta/models/<model>:streamGenerateContent?alt=sse``) with exactly the bytes the
+embedded server (``fluxstream serve --profile openai``) sends for the same request body (the events come from ``fluxstream.server``'s script and renderer, so
 ``expected_reply`` checks every client's text), but it writes them on its own terms, so that
 the *client's* cost is what a benchmark sees:
 
@@ -43,6 +44,8 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout, if no
 
 from fluxstream.server.profiles import parse_profiles
 from fluxstream.server.render import RETRY_MS, frame, stream_events
+from fluxstream.server.render_gemini import gemini_events, gemini_script
+from fluxstream.server.render_messages import messages_events, messages_script
 from fluxstream.server.script import build_script
 
 NAMES = parse_profiles("openai")
@@ -56,25 +59,48 @@ HEAD = (
     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
 )
 END = b"0\r\n\r\n"
-_cache: dict[bytes, list[bytes]] = {}
+_cache: dict[tuple[str, bytes], list[bytes]] = {}
+#: The routes served (after the mode): Chat Completions, Anthropic Messages, and Gemini's
+#: streamed route under this prefix.
+CHAT = "v1/chat/completions"
+MESSAGES = "v1/messages"
+GEMINI = "v1beta/models/"
 
 
-def events_for(body: bytes) -> list[bytes]:
-    """The SSE events (unframed bytes) the embedded server streams for this request body."""
-    cached = _cache.get(body)
+def events_for(body: bytes, route: str = CHAT) -> list[bytes]:
+    """The SSE events (unframed bytes) the embedded server streams for this request body
+    to ``route`` (:data:`CHAT`, :data:`MESSAGES`, or a Gemini ``GEMINI``-model path)."""
+    cached = _cache.get((route, body))
     if cached is None:
         request = json.loads(body)
-        usage = bool((request.get("stream_options") or {}).get("include_usage"))
         names = NAMES
         model = request.get("model")
         if isinstance(model, str) and "@" in model:  # "m@fill-max-tokens", as the embedded server
             names = NAMES | parse_profiles(model.partition("@")[2])
-        events = stream_events(build_script(request, names), names, usage)
+        if route == CHAT:
+            usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            events = stream_events(build_script(request, names), names, usage)
+        elif route == MESSAGES:
+            events = messages_events(messages_script(request, names), names)
+        else:
+            gemini = _gemini_model(route)
+            if gemini is None:
+                raise ValueError(f"no route {route}")
+            events = gemini_events(gemini_script(request, names, gemini), names)
         cached = [frame(e, NAMES, retry=RETRY_MS if i == 0 else None) for i, e in enumerate(events)]
         if len(_cache) > 64:
             _cache.clear()
-        _cache[body] = cached
+        _cache[(route, body)] = cached
     return cached
+
+
+def _gemini_model(route: str) -> str | None:
+    """The model of a streamed Gemini route (``v1beta/models/<model>:streamGenerateContent``,
+    ``?alt=sse``), else ``None``."""
+    path, _, query = route.partition("?")
+    if not path.startswith(GEMINI) or not path.endswith(":streamGenerateContent"):
+        return None
+    return path[len(GEMINI):].partition(":")[0] if query == "alt=sse" else None
 
 
 def chunk(data: bytes) -> bytes:
@@ -154,11 +180,11 @@ class Conn(asyncio.Protocol):
     async def respond(self, path: str, body: bytes) -> None:
         try:
             mode, _, rest = path.lstrip("/").partition("/")
-            if rest != "v1/chat/completions":
+            if rest not in (CHAT, MESSAGES) and _gemini_model(rest) is None:
                 await self.write(error(404, f"no route {path}"))
             else:
                 try:
-                    events = events_for(body)
+                    events = events_for(body, rest)
                 except (ValueError, TypeError, AttributeError) as exc:
                     await self.write(error(400, f"bad request body: {exc}"))
                 else:

@@ -26,12 +26,20 @@ Two measures, each for a few kinds of stream:
 The kinds: ``build`` is ``client.chat.stream(...)``, nothing sent (the set-up the endpoint
 does: options, the client's settings, the parser, the request, the route); ``build-fallback``
 the same with one fallback (a route of two targets); ``build-messages`` a Messages stream
-(the API's headers and retry policy); ``request`` a whole two-delta request on the ``packed``
+(the API's headers and retry policy), ``build-gemini`` a Gemini one; ``request`` a whole
+two-delta request on the ``packed``
 path of ``benchmarks/bench_server.py``'s ``Conn``, served in the client's own event loop;
 ``request-fallback`` the same with one fallback that is never asked, ``request-hedged`` that
 with a hedge armed that never fires (``hedge_after`` 60 s); ``request-raw`` their anchor: the same request (the body fluxstream sends, encoded once) by raw
 aiohttp (``ClientSession.post`` + ``content.iter_any()``, bytes dropped), as
-``bench_client.py``'s ``raw-aiohttp``.
+``bench_client.py``'s ``raw-aiohttp``. ``request-messages`` and ``request-gemini`` are
+``request`` on Anthropic's Messages API and Gemini's (the same two deltas in each one's
+events, as the embedded server writes them), ``request-raw-messages`` and
+``request-raw-gemini`` their anchors (the body and headers fluxstream sends, by raw
+aiohttp)::
+
+    python benchmarks/bench_setup.py --pairs 1 --rounds 3 --kinds request-messages \
+        request-raw-messages request-gemini request-raw-gemini build-messages build-gemini
 
 Past the first byte, per delta (N is then the deltas of each of 4 replies, and the figure
 is per delta): ``delta`` is the read path one event at a time, in lockstep (the server in
@@ -53,6 +61,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +72,15 @@ import fluxstream
 from fluxstream import Upstream
 
 MESSAGES = [{"role": "user", "content": "hi"}]
-KINDS = ("build", "build-fallback", "build-messages", "request", "request-fallback",
-         "request-hedged", "request-raw", "delta", "delta-packed")
+KINDS = ("build", "build-fallback", "build-messages", "build-gemini", "request",
+         "request-fallback", "request-hedged", "request-raw", "request-messages",
+         "request-raw-messages", "request-gemini", "request-raw-gemini", "delta", "delta-packed")
 #: The two N of each kind's instruction count (a whole request costs ten times a build; for
 #: the ``delta`` kinds N is the deltas of each of ``REPLIES`` replies).
 COUNTS = {"request": (200, 600), "request-fallback": (200, 600), "request-hedged": (200, 600),
-          "request-raw": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
+          "request-raw": (200, 600), "request-messages": (200, 600),
+          "request-raw-messages": (200, 600), "request-gemini": (200, 600),
+          "request-raw-gemini": (200, 600), "delta": (100, 300), "delta-packed": (100, 300)}
 BUILD_COUNTS = (1000, 3000)
 PAIRS = 3
 #: Replies per run of the ``delta`` kinds (their N is deltas per reply).
@@ -83,10 +95,32 @@ def _client(kind: str, base_url: str) -> fluxstream.AsyncClient:
     return fluxstream.AsyncClient(base_url, "bench-key", fallbacks=fallbacks)
 
 
+CONTENTS = [{"role": "user", "parts": [{"text": "hi"}]}]
+
+
 def _builder(kind: str, client: fluxstream.AsyncClient) -> Callable[[], Any]:
     if kind == "build-messages":
         return lambda: client.messages.stream(model="m", messages=MESSAGES, max_tokens=5)
+    if kind == "build-gemini":
+        return lambda: client.gemini.stream(model="m", contents=CONTENTS,
+                                            generation_config={"maxOutputTokens": 2})
     return lambda: client.chat.stream(model="m", messages=MESSAGES, max_tokens=2)
+
+
+def _api_of(kind: str) -> str:
+    """The API a ``request`` kind asks: ``chat``, ``messages`` or ``gemini``."""
+    return kind.rpartition("-")[2] if kind.endswith(("-messages", "-gemini")) else "chat"
+
+
+def _api_stream(api: str, client: fluxstream.AsyncClient) -> Callable[[], Any]:
+    """What makes a two-delta request of ``api`` (what each ``request`` kind sends): a
+    ``functools.partial``, so the request pays no Python call of the benchmark's own."""
+    if api == "messages":
+        return partial(client.messages.stream, model="m", messages=MESSAGES, max_tokens=2)
+    if api == "gemini":
+        return partial(client.gemini.stream, model="m", contents=CONTENTS,
+                       generation_config={"maxOutputTokens": 2})
+    return partial(client.chat.stream, model="m", messages=MESSAGES, max_tokens=2)
 
 
 def _lockstep_conn() -> type[Any]:
@@ -120,7 +154,10 @@ async def _replies(kind: str, deltas: int, rounds: int) -> list[float]:
     async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}/{mode}/v1", "k") as client:
         async def one(n: int) -> None:
             got = 0
-            async with client.chat.stream(model="m@fill-max-tokens", messages=MESSAGES, max_tokens=n) as s:
+            # As long as max_tokens asks (bench_server honours the suffix, as the embedded
+            # server does): the script's own reply is shorter than most N.
+            async with client.chat.stream(model="m@fill-max-tokens", messages=MESSAGES,
+                                          max_tokens=n) as s:
                 async for event in s:
                     got += type(event) is fluxstream.TextDelta
             assert s.reply.outcome == "done" and got == n, (s.reply.outcome, got)
@@ -161,13 +198,20 @@ async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Conn, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    fallbacks = [Upstream("http://127.0.0.1:8/v1", api_key="k2")] if kind != "request" else []
+    api = _api_of(kind)
+    fallbacks = [Upstream("http://127.0.0.1:8/v1", api_key="k2")] \
+        if kind in ("request-fallback", "request-hedged") else []
     failover = fluxstream.Failover(hedge_after=60.0) if kind == "request-hedged" else None
+    # Chat Completions' root is the base URL; Messages and Gemini add their version, as
+    # their own SDKs do.
+    base = f"http://127.0.0.1:{port}/packed" + ("/v1" if api == "chat" else "")
     async with fluxstream.AsyncClient(
-        f"http://127.0.0.1:{port}/packed/v1", "k", fallbacks=fallbacks, failover=failover,
+        base, "k", fallbacks=fallbacks, failover=failover,
     ) as client:
+        make = _api_stream(api, client)
+
         async def one() -> None:
-            async with client.chat.stream(model="m", messages=MESSAGES, max_tokens=2) as s:
+            async with make() as s:
                 async for _ in s:
                     pass
             assert s.reply.outcome == "done", s.reply.outcome
@@ -178,8 +222,9 @@ async def _requests(n: int, timed: bool, kind: str = "request") -> list[float]:
     return times
 
 
-async def _raw_requests(n: int, timed: bool) -> list[float]:
-    """``_requests``'s anchor: the same requests by raw aiohttp, the bytes dropped."""
+async def _raw_requests(n: int, timed: bool, kind: str = "request-raw") -> list[float]:
+    """``_requests``'s anchor: the same requests by raw aiohttp (the body and headers
+    fluxstream sends for that API), the bytes dropped."""
     import json
 
     import aiohttp
@@ -188,11 +233,27 @@ async def _raw_requests(n: int, timed: bool) -> list[float]:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Conn, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{port}/packed/v1/chat/completions"
-    body = json.dumps({"model": "m", "messages": MESSAGES, "max_tokens": 2, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()
-    headers = {"authorization": "Bearer k", "content-type": "application/json",
-               "accept": "text/event-stream"}
+    api = _api_of(kind)
+    root = f"http://127.0.0.1:{port}/packed"
+    headers = {"content-type": "application/json", "accept": "text/event-stream"}
+    if api == "messages":
+        url = f"{root}/v1/messages"
+        request: dict[str, Any] = {"model": "m", "max_tokens": 2, "messages": MESSAGES,
+                                   "stream": True}
+        headers |= {"anthropic-version": "2023-06-01", "x-api-key": "k"}
+        end = b"message_stop"
+    elif api == "gemini":
+        url = f"{root}/v1beta/models/m:streamGenerateContent?alt=sse"
+        request = {"contents": CONTENTS, "generationConfig": {"maxOutputTokens": 2}}
+        headers["x-goog-api-key"] = "k"
+        end = b'"responseId"'
+    else:
+        url = f"{root}/v1/chat/completions"
+        request = {"model": "m", "messages": MESSAGES, "max_tokens": 2, "stream": True,
+                   "stream_options": {"include_usage": True}}
+        headers["authorization"] = "Bearer k"
+        end = b"[DONE]"
+    body = json.dumps(request).encode()
     async with aiohttp.ClientSession() as session:
         async def one() -> None:
             async with session.post(url, data=body, headers=headers) as response:
@@ -200,7 +261,7 @@ async def _raw_requests(n: int, timed: bool) -> list[float]:
                 last = b""
                 async for data in response.content.iter_any():
                     last = data
-            assert last.endswith(b"[DONE]\n\n"), last[-40:]
+            assert end in last[-400:], last[-400:]
 
         times = await _rounds(one, n)
     server.close()
@@ -217,8 +278,8 @@ def _count_child(kind: str, n: int) -> None:
     if kind.startswith("delta"):
         asyncio.run(_replies(kind, n, 1))
         return
-    if kind == "request-raw":
-        asyncio.run(_raw_requests(n, False))
+    if kind.startswith("request-raw"):
+        asyncio.run(_raw_requests(n, False, kind))
         return
     if kind.startswith("request"):
         asyncio.run(_requests(n, False, kind))
@@ -255,8 +316,8 @@ def hot_microseconds(kind: str, rounds: int) -> float:
     if kind.startswith("delta"):
         return statistics.median(asyncio.run(_replies(kind, 100, rounds))) * 1e6
     if kind.startswith("request"):
-        if kind == "request-raw":
-            times = asyncio.run(_raw_requests(50 * rounds, True))
+        if kind.startswith("request-raw"):
+            times = asyncio.run(_raw_requests(50 * rounds, True, kind))
         else:
             times = asyncio.run(_requests(50 * rounds, True, kind))
         return statistics.median(times) * 1e6
@@ -287,10 +348,10 @@ def main() -> None:
         _count_child(args.count_child[0], int(args.count_child[1]))
         return
     print(f"# fluxstream from {Path(fluxstream.__file__).parent}")
-    print(f"{'kind':<16}{'instructions':>14}{'hot µs':>10}")
+    print(f"{'kind':<22}{'instructions':>14}{'hot µs':>10}")
     for kind in args.kinds:
         count = "" if args.no_count else f"{per_stream_instructions(kind, args.pairs):,.0f}"
-        print(f"{kind:<16}{count:>14}{hot_microseconds(kind, args.rounds):>10.1f}", flush=True)
+        print(f"{kind:<22}{count:>14}{hot_microseconds(kind, args.rounds):>10.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -191,17 +191,22 @@ class _Choice:
 
     def build(self) -> Choice:
         if self.dirty or self.model is None:
+            # Most choices are text alone: the empty channels, calls and blocks are skipped
+            # without a call each (every stream's reply is built at least once).
+            reasoning, refusal = self.reasoning, self.refusal
+            calls, blocks = self.calls, self.blocks
             self.model = _construct(
                 Choice,
                 {
                     "index": self.index,
                     "text": self.text.value(),
-                    "reasoning": self.reasoning.value() or None,
-                    "refusal": self.refusal.value() or None,
-                    "tool_calls": [self.calls[i].model() for i in sorted(self.calls)],
+                    "reasoning": reasoning.value() or None
+                    if reasoning.parts or reasoning.chunks else None,
+                    "refusal": refusal.value() or None if refusal.parts or refusal.chunks else None,
+                    "tool_calls": [calls[i].model() for i in sorted(calls)] if calls else [],
                     "finish_reason": self.finish,
                     "stop": self.stop,
-                    "reasoning_blocks": [self.blocks[i] for i in sorted(self.blocks)],
+                    "reasoning_blocks": [blocks[i] for i in sorted(blocks)] if blocks else [],
                     "reasoning_unclosed": self.unclosed,
                 },
             )

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ._core.error_hold import ErrorHold
     from ._core.rate_limits import RateLimits
-    from ._reply import UsageEstimate
+    from ._reply import Usage, UsageEstimate
 
 __all__ = ["StreamParser", "replay"]
 
@@ -351,6 +351,13 @@ class StreamParser(OptInReading, StreamPosition):
             self._carried.decoder_replaced(decoder, delivered_id)
         reason, cut = _bytes_ended(fmt, decoder, cause)
         return events + asm.end(sentinel=fmt.done, cut=cut, reason=reason)
+
+    def usage_parts(self) -> tuple[Usage | None, UsageEstimate | None, bool]:
+        """The reply's usage, its estimate and whether the usage is only a snapshot sent
+        before the end: what settling a stream reads of it (see
+        :meth:`fluxstream._usage.UsageLedger.settle_parts`), without a snapshot."""
+        asm = self._assembler
+        return asm.usage, asm.usage_estimate, asm.usage_partial
 
     def settle(self, estimate: UsageEstimate | None, cost: Decimal | None) -> None:
         """The reply's usage estimate and cost, once the stream has ended

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -186,19 +186,31 @@ class UsageLedger:
         """The stream of ``reply`` ended: its usage estimate (if no final usage came) and its cost
         (if its model is priced); remembers its input tokens if they were reported.
         ``content_events``: content deltas received; ``model``: the requested model."""
-        key = reply.content_key
-        usage = reply.usage
-        estimate = reply.usage_estimate
+        return self.settle_parts(
+            reply.content_key, reply.usage, reply.usage_estimate, reply.usage_partial,
+            content_events, model, lambda: reply,
+        )
+
+    def settle_parts(
+        self, key: str, usage: Usage | None, estimate: UsageEstimate | None, partial: bool,
+        content_events: int, model: str | None, reply: Callable[[], Reply],
+    ) -> tuple[UsageEstimate | None, Decimal | None]:
+        """:meth:`settle`, from the parts of the reply it always reads (its content key,
+        usage, estimate and whether the usage is partial); ``reply()`` makes the whole reply,
+        asked only to estimate the content or to price it. Every stream's end settles: most
+        have their final usage and no prices, and need no snapshot of the reply for it."""
         if usage is not None and usage.prompt_tokens is not None and key:
             self._inputs[key] = usage.prompt_tokens  # a snapshot's input count is true too
             self._inputs.move_to_end(key)
             if len(self._inputs) > REMEMBERED_KEYS:
                 self._inputs.popitem(last=False)
-        if estimate is None and (usage is None or reply.usage_partial):
-            estimate = estimate_part(content_events, content_characters(reply), usage)
+        whole: Reply | None = None
+        if estimate is None and (usage is None or partial):
+            whole = reply()
+            estimate = estimate_part(content_events, content_characters(whole), usage)
             if estimate.input_tokens is None and key:
                 estimate = estimate.model_copy(update={"input_tokens": self._inputs.get(key)})
         if not self.prices:
             return estimate, None
-        priced = reply.model_copy(update={"usage_estimate": estimate})
+        priced = (whole or reply()).model_copy(update={"usage_estimate": estimate})
         return estimate, reply_cost(priced, self.prices, model)

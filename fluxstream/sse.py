@@ -609,7 +609,7 @@ class SSEDecoder(LineDecoder):
                                 ),
                             )
                         ]
-                    if data.count(10) > 4:
+                    if len(data.split(b"\n", 5)) > 5:  # five lines or more (see below)
                         run = block_run(self, data, crlf=False)
                         if run is not None:
                             return run
@@ -618,8 +618,12 @@ class SSEDecoder(LineDecoder):
                 # "event: delta\nid: 17\ndata: ...\n\n"), as servers that support
                 # Last-Event-ID resume or name their events flush them. Within the limit, so
                 # it cannot be too large; another shape goes on to the line loop below.
-                n = data.count(10) + 1  # the pieces split(b"\n") gives: split only if few
-                few: list[bytes] | None = data.split(b"\n") if 3 < n < 6 else None
+                # The pieces split(b"\n") gives, when few: a split into six pieces at most,
+                # whole when there are fewer (a count of the read's lines scanned every byte
+                # of it, a few instructions each: a read of many events is long).
+                pieces = data.split(b"\n", 5)
+                n = len(pieces)
+                few: list[bytes] | None = pieces if 3 < n < 6 else None
                 if few is not None and not few[-2] and few[-3][:5] == b"data:":
                     id_ = self.last_event_id  # at a block boundary: equals the ID buffer
                     event_type = b""

@@ -20,6 +20,7 @@ socket: the reply and the count of content deltas so far are passed in.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 from .._reply import Reply, Usage, UsageEstimate
@@ -45,12 +46,20 @@ class LengthBudget:
         against it).
     :param reply: the reply as the stream starts: a resume token's restored reply counts as
         spent already.
+    :param cap_of: instead of ``cap``, what reads it from the request, asked on first use:
+        only a stream that drops or continues ever needs it (reading it from a Gemini body
+        merges its ``generationConfig``).
     """
 
-    __slots__ = ("_chars_before", "_events_before", "_restored", "_spent", "_usage_before", "cap")
+    __slots__ = ("_cap", "_cap_of", "_chars_before", "_events_before", "_restored", "_spent",
+                 "_usage_before")
 
-    def __init__(self, cap: int | None, reply: Reply | None = None) -> None:
-        self.cap = cap
+    def __init__(
+        self, cap: int | None, reply: Reply | None = None, *,
+        cap_of: Callable[[], int | None] | None = None,
+    ) -> None:
+        self._cap = cap
+        self._cap_of = cap_of
         #: Output tokens of the parts closed so far that delivered content.
         self._spent = 0
         #: Where the open part began: the reply's usage object then (a later one is its
@@ -61,6 +70,14 @@ class LengthBudget:
         self._restored = self._chars_before = (
             content_characters(reply) if reply is not None else 0
         )
+
+    @property
+    def cap(self) -> int | None:
+        """The request's length cap (``None``: it has none)."""
+        cap_of = self._cap_of
+        if cap_of is not None:
+            self._cap, self._cap_of = cap_of(), None
+        return self._cap
 
     def part(self, reply: Reply, content_events: int) -> PartOutput:
         """The open part's output so far (``content_events``: the stream's content deltas)."""

@@ -125,6 +125,11 @@ class AiohttpClient:
         )
         self._timeouts: dict[TimeoutTuple, aiohttp.ClientTimeout] = {}
         self._head_free: dict[aiohttp.ClientTimeout, aiohttp.ClientTimeout] = {}
+        #: The last of them, found without hashing a ``ClientTimeout`` (attrs hashes it in
+        #: Python: every request asked).
+        self._last_head_free: tuple[aiohttp.ClientTimeout | None, aiohttp.ClientTimeout] = (
+            None, self._default_timeout
+        )
         self._urls: dict[str, URL] = {}
         self._closed = False
 
@@ -203,9 +208,15 @@ class AiohttpClient:
         session = self._session_for_loop()
         timeout = request.timeout
         if request.head_bounded and timeout.sock_read is not None:
-            timeout = self._head_free.get(timeout) or self._head_free.setdefault(
-                timeout, _without_sock_read(timeout)
-            )
+            last = self._last_head_free
+            if last[0] is timeout:  # the usual: the deadlines of the request before
+                timeout = last[1]
+            else:
+                free = self._head_free.get(timeout) or self._head_free.setdefault(
+                    timeout, _without_sock_read(timeout)
+                )
+                self._last_head_free = (timeout, free)
+                timeout = free
         try:
             try:
                 resp = await self._request(session, request, timeout)

@@ -232,18 +232,16 @@ class Handler(ResponseHandler):
         feed = ResponseHandler.data_received
         while data:
             seen = self._head_tail
-            window = seen + data[:HEAD_LIMIT]  # bounded: a large body read is not copied whole
-            crlf, lf = window.find(b"\r\n\r\n"), window.find(b"\n\n")
-            # ``seen`` holds no whole blank line (the search would have ended there), so an
-            # end found is at least one byte into ``data``.
-            ends = [max(1, i + n - len(seen)) for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
-            end = min(ends) if ends else len(data)
+            end = head_end(seen, data)
+            found = end > 0
+            if not found:
+                end = len(data)
             self._head_size += end
             if self._head_size > HEAD_LIMIT:
                 self._head_too_large()
                 return
             feed(self, data[:end])
-            self._head_tail = b"" if ends else (seen + data[-3:])[-3:]  # all of data was fed
+            self._head_tail = b"" if found else (seen + data[-3:])[-3:]  # all of data was fed
             data = data[end:]
             if self._final_head_arrived():
                 del self.data_received  # aiohttp's own method again, for the body
@@ -287,6 +285,31 @@ class Handler(ResponseHandler):
             error = aiohttp.ClientPayloadError(f"malformed response body: {parser_text(exc)}")
             error.__cause__ = args[0] if args and isinstance(args[0], BaseException) else exc
             body.set_exception(error)
+
+
+def head_end(seen: bytes, data: bytes) -> int:
+    """Where in ``data`` a response head ends (just past its blank line, ``\r\n\r\n`` or
+    ``\n\n``, whichever comes first), searched in its first :data:`HEAD_LIMIT` bytes after
+    ``seen``, the head's last bytes of earlier reads; ``0`` when it does not end there.
+    The usual head, whole in one read with CRLF lines, is found by one search (held equal to
+    :func:`head_end_searched` by ``tests/transport/test_response_head_split_across_reads.py::
+    test_the_head_end_is_found_as_the_general_search_finds_it``)."""
+    if not seen:
+        crlf = data.find(b"\r\n\r\n", 0, HEAD_LIMIT)
+        if crlf >= 0 and data.find(b"\n\n", 0, crlf) < 0:
+            return crlf + 4
+    return head_end_searched(seen, data)
+
+
+def head_end_searched(seen: bytes, data: bytes) -> int:
+    """:func:`head_end`, for any ``seen`` and ``data``: both blank lines searched for across
+    the end of ``seen`` and the start of ``data``."""
+    window = seen + data[:HEAD_LIMIT]  # bounded: a large body read is not copied whole
+    crlf, lf = window.find(b"\r\n\r\n"), window.find(b"\n\n")
+    # ``seen`` holds no whole blank line (the search would have ended there), so an end
+    # found is at least one byte into ``data``.
+    ends = [max(1, i + n - len(seen)) for i, n in ((crlf, 4), (lf, 2)) if i >= 0]
+    return min(ends) if ends else 0
 
 
 class Connector(aiohttp.TCPConnector):

@@ -24,7 +24,6 @@ from types import AsyncGeneratorType
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import sniffio
 
 from .._core.progress import Wait
 from .._timeouts import DEFAULT_TIMEOUTS, Deadline, Timeouts
@@ -45,6 +44,7 @@ from .http_library import (
     unresolved_host,
     without_credentials,
 )
+from .tasks import on_asyncio
 from .transport import (
     NO_CONTROLS,
     HttpClient,
@@ -255,7 +255,7 @@ class Attempt:
         The event loop's own coroutine, not one around it: a frame less per request."""
         wait = self.head
         head = None if wait is None else wait.seconds
-        if sniffio.current_async_library() == "asyncio":
+        if on_asyncio():
             return self._send_asyncio(request, head)
         return self._send_scoped(request, head)
 

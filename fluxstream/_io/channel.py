@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
-import sniffio
 
 from .._core.progress import DeadlinePassed, Progress
 from .._core.rate_limits import RateLimits
@@ -36,6 +35,7 @@ from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_li
 from .attempt import DRAIN_SECONDS, Attempt, AttemptCancelled, RequestSpec, finish_body
 from .http_library import unresolvable
 from .readahead import ReadAhead
+from .tasks import on_asyncio
 
 __all__ = ["Channel"]
 
@@ -265,16 +265,26 @@ class Channel:
         server is a stall too), and after every choice finished (``finish_grace``: some
         servers never send the sentinel nor close)."""
         wait = self.progress.read_wait(time.monotonic(), self.parser.in_event)
-        if wait is None:
+        if wait is None or (wait.deadline is Deadline.FINISH_GRACE and self._body_ended()):
             return await self.receive()
         data = await self._receive_within(wait.seconds)
         return wait.deadline if data is None else data
+
+    def _body_ended(self) -> bool:
+        """The transport has the end of the body being read (the rest is buffered): a read
+        returns at once, so the wait for the sentinel after every choice finished needs no
+        deadline (a format without an end marker, Gemini's, ends every reply there)."""
+        attempt = self.attempt
+        if attempt is None or self._readahead is not None:
+            return False
+        complete = attempt.controls.body_complete
+        return complete is not None and complete()
 
     async def _receive_within(self, seconds: float) -> bytes | None:
         """The next read, or ``None`` if none came within ``seconds``. On asyncio, under
         asyncio's own timeout: the same deadline as an anyio ``move_on_after`` at about half
         its cost, and every stream whose sentinel comes in a read of its own pays one."""
-        if sys.version_info >= (3, 11) and sniffio.current_async_library() == "asyncio":
+        if sys.version_info >= (3, 11) and on_asyncio():
             timeout = asyncio.timeout(seconds)
             try:
                 async with timeout:

@@ -101,7 +101,11 @@ class ClientState:
         self.owns_http = owns_http
         #: ``aclose()`` was called: every stream of the client has ended, none is opened.
         self.closed = False
-        self.streams: weakref.WeakSet[ReplyStream] = weakref.WeakSet()
+        #: The client's streams, as weak references that take themselves out when their
+        #: stream is collected: a set's own ``discard`` is the callback, so adopting a stream
+        #: and forgetting it run no Python code (every stream pays both; a ``WeakSet`` cost
+        #: two Python calls).
+        self.streams: set[weakref.ref[ReplyStream]] = set()
         self._cooldown: CoolDown | None = None
         self._builders: dict[Upstream, RequestBuilder] = {}
 
@@ -111,13 +115,16 @@ class ClientState:
         if self.closed:
             stream._client_closed()
         else:
-            self.streams.add(stream)
+            streams = self.streams
+            streams.add(weakref.ref(stream, streams.discard))
 
     def close(self) -> None:
         """End every stream of the client at once; none made after is opened."""
         self.closed = True
-        for stream in list(self.streams):
-            stream._client_closed()
+        for ref in list(self.streams):
+            stream = ref()
+            if stream is not None:
+                stream._client_closed()
         self.streams.clear()
 
     def cooldown(self, policy: Failover) -> CoolDown:

@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import sniffio
 
 from .http_library import UnsupportedTransport
+from .tasks import on_asyncio
 
 if TYPE_CHECKING:  # pragma: no cover
     from .aiohttp_client import AiohttpClient
@@ -210,7 +210,7 @@ class AutoClient:
         timeout: Any = None,
     ) -> Any:
         extra: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-        if self._aio is not None and _on_asyncio() and not _mocked_by_respx():
+        if self._aio is not None and on_asyncio() and not _mocked_by_respx():
             return self._aio.build_request(method, url, content=content, headers=headers, **extra)
         return self._httpx_client().build_request(
             method, url, content=content, headers=headers, **extra
@@ -260,13 +260,6 @@ def _mocked_by_respx() -> bool:
         return any(mocker.routers for mocker in respx.mocks.Mocker.registry.values())
     except AttributeError:  # another respx version: assume it mocks
         return True
-
-
-def _on_asyncio() -> bool:
-    try:
-        return sniffio.current_async_library() == "asyncio"
-    except sniffio.AsyncLibraryNotFoundError:
-        return False
 
 
 if TYPE_CHECKING:  # pragma: no cover - mypy holds these clients to the seam

@@ -66,8 +66,14 @@ class StreamReader(StreamEnd):
         self._complete: Callable[[], bool] = lambda: parser.complete
         # The output counted against the length cap, across upstreams (a token's reply too;
         # a new stream's is empty, and a reply snapshot costs as much as the rest of this).
-        cap = route.length_cap if route is not None else spec.api.length_cap(spec.body)
-        budget = LengthBudget(cap, parser.reply if resuming else None)
+        # The cap is read from the request on first use (a stream that never drops or
+        # continues never asks); the body does not change once the stream is made.
+        if route is not None:
+            budget = LengthBudget(route.length_cap, parser.reply if resuming else None)
+        else:
+            api, body = spec.api, spec.body
+            budget = LengthBudget(None, parser.reply if resuming else None,
+                                  cap_of=lambda: api.length_cap(body))
         self.recovery = Recovery(retry, resume, budget=budget)
         self.progress = Progress(spec.timeouts)
         channel = Channel(spec, parser, self.recovery, self.progress)
@@ -189,6 +195,12 @@ class StreamReader(StreamEnd):
             return self.stopped()
         if exc is not None:
             self.cause = exc
+        elif self._parser.complete and not self.recovery.cancelled:
+            # Every choice finished and the bytes ended cleanly: the usual end of a format
+            # without an end marker (Gemini's), which Recovery.decide always ends as it is
+            # (held to it by tests/sansio/test_recovery.py::
+            # test_bytes_ending_cleanly_with_every_choice_finished_always_end_the_stream).
+            return self.end(self._parser.close())
         again = f"{type(exc).__name__}: {exc}" if exc is not None else "connection closed"
         return await self._decided("drop", exc, reason_of(exc), again)
 

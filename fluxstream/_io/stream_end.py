@@ -176,8 +176,11 @@ class StreamEnd:
         if ledger is not None:  # usage estimate and cost, before any observer sees the end
             model = self._spec.body.get("model")
             parser = self._parser
-            parser.settle(*ledger.settle(parser.reply, progress.content_events,
-                                         model if isinstance(model, str) else None))
+            usage, estimate, partial = parser.usage_parts()
+            parser.settle(*ledger.settle_parts(
+                parser.content_key, usage, estimate, partial, progress.content_events,
+                model if isinstance(model, str) else None, lambda: parser.reply,
+            ))
         return events
 
     async def fail_with(

@@ -22,8 +22,29 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import anyio
+import sniffio
 
-__all__ = ["Background", "spawn"]
+__all__ = ["Background", "on_asyncio", "spawn"]
+
+_sniffio_thread = sniffio.thread_local
+_sniffio_cvar = sniffio.current_async_library_cvar
+_current_task = asyncio.current_task
+
+
+def on_asyncio() -> bool:
+    """Whether asyncio runs the current task: ``sniffio.current_async_library() ==
+    "asyncio"`` (sniffio's own settings first, as it reads them, then asyncio's current
+    task), ``False`` outside any event loop. Without sniffio's import statement and module
+    lookups: every request asks it before its first byte."""
+    name = _sniffio_thread.name
+    if name is None:
+        name = _sniffio_cvar.get()
+    if name is not None:
+        return bool(name == "asyncio")
+    try:
+        return _current_task() is not None
+    except RuntimeError:  # no running asyncio loop
+        return False
 
 
 class Background:

@@ -60,11 +60,11 @@ class ChatCompletions(Api):
 
     def length_cap(self, body: Mapping[str, Any]) -> int | None:
         """``max_completion_tokens`` (OpenAI's name now), else ``max_tokens``."""
-        for name in (_NEW_CAP, self.max_tokens_field):
-            cap = body.get(name)
-            if type(cap) is int and cap > 0:
-                return cap
-        return None
+        cap = body.get(_NEW_CAP)  # the two names written out: every stream asks this
+        if type(cap) is int and cap > 0:
+            return cap
+        cap = body.get(self.max_tokens_field)
+        return cap if type(cap) is int and cap > 0 else None
 
     def with_length_cap(self, body: Mapping[str, Any], cap: int) -> dict[str, Any]:
         """In every cap field ``body`` has (``max_tokens`` when it has none)."""

@@ -353,8 +353,12 @@ def checked_usage_model(raw: Mapping[str, Any]) -> tuple[dict[str, Any], bool, U
     """:func:`checked_usage` and the ``Usage`` of what is kept: validating the fields is
     how they are checked, so the model made then is the one to keep (a usage frame is
     validated once, not twice)."""
-    clean = {k: v for k, v in raw.items() if _counts_fit(v)}
-    dropped = len(clean) != len(raw)
+    if _usage_fits(raw):  # the usual frame: checked in one pass, copied whole
+        clean = dict(raw)
+        dropped = False
+    else:
+        clean = {k: v for k, v in raw.items() if _counts_fit(v)}
+        dropped = len(clean) != len(raw)
     try:
         model = Usage.model_validate(clean)
     except ValidationError as exc:
@@ -391,6 +395,28 @@ def _counts_fit(value: object, depth: int = 0) -> bool:
     return True
 
 
+def _usage_fits(raw: Mapping[str, Any]) -> bool:
+    """Whether :func:`_counts_fit` holds for every field of ``raw``: the same answer, with
+    the usual shapes (counts, details objects of counts) checked inline, since every usage
+    frame is checked (held equal to it by
+    ``tests/formats/test_usage_formats.py::test_the_one_pass_check_equals_the_per_field_one``)."""
+    for value in raw.values():
+        kind = type(value)
+        if kind is int:
+            if not 0 <= value < _MAX_COUNT:
+                return False
+        elif kind is dict:
+            for inner in value.values():
+                if type(inner) is int:
+                    if not 0 <= inner < _MAX_COUNT:
+                        return False
+                elif not _counts_fit(inner, 1):
+                    return False
+        elif not _counts_fit(value):
+            return False
+    return True
+
+
 def _count(value: object) -> int | None:
     """A token count: a plain non-negative ``int`` (not ``bool``, not a string), or ``None``."""
     if value.__class__ is int and 0 <= value < _MAX_COUNT:
@@ -418,7 +444,9 @@ def _derive(result: Usage, name: str, value: object) -> None:
         result.__dict__[name] = value
 
 
-def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
+def normalized_usage(
+    raw: Mapping[str, Any], *, vocabulary: str, checked: Usage | None = None
+) -> Usage:
     """:func:`usage`, plus the Chat Completions names filled from the provider's own, so
     ``reply.usage.prompt_tokens`` reads the same for every format.
 
@@ -430,8 +458,12 @@ def normalized_usage(raw: Mapping[str, Any], *, vocabulary: str) -> Usage:
     cache_read_input_tokens`` (every input token, as OpenAI counts them), the cache reads are
     ``prompt_tokens_details.cached_tokens``, ``total_tokens`` the sum. A count that is not a
     plain non-negative integer is not normalized (the raw value is still kept).
+
+    ``checked``: the ``Usage`` of ``raw`` as :meth:`FormatBase.usage_model_of` made it when
+    ``raw`` is what it kept (a fresh one: filled in place), so a frame's usage is validated
+    once, not twice.
     """
-    result = usage(raw)
+    result = usage(raw) if checked is None else checked
     prompt = _count(raw.get("input_tokens"))
     completion = _count(raw.get("output_tokens"))
     reasoning = None
@@ -891,7 +923,7 @@ class FormatBase(Detection):
         """:meth:`usage_of` and its ``Usage``, validated once."""
         if raw is None:
             return None
-        if not isinstance(raw, Mapping):
+        if raw.__class__ is not dict and not isinstance(raw, Mapping):  # dict: no ABC check
             out += self.skip("usage is not an object", obj)
             return None
         if not raw:

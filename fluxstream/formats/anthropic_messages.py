@@ -358,12 +358,16 @@ class AnthropicMessagesFormat(JsonEventFormat):
         if self.model is None and model and isinstance(model, str):
             self.model = model
         out: list[Event] = []
-        raw = self.usage_of(message.get("usage"), obj, out)
-        if raw:
+        checked = self.usage_model_of(message.get("usage"), obj, out)
+        if checked is not None and checked[0]:
+            raw, model = checked
             self._usage = _bounded(raw)
+            # Its Usage is the one checked unless fields were cut off.
+            whole = model if len(self._usage) == len(raw) else None
             # A snapshot: its output_tokens is a placeholder (1) until message_delta's count.
-            out.append(UsageUpdate(normalized_usage(self._usage, vocabulary="anthropic"),
-                                   final=False))
+            out.append(UsageUpdate(
+                normalized_usage(self._usage, vocabulary="anthropic", checked=whole),
+                final=False))
         content = message.get("content")
         if isinstance(content, list) and content:
             # Blocks the message already holds (Anthropic sends ``[]``; a proxy emulating a

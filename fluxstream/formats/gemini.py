@@ -70,7 +70,7 @@ from ._base import (
     MAX_KEPT_CHARS,
     USAGE_DROPPED,
     FormatBase,
-    checked_usage,
+    checked_usage_model,
     compact,
     crowded,
     fill_usage,
@@ -157,8 +157,12 @@ def gemini_usage(raw: Mapping[str, Any]) -> Usage:
     the Chat Completions names filled in. ``completion_tokens`` counts the thoughts too
     (``candidatesTokenCount + thoughtsTokenCount``), as OpenAI counts reasoning tokens in
     them; ``total_tokens`` is ``totalTokenCount`` (it also counts tool-use prompt tokens)."""
-    clean, _ = checked_usage(raw)
-    result = Usage.model_validate(clean)
+    return _filled_usage(raw, checked_usage_model(raw)[2])
+
+
+def _filled_usage(raw: Mapping[str, Any], result: Usage) -> Usage:
+    """:func:`gemini_usage` of ``raw``, whose checked fields ``result`` holds already (a
+    fresh ``Usage``: it is filled in place)."""
     prompt = _count(raw.get("promptTokenCount"))
     output = _count(raw.get("candidatesTokenCount"))
     thoughts = _count(raw.get("thoughtsTokenCount"))
@@ -1057,10 +1061,11 @@ class GeminiFormat(_CandidateReader):
         if self._usage_sent is not False or self._usage is None:
             return
         self._usage_sent = True
-        clean, dropped = checked_usage(self._usage)
+        # Checked and validated once: what is kept fits, so its Usage is gemini_usage's.
+        clean, dropped, checked = checked_usage_model(self._usage)
         if dropped:
             out += self._skip(self._usage, USAGE_DROPPED)
         cands = self._cands.values()
         final = self._blocked or (
             bool(cands) and all(st.finish is not None for st in cands))
-        out.append(UsageUpdate(gemini_usage(clean), final))
+        out.append(UsageUpdate(_filled_usage(clean, checked), final))

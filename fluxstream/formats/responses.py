@@ -544,9 +544,11 @@ class ResponsesFormat(JsonEventFormat):
                     self._whole_item(index, item, out)
         status, stop = _outcome(kind, response, bool(self.calls))
         if response is not None:
-            raw_usage = self.usage_of(response.get("usage"), obj, out)
-            if raw_usage:
-                out.append(UsageUpdate(normalized_usage(raw_usage, vocabulary="responses")))
+            checked = self.usage_model_of(response.get("usage"), obj, out)
+            if checked is not None and checked[0]:
+                kept, model = checked
+                out.append(UsageUpdate(
+                    normalized_usage(kept, vocabulary="responses", checked=model)))
             error = response.get("error")
             if error and not self._errored:
                 self._errored = True

@@ -160,3 +160,29 @@ async def test_closing_the_client_ends_a_stream_at_once_in_every_state(
     went_on = [r.getMessage() for r in caplog.records
                if r.name == "fluxstream" and r.levelno >= logging.WARNING]
     assert not went_on, f"a retry or a resume on a closed client: {went_on}"
+
+
+async def test_the_client_forgets_collected_streams_and_still_ends_the_open_ones() -> None:
+    """The client keeps its streams weakly: one collected (never opened, or read to its end)
+    leaves nothing behind, however many were made; one still referenced is ended by
+    ``aclose()`` (it refuses to open), and a stream made twice into the registry once."""
+    import gc
+
+    client = fluxstream.AsyncClient("http://127.0.0.1:9/v1", "k")
+    state = client._settings.state
+    kept = client.chat.stream(model="m", messages=MSG)
+    for _ in range(500):
+        client.chat.stream(model="m", messages=MSG)  # dropped at once
+    gc.collect()
+    assert [ref() for ref in state.streams] == [kept]
+    state.adopt(kept)
+    assert len(state.streams) == 1
+    await client.aclose()
+    assert not state.streams
+    with pytest.raises(APIConnectionError, match="client was closed"):
+        async with kept:
+            pass
+    late = client.chat.stream(model="m", messages=MSG)  # made on the closed client
+    assert not state.streams
+    with pytest.raises(APIConnectionError):
+        await late.__aenter__()

@@ -135,3 +135,74 @@ async def test_the_head_is_bounded_by_one_deadline_not_also_by_aiohttps_read_tim
             assert stream.reply.outcome == "done"
     # The embedded server shares the loop but not aiohttp: every call is the client's.
     assert armed and not any(armed)
+
+
+async def test_the_wait_for_a_body_already_ended_takes_no_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Gemini reply has no end marker: once every candidate finished, the stream reads on
+    for the body's end under ``finish_grace``. When the transport has the body's end
+    already, that read returns at once: no timer is armed for it, and the reply is the same
+    (``done``, its text and usage) as when one is."""
+    import asyncio
+    import json
+
+    from fluxstream._io import channel as channel_module
+
+    events = [
+        {"candidates": [{"content": {"parts": [{"text": "Hel"}], "role": "model"}}],
+         "usageMetadata": {"promptTokenCount": 2, "totalTokenCount": 2}, "modelVersion": "m"},
+        {"candidates": [{"content": {"parts": [{"text": "lo"}], "role": "model"},
+                         "finishReason": "STOP"}],
+         "usageMetadata": {"promptTokenCount": 2, "candidatesTokenCount": 2,
+                           "totalTokenCount": 4}, "modelVersion": "m"},
+    ]
+    body = b"".join(b"data: %s\r\n\r\n" % json.dumps(e).encode() for e in events)
+    answer = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+              b"content-length: %d\r\n\r\n%s" % (len(body), body))
+
+    class Upstream(asyncio.Protocol):
+        def connection_made(self, transport: Any) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            if b"\r\n\r\n" in data:  # the request (its small body comes with its head)
+                self.transport.write(answer)  # the whole answer in one write
+
+    timers: list[float] = []
+    timeout = asyncio.timeout
+
+    def counted(seconds: float) -> Any:
+        timers.append(seconds)
+        return timeout(seconds)
+
+    monkeypatch.setattr(channel_module.asyncio, "timeout", counted)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Upstream, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    replies = []
+    try:
+        async with fluxstream.AsyncClient(f"http://127.0.0.1:{port}", "k",
+                                          transport="aiohttp") as client:
+            for wait_for_the_end in (True, False):
+                stream = client.gemini.stream(
+                    model="m", contents=[{"role": "user", "parts": [{"text": "hi"}]}])
+                async with stream:
+                    controls = stream._reader.channel.attempt.controls
+                    for _ in range(10_000):  # bounded: the end is one loop turn behind at most
+                        if not wait_for_the_end or controls.body_complete():
+                            break
+                        await asyncio.sleep(0)
+                    assert controls.body_complete() or not wait_for_the_end
+                    async for _event in stream:
+                        pass
+                replies.append(stream.reply)
+                if wait_for_the_end:
+                    assert timers == []
+    finally:
+        server.close()
+        await server.wait_closed()
+    ended, other = replies
+    assert ended.outcome == other.outcome == "done"  # a clean end after every finish
+    assert ended.text == other.text == "Hello"
+    assert ended.usage == other.usage and ended.usage is not None

@@ -257,3 +257,124 @@ async def _ask_every_format(server: Server) -> None:
     assert responses.usage is not None and anthropic.usage is not None
     assert responses.usage.input_tokens == expected["prompt_tokens"]  # type: ignore[attr-defined]
     assert anthropic.usage.output_tokens == expected["completion_tokens"]  # type: ignore[attr-defined]
+
+
+def _hostile_usage_shapes() -> list[dict[str, Any]]:
+    """Usage objects with every kind of value a field can hold, fitting or not: counts at
+    and past the limits, bools, floats, strings, details objects and lists two levels down
+    and past them, subclasses of dict and list, and a seeded random mix of them."""
+    import random
+
+    from fluxstream.formats._base import MAX_TOKEN_COUNT
+
+    class Sub(dict):  # type: ignore[type-arg]
+        pass
+
+    class Items(list):  # type: ignore[type-arg]
+        pass
+
+    values: list[Any] = [
+        0, 7, -1, MAX_TOKEN_COUNT - 1, MAX_TOKEN_COUNT, True, False, 1.5, "3", None,
+        {"cached_tokens": 0}, {"cached_tokens": -4}, {"a": {"b": -1}}, {"a": {"b": {"c": -1}}},
+        {"a": [1, -1]}, [1, 2], [1, -2], [[-1]], [{"x": -1}], [[[-1]]], {}, [],
+        Sub(cached_tokens=-1), Sub(cached_tokens=1), Items([-1]), Items([3]),
+        {"audio": 1.5, "text": "x"}, {"n": MAX_TOKEN_COUNT}, {"n": True},
+    ]
+    shapes = [{"prompt_tokens": v} for v in values]
+    shapes += [{"prompt_tokens_details": v, "completion_tokens": 2} for v in values]
+    rng = random.Random(40)
+    names = ["prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+             "completion_tokens_details", "x_gateway_cost", "input_tokens"]
+    for _ in range(400):
+        shapes.append({name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 5))})
+    return shapes
+
+
+def test_the_one_pass_check_equals_the_per_field_one() -> None:
+    """A usage frame is checked in one pass, copied whole when everything fits: the same
+    kept fields, drop flag and ``Usage`` as keeping each field that fits, for every shape."""
+    from pydantic import ValidationError
+
+    from fluxstream._wire import Usage
+    from fluxstream.formats._base import _counts_fit, _usage_fits, checked_usage_model
+
+    for raw in _hostile_usage_shapes():
+        per_field = {k: v for k, v in raw.items() if _counts_fit(v)}
+        assert _usage_fits(raw) is (len(per_field) == len(raw)), raw
+        clean, dropped, model = checked_usage_model(raw)
+        try:
+            want = Usage.model_validate(per_field)
+        except ValidationError:
+            assert dropped, raw  # a field of the wrong type: dropped, and the rest kept
+            assert set(clean) < set(per_field)
+        else:
+            assert (clean, dropped) == (per_field, len(per_field) != len(raw)), raw
+            assert model == want and clean is not raw
+
+
+def test_gemini_usage_validated_once_is_the_usage_validated_again() -> None:
+    """Gemini's usage is checked and validated once per delivery (the checked ``Usage`` is
+    filled in): the same ``Usage``, fields set included, as checking what was kept again
+    and validating it anew, for every shape of ``usageMetadata``."""
+    import random
+
+    from fluxstream._wire import Usage
+    from fluxstream.formats._base import checked_usage, checked_usage_model, fill_usage
+    from fluxstream.formats.gemini import _count, _filled_usage, gemini_usage
+
+    def validated_again(raw: dict[str, Any]) -> Usage:  # the way it was done before
+        clean, _ = checked_usage(raw)
+        result = Usage.model_validate(clean)
+        get = raw.get
+        output, thoughts = _count(get("candidatesTokenCount")), _count(get("thoughtsTokenCount"))
+        completion = None
+        if output is not None or thoughts is not None:
+            completion = (output or 0) + (thoughts or 0)
+        return fill_usage(result, prompt=_count(get("promptTokenCount")), completion=completion,
+                          total=_count(get("totalTokenCount")),
+                          cached=_count(get("cachedContentTokenCount")), reasoning=thoughts)
+
+    rng = random.Random(41)
+    names = ["promptTokenCount", "candidatesTokenCount", "thoughtsTokenCount",
+             "cachedContentTokenCount", "totalTokenCount", "promptTokensDetails",
+             "toolUsePromptTokenCount"]
+    values: list[Any] = [0, 3, -2, 2**53, True, 1.5, "7", None,
+                         [{"modality": "TEXT", "tokenCount": 4}],
+                         [{"modality": "TEXT", "tokenCount": -4}], {"n": 1}]
+    shapes = [{name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 6))}
+              for _ in range(500)]
+    shapes += _hostile_usage_shapes()
+    for raw in shapes:
+        again = validated_again(raw)
+        once = gemini_usage(raw)
+        assert once == again and once.model_fields_set == again.model_fields_set, raw
+        clean, _ = checked_usage(raw)  # what a delivery filled: the kept fields
+        delivered = _filled_usage(clean, checked_usage_model(raw)[2])
+        before = validated_again(clean)
+        assert delivered == before, raw
+        assert delivered.model_fields_set == before.model_fields_set, raw
+
+
+@pytest.mark.parametrize("vocabulary", ["anthropic", "responses"])
+def test_usage_normalized_from_its_checked_model_is_the_usage_checked_again(
+    vocabulary: str,
+) -> None:
+    """A frame's usage is validated once: normalizing what was kept from the ``Usage`` made
+    when it was checked gives the same ``Usage`` (fields set included) as checking it again."""
+    import random
+
+    from fluxstream.formats._base import checked_usage_model, normalized_usage
+
+    rng = random.Random(42)
+    names = ["input_tokens", "output_tokens", "cache_read_input_tokens",
+             "cache_creation_input_tokens", "total_tokens", "input_tokens_details",
+             "output_tokens_details", "server_tool_use"]
+    values: list[Any] = [0, 5, -1, 2**53, True, 2.5, "9", None, {"cached_tokens": 3},
+                         {"reasoning_tokens": -3}, {"web_search_requests": 1}]
+    shapes = [{name: rng.choice(values) for name in rng.sample(names, rng.randint(1, 7))}
+              for _ in range(500)]
+    for raw in shapes + _hostile_usage_shapes():
+        kept, _, model = checked_usage_model(raw)
+        once = normalized_usage(kept, vocabulary=vocabulary, checked=model)
+        again = normalized_usage(kept, vocabulary=vocabulary)
+        assert once == again and once.model_fields_set == again.model_fields_set, raw

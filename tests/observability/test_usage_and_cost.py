@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 import fluxstream
-from fluxstream._reply import Reply, UsageEstimate
+from fluxstream._reply import Choice, Reply, UsageEstimate
 from fluxstream._retry import ResumePolicy, RetryPolicy
 from fluxstream._usage import ModelPrice, UsageLedger, estimate_output_tokens
 from fluxstream._wire import PromptTokensDetails, Usage
@@ -54,6 +54,49 @@ def test_the_ledger_remembers_input_tokens_per_content_key_and_prices_estimates(
     assert other is not None and other.input_tokens is None
     unpriced, no_cost = UsageLedger().settle(Reply(content_key="k"), 2, "m")
     assert unpriced == UsageEstimate(output_tokens=2) and no_cost is None
+
+
+def _settling_replies() -> list[Reply]:
+    """Replies of every kind a stream ends with: final usage, a partial snapshot, none, an
+    estimate already there (a resumed reply's), content to estimate from, another key."""
+    text = [Choice(index=0, text="x" * 37)]
+    final = Usage(prompt_tokens=40, completion_tokens=9)
+    return [
+        Reply(content_key="k", model="m", usage=final, choices=text),
+        Reply(content_key="k", model="m", usage=Usage(prompt_tokens=None, completion_tokens=3)),
+        Reply(content_key="k", model="m", usage=final, usage_partial=True, choices=text),
+        Reply(content_key="k", model="other", choices=text),
+        Reply(content_key="k", usage_estimate=UsageEstimate(output_tokens=5)),
+        Reply(content_key="", choices=text),
+        Reply(content_key="new", model="m", usage=Usage(completion_tokens=2), choices=text),
+    ]
+
+
+@pytest.mark.parametrize("priced", [False, True])
+def test_settling_from_the_parts_equals_settling_the_whole_reply(priced: bool) -> None:
+    """A stream's end settles from the reply's usage parts (no snapshot unless the content
+    must be estimated or priced): the same estimates, costs and remembered input counts as
+    settling the whole reply, in any order of replies."""
+    prices = {"m": ModelPrice(input="1", output="3")} if priced else None
+    whole, parts = UsageLedger(prices), UsageLedger(prices)
+    asked = 0
+
+    def snapshot(reply: Reply) -> Reply:
+        nonlocal asked
+        asked += 1
+        return reply
+
+    for reply in _settling_replies() * 2:
+        before = asked
+        got = parts.settle_parts(
+            reply.content_key, reply.usage, reply.usage_estimate, reply.usage_partial,
+            4, "m", lambda reply=reply: snapshot(reply),  # type: ignore[misc]
+        )
+        assert got == whole.settle(reply, 4, "m")
+        assert parts._inputs == whole._inputs
+        needs_content = reply.usage_estimate is None and (
+            reply.usage is None or reply.usage_partial)
+        assert asked - before == (1 if needs_content or priced else 0)
 
 
 

@@ -335,3 +335,28 @@ def test_a_prefill_that_loses_its_trailing_space_asks_one_more() -> None:
     assert budget.continuation_cap(reply("Hello "), 1) == 40 - 1 + 1
     assert budget.continuation_cap(reply("Hello"), 1) == 40 - 1
     assert budget.continuation_cap(reply("   "), 1) == 40 - 1  # all whitespace: sent as is
+
+
+@pytest.mark.parametrize("cap", [None, 10, 40])
+def test_a_cap_read_on_first_use_counts_as_the_cap_given(cap: int | None) -> None:
+    """A stream's budget reads the request's cap only when a drop or a continuation asks
+    (``cap_of``), once: what is left and what a continuation asks are those of the cap
+    given at once, with or without a resume token's reply."""
+    asked = 0
+
+    def cap_of() -> int | None:
+        nonlocal asked
+        asked += 1
+        return cap
+
+    for restored in (None, reply("x" * 41)):
+        asked = 0
+        lazy, given = LengthBudget(None, restored, cap_of=cap_of), LengthBudget(cap, restored)
+        assert asked == 0
+        shown = reply("Hello — or 你好")
+        for budget in (lazy, given):
+            budget.close_part(shown, 4, budget.part(shown, 4).tokens)
+        more = reply("Hello — or 你好, and more")
+        assert lazy.left(more, 6) == given.left(more, 6)
+        assert lazy.continuation_cap(more, 6, own=12) == given.continuation_cap(more, 6, own=12)
+        assert lazy.cap == given.cap and asked == 1

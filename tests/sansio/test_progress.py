@@ -144,3 +144,41 @@ def test_the_first_deadline_that_ended_the_stream_is_in_the_stats() -> None:
     progress.passed(overdue)
     progress.passed(Deadline.IDLE)  # a later one does not replace it
     assert progress.stats(Reply(), 1, 0, 2.0).deadline is Deadline.STALL
+
+
+def test_a_read_of_many_events_counts_as_one_event_at_a_time() -> None:
+    """A read of many events is counted without a step per event: the same content count,
+    first token, grace and deadline as counting them one by one, for every mix of events
+    and read sizes across the threshold."""
+    import random
+
+    from fluxstream._events import ReasoningDelta
+
+    rng = random.Random(43)
+    usage = UsageUpdate(Usage(prompt_tokens=1))
+    kinds: list[Event] = [
+        TextDelta("k", 0, 0, "a"), ReasoningDelta("k", 0, 0, "r"), Finish("k", 0, "stop"),
+        SkippedFrame("junk", "x"), usage,
+    ]
+    timeouts = Timeouts(stall=5.0, finish_grace=2.0, first_token=9.0)
+    for _ in range(300):
+        fast, slow = Progress(timeouts), Progress(timeouts)
+        fast.start(0.0)
+        slow.start(0.0)
+        now = 0.0
+        for _ in range(rng.randint(1, 6)):
+            events = [rng.choice(kinds) for _ in range(rng.choice([0, 1, 2, 3, 4, 5, 9, 30]))]
+            now += rng.choice([0.5, 3.0, 6.0])
+            done = rng.random() < 0.5
+            complete = (lambda: True) if done else (lambda: False)
+            got = fast.read(events, now, complete)
+            # The same events in reads of at most three at the same time, each counted one
+            # event at a time: the reference (``complete`` does not change within a read).
+            pieces = [events[i:i + 3] for i in range(0, len(events), 3)] or [[]]
+            for piece in pieces:
+                assert len(piece) < 4
+                want = slow.read(piece, now, complete)
+            assert got == want
+            assert fast.content_events == slow.content_events
+            assert (fast.first_token, fast.last_token, fast.linger_until) == (
+                slow.first_token, slow.last_token, slow.linger_until)

@@ -324,6 +324,28 @@ def test_a_stream_that_ended_well_is_not_recovered(state: DropState, action: str
     assert recovery(resume=LEI).after_drop(state, T0).action == action
 
 
+def test_bytes_ending_cleanly_with_every_choice_finished_always_end_the_stream() -> None:
+    """The reader ends such a stream at once, without describing the drop and asking
+    (``StreamReader._bytes_ended``: the usual end of a format without an end marker, as
+    Gemini's): the decision must be ``end`` whatever else the stream knows or has left:
+    content or not, ids, resumes, a cap spent, a stored response, fallbacks, attempts."""
+    from itertools import product
+
+    from fluxstream._core.recovery import Failure
+
+    flags = product([False, True], repeat=6)
+    for saw, ids, continuable, stored, fallback, spent in flags:
+        state = drop(clean=True, complete=True, saw_content=saw, has_event_id=ids,
+                     reconnection_time=5 if ids else None, continuable=continuable,
+                     stored_response=stored, response_id="r" if stored else None,
+                     length_left=0 if spent else None)
+        for attempts, resumes in ((1, 0), (3, 0), (1, 5), (9, 9)):
+            rec = recovery(resume=LEI, attempts=attempts)
+            rec.resumes = resumes
+            failure = Failure("drop", state, fallback=fallback)
+            assert rec.decide(failure, T0 + 1e6).action == "end", (state, fallback, attempts)
+
+
 @pytest.mark.parametrize(
     "ask",
     [

@@ -83,3 +83,24 @@ def test_a_head_over_the_limit_is_still_refused_when_it_comes_in_pieces() -> Non
     reads = [big[i : i + 4096] for i in range(0, len(big), 4096)]
     with pytest.raises(Exception, match="larger than 100 KiB"):
         asyncio.run(_read_response(reads))
+
+
+def test_the_head_end_is_found_as_the_general_search_finds_it() -> None:
+    """The usual head (whole in one read, CRLF lines) is found by one search: at the same
+    place as both blank lines searched for across the reads, for every mix of CR, LF and
+    other bytes, any tail of earlier reads, and ends near the size limit."""
+    import random
+
+    from fluxstream._io.aiohttp_private import head_end, head_end_searched
+
+    rng = random.Random(40)
+    pieces = [b"\r", b"\n", b"\r\n", b"a", b"\r\n\r\n", b"\n\n", b"HTTP/1.1 200 OK"]
+    tails = [b"", b"\r", b"\n", b"\r\n", b"\r\n\r", b"a\r\n", b"a\n", b"ab"]
+    cases = [HEAD + BODY, LF_HEAD + BODY, HEAD, b"", b"a" * HEAD_LIMIT + b"\r\n\r\n",
+             b"a" * (HEAD_LIMIT - 4) + b"\r\n\r\n", b"a" * (HEAD_LIMIT - 3) + b"\r\n\r\n",
+             b"a\n\nb\r\n\r\n", b"a\r\n\r\nb\n\n", b"a\r\n\n", b"\n\r\n\r\n"]
+    cases += [b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 12)))
+              for _ in range(3000)]
+    for data in cases:
+        for seen in tails:
+            assert head_end(seen, data) == head_end_searched(seen, data), (seen, data[:80])
