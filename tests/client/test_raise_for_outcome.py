@@ -206,7 +206,10 @@ async def test_cancelled_raises_but_leaving_early_does_not(upstream: ServerThrea
     """A ``break`` never reaches the end of iteration; a stream cancelled under the loop
     (``stream.cancel()``, a Stop button in another task) ends it, with an error to catch."""
     async with client(upstream, transport, raise_for_outcome=True) as flux:
-        async with flux.chat.stream(model="m", messages=MESSAGES) as stream:
+        # The upstream stalls after its first events: a loaded machine that coalesces the
+        # server's writes must not hand over the whole reply (then rightly ``done``) in the
+        # read the ``break`` follows.
+        async with flux.chat.stream(model="m", messages=MESSAGES, extra_headers=SLOW) as stream:
             async for _ in stream:
                 break
         assert stream.reply.outcome is fluxstream.Outcome.CANCELLED
