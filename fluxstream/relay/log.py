@@ -292,7 +292,7 @@ class ReplyLog(ABC):
                     # own (compared as numbers once per entry, not as positions per event).
                     # The items are the entry's own, shared with every other follower.
                     if number > position.entry:
-                        for item in getattr(entry, "_memo", None) or relayed(entry):
+                        for item in relayed(entry):
                             yield item
                     elif number == position.entry:
                         if position.index >= len(entry.events):
