@@ -17,8 +17,17 @@ imports, and reports the difference per delta followed (what one more delta cost
 fixed cost gone). Read it against ``bench_wake_floor.py --instructions``, which counts its
 floor the same way::
 
-    python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 100 --instructions
-    python benchmarks/bench_wake_floor.py --streams 100 --instructions
+    python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 20 --instructions --pairs 3
+    python benchmarks/bench_wake_floor.py --streams 100 --count-frames 20 --instructions --pairs 3
+
+The count child waits until every follower waits at the head before it counts (a count must
+not move with how far the followers got in a fixed sleep under valgrind), and says on stderr
+when followers read their reply's state or an ``XRANGE`` while counted (a poll that timed
+out, a follower behind the tailer's cache): such a run's count moved with timing.
+
+``--log memory`` follows a :class:`~fluxstream.relay.MemoryReplyLog` instead (no Redis, no
+writer process: the entries are appended in this process, always in lockstep, and its CPU
+includes the appends), timed or with ``--instructions``.
 """
 
 from __future__ import annotations

@@ -12,26 +12,27 @@ from __future__ import annotations
 import asyncio
 import math
 
-__all__ = ["SLOT", "Deadlines"]
+__all__ = ["SLOT", "Deadlines", "of_loop"]
 
 #: Granularity (seconds) of the waits' ends.
 SLOT = 0.05
 
 
 class Deadlines:
-    """Futures settled ``False`` when their time is up (rounded up to :data:`SLOT`); a
-    future settled otherwise before then is left as it is."""
+    """Futures of ``loop`` settled ``False`` when their time is up (rounded up to
+    :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
+    loop: the slots are the loop's own, settled by its own timers."""
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_slots", "loop")
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         #: Per slot: the futures whose wait ends then.
         self._slots: dict[int, list[asyncio.Future[bool]]] = {}
 
-    def add(
-        self, loop: asyncio.AbstractEventLoop, wait: float, future: asyncio.Future[bool]
-    ) -> None:
+    def add(self, wait: float, future: asyncio.Future[bool]) -> None:
         """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
+        loop = self.loop
         slot = math.ceil((loop.time() + wait) / SLOT)
         expiring = self._slots.get(slot)
         if expiring is None:
@@ -47,3 +48,11 @@ class Deadlines:
         for future in self._slots.pop(slot, ()):
             if not future.done():
                 future.set_result(False)
+
+
+def of_loop(deadlines: Deadlines | None, loop: asyncio.AbstractEventLoop) -> Deadlines:
+    """``deadlines`` if they are ``loop``'s, else new ones of ``loop`` (a log may serve one
+    event loop after another: each keeps its own slots and timers)."""
+    if deadlines is None or deadlines.loop is not loop:
+        return Deadlines(loop)
+    return deadlines

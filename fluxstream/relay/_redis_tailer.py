@@ -20,7 +20,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from . import _redis_connection
-from ._deadlines import Deadlines
+from ._deadlines import Deadlines, of_loop
 from ._redis_connection import (
     Arg,
     borrow,
@@ -104,8 +104,9 @@ class Tailer:
         self._linger: dict[str, float] = {}
         #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
         self._cache: dict[str, tuple[int, list[Any]]] = {}
-        #: When the waits end (one timer per slot of time, not one per follower).
-        self._deadlines = Deadlines()
+        #: When the waits end (one timer per slot of time, not one per follower); made on
+        #: the loop of the first wait (a log's Redis connections serve one loop).
+        self._deadlines: Deadlines | None = None
         #: Stream names as RESP bulk strings (an ``XREAD`` names every watched stream).
         self._names: dict[str, bytes] = {}
         #: The ``XREAD`` of the watched streams, kept between reads and changed where it
@@ -203,7 +204,8 @@ class Tailer:
                 if self._written is not None:
                     self._written.poke()
         waiters.append(future)
-        self._deadlines.add(loop, wait, future)
+        deadlines = self._deadlines = of_loop(self._deadlines, loop)
+        deadlines.add(wait, future)
         if self._closed:  # no new read: the follower's own read reports the closed log
             future.set_result(False)
         elif self._task is None or self._task.done():

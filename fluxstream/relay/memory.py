@@ -23,7 +23,7 @@ import sniffio
 
 from .._events import Event
 from ..errors import RelayKeyError, RelayLeaseLostError, show_key
-from ._deadlines import Deadlines
+from ._deadlines import Deadlines, of_loop
 from .codec import Entry
 from .log import LogState, ReplyLog
 
@@ -76,7 +76,8 @@ class MemoryReplyLog(ReplyLog):
         self.ttl = ttl
         self.max_replies = max_replies
         self._replies: dict[str, _Reply] = {}
-        self._deadlines = Deadlines()
+        #: Followers' time-outs on asyncio, for the loop they run on (see :class:`_ReplyTail`).
+        self._deadlines: Deadlines | None = None
 
     def __repr__(self) -> str:
         return f"<MemoryReplyLog replies={len(self._replies)}>"
@@ -280,7 +281,8 @@ class _ReplyTail:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[bool] = loop.create_future()
         reply.waiting.append(future)
-        self._log._deadlines.add(loop, wait, future)
+        deadlines = self._log._deadlines = of_loop(self._log._deadlines, loop)
+        deadlines.add(wait, future)
         return future
 
     def unwait(self, waiter: Any) -> None:

@@ -131,7 +131,8 @@ async def test_a_memory_wait_cancelled_or_timed_out_leaves_the_others_waiting() 
             entry = Entry(1, (TextDelta("k", 0, 0, "a"),))
             await log._append("k", owner, entry, token=None, final=False)
     assert woken == [entry.events[0]]
-    assert reply.waiting == [] and not log._deadlines.pending()
+    assert reply.waiting == [] and log._deadlines is not None
+    assert not log._deadlines.pending()
 
 
 @pytest.mark.trio_only
@@ -152,3 +153,31 @@ async def test_the_memory_log_on_trio_has_no_tail(anyio_backend: str) -> None:
             end = Entry(2, (End(Outcome.DONE, None),), end_record(Outcome.DONE, None, None, None))
             await log._append("k", owner, end, token=None, final=True)
     assert got == [("1-0", entry.events[0]), ("2-0", end.events[0])]
+
+
+def test_a_memory_log_on_one_loop_after_another_times_its_waits_out_on_each() -> None:
+    """The waits' time-outs are timers of the loop that waits: a log that served one event
+    loop and then another (each ``asyncio.run``) times out the second one's waits too, with
+    slots of its own."""
+    import asyncio
+
+    log = MemoryReplyLog()
+    loops: list[Any] = []
+
+    async def wait_once() -> bool:
+        if "k" not in log._replies:
+            await log._create("k", log._new_owner(), {})
+        tail = log._tail("k")
+        assert tail is not None
+        waiter = tail.next(0, 0.01)
+        assert isinstance(waiter, asyncio.Future)
+        woken = await asyncio.wait_for(waiter, 10)
+        tail.unwait(waiter)
+        assert log._deadlines is not None
+        loops.append(log._deadlines.loop)
+        return bool(woken)
+
+    assert asyncio.run(wait_once()) is False
+    assert asyncio.run(wait_once()) is False
+    assert loops[0] is not loops[1]
+    assert log._replies["k"].waiting == []
