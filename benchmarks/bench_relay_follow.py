@@ -364,7 +364,10 @@ def _instructions(args: argparse.Namespace, entries: int) -> int:
         *(["--stagger"] if args.stagger else []), "--log", args.log,
     ]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if not line.startswith(("==", "--"))]
+        raise RuntimeError(f"the counted run failed ({done.returncode}):\n" + "\n".join(lines[-30:]))
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not result["exact"]:
         raise RuntimeError("a follower did not get every delta exactly once")
