@@ -9,6 +9,25 @@ time per delta followed, per entry and in all. Measure before and after a change
 copy of this script and ``PYTHONPATH`` pointing at each checkout, rounds interleaved.
 
     python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 200 --rate 50
+
+``--instructions`` counts instead of timing, for a loaded machine: it runs this script under
+``valgrind --tool=cachegrind`` (the follower process only: Redis and the writer are not
+counted) in ``--lockstep`` at ``--entries`` N and 3N, with the collector frozen after the
+imports, and reports the difference per delta followed (what one more delta costs, every
+fixed cost gone). Read it against ``bench_wake_floor.py --instructions``, which counts its
+floor the same way::
+
+    python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 20 --instructions --pairs 3
+    python benchmarks/bench_wake_floor.py --streams 100 --count-frames 20 --instructions --pairs 3
+
+The count child waits until every follower waits at the head before it counts (a count must
+not move with how far the followers got in a fixed sleep under valgrind), and says on stderr
+when followers read their reply's state or an ``XRANGE`` while counted (a poll that timed
+out, a follower behind the tailer's cache): such a run's count moved with timing.
+
+``--log memory`` follows a :class:`~fluxstream.relay.MemoryReplyLog` instead (no Redis, no
+writer process: the entries are appended in this process, always in lockstep, and its CPU
+includes the appends), timed or with ``--instructions``.
 """
 
 from __future__ import annotations
@@ -16,10 +35,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import json
 import os
+import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -209,7 +231,28 @@ async def follow_all(
     tasks = [
         asyncio.ensure_future(follower(key)) for key in keys for _ in range(args.followers)
     ]
+    reads = {"state": 0, "range": 0}
+    counted_state, counted_range = log._state, log._range
+
+    async def state(key: str) -> Any:
+        reads["state"] += 1
+        return await counted_state(key)
+
+    async def range_(stream: str, after: int) -> Any:
+        reads["range"] += 1
+        return await counted_range(stream, after)
+
+    log._state, log._range = state, range_  # type: ignore[method-assign]
     await asyncio.sleep(0.5)  # every follower waiting at the head
+    waiters = log._tailer._waiters
+    for _ in range(600):  # under valgrind 0.5 s is not enough: a count must not vary by it
+        if sum(map(len, waiters.values())) >= len(tasks):
+            break
+        await asyncio.sleep(0.1)
+    reads["state"] = reads["range"] = 0
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
     profiler = cProfile.Profile(time.process_time) if args.profile else None
     redis_cpu = cpu_of(redis_pid)
     cpu = time.process_time()
@@ -235,9 +278,122 @@ async def follow_all(
         "cpu_us_per_entry_followed": round(
             cpu / (args.streams * args.followers * args.entries) * 1e6, 2
         ),
+        # Round trips of followers beyond the tailer's reads: a poll that timed out (a
+        # follower then reads its reply's state) or a follower that fell behind the cache.
+        "state_reads": reads["state"], "range_reads": reads["range"],
         "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
         "cpu_share": round(cpu / wall, 3), "redis_cpu_share": round(redis_cpu / wall, 3),
         "load_average": os.getloadavg(),
+    }
+
+
+async def follow_memory(args: argparse.Namespace, keys: list[str]) -> dict[str, Any]:
+    """``--log memory``: the same followers of a :class:`~fluxstream.relay.MemoryReplyLog`,
+    its entries appended in this process (``--lockstep`` always: each entry once every
+    follower has the one before). The CPU includes the appends (a small part)."""
+    from fluxstream._events import End, Outcome, TextDelta
+    from fluxstream.relay import MemoryReplyLog
+    from fluxstream.relay.codec import Entry, end_record
+
+    log = MemoryReplyLog(lease=600.0)
+    owner = "bench"
+    for key in keys:
+        await log._create(key, owner, {})
+    counts: list[int] = []
+    per_tick = args.streams * args.followers * args.per_entry
+    ticked = [0]
+    tick = asyncio.Event()
+
+    async def follower(key: str) -> None:
+        count = 0
+        async for item in log.follow(key):
+            if isinstance(item.event, TextDelta):
+                count += 1
+                ticked[0] += 1
+                if ticked[0] == per_tick:
+                    ticked[0] = 0
+                    tick.set()
+        counts.append(count)
+
+    tasks = [
+        asyncio.ensure_future(follower(key)) for key in keys for _ in range(args.followers)
+    ]
+    for _ in range(100):
+        await asyncio.sleep(0)  # every follower waiting at the head
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
+    text = "tok "
+    cpu = time.process_time()
+    wall = time.monotonic()
+    for n in range(1, args.entries + 1):
+        offset = (n - 1) * args.per_entry * len(text)
+        entry = Entry(n, tuple(
+            TextDelta("text", 0, offset + i * len(text), text) for i in range(args.per_entry)
+        ))
+        tick.clear()
+        for key in keys:
+            await log._append(key, owner, entry, token=None, final=False)
+        await asyncio.wait_for(tick.wait(), 600)
+    end = Entry(args.entries + 1, (End(Outcome.DONE, None),), end_record(
+        Outcome.DONE, None, None, None
+    ))
+    for key in keys:
+        await log._append(key, owner, end, token=None, final=True)
+    await asyncio.wait_for(asyncio.gather(*tasks), 600)
+    cpu = time.process_time() - cpu
+    wall = time.monotonic() - wall
+    followed = args.streams * args.followers * args.entries * args.per_entry
+    exact = all(c == args.entries * args.per_entry for c in counts) and len(counts) == len(tasks)
+    return {
+        "log": "memory", "streams": args.streams, "followers": args.followers,
+        "entries": args.entries, "per_entry": args.per_entry, "exact": exact,
+        "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
+        "state_reads": 0, "range_reads": 0,
+        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2), "load_average": os.getloadavg(),
+    }
+
+
+def _instructions(args: argparse.Namespace, entries: int) -> int:
+    """Instructions of this script's follower process, ``--lockstep``, ``entries`` entries."""
+    cmd = [
+        "valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+        sys.executable, __file__, "--lockstep", "--gc-freeze", "--streams", str(args.streams),
+        "--followers", str(args.followers), "--entries", str(entries),
+        "--per-entry", str(args.per_entry), *(["--sse"] if args.sse else []),
+        *(["--stagger"] if args.stagger else []), "--log", args.log,
+    ]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if not line.startswith(("==", "--"))]
+        raise RuntimeError(f"the counted run failed ({done.returncode}):\n" + "\n".join(lines[-30:]))
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not result["exact"]:
+        raise RuntimeError("a follower did not get every delta exactly once")
+    if result["state_reads"] or result["range_reads"]:  # a count that timing moved
+        print(f"warning: {entries} entries: {result['state_reads']} state reads, "
+              f"{result['range_reads']} range reads", file=sys.stderr)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    assert found, done.stderr[-2000:]
+    return int(found.group(1).replace(",", ""))
+
+
+def count_instructions(args: argparse.Namespace) -> dict[str, Any]:
+    """Instructions per delta followed: (count at 3N entries - count at N) / the deltas
+    followed in between (median of ``--pairs``)."""
+    low_n, high_n = args.entries, 3 * args.entries
+    deltas = args.streams * args.followers * (high_n - low_n) * args.per_entry
+    each = [
+        (_instructions(args, high_n) - _instructions(args, low_n)) / deltas
+        for _ in range(args.pairs)
+    ]
+    return {
+        "log": args.log, "streams": args.streams, "followers": args.followers,
+        "entries": [low_n, high_n],
+        "per_entry": args.per_entry, "sse": args.sse, "stagger": args.stagger,
+        "instructions_per_delta_followed": round(statistics.median(each)),
+        "each": [round(x) for x in each], "load_average": os.getloadavg(),
     }
 
 
@@ -259,6 +415,16 @@ def main() -> None:
         help="with --lockstep: one reply's entry at a time (one stream found per read)",
     )
     parser.add_argument("--profile", help="file for cProfile statistics (CPU time)")
+    parser.add_argument(
+        "--instructions", action="store_true",
+        help="count instructions per delta followed (cachegrind, --lockstep, N and 3N entries)",
+    )
+    parser.add_argument("--pairs", type=int, default=1, help="with --instructions: N/3N pairs")
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before following")
+    parser.add_argument(
+        "--log", choices=["redis", "memory"], default="redis",
+        help="memory: a MemoryReplyLog, appended in this process, in lockstep",
+    )
     parser.add_argument("--role", default="bench")
     parser.add_argument("--redis")
     parser.add_argument("--keys")
@@ -269,10 +435,16 @@ def main() -> None:
             args.lockstep, args.stagger,
         )
         return
+    if args.instructions:
+        print(json.dumps(count_instructions(args)))
+        return
+    keys = [f"follow-{i}" for i in range(args.streams)]
+    if args.log == "memory":
+        print(json.dumps(asyncio.run(follow_memory(args, keys))))
+        return
     port = free_port()
     redis_process = start_redis(port)
     url = f"redis://127.0.0.1:{port}/0"
-    keys = [f"follow-{i}" for i in range(args.streams)]
     try:
         writer_process = start_writer(args, url, keys)
         try:

@@ -12,14 +12,15 @@ import asyncio
 import bisect
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from redis.exceptions import ResponseError
 
 from . import _redis_connection
+from ._deadlines import Deadlines, of_loop
 from ._redis_connection import (
     Arg,
     borrow,
@@ -32,7 +33,7 @@ from ._redis_connection import (
 from ._redis_pipeliner import Pipeliner
 from ._redis_written_channel import WrittenNames
 
-__all__ = ["Tailer"]
+__all__ = ["StreamTail", "Tailer"]
 
 logger = logging.getLogger("fluxstream.relay")
 
@@ -59,8 +60,6 @@ _LINGER = 2.0
 #: Decoded entries the tailer keeps per watched stream (followers a little behind read them
 #: without a round trip; one further behind reads Redis).
 _CACHE = 32
-#: Granularity (seconds) of the followers' poll timeouts (see :meth:`Tailer.wait`).
-_SLOT = 0.05
 #: Seconds between two looks for streams whose linger ended (a look goes over every
 #: watched stream: once per read, it cost more than the read at a hundred streams).
 _SWEEP = 0.1
@@ -105,8 +104,9 @@ class Tailer:
         self._linger: dict[str, float] = {}
         #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
         self._cache: dict[str, tuple[int, list[Any]]] = {}
-        #: Per slot of :data:`_SLOT` seconds: the waits that end then.
-        self._deadlines: dict[int, list[asyncio.Future[bool]]] = {}
+        #: When the waits end (one timer per slot of time, not one per follower); made on
+        #: the loop of the first wait (a log's Redis connections serve one loop).
+        self._deadlines: Deadlines | None = None
         #: Stream names as RESP bulk strings (an ``XREAD`` names every watched stream).
         self._names: dict[str, bytes] = {}
         #: The ``XREAD`` of the watched streams, kept between reads and changed where it
@@ -154,9 +154,44 @@ class Tailer:
 
     async def wait(self, stream: str, after: int, wait: float) -> None:
         """Return when an entry above ``after`` is known, or after ``wait`` seconds."""
+        future = self.waiter(stream, after, wait)
+        if future is None:
+            return
+        try:
+            if await future:
+                return  # woken by _wake, which took the stream's waiters: nothing to undo
+        except BaseException:
+            self._unwait(stream, future)
+            raise
+        self._unwait(stream, future)
+
+    def next(
+        self, stream: str, after: int, wait: float
+    ) -> list[Any] | asyncio.Future[bool] | None:
+        """A follower's next step without a coroutine of its own (one per delta): the
+        entries above ``after`` when they are cached, else a :meth:`waiter` when the
+        follower is :meth:`caught_up` (a read now would find nothing), else ``None`` (read
+        Redis)."""
+        entries = self.cached(stream, after)
+        if entries is not None:
+            return entries
+        latest = self._latest.get(stream)
+        task = self._task
+        if (  # what caught_up checks, inline: this runs once per delta and follower
+            latest is None or latest > after or task is None or task.done()
+            or (stream not in self._waiters and stream not in self._linger)
+        ):
+            return None
+        return self.waiter(stream, after, wait)
+
+    def waiter(self, stream: str, after: int, wait: float) -> asyncio.Future[bool] | None:
+        """A future settled when an entry above ``after`` is known (``True``: woken, the
+        waiter taken off) or after ``wait`` seconds (``False``); ``None`` if one is known
+        already. A future that ends otherwise than woken (its time, a cancel) must be given
+        to :meth:`_unwait`."""
         latest = self._latest.get(stream)
         if latest is not None and latest > after:
-            return
+            return None
         if latest != after:
             self._set_latest(stream, after)
         loop = asyncio.get_running_loop()
@@ -169,28 +204,15 @@ class Tailer:
                 if self._written is not None:
                     self._written.poke()
         waiters.append(future)
-        # Settled after ``wait`` seconds, rounded up to _SLOT: one timer per slot, not one
-        # per waiting follower (a thousand followers kept a thousand timers in the loop's
-        # heap, re-sorted at every wake-up).
-        slot = math.ceil((loop.time() + wait) / _SLOT)
-        expiring = self._deadlines.get(slot)
-        if expiring is None:
-            expiring = self._deadlines[slot] = []
-            loop.call_at(slot * _SLOT, self._expire, slot)
-        expiring.append(future)
+        deadlines = self._deadlines = of_loop(self._deadlines, loop)
+        deadlines.add(wait, future)
         if self._closed:  # no new read: the follower's own read reports the closed log
             future.set_result(False)
         elif self._task is None or self._task.done():
             self._task = loop.create_task(self._run())
         elif self._blocked_on and stream not in self._blocked_on:
             self._interrupt()  # a read is out without this stream: cut it short
-        try:
-            if await future:
-                return  # woken by _wake, which took the stream's waiters: nothing to undo
-        except BaseException:
-            self._unwait(stream, future)
-            raise
-        self._unwait(stream, future)
+        return future
 
     def _unwait(self, stream: str, future: asyncio.Future[bool]) -> None:
         """A wait that ended without a wake-up (its time, the log closed, a cancel): this
@@ -202,11 +224,6 @@ class Tailer:
             if not waiters:
                 del self._waiters[stream]
                 self._linger[stream] = time.monotonic() + _LINGER
-
-    def _expire(self, slot: int) -> None:
-        for future in self._deadlines.pop(slot, ()):
-            if not future.done():
-                future.set_result(False)
 
     def _wake(self, stream: str) -> None:
         """Wake every follower waiting on ``stream`` (``True``: the waiter was taken off)."""
@@ -436,6 +453,22 @@ class Tailer:
             self._task = None
         # A read may still be out on the connection: close it rather than reuse it.
         await self._drop_connection(broken=True)
+
+
+class StreamTail:
+    """One followed stream as the tailer knows it: a follower's
+    :class:`~fluxstream.relay.log.Tail` (what ``RedisReplyLog._read`` does, without its
+    coroutine, when the entries are cached or the follower is caught up). Its methods are
+    the tailer's, the stream bound (``partial``: no call of its own per delta)."""
+
+    __slots__ = ("known", "next", "unwait")
+
+    def __init__(self, tailer: Tailer, stream: str) -> None:
+        self.known: Callable[[int], list[Any] | None] = partial(tailer.cached, stream)
+        self.next: Callable[[int, float], list[Any] | asyncio.Future[bool] | None] = (
+            partial(tailer.next, stream)
+        )
+        self.unwait: Callable[[Any], None] = partial(tailer._unwait, stream)
 
 
 def _number(entry: Any) -> int:

@@ -19,9 +19,9 @@ import logging
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -57,6 +57,25 @@ class LogState:
     #: A stop was asked (:meth:`ReplyLog.cancel`): a reply with no live producer then ends
     #: ``cancelled``, and nobody takes it over.
     cancelled: bool = False
+
+
+class Tail(Protocol):
+    """A backend's view of one reply's newest entries that a follower reads and waits on
+    without a round trip or a coroutine of its own (see :meth:`ReplyLog._tail`): once woken,
+    a follower takes every entry known at once and yields them without awaiting per item.
+    What :meth:`ReplyLog._read` would give, only cheaper; ``None`` from either callable
+    sends the follower to :meth:`ReplyLog._read`."""
+
+    def known(self, after: int) -> list[Entry] | None:
+        """The entries above ``after`` if they are known without I/O (at least one)."""
+
+    def next(self, after: int, wait: float) -> list[Entry] | Awaitable[bool] | None:
+        """What :meth:`known` gives, or else something to await until an entry above
+        ``after`` is known (``True``) or ``wait`` seconds passed (``False``), or ``None``:
+        the follower must read."""
+
+    def unwait(self, waiter: Any) -> None:
+        """``waiter`` ended without being woken (its time, a cancel): forget it."""
 
 
 class ReplyLog(ABC):
@@ -128,6 +147,11 @@ class ReplyLog(ABC):
     @abstractmethod
     async def _read(self, key: str, after: int, wait: float) -> list[Entry]:
         """Entries numbered above ``after``, waiting up to ``wait`` seconds for one."""
+
+    def _tail(self, key: str) -> Tail | None:
+        """The :class:`Tail` of ``key`` for the running event loop, if the backend has one
+        (``None``: a follower reads with :meth:`_read` alone)."""
+        return None
 
     @abstractmethod
     async def _state(self, key: str) -> LogState:
@@ -238,9 +262,30 @@ class ReplyLog(ABC):
         cursor = max(0, position.entry - 1)
         took_over: Callable[[], None] | None = None
         finished = False
+        tail = self._tail(key)
         try:
             while True:
-                entries = await self._read(key, cursor, poll)
+                # Everything already known at once, with one wait when nothing is: a
+                # follower's wake-up costs one future, not a read coroutine per delta.
+                step = tail.next(cursor, poll) if tail is not None else None
+                if step is None or isinstance(step, list):
+                    entries = step
+                else:
+                    assert tail is not None
+                    try:
+                        woken = await step
+                    except BaseException:
+                        tail.unwait(step)
+                        raise
+                    if woken:
+                        entries = tail.known(cursor)
+                    else:
+                        tail.unwait(step)
+                        entries = None
+                    if entries is None:
+                        entries = await self._read(key, cursor, 0)
+                if entries is None:
+                    entries = await self._read(key, cursor, poll)
                 for entry in entries:
                     number = entry.number
                     # The events after ``position``: all of a later entry, the rest of its

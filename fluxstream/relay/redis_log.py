@@ -78,7 +78,7 @@ from ._redis_scripts import (
     STATE,
     ScriptCalls,
 )
-from ._redis_tailer import Tailer
+from ._redis_tailer import StreamTail, Tailer
 from ._redis_writes import WRITES, WriteChannel, WriteCommands
 from ._redis_written_channel import WrittenNames
 from .codec import Entry, decode_entry, encode_entry
@@ -401,6 +401,9 @@ class RedisReplyLog(ReplyLog):
         await tailer.wait(stream, after, wait)
         entries = tailer.cached(stream, after)
         return entries if entries is not None else await self._range(stream, after)
+
+    def _tail(self, key: str) -> StreamTail:
+        return StreamTail(self._tailer, self.keys(key)["stream"])
 
     async def _range(self, stream: str, after: int) -> list[Entry]:
         """Entries after ``after``; followers of one reply woken together (same position)

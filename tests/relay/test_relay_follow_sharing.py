@@ -27,7 +27,17 @@ from fluxstream._events import (
     ToolCallDelta,
 )
 from fluxstream.relay import Position, RelayEvent, to_sse
-from fluxstream.relay.codec import decode_entry, encode_entry, end_record, relayed, sse_event
+from fluxstream.relay.codec import (
+    Entry,
+    _entry,
+    _position,
+    _relay_event,
+    decode_entry,
+    encode_entry,
+    end_record,
+    relayed,
+    sse_event,
+)
 
 
 class _Reference(BaseModel):
@@ -136,6 +146,33 @@ def test_followed_items_are_made_once_per_entry_and_equal_to_one_built_per_follo
     assert relayed(entry) is first
     assert first == tuple(RelayEvent(Position(4, i), e) for i, e in enumerate(items))
     assert entry == decode_entry(4, encode_entry(items))  # the cache is not part of equality
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(events, min_size=0, max_size=4), st.integers(0, 10**12))
+def test_values_built_field_by_field_are_the_constructors(items: list[Any], number: int) -> None:
+    """The entries the fast decoding builds and the followed items ``relayed`` builds skip
+    their frozen dataclasses' ``__init__``: equal, alike in ``repr``, hash and order, each
+    field the one given, and later cached values still kept off equality."""
+    events = tuple(items)
+    built, general = _entry(number, events), Entry(number, events)
+    assert built == general and repr(built) == repr(general)
+    assert (built.number, built.events, built.end, built.token) == (number, events, None, None)
+    for index, event in enumerate(events):
+        position, general_position = _position(number, index), Position(number, index)
+        assert position == general_position and repr(position) == repr(general_position)
+        assert hash(position) == hash(general_position) and vars(position) == vars(
+            general_position
+        )
+        assert position < Position(number, index + 1) and not position < general_position
+        item = _relay_event(position, event)
+        assert item == RelayEvent(general_position, event)
+        assert repr(item) == repr(RelayEvent(general_position, event))
+        assert item.id == f"{number}-{index}"
+    assert relayed(built) == tuple(
+        RelayEvent(Position(number, i), e) for i, e in enumerate(events)
+    )
+    assert built == general  # the cached items are not part of equality
 
 
 _EVENT: TypeAdapter[Event] = TypeAdapter(Event)
@@ -315,8 +352,8 @@ async def test_a_waiter_cancelled_or_timed_out_leaves_the_others_of_its_stream_w
                 entry = Entry(1, (TextDelta("k", 0, 0, "a"),))
                 await writer._append("k", owner, entry, token=None, final=False)
         assert [[e.number for e in entries] for entries in woken] == [[], [1]]
-        assert stream not in tailer._waiters and not any(
-            not future.done() for futures in tailer._deadlines.values() for future in futures
+        assert stream not in tailer._waiters and (
+            tailer._deadlines is None or not tailer._deadlines.pending()
         )
     finally:
         await log.aclose()

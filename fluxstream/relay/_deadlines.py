@@ -1,0 +1,58 @@
+"""Time-outs of many waiting followers on asyncio, one timer per slot of time.
+
+A follower waits for the next entry at most a poll's time (it then looks whether the
+producer is still alive). A timer per wait kept a thousand timers in the loop's heap for a
+thousand followers, re-sorted at every wake-up, and an anyio cancel scope per wait cost
+about half of a follower's CPU per delta: here a wait's end is rounded up to a slot of
+:data:`SLOT` seconds, and one timer settles every wait that ends in it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+__all__ = ["SLOT", "Deadlines", "of_loop"]
+
+#: Granularity (seconds) of the waits' ends.
+SLOT = 0.05
+
+
+class Deadlines:
+    """Futures of ``loop`` settled ``False`` when their time is up (rounded up to
+    :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
+    loop: the slots are the loop's own, settled by its own timers."""
+
+    __slots__ = ("_slots", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        #: Per slot: the futures whose wait ends then.
+        self._slots: dict[int, list[asyncio.Future[bool]]] = {}
+
+    def add(self, wait: float, future: asyncio.Future[bool]) -> None:
+        """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
+        loop = self.loop
+        slot = math.ceil((loop.time() + wait) / SLOT)
+        expiring = self._slots.get(slot)
+        if expiring is None:
+            expiring = self._slots[slot] = []
+            loop.call_at(slot * SLOT, self._expire, slot)
+        expiring.append(future)
+
+    def pending(self) -> list[asyncio.Future[bool]]:
+        """The futures not settled yet (for tests: none may be left behind)."""
+        return [f for futures in self._slots.values() for f in futures if not f.done()]
+
+    def _expire(self, slot: int) -> None:
+        for future in self._slots.pop(slot, ()):
+            if not future.done():
+                future.set_result(False)
+
+
+def of_loop(deadlines: Deadlines | None, loop: asyncio.AbstractEventLoop) -> Deadlines:
+    """``deadlines`` if they are ``loop``'s, else new ones of ``loop`` (a log may serve one
+    event loop after another: each keeps its own slots and timers)."""
+    if deadlines is None or deadlines.loop is not loop:
+        return Deadlines(loop)
+    return deadlines
