@@ -199,6 +199,8 @@ async def test_resume_token_resumes_on_the_upstream_that_was_serving(
         to_fallback = len(fallback.records.requests)
         async with fluxstream.AsyncClient(
             primary.base_url, api_key="k", fallbacks=fallbacks,
+            # a loaded machine may send the sentinel after the default 2 s grace (``finished``)
+            timeouts=fluxstream.Timeouts(finish_grace=30),
         ) as other:
             resumed = other.chat.resume(token)
             async with resumed:

@@ -136,11 +136,12 @@ async def test_cancel_from_another_task_ends_a_waiting_read(server: Any) -> None
                 stream.cancel()
 
             tg.start_soon(cancel_soon)
-            with anyio.fail_after(2):
+            with anyio.fail_after(10):  # a bound, not a measure: the check is below
                 async for _ in stream:
                     pass
         closed_at = time.monotonic()
-        record = await server.records.wait_disconnect(timeout=1.0, completed=False)
+        # Waits for the event; the bound only keeps a broken close from hanging the test.
+        record = await server.records.wait_disconnect(timeout=10.0, completed=False)
     assert stream.outcome == "cancelled"
     assert record.time - closed_at < 0.2
 
