@@ -37,7 +37,7 @@ from ..errors import APITimeoutError, FluxstreamError, ResumeMismatchError, Stre
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
 from .failover import Route, continue_here, hand_off, moves_on, start_on
-from .hedge import FirstConnect
+from .hedge import FirstConnect, RaceReads
 from .reconnect import TOKEN_REASON, reconnect
 from .stream_end import StreamEnd
 
@@ -147,13 +147,22 @@ class StreamReader(StreamEnd):
         the read calls for more than that (an error event, a resume that did not continue,
         a deadline passed, a retry), the coroutine that acts on it, for the caller to await.
         Synchronous in the common case, so the hot path awaits only the transport's read."""
-        parser = self._parser
         try:
-            events = parser.feed(data)
-        except ResumeMismatchError as exc:
+            events = self._parser.feed(data)
+        except FluxstreamError as exc:
+            return self._unparsed(exc)
+        return self.parsed(events)
+
+    def _unparsed(self, exc: FluxstreamError) -> Coroutine[Any, Any, list[Event]]:
+        """What a read that the parser raised ``exc`` for calls for."""
+        if isinstance(exc, ResumeMismatchError):
             return self._resume_rejected(exc)
-        except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
-            return self.fail_with(StreamFailedError, exc, str(exc))
+        # an event over max_event_bytes; a strict-mode frame
+        return self.fail_with(StreamFailedError, exc, str(exc))
+
+    def parsed(self, events: list[Event]) -> list[Event] | Coroutine[Any, Any, list[Event]]:
+        """:meth:`took`, once the parser has given ``events`` for the read."""
+        parser = self._parser
         now = time.monotonic()
         hold = self._hold
         if hold is not None and hold.held:
@@ -338,11 +347,11 @@ class StreamReader(StreamEnd):
             if self.route is not None:
                 start_on(self.channel, self.route, now)
             try:
-                attempt, first = await self._connect()
+                attempt, first, read = await self._connect.first()
             except FAILOVER_ERRORS as exc:
                 return await self._decided("request_failed", exc, reason_of(exc),
                                            retryable=moves_on(self.channel, exc))
-            return first + self._opened(attempt)
+            first += self._opened(attempt)
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.stopped()
             return []
@@ -354,6 +363,18 @@ class StreamReader(StreamEnd):
         except BaseException as exc:
             self.open_failed(exc)
             raise
+        return first if read is None else first + await self._race_read(read)
+
+    async def _race_read(self, read: RaceReads) -> list[Event]:
+        """What a hedged race read of the upstream that serves into this stream's parser,
+        acted on as this reader acts on its own reads: their events (an error event, a
+        deadline or the end they call for decided), then the error the last one raised."""
+        events = self.parsed(read.events)
+        if not isinstance(events, list):  # decided: the reader would have read no more
+            return await events
+        if read.error is None or self.ended:
+            return events
+        return events + await self._unparsed(read.error)
 
     def _opened(self, attempt: Attempt) -> list[Event]:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply
