@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import anyio
-import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.failover import FAILOVER_ERRORS, reason_of, segment_end
@@ -89,12 +90,13 @@ class FirstConnect:
         attempt, events, _ = await self._connect(False)
         return attempt, events
 
-    async def first(self) -> tuple[Attempt, list[Event], RaceReads | None]:
+    def first(self) -> Coroutine[Any, Any, tuple[Attempt, list[Event], RaceReads | None]]:
         """The stream's first request: its parser has read nothing yet, so a race reads the
         first upstream straight into it (never into a throwaway parser whose bytes the
         reader would parse again). When that upstream serves, what the race read of it is
-        returned too, for the reader to take as its own first read."""
-        return await self._connect(True)
+        returned too, for the reader to take as its own first read. (The coroutine itself,
+        not one awaiting it: every stream opens through here.)"""
+        return self._connect(True)
 
     async def _connect(self, into_parser: bool) -> tuple[Attempt, list[Event], RaceReads | None]:
         route = self.route
@@ -180,8 +182,13 @@ class Hedge:
         self._into_parser = into_parser
         self._cancelled = False
         #: The scope a racer runs in that :meth:`cancel` reaches: the task group's, or (on
-        #: asyncio) the one the first racer is read under in the stream's own task.
+        #: asyncio before Python 3.11) the one the first racer is read under in the
+        #: stream's own task.
         self._group: anyio.CancelScope | None = None
+        #: On asyncio (Python 3.11+), the stream's task while it runs the first racer
+        #: (what :meth:`_stop_first` cancels), and whether it did.
+        self._first_task: asyncio.Task[Any] | None = None
+        self._interrupted = False
         self._racers: list[_Racer] = []
         #: The racers in the order they settled (on the timer path).
         self._settled: list[_Racer] = []
@@ -195,10 +202,26 @@ class Hedge:
         for racer in self._racers:
             if racer.attempt is not None:
                 racer.attempt.cancel()
-        if self._group is not None:
-            self._group.cancel()
+        self._stop_first()
         if self._hedge_task is not None:
             self._hedge_task.cancel()
+
+    def _stop_first(self) -> None:
+        """Interrupt the first racer's connect or read (the scope it runs in), if it runs."""
+        if self._group is not None:
+            self._group.cancel()
+        task = self._first_task
+        if task is not None and not self._interrupted:
+            task.get_loop().call_soon(self._cancel_first)
+
+    def _cancel_first(self) -> None:
+        """:meth:`_stop_first` on asyncio, from the event loop: the stream's task, still in
+        the first racer, is waiting there, so the cancellation is raised there (and taken
+        back by :meth:`_run_first`), never at an await after it."""
+        task = self._first_task
+        if task is not None and not self._interrupted:
+            self._interrupted = True
+            task.cancel()
 
     @property
     def cancelled(self) -> bool:
@@ -212,11 +235,15 @@ class Hedge:
         answered (the reader's failover takes it from there; a ``Handoff`` made before waits
         in :attr:`Route.undelivered` for it)."""
         channel, route = self.channel, self.route
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio: trio
+            pass
+        else:
+            return await self._run_on_timer(loop)
         target = route.peek(time.monotonic())
         if target is None:
             return await channel.connect(), [], None
-        if sniffio.current_async_library() == "asyncio":
-            return await self._run_on_timer(target)
         spec = self._hedge_request(target)
         if spec is None:
             return await channel.connect(), [], None
@@ -230,7 +257,7 @@ class Hedge:
             with send, receive:
                 async with anyio.create_task_group() as group:
                     self._group = group.cancel_scope
-                    group.start_soon(self._race, first, self._connect_first, send)
+                    group.start_soon(self._race, first, channel.connect, send)
                     with anyio.move_on_after(self.after):
                         serving = await receive.receive()  # settled in time: no hedge
                     if serving is None and not self.cancelled:
@@ -264,23 +291,19 @@ class Hedge:
             return None
 
     async def _run_on_timer(
-        self, target: Target
+        self, loop: asyncio.AbstractEventLoop
     ) -> tuple[Attempt, list[Event], RaceReads | None]:
-        """:meth:`run` on asyncio: the first upstream is read here, in the stream's task,
-        under a cancel scope (what a winning hedge or :meth:`cancel` interrupts); the hedge's
-        request and task are made only when the timer fires (:meth:`_fire`)."""
+        """:meth:`run` on asyncio: the first upstream is read here, in the stream's task
+        (:meth:`_run_first`); which upstream the hedge asks, its request and its task are
+        decided and made only when the timer fires (:meth:`_fire`)."""
         first = self._first_racer()
         self._racers = [first]
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(self.after, self._fire, target)
-        scope = self._group = anyio.CancelScope()
+        timer = loop.call_at(loop.time() + self.after, self._fire)
         try:
             try:
-                with scope:
-                    await self._run_racer(first, self._connect_first)
+                await self._run_first(first)
             finally:
                 timer.cancel()
-                self._group = None
             task = self._hedge_task
             if task is None:  # the usual case: the timer never fired (or could not hedge)
                 if self.cancelled:
@@ -297,10 +320,43 @@ class Hedge:
         hedge = self._racers[1]
         return self._served(serving, hedge, hedge.spec)
 
-    def _fire(self, target: Target) -> None:
-        """The timer: no content from the first upstream in time; the hedge is asked, in a
-        task of its own (in the stream's context, so trace headers follow)."""
+    async def _run_first(self, first: _Racer) -> None:
+        """The first racer, run in the stream's task so that a winning hedge or :meth:`cancel`
+        can interrupt it (:meth:`_stop_first`): by cancelling the task, taken back here as
+        ``asyncio.timeout`` takes back its own cancellation (the task's count of cancel
+        requests says whether another came too: then it goes on up). A timeout or an anyio
+        scope would do the same, at four to six times the cost, and every request with
+        ``hedge_after`` pays it. An anyio scope before Python 3.11 (no such count there)."""
+        connect = self.channel.connect
+        if sys.version_info < (3, 11):  # pragma: no cover - Task.uncancel is 3.11+
+            try:
+                with anyio.CancelScope() as self._group:
+                    await self._run_racer(first, connect)
+            finally:
+                self._group = None
+            return
+        task = self._first_task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        try:
+            await self._run_racer(first, connect)
+        except asyncio.CancelledError:
+            if not self._interrupted or task.uncancel() > cancelling:
+                raise  # not ours, or not ours alone
+        else:
+            if self._interrupted:  # something in the racer swallowed it: the count goes back
+                task.uncancel()
+        finally:
+            self._first_task = None
+
+    def _fire(self) -> None:
+        """The timer: no content from the first upstream in time; the hedge is asked of the
+        next upstream not cooling down now, in a task of its own (in the stream's context,
+        so trace headers follow)."""
         if self.cancelled or self._settled:
+            return
+        target = self.route.peek(time.monotonic())
+        if target is None:
             return
         spec = self._hedge_request(target)
         if spec is None:
@@ -320,9 +376,7 @@ class Hedge:
         if self._settled[0] is not hedge or self.cancelled:
             return  # the first settled first: the stream's task decides
         if hedge.won:
-            scope = self._group
-            if scope is not None:
-                scope.cancel()
+            self._stop_first()
             return
         self._failed_hedge(hedge)
         with anyio.CancelScope(shield=True):
@@ -430,9 +484,14 @@ class Hedge:
         stream's own parser (keeping its events); bounded by the stream's ``first_token``
         deadline (else by the HTTP library's read timeout, as any read)."""
         probe = racer.probe
-        parser = self.channel.parser
-        read = self.channel.receive if attempt is self.channel.attempt else attempt.read
-        progress = self.channel.progress
+        channel = self.channel
+        parser = channel.parser
+        if attempt is channel.attempt:  # the first racer's: as the reader reads it
+            body = channel.direct_body()
+            read = channel.receive if body is None else body.__anext__
+        else:
+            read = attempt.read
+        progress = channel.progress
         size = 0
         for _ in range(_MAX_READS):
             left = progress.first_token_left(time.monotonic())
@@ -461,7 +520,7 @@ class Hedge:
                     return
                 racer.read_in = True
                 racer.events += events
-                settled = _decided(parser, events)
+                settled = True if parser.saw_content else _decided(parser, events)
                 if settled is None and parser.pending_error is not None:
                     return  # as the reader, which acts on it before reading on
             else:
@@ -478,9 +537,6 @@ class Hedge:
                 racer.won = True
                 return
         racer.won = True
-
-    async def _connect_first(self) -> Attempt:
-        return await self.channel.connect()
 
     def _hedge_connect(
         self, racer: _Racer, spec: RequestSpec
@@ -622,19 +678,9 @@ class Hedge:
     def _served(
         self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec | None
     ) -> tuple[Attempt, list[Event], RaceReads | None]:
-        """:meth:`run`'s answer: ``racer`` serves (:meth:`_serve`), after the events to
-        deliver first, and what it read into the stream's parser, if it did."""
-        attempt = self._serve(racer, hedge, spec)
-        undelivered = self.route.take_undelivered()
-        if not racer.read_in:
-            return attempt, undelivered, None
-        return attempt, undelivered, RaceReads(racer.events, racer.parse_error)
-
-    def _serve(
-        self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec | None
-    ) -> Attempt:
-        """``racer`` serves: the bytes it read go back in front of its body for the reader
-        (read into the stream's parser already, none do)."""
+        """:meth:`run`'s answer: ``racer`` serves, the bytes it read put back in front of its
+        body for the reader (none when it was read into the stream's parser: what that gave
+        is the third value), after the events to deliver first."""
         channel = self.channel
         attempt = racer.attempt
         if racer is hedge:
@@ -652,7 +698,10 @@ class Hedge:
             attempt.body = PushedBack(
                 attempt, racer.chunks, attempt.body, error=racer.error, ended=racer.ended
             )
-        return attempt
+        undelivered = self.route.take_undelivered()
+        if not racer.read_in:
+            return attempt, undelivered, None
+        return attempt, undelivered, RaceReads(racer.events, racer.parse_error)
 
 
 def _decided(parser: StreamParser, events: list[Event]) -> bool | None:

@@ -142,27 +142,24 @@ class StreamReader(StreamEnd):
         # e.g. a decoding error: the stream failed, the reply is kept
         return await self.fail_with(StreamFailedError, exc, f"{type(exc).__name__}: {exc}")
 
-    def took(self, data: bytes) -> list[Event] | Coroutine[Any, Any, list[Event]]:
+    def took(
+        self, data: bytes, parsed: list[Event] | None = None
+    ) -> list[Event] | Coroutine[Any, Any, list[Event]]:
         """A read's bytes, through the parser and the clocks: the events to deliver, or, when
         the read calls for more than that (an error event, a resume that did not continue,
         a deadline passed, a retry), the coroutine that acts on it, for the caller to await.
-        Synchronous in the common case, so the hot path awaits only the transport's read."""
-        try:
-            events = self._parser.feed(data)
-        except FluxstreamError as exc:
-            return self._unparsed(exc)
-        return self.parsed(events)
-
-    def _unparsed(self, exc: FluxstreamError) -> Coroutine[Any, Any, list[Event]]:
-        """What a read that the parser raised ``exc`` for calls for."""
-        if isinstance(exc, ResumeMismatchError):
-            return self._resume_rejected(exc)
-        # an event over max_event_bytes; a strict-mode frame
-        return self.fail_with(StreamFailedError, exc, str(exc))
-
-    def parsed(self, events: list[Event]) -> list[Event] | Coroutine[Any, Any, list[Event]]:
-        """:meth:`took`, once the parser has given ``events`` for the read."""
+        Synchronous in the common case, so the hot path awaits only the transport's read.
+        ``parsed``: the events the parser gave for the read already (a hedged race read it
+        into the parser), taken on from there (one check per read, where a function of its
+        own would be a call per read)."""
         parser = self._parser
+        if parsed is None:
+            try:
+                events = parser.feed(data)
+            except FluxstreamError as exc:
+                return self._unparsed(exc)
+        else:
+            events = parsed
         now = time.monotonic()
         hold = self._hold
         if hold is not None and hold.held:
@@ -179,6 +176,13 @@ class StreamReader(StreamEnd):
         elif overdue is not None:
             return self._deadline_passed(overdue)
         return events
+
+    def _unparsed(self, exc: FluxstreamError) -> Coroutine[Any, Any, list[Event]]:
+        """What a read that the parser raised ``exc`` for calls for."""
+        if isinstance(exc, ResumeMismatchError):
+            return self._resume_rejected(exc)
+        # an event over max_event_bytes; a strict-mode frame
+        return self.fail_with(StreamFailedError, exc, str(exc))
 
     async def _deadline_passed(
         self, deadline: Deadline, exc: BaseException | None = None
@@ -369,7 +373,7 @@ class StreamReader(StreamEnd):
         """What a hedged race read of the upstream that serves into this stream's parser,
         acted on as this reader acts on its own reads: their events (an error event, a
         deadline or the end they call for decided), then the error the last one raised."""
-        events = self.parsed(read.events)
+        events = self.took(b"", read.events)
         if not isinstance(events, list):  # decided: the reader would have read no more
             return await events
         if read.error is None or self.ended:
