@@ -15,19 +15,27 @@ one too). Never a retry of the same upstream (its own attempts are the first rac
 after content, and never a hedge that serves because the first failed meanwhile (it was
 asked already; a third request would only add cost).
 
-:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`). Each racer reads its
-upstream's bytes into a probe parser of that API (thrown away after: only a parser knows when
-content came) and keeps them; the winner's bytes are put back in front of its response body
-(:class:`~fluxstream._io.attempt.PushedBack`), so the reader reads them as if no race had
-happened: its parser, deadlines, retries and failover see one connection.
+:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`): only a parser knows
+when content came, so each racer is read until then into one. The first upstream of a stream's
+first request is read into the stream's own parser, which has read nothing else yet: when it
+wins (the usual case) the events its reads gave are the reader's first read
+(:class:`RaceReads`), so nothing is parsed twice; when it loses (or the race is cancelled)
+the parser forgets those reads (:meth:`~fluxstream._parser.StreamParser.forget_reads`), so the
+loser's id, model, counts, event id, usage or error event never reach the reply. Every other
+racer (the hedge; both racers of a hand-off before content, whose parser holds the reply so
+far) is read into a probe parser of its API, thrown away after, keeping its bytes; a winner's
+bytes are put back in front of its response body (:class:`~fluxstream._io.attempt.PushedBack`).
+Either way the reader goes on as if no race had happened: its parser, deadlines, retries and
+failover see one connection.
 
 Most armed hedges never fire (that is what ``hedge_after`` at a high percentile means), so on
-asyncio the first upstream is read in the stream's own task under a timer, and a task is made
-only when the timer fires (the hedge's); that task interrupts the first racer's read (a cancel
-scope around it) when the hedge wins. Armed and never fired, a request then costs what it
-costs without the hedge plus the probe of its first read. trio has no way to start a task
-from a timer, so there both racers run in a task group from the start (the same decisions,
-checked by the same tests on both).
+asyncio the first upstream is read in the stream's own task under a timer, and the hedge's
+upstream, request and task are chosen and made only when the timer fires; that task
+interrupts the first racer (by a cancellation of the stream's task that the race takes back)
+when the hedge wins. Armed and never fired, a request then costs what it costs without the
+hedge plus that timer and a few calls. trio has no way to start a task from a timer, so
+there both racers run in a task group from the start (the same decisions, checked by the
+same tests on both).
 
 * The first upstream settles before the hedge is due (content, an error, a drop, the end):
   no hedge is sent, and the reader goes on as without hedging (a failure is then the

@@ -16,7 +16,7 @@ import anyio
 import anyio.abc
 import pytest
 from raw_upstream import HEAD, LIFE, MSG, RequestReader, until_client_closes, upstream
-from sse_frames import DONE, chat_chunk, chat_frame, chat_choice, chat_text, frame
+from sse_frames import DONE, chat_choice, chat_chunk, chat_frame, chat_text, frame
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Upstream
@@ -212,3 +212,184 @@ async def test_the_first_upstream_winning_has_its_reads_parsed_once(
     assert armed[1] == plain[1] == armed[3].bytes == len(WINNER_BODY)  # each byte once
     assert shapes(armed[2]) == shapes(plain[2])
     assert armed[3].text == "Hello, world" and armed[3].id == "winner-id"
+
+
+def tool_call(arguments: str, *, first: bool = False) -> dict[str, Any]:
+    call: dict[str, Any] = {"index": 0, "function": {"arguments": arguments}}
+    if first:
+        call.update(id="call-1", type="function")
+        call["function"]["name"] = "weather"
+    return {"index": 0, "delta": {"tool_calls": [call]}}
+
+
+#: A reply that exercises what a parser keeps: event ids and a ``retry:``, a comment and a
+#: bad frame before content, reasoning inside think tags, a tool call's arguments (path
+#: events), usage (a cost), in two writes (the race reads the first; the reader the rest).
+PRELUDE = (
+    b"retry: 20\n\n: warming up\n\ndata: not json\n\n"
+    + frame(chat_chunk({"index": 0, "delta": {"role": "assistant", "content": ""}}), id="1")
+)
+REST = (
+    chat_text("<think>pondering", event_id="2") + chat_text("</think>Hel", event_id="3")
+    + chat_text("lo", event_id="4")
+    + frame(chat_chunk(tool_call('{"city": "Pa', first=True)), id="5")
+    + frame(chat_chunk(tool_call('ris"}')), id="6")
+    + chat_frame(chat_choice(finish="tool_calls"), event_id="7")
+    + frame(chat_chunk(usage={"prompt_tokens": 12, "completion_tokens": 30,
+                              "total_tokens": 42}), id="8")
+    + DONE
+)
+TOOLS = [{"type": "function", "function": {
+    "name": "weather", "parameters": {"type": "object", "properties": {"city": {}}}}}]
+#: What the first upstream sends in each case: the race meets content, an error event, a
+#: frame it cannot read (strict), or the end of the body, before any content.
+FIRST_SENDS = {
+    "a whole reply": (PRELUDE, REST),
+    "an error event before content": (PRELUDE, LOSER_ERROR),
+    "a bad frame in strict mode": (PRELUDE, REST),  # the prelude's, read by the race
+    "the end before content": (PRELUDE, b""),
+}
+
+
+@pytest.mark.parametrize("case", list(FIRST_SENDS))
+async def test_an_armed_hedge_that_never_fires_changes_nothing(case: str) -> None:
+    """The same stream with ``hedge_after`` armed (never reached) and without: the same
+    events, reply (reasoning split out of tagged text, path events, usage and cost,
+    segments) and resume token, whatever the race met before content; the reader acts on
+    what the race read (a hand-off, a failure, a retry) as it would on its own reads."""
+    first_writes = FIRST_SENDS[case]
+
+    async def first_script(sock: anyio.abc.SocketStream, index: int) -> None:
+        await RequestReader(sock).next()
+        await sock.send(HEAD + first_writes[0])
+        await anyio.sleep(0.05)  # two reads, most likely; the same outcome either way
+        if first_writes[1]:
+            await sock.send(first_writes[1])
+
+    async def second_script(sock: anyio.abc.SocketStream, index: int) -> None:
+        await RequestReader(sock).next()
+        await sock.send(HEAD + PRELUDE + REST)
+
+    async def run(**failover: Any) -> tuple[list[Any], dict[str, Any], dict[str, Any], str]:
+        client = fluxstream.AsyncClient(
+            first.base, api_key="k", fallbacks=[Upstream(second.base, api_key="k2")],
+            failover=Failover(per_upstream_attempts=2, **failover),
+            prices={"m": fluxstream.ModelPrice(input="1", output="2")},
+        )
+        async with client:
+            stream = client.chat.stream(
+                model="m", messages=MSG, content_key="same-key", tools=TOOLS,
+                think_tags=True, json_paths=True, strict=case == "a bad frame in strict mode",
+            )
+            events: list[Any] = []
+            raised = ""
+            try:
+                with anyio.fail_after(LIFE):
+                    async with stream:
+                        async for event in stream:
+                            events.append(event)
+            except fluxstream.errors.FluxstreamError as exc:
+                raised = repr(exc)
+            return events, stream.reply.model_dump(), stream.resume_token(), raised
+
+    async with upstream(first_script) as first, upstream(second_script) as second:
+        plain = await run()
+        asked = (first.connections, second.connections)
+        armed = await run(hedge_after=30.0)
+        assert (first.connections, second.connections) == (asked[0] * 2, asked[1] * 2)
+    assert armed[0] == plain[0]
+    assert armed[1] == plain[1]
+    assert armed[2] == plain[2]
+    assert armed[3] == plain[3]
+    kinds = {e.type for e in plain[0]}
+    reply = plain[1]
+    text = "".join(e.text for e in plain[0] if e.type == "text")
+    if case == "a bad frame in strict mode":
+        assert reply["outcome"] == "failed" and not text
+        assert plain[3].startswith("StreamFailedError") and "invalid JSON" in plain[3]
+        return
+    assert text == "Hello" and reply["cost"] is not None
+    assert {"reasoning", "text", "tool_call_delta", "path_start", "path_done"} <= kinds
+    assert ("handoff" in kinds) is (case != "a whole reply")  # else the fallback served
+    assert (reply["skipped_frames"], reply["heartbeats"]) >= (1, 1)
+
+
+ROLE = b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}'
+CONTENT = b'{"choices":[{"index":0,"delta":{"content":"hi"}}]}'
+ERROR = b'{"error":{"message":"overloaded","type":"server_error"}}'
+FINISHED = b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        ([ROLE, CONTENT], True),
+        ([ERROR], False),
+        ([ERROR, CONTENT], True),
+        ([ROLE], None),
+        ([ERROR, b"[DONE]"], False),
+        ([ROLE, FINISHED, b"[DONE]"], True),
+        ([b"not json", ROLE], None),
+    ],
+    ids=["content", "error-event", "error-then-content-in-the-same-read", "no-content-yet",
+         "error-then-the-sentinel", "finished-without-content", "a-bad-frame"],
+)
+@pytest.mark.parametrize("held", [True, False], ids=["held", "not-held"])
+def test_a_read_into_the_streams_parser_is_decided_as_the_probe_decides_it(
+    events: list[bytes], expected: bool | None, held: bool
+) -> None:
+    """The race decides a read of the first upstream by the stream's own parser once it
+    has read it (its hold keeps an error event and what follows it out of the reply while
+    another upstream could take over) exactly as a probe decides it event by event."""
+    from fluxstream._core.error_hold import ErrorHold
+    from fluxstream._io.hedge import _decided, _probed
+
+    data = b"".join(b"data: " + e + b"\n\n" for e in events)
+    probe = StreamParser(content_key="k", format="chat_completions")
+    assert _probed(probe, data) is expected
+    parser = StreamParser(content_key="k", format="chat_completions")
+    hold = parser.hold = ErrorHold() if held else None
+    assert _decided(parser, parser.feed(data)) is expected
+    if held and expected is not True and ERROR in events:
+        assert hold is not None and hold.error is not None  # never in the reply yet
+        assert parser.reply.error is None
+
+
+@pytest.mark.asyncio_only
+async def test_the_first_racer_takes_back_only_its_own_interruption() -> None:
+    """On asyncio a winning hedge interrupts the first racer by cancelling the stream's
+    task: taken back where the racer runs when it was the only cancellation, never when
+    the caller's came too (before or after), nor when only the caller's came; the task's
+    count of cancel requests is back where it was."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from fluxstream._io.hedge import Hedge, _Racer
+
+    async def racing(stop: list[str]) -> tuple[asyncio.Task[None], _Racer]:
+        connecting = asyncio.Event()
+
+        async def connect() -> None:
+            connecting.set()
+            await asyncio.sleep(LIFE)
+
+        channel = SimpleNamespace(connect=connect, recovery=SimpleNamespace(cancelled=False))
+        hedge = Hedge(channel, SimpleNamespace(), 1.0)  # type: ignore[arg-type]
+        racer = _Racer(SimpleNamespace(), None)  # type: ignore[arg-type]
+        task = asyncio.create_task(hedge._run_first(racer))
+        await connecting.wait()
+        for who in stop:
+            if who == "hedge":
+                hedge._stop_first()
+            else:
+                task.cancel()
+        await asyncio.wait([task], timeout=LIFE)
+        assert task.done() and hedge._first_task is None
+        return task, racer
+
+    task, racer = await racing(["hedge"])
+    assert task.result() is None and racer.error is None and racer.attempt is None
+    assert task.cancelling() == 0
+    for stop in (["hedge", "caller"], ["caller", "hedge"], ["caller"]):
+        task, _ = await racing(stop)
+        assert task.cancelled(), stop
