@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from ._assembly import ReplyAssembler
 from ._core.carried import Carried
@@ -447,6 +447,32 @@ class StreamParser(OptInReading, StreamPosition):
         if self.paths is not None:
             self.paths.reset()
         return self._assembler.reset(attempt, reason)
+
+    def forget_reads(self) -> None:
+        """Back to the parser as it was before anything was fed: for a parser read nothing
+        before these reads (a stream's first response), when they must leave nothing in the
+        reply (that upstream lost a hedged race, or the race was cancelled before any of its
+        events was delivered). Its id and model, counts, event id and ``retry:`` time, usage
+        and what the hold holds are gone; its settings, wire format (a fresh one of the same
+        API), think tags and path tracking stay, and so do the I/O layer's parts (segments,
+        rate limits)."""
+        self._decoder = self._new_decoder()
+        format_cls = cast(FormatClass, type(self._format))  # a registered format's class
+        self._format = format_cls(self.content_key, strict=self.strict, limits=self.limits)
+        self._assembler = ReplyAssembler(
+            self.content_key, require_finish_reason=self.require_finish_reason,
+            limits=self.limits,
+        )
+        self._events = 0
+        self._carried = Carried()
+        self._checks.forget_connection()
+        self._deferred = None
+        if self._tags is not None:
+            self._tags.reset()
+        if self.paths is not None:
+            self.paths.reset()
+        if self.hold is not None:
+            self.hold.drop()
 
     def switch_format(self, format: str) -> None:
         """Another upstream, maybe of another API, goes on with this reply: its wire format

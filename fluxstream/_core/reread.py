@@ -51,6 +51,13 @@ class RereadChecks:
         self.continued = True
         self.generation_id = None
 
+    def forget_connection(self) -> None:
+        """The current connection's reads are forgotten (they were another upstream's, which
+        lost a race): the first event id and completion id they set are unset, as they were
+        before its first event."""
+        self.first_event_id = None
+        self.generation_id = None
+
     def reconnected(self, last_id: str, reply: Reply,
                     shadow: Callable[[ServerSentEvent], list[Event]],
                     delivered: Mapping[int, str] | None = None) -> None:

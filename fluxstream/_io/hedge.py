@@ -15,19 +15,27 @@ one too). Never a retry of the same upstream (its own attempts are the first rac
 after content, and never a hedge that serves because the first failed meanwhile (it was
 asked already; a third request would only add cost).
 
-:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`). Each racer reads its
-upstream's bytes into a probe parser of that API (thrown away after: only a parser knows when
-content came) and keeps them; the winner's bytes are put back in front of its response body
-(:class:`~fluxstream._io.attempt.PushedBack`), so the reader reads them as if no race had
-happened: its parser, deadlines, retries and failover see one connection.
+:class:`Hedge` runs in the reader's first connect (:class:`FirstConnect`): only a parser knows
+when content came, so each racer is read until then into one. The first upstream of a stream's
+first request is read into the stream's own parser, which has read nothing else yet: when it
+wins (the usual case) the events its reads gave are the reader's first read
+(:class:`RaceReads`), so nothing is parsed twice; when it loses (or the race is cancelled)
+the parser forgets those reads (:meth:`~fluxstream._parser.StreamParser.forget_reads`), so the
+loser's id, model, counts, event id, usage or error event never reach the reply. Every other
+racer (the hedge; both racers of a hand-off before content, whose parser holds the reply so
+far) is read into a probe parser of its API, thrown away after, keeping its bytes; a winner's
+bytes are put back in front of its response body (:class:`~fluxstream._io.attempt.PushedBack`).
+Either way the reader goes on as if no race had happened: its parser, deadlines, retries and
+failover see one connection.
 
 Most armed hedges never fire (that is what ``hedge_after`` at a high percentile means), so on
-asyncio the first upstream is read in the stream's own task under a timer, and a task is made
-only when the timer fires (the hedge's); that task interrupts the first racer's read (a cancel
-scope around it) when the hedge wins. Armed and never fired, a request then costs what it
-costs without the hedge plus the probe of its first read. trio has no way to start a task
-from a timer, so there both racers run in a task group from the start (the same decisions,
-checked by the same tests on both).
+asyncio the first upstream is read in the stream's own task under a timer, and the hedge's
+upstream, request and task are chosen and made only when the timer fires; that task
+interrupts the first racer (by a cancellation of the stream's task that the race takes back)
+when the hedge wins. Armed and never fired, a request then costs what it costs without the
+hedge plus that timer and a few calls. trio has no way to start a task from a timer, so
+there both racers run in a task group from the start (the same decisions, checked by the
+same tests on both).
 
 * The first upstream settles before the hedge is due (content, an error, a drop, the end):
   no hedge is sent, and the reader goes on as without hedging (a failure is then the
@@ -47,14 +55,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import anyio
-import sniffio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._core.failover import FAILOVER_ERRORS, reason_of, segment_end
+from .._core.progress import CONTENT_EVENTS
 from .._events import ErrorEvent, Event, Handoff
 from .._observe import SendInfo
 from .._parser import StreamParser
@@ -64,7 +74,7 @@ from .attempt import Attempt, AttemptCancelled, PushedBack, RequestSpec
 from .channel import Channel
 from .failover import Route, Target, moves_on
 
-__all__ = ["FirstConnect", "Hedge"]
+__all__ = ["FirstConnect", "Hedge", "RaceReads"]
 
 logger = logging.getLogger("fluxstream")
 #: Bytes read from one racer without content before the race stops waiting on it: it is
@@ -85,10 +95,22 @@ class FirstConnect:
         self._hedge: Hedge | None = None
 
     async def __call__(self) -> tuple[Attempt, list[Event]]:
+        attempt, events, _ = await self._connect(False)
+        return attempt, events
+
+    def first(self) -> Coroutine[Any, Any, tuple[Attempt, list[Event], RaceReads | None]]:
+        """The stream's first request: its parser has read nothing yet, so a race reads the
+        first upstream straight into it (never into a throwaway parser whose bytes the
+        reader would parse again). When that upstream serves, what the race read of it is
+        returned too, for the reader to take as its own first read. (The coroutine itself,
+        not one awaiting it: every stream opens through here.)"""
+        return self._connect(True)
+
+    async def _connect(self, into_parser: bool) -> tuple[Attempt, list[Event], RaceReads | None]:
         route = self.route
         if route is None or route.hedge_after is None:  # the usual case: no race
-            return await self.channel.connect(), []
-        self._hedge = Hedge(self.channel, route, route.hedge_after)
+            return await self.channel.connect(), [], None
+        self._hedge = Hedge(self.channel, route, route.hedge_after, into_parser=into_parser)
         try:
             return await self._hedge.run()
         finally:
@@ -100,14 +122,36 @@ class FirstConnect:
             self._hedge.cancel()
 
 
-class _Racer:
-    """One upstream in the race: its request, the bytes read so far, and how it settled."""
+class RaceReads:
+    """What a race read of the upstream that serves into the stream's own parser: the
+    events the parser gave for those reads, and the error its last one raised (the reader
+    acts on both as on a read of its own)."""
 
-    def __init__(self, target: Target, probe: StreamParser) -> None:
+    __slots__ = ("error", "events")
+
+    def __init__(self, events: list[Event], error: FluxstreamError | None) -> None:
+        self.events = events
+        self.error = error
+
+
+class _Racer:
+    """One upstream in the race: its request, what was read so far, and how it settled."""
+
+    def __init__(self, target: Target, probe: StreamParser | None) -> None:
         self.target = target
+        #: The parser of its reads: a throwaway of its API that only tells when content came
+        #: (its bytes, kept in :attr:`chunks`, are parsed again by the reader if it serves),
+        #: or ``None``: the stream's own parser, whose events are kept in :attr:`events`.
         self.probe = probe
         self.attempt: Attempt | None = None
         self.chunks: list[bytes] = []
+        #: What the stream's own parser gave for its reads, and the error one raised.
+        self.events: list[Event] = []
+        self.parse_error: FluxstreamError | None = None
+        #: It was read into the stream's parser at least once.
+        self.read_in = False
+        #: Its reads were taken out of the stream's parser (it lost): it reads no more in.
+        self.forgotten = False
         #: Its body ran out (nothing more to read after :attr:`chunks`).
         self.ended = False
         #: What ended it badly: the connect's error or a read's (replayed to the reader).
@@ -136,14 +180,23 @@ class _Racer:
 class Hedge:
     """The race of one stream's first content between its upstream and the next one."""
 
-    def __init__(self, channel: Channel, route: Route, after: float) -> None:
+    def __init__(
+        self, channel: Channel, route: Route, after: float, *, into_parser: bool = False
+    ) -> None:
         self.channel = channel
         self.route = route
         self.after = after
+        #: The first racer reads into the stream's own parser (it has read nothing yet).
+        self._into_parser = into_parser
         self._cancelled = False
         #: The scope a racer runs in that :meth:`cancel` reaches: the task group's, or (on
-        #: asyncio) the one the first racer is read under in the stream's own task.
+        #: asyncio before Python 3.11) the one the first racer is read under in the
+        #: stream's own task.
         self._group: anyio.CancelScope | None = None
+        #: On asyncio (Python 3.11+), the stream's task while it runs the first racer
+        #: (what :meth:`_stop_first` cancels), and whether it did.
+        self._first_task: asyncio.Task[Any] | None = None
+        self._interrupted = False
         self._racers: list[_Racer] = []
         #: The racers in the order they settled (on the timer path).
         self._settled: list[_Racer] = []
@@ -157,31 +210,52 @@ class Hedge:
         for racer in self._racers:
             if racer.attempt is not None:
                 racer.attempt.cancel()
-        if self._group is not None:
-            self._group.cancel()
+        self._stop_first()
         if self._hedge_task is not None:
             self._hedge_task.cancel()
+
+    def _stop_first(self) -> None:
+        """Interrupt the first racer's connect or read (the scope it runs in), if it runs."""
+        if self._group is not None:
+            self._group.cancel()
+        task = self._first_task
+        if task is not None and not self._interrupted:
+            task.get_loop().call_soon(self._cancel_first)
+
+    def _cancel_first(self) -> None:
+        """:meth:`_stop_first` on asyncio, from the event loop: the stream's task, still in
+        the first racer, is waiting there, so the cancellation is raised there (and taken
+        back by :meth:`_run_first`), never at an await after it."""
+        task = self._first_task
+        if task is not None and not self._interrupted:
+            self._interrupted = True
+            task.cancel()
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled or self.channel.recovery.cancelled
 
-    async def run(self) -> tuple[Attempt, list[Event]]:
+    async def run(self) -> tuple[Attempt, list[Event], RaceReads | None]:
         """The attempt that serves the stream, its bytes read so far put back in front of
-        its body, and the events to deliver first (a ``Handoff`` when the hedge serves).
-        Raises what the first connect would have raised without hedging when the upstream
-        that serves never answered (the reader's failover takes it from there; a
-        ``Handoff`` made before waits in :attr:`Route.undelivered` for it)."""
+        its body (or read into the stream's parser already: the third value), and the
+        events to deliver first (a ``Handoff`` when the hedge serves). Raises what the
+        first connect would have raised without hedging when the upstream that serves never
+        answered (the reader's failover takes it from there; a ``Handoff`` made before waits
+        in :attr:`Route.undelivered` for it)."""
         channel, route = self.channel, self.route
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not asyncio: trio
+            pass
+        else:
+            return await self._run_on_timer(loop)
         target = route.peek(time.monotonic())
         if target is None:
-            return await channel.connect(), []
-        if sniffio.current_async_library() == "asyncio":
-            return await self._run_on_timer(target)
+            return await channel.connect(), [], None
         spec = self._hedge_request(target)
         if spec is None:
-            return await channel.connect(), []
-        first = _Racer(route.current, self._probe(route.current))
+            return await channel.connect(), [], None
+        first = self._first_racer()
         self._racers = [first]
         hedge: _Racer | None = None
         serving: _Racer | None = None
@@ -191,7 +265,7 @@ class Hedge:
             with send, receive:
                 async with anyio.create_task_group() as group:
                     self._group = group.cancel_scope
-                    group.start_soon(self._race, first, self._connect_first, send)
+                    group.start_soon(self._race, first, channel.connect, send)
                     with anyio.move_on_after(self.after):
                         serving = await receive.receive()  # settled in time: no hedge
                     if serving is None and not self.cancelled:
@@ -211,7 +285,7 @@ class Hedge:
         if self.cancelled or serving is None:  # stream.cancel() or aclose() during the race
             await self._close_all_shielded()
             raise AttemptCancelled
-        return self._serve(serving, hedge, spec), route.take_undelivered()
+        return self._served(serving, hedge, spec)
 
     # ------------------------------------------------------------------ on a timer
 
@@ -224,28 +298,25 @@ class Hedge:
             logger.info("no hedge on %s: %s", target.label, reason_of(exc))
             return None
 
-    async def _run_on_timer(self, target: Target) -> tuple[Attempt, list[Event]]:
-        """:meth:`run` on asyncio: the first upstream is read here, in the stream's task,
-        under a cancel scope (what a winning hedge or :meth:`cancel` interrupts); the hedge's
-        request and task are made only when the timer fires (:meth:`_fire`)."""
-        route = self.route
-        first = _Racer(route.current, self._probe(route.current))
+    async def _run_on_timer(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[Attempt, list[Event], RaceReads | None]:
+        """:meth:`run` on asyncio: the first upstream is read here, in the stream's task
+        (:meth:`_run_first`); which upstream the hedge asks, its request and its task are
+        decided and made only when the timer fires (:meth:`_fire`)."""
+        first = self._first_racer()
         self._racers = [first]
-        loop = asyncio.get_running_loop()
-        timer = loop.call_later(self.after, self._fire, target)
-        scope = self._group = anyio.CancelScope()
+        timer = loop.call_at(loop.time() + self.after, self._fire)
         try:
             try:
-                with scope:
-                    await self._run_racer(first, self._connect_first)
+                await self._run_first(first)
             finally:
                 timer.cancel()
-                self._group = None
             task = self._hedge_task
             if task is None:  # the usual case: the timer never fired (or could not hedge)
                 if self.cancelled:
                     raise AttemptCancelled
-                return self._serve(first, None, None), route.take_undelivered()
+                return self._served(first, None, None)
             serving, loser = await self._decide_after_timer(first, task)
             await self._close_loser(loser)
         except BaseException:
@@ -255,12 +326,45 @@ class Hedge:
             await self._close_all_shielded()
             raise AttemptCancelled
         hedge = self._racers[1]
-        return self._serve(serving, hedge, hedge.spec), route.take_undelivered()
+        return self._served(serving, hedge, hedge.spec)
 
-    def _fire(self, target: Target) -> None:
-        """The timer: no content from the first upstream in time; the hedge is asked, in a
-        task of its own (in the stream's context, so trace headers follow)."""
+    async def _run_first(self, first: _Racer) -> None:
+        """The first racer, run in the stream's task so that a winning hedge or :meth:`cancel`
+        can interrupt it (:meth:`_stop_first`): by cancelling the task, taken back here as
+        ``asyncio.timeout`` takes back its own cancellation (the task's count of cancel
+        requests says whether another came too: then it goes on up). A timeout or an anyio
+        scope would do the same, at four to six times the cost, and every request with
+        ``hedge_after`` pays it. An anyio scope before Python 3.11 (no such count there)."""
+        connect = self.channel.connect
+        if sys.version_info < (3, 11):  # pragma: no cover - Task.uncancel is 3.11+
+            try:
+                with anyio.CancelScope() as self._group:
+                    await self._run_racer(first, connect)
+            finally:
+                self._group = None
+            return
+        task = self._first_task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        try:
+            await self._run_racer(first, connect)
+        except asyncio.CancelledError:
+            if not self._interrupted or task.uncancel() > cancelling:
+                raise  # not ours, or not ours alone
+        else:
+            if self._interrupted:  # something in the racer swallowed it: the count goes back
+                task.uncancel()
+        finally:
+            self._first_task = None
+
+    def _fire(self) -> None:
+        """The timer: no content from the first upstream in time; the hedge is asked of the
+        next upstream not cooling down now, in a task of its own (in the stream's context,
+        so trace headers follow)."""
         if self.cancelled or self._settled:
+            return
+        target = self.route.peek(time.monotonic())
+        if target is None:
             return
         spec = self._hedge_request(target)
         if spec is None:
@@ -280,9 +384,7 @@ class Hedge:
         if self._settled[0] is not hedge or self.cancelled:
             return  # the first settled first: the stream's task decides
         if hedge.won:
-            scope = self._group
-            if scope is not None:
-                scope.cancel()
+            self._stop_first()
             return
         self._failed_hedge(hedge)
         with anyio.CancelScope(shield=True):
@@ -386,11 +488,18 @@ class Hedge:
         self._settled.append(racer)
 
     async def _read_first(self, racer: _Racer, attempt: Attempt) -> None:
-        """Read ``racer`` until content, keeping the bytes; bounded by the stream's
-        ``first_token`` deadline (else by the HTTP library's read timeout, as any read)."""
+        """Read ``racer`` until content, into its probe (keeping the bytes) or into the
+        stream's own parser (keeping its events); bounded by the stream's ``first_token``
+        deadline (else by the HTTP library's read timeout, as any read)."""
         probe = racer.probe
-        read = self.channel.receive if attempt is self.channel.attempt else attempt.read
-        progress = self.channel.progress
+        channel = self.channel
+        parser = channel.parser
+        if attempt is channel.attempt:  # the first racer's: as the reader reads it
+            body = channel.direct_body()
+            read = channel.receive if body is None else body.__anext__
+        else:
+            read = attempt.read
+        progress = channel.progress
         size = 0
         for _ in range(_MAX_READS):
             left = progress.first_token_left(time.monotonic())
@@ -407,12 +516,27 @@ class Hedge:
             if data is None:
                 racer.late = True
                 return
-            racer.chunks.append(data)
             size += len(data)
-            try:
-                settled = _probed(probe, data)
-            except FluxstreamError:  # the reader's parser meets it again, and decides
-                return
+            if probe is None:
+                if racer.forgotten:  # it lost meanwhile (a read that came with the cancel)
+                    return
+                try:
+                    events = parser.feed(data)
+                except FluxstreamError as exc:  # the reader acts on it, as on its own read
+                    racer.read_in = True
+                    racer.parse_error = exc
+                    return
+                racer.read_in = True
+                racer.events += events
+                settled = True if parser.saw_content else _decided(parser, events)
+                if settled is None and parser.pending_error is not None:
+                    return  # as the reader, which acts on it before reading on
+            else:
+                racer.chunks.append(data)
+                try:
+                    settled = _probed(probe, data)
+                except FluxstreamError:  # the reader's parser meets it again, and decides
+                    return
             if settled is not None:
                 racer.error_event = not settled
                 racer.won = settled
@@ -421,9 +545,6 @@ class Hedge:
                 racer.won = True
                 return
         racer.won = True
-
-    async def _connect_first(self) -> Attempt:
-        return await self.channel.connect()
 
     def _hedge_connect(
         self, racer: _Racer, spec: RequestSpec
@@ -451,6 +572,12 @@ class Hedge:
             self.after, target.label, extra=channel.log_extra(),
         )
 
+    def _first_racer(self) -> _Racer:
+        """The racer of the upstream asked first: read into the stream's own parser when it
+        has read nothing yet (see :meth:`FirstConnect.first`), else into a probe."""
+        target = self.route.current
+        return _Racer(target, None if self._into_parser else self._probe(target))
+
     def _probe(self, target: Target) -> StreamParser:
         """A throwaway parser of ``target``'s API: it tells when content came."""
         parser = self.channel.parser
@@ -467,6 +594,7 @@ class Hedge:
         (``kind``, ``detail``) with its requests, the hedge has sent one, and the
         ``Handoff`` waits in :attr:`Route.undelivered` to be delivered first."""
         route, channel = self.route, self.channel
+        self._forget(self._racers[0])
         hedge = self._racers[1].target
         recovery = channel.recovery
         route.close_segment(channel.parser, detail, recovery.attempts, kind)
@@ -483,6 +611,16 @@ class Hedge:
             channel.parser.content_key, hedge.label, hedge.api.name, route.model_of(hedge),
             reason, 0,
         ))
+
+    def _forget(self, racer: _Racer) -> None:
+        """``racer`` will not serve: what it read into the stream's parser is taken out
+        (nothing of an upstream that lost reaches the reply), and it reads no more in."""
+        if racer.probe is None and not racer.forgotten:
+            racer.forgotten = True
+            racer.read_in = False
+            racer.events = []
+            racer.parse_error = None
+            self.channel.parser.forget_reads()
 
     def _abort(self, racer: _Racer) -> None:
         """``racer`` lost: its connection is aborted now (the server sees it close at once;
@@ -535,6 +673,7 @@ class Hedge:
             await asyncio.wait([task])
         for racer in self._racers:
             self._abort(racer)
+            self._forget(racer)  # nothing of it was delivered
         await self.channel.close(drain=False)
         if len(self._racers) > 1:
             hedge = self._racers[1]
@@ -544,10 +683,12 @@ class Hedge:
                 route.noted(hedge.target, SegmentEnd.CANCELLED, "", 1)
                 route.drop(hedge.target)
 
-    def _serve(
+    def _served(
         self, racer: _Racer, hedge: _Racer | None, spec: RequestSpec | None
-    ) -> Attempt:
-        """``racer`` serves: its bytes go back in front of its body for the reader."""
+    ) -> tuple[Attempt, list[Event], RaceReads | None]:
+        """:meth:`run`'s answer: ``racer`` serves, the bytes it read put back in front of its
+        body for the reader (none when it was read into the stream's parser: what that gave
+        is the third value), after the events to deliver first."""
         channel = self.channel
         attempt = racer.attempt
         if racer is hedge:
@@ -561,11 +702,31 @@ class Hedge:
             channel.attempt = attempt
             if channel.reads_ahead:
                 channel.start_read_ahead()
-        if not attempt.is_json:
+        if not attempt.is_json and (racer.chunks or racer.error or racer.ended):
             attempt.body = PushedBack(
                 attempt, racer.chunks, attempt.body, error=racer.error, ended=racer.ended
             )
-        return attempt
+        undelivered = self.route.take_undelivered()
+        if not racer.read_in:
+            return attempt, undelivered, None
+        return attempt, undelivered, RaceReads(racer.events, racer.parse_error)
+
+
+def _decided(parser: StreamParser, events: list[Event]) -> bool | None:
+    """What :func:`_probed` decides of a read, for the stream's own parser that has just
+    read it (``events``: what it gave): ``True`` when content came (or the reply finished),
+    ``False`` for an error event before content, ``None`` when neither. While another
+    upstream could take the reply over, the parser's hold keeps an error event and the rest
+    of its read out of the reply: content after it in that read is content all the same."""
+    if not parser.saw_content:
+        hold = parser.hold
+        if hold is not None and hold.held:
+            return any(type(event) in CONTENT_EVENTS for event in hold.held)
+        if any(type(event) is ErrorEvent for event in events):
+            return False
+        if not parser.finished:
+            return None
+    return True
 
 
 def _probed(probe: StreamParser, data: bytes) -> bool | None:

@@ -37,7 +37,7 @@ from ..errors import APITimeoutError, FluxstreamError, ResumeMismatchError, Stre
 from .attempt import Attempt, AttemptCancelled, RequestSpec
 from .channel import Channel
 from .failover import Route, continue_here, hand_off, moves_on, start_on
-from .hedge import FirstConnect
+from .hedge import FirstConnect, RaceReads
 from .reconnect import TOKEN_REASON, reconnect
 from .stream_end import StreamEnd
 
@@ -148,18 +148,24 @@ class StreamReader(StreamEnd):
         # e.g. a decoding error: the stream failed, the reply is kept
         return await self.fail_with(StreamFailedError, exc, f"{type(exc).__name__}: {exc}")
 
-    def took(self, data: bytes) -> list[Event] | Coroutine[Any, Any, list[Event]]:
+    def took(
+        self, data: bytes, parsed: list[Event] | None = None
+    ) -> list[Event] | Coroutine[Any, Any, list[Event]]:
         """A read's bytes, through the parser and the clocks: the events to deliver, or, when
         the read calls for more than that (an error event, a resume that did not continue,
         a deadline passed, a retry), the coroutine that acts on it, for the caller to await.
-        Synchronous in the common case, so the hot path awaits only the transport's read."""
+        Synchronous in the common case, so the hot path awaits only the transport's read.
+        ``parsed``: the events the parser gave for the read already (a hedged race read it
+        into the parser), taken on from there (one check per read, where a function of its
+        own would be a call per read)."""
         parser = self._parser
-        try:
-            events = parser.feed(data)
-        except ResumeMismatchError as exc:
-            return self._resume_rejected(exc)
-        except FluxstreamError as exc:  # an event over max_event_bytes; a strict-mode frame
-            return self.fail_with(StreamFailedError, exc, str(exc))
+        if parsed is None:
+            try:
+                events = parser.feed(data)
+            except FluxstreamError as exc:
+                return self._unparsed(exc)
+        else:
+            events = parsed
         now = time.monotonic()
         hold = self._hold
         if hold is not None and hold.held:
@@ -176,6 +182,13 @@ class StreamReader(StreamEnd):
         elif overdue is not None:
             return self._deadline_passed(overdue)
         return events
+
+    def _unparsed(self, exc: FluxstreamError) -> Coroutine[Any, Any, list[Event]]:
+        """What a read that the parser raised ``exc`` for calls for."""
+        if isinstance(exc, ResumeMismatchError):
+            return self._resume_rejected(exc)
+        # an event over max_event_bytes; a strict-mode frame
+        return self.fail_with(StreamFailedError, exc, str(exc))
 
     async def _deadline_passed(
         self, deadline: Deadline, exc: BaseException | None = None
@@ -350,11 +363,11 @@ class StreamReader(StreamEnd):
             if self.route is not None:
                 start_on(self.channel, self.route, now)
             try:
-                attempt, first = await self._connect()
+                attempt, first, read = await self._connect.first()
             except FAILOVER_ERRORS as exc:
                 return await self._decided("request_failed", exc, reason_of(exc),
                                            retryable=moves_on(self.channel, exc))
-            return first + self._opened(attempt)
+            first += self._opened(attempt)
         except AttemptCancelled:  # cancelled before any response: nothing to deliver
             self.stopped()
             return []
@@ -366,6 +379,18 @@ class StreamReader(StreamEnd):
         except BaseException as exc:
             self.open_failed(exc)
             raise
+        return first if read is None else first + await self._race_read(read)
+
+    async def _race_read(self, read: RaceReads) -> list[Event]:
+        """What a hedged race read of the upstream that serves into this stream's parser,
+        acted on as this reader acts on its own reads: their events (an error event, a
+        deadline or the end they call for decided), then the error the last one raised."""
+        events = self.took(b"", read.events)
+        if not isinstance(events, list):  # decided: the reader would have read no more
+            return await events
+        if read.error is None or self.ended:
+            return events
+        return events + await self._unparsed(read.error)
 
     def _opened(self, attempt: Attempt) -> list[Event]:
         """A response is usable: the stall clock starts now; a JSON body is the whole reply

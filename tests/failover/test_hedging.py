@@ -319,8 +319,8 @@ async def test_a_handoff_before_content_hedges_the_next_pair_too(clean: ServerTh
 async def test_an_armed_hedge_that_never_fires_starts_no_task(clean: ServerThread) -> None:
     """On asyncio, a hedge is a timer until it fires: a request whose content comes in time
     runs no task beyond what the same request without ``hedge_after`` runs (the race's task
-    group used to start one per request), and its first read goes back in front of the body
-    once, after which the body is read directly."""
+    group used to start one per request), and nothing is put back in front of its body (the
+    race read it into the stream's own parser), which is read directly."""
     import asyncio
 
     from fluxstream._io.attempt import PushedBack
