@@ -156,6 +156,10 @@ class StreamParser(OptInReading, StreamPosition):
         self._echo: EchoFilter | None = None
         # A reconnect's or a re-read's first events are checked before they are trusted.
         self._checks = RereadChecks()
+        # Where the stream being read began in the reply (another upstream's, a
+        # continuation): a Last-Event-ID reconnect's replays are decoded from there, so
+        # that an honest replay matches what was delivered. ``None``: at the reply's start.
+        self._generation_start: tuple[Reply, dict[str, Any]] | None = None
         #: An error found part way through a read whose earlier events were delivered:
         #: raised by the next :meth:`feed`, stated by :meth:`close` (see _apply_delivering).
         self._deferred: FluxstreamError | None = None
@@ -406,6 +410,8 @@ class StreamParser(OptInReading, StreamPosition):
             carried.last_event_id = resume_after
             # A throwaway format decodes replayed events without touching the reply.
             shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
+            if self._generation_start is not None:
+                go_on_from(shadow, *self._generation_start)
             reply, tags = self.reply, self._tags
             self._checks.reconnected(resume_after, reply, shadow.feed,
                                      None if tags is None else tags.delivered(reply.choices))
@@ -444,6 +450,7 @@ class StreamParser(OptInReading, StreamPosition):
         if self._tags is not None:
             self._tags.reset()
         self._checks.expect_sequence(None)  # a new generation: its numbers start over
+        self._generation_start = None
         if self.paths is not None:
             self.paths.reset()
         return self._assembler.reset(attempt, reason)
@@ -483,10 +490,13 @@ class StreamParser(OptInReading, StreamPosition):
             self._tags.reset()  # nothing shown: what it held is no part of the next reply
         old = self._format
         new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
-        go_on_from(new, self.reply, self._assembler.offsets())
+        start = self._generation_start = (self.reply, self._assembler.offsets())
+        go_on_from(new, *start)
         new.id, new.model = old.id, old.model
         self._carried.format_replaced(old)
         self._format = new
+        # Replays after a Last-Event-ID reconnect are decoded (and checked) in this API now.
+        self._format_class = format_cls
         self.new_connection()
         self._checks.new_generation()  # another server: its ids and completion id are its own
 
@@ -512,6 +522,7 @@ class StreamParser(OptInReading, StreamPosition):
         tags, asm = self._tags, self._assembler
         text = asm.text_of(0) if tags is None else tags.wire_of(asm.choices()[0])
         sent, self._echo = continuation(text, min_overlap)
+        self._generation_start = (self.reply, asm.offsets())
         self.new_connection()
         # A continuation is a new response (Responses API: sequence numbers from 0 again).
         self._format.continued()
