@@ -148,14 +148,17 @@ class ReplyStream(StructuredOutput):
 
     @property
     def stats(self) -> StreamStats:
+        return self._stats_of(self._parser.reply)
+
+    def _stats_of(self, reply: Reply) -> StreamStats:
+        """:attr:`stats` from ``reply``, the reply as it is now (an observer told of the end
+        is given the snapshot it already has: none is built twice)."""
         reader = self._reader
         recovery = reader.recovery
-        stats = reader.progress.stats(
-            self._parser.reply, recovery.attempts, recovery.resumes, time.monotonic()
-        )
+        stats = reader.progress.stats(reply, recovery.attempts, recovery.resumes, time.monotonic())
         error = reader.error
         cause = reader.cause
-        if error is None and cause is not None and self.outcome is not Outcome.CANCELLED:
+        if error is None and cause is not None and reply.outcome is not Outcome.CANCELLED:
             error = type(cause).__name__
         observed = self._observed
         errors = 0 if observed is None else observed.errors
@@ -246,7 +249,8 @@ class ReplyStream(StructuredOutput):
         stream has ended (a read that raised without ending it leaves it usable)."""
         observed = self._observed
         if observed is not None and not observed.ended and self._reader.ended:
-            observed.end(self._parser.reply, lambda: self.stats)
+            reply = self._parser.reply
+            observed.end(reply, lambda: self._stats_of(reply))
 
     def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
         """Collected while its response is open (a loop left by ``break`` without ``async
