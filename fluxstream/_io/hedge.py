@@ -73,6 +73,7 @@ from ..errors import FluxstreamError, show_key
 from .attempt import Attempt, AttemptCancelled, PushedBack, RequestSpec
 from .channel import Channel
 from .failover import Route, Target, moves_on
+from .tasks import on_asyncio
 
 __all__ = ["FirstConnect", "Hedge", "RaceReads"]
 
@@ -243,12 +244,8 @@ class Hedge:
         answered (the reader's failover takes it from there; a ``Handoff`` made before waits
         in :attr:`Route.undelivered` for it)."""
         channel, route = self.channel, self.route
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # not asyncio: trio
-            pass
-        else:
-            return await self._run_on_timer(loop)
+        if on_asyncio():  # trio cannot start a task from a timer: it races in a task group
+            return await self._run_on_timer(asyncio.get_running_loop())
         target = route.peek(time.monotonic())
         if target is None:
             return await channel.connect(), [], None

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import sniffio
 
 from .._events import Event
+from .._io.tasks import on_asyncio
 from ..errors import RelayKeyError, RelayLeaseLostError, show_key
 from ._deadlines import Deadlines, of_loop
 from .codec import Entry
@@ -171,12 +171,7 @@ class MemoryReplyLog(ReplyLog):
         """On asyncio, a follower waits on a future (its time-out one timer per slot, shared:
         :mod:`~fluxstream.relay._deadlines`), where ``_read`` enters a cancel scope per wait,
         about half of a follower's CPU per delta. On trio, ``_read`` as it is."""
-        try:
-            if sniffio.current_async_library() != "asyncio":
-                return None
-        except sniffio.AsyncLibraryNotFoundError:
-            return None
-        return _ReplyTail(self, key)
+        return _ReplyTail(self, key) if on_asyncio() else None
 
     async def _state(self, key: str) -> LogState:
         reply = self._get(key)
