@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._assembly import ReplyAssembler
 from ._core.carried import Carried
@@ -464,8 +464,7 @@ class StreamParser(OptInReading, StreamPosition):
         API), think tags and path tracking stay, and so do the I/O layer's parts (segments,
         rate limits)."""
         self._decoder = self._new_decoder()
-        format_cls = cast(FormatClass, type(self._format))  # a registered format's class
-        self._format = format_cls(self.content_key, strict=self.strict, limits=self.limits)
+        self._format = self._format_class(self.content_key, strict=self.strict, limits=self.limits)
         self._assembler = ReplyAssembler(
             self.content_key, require_finish_reason=self.require_finish_reason,
             limits=self.limits,
