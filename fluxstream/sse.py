@@ -587,6 +587,7 @@ class SSEDecoder(LineDecoder):
                     if data[:4] == b"id: ":
                         return id_run(self, data)
             elif len(data) <= self._limit:
+                split5: list[bytes] | None = None  # data.split(b"\n", 5), once, when needed
                 if data[:7] == b"event: ":
                     # Shortcut 3a: exactly "event: NAME\ndata: X\n\n", the one event per read
                     # of the APIs that name their events (Responses, Anthropic Messages).
@@ -609,7 +610,8 @@ class SSEDecoder(LineDecoder):
                                 ),
                             )
                         ]
-                    if len(data.split(b"\n", 5)) > 5:  # five lines or more (see below)
+                    split5 = data.split(b"\n", 5)
+                    if len(split5) > 5:  # five lines or more (see below)
                         run = block_run(self, data, crlf=False)
                         if run is not None:
                             return run
@@ -618,12 +620,12 @@ class SSEDecoder(LineDecoder):
                 # "event: delta\nid: 17\ndata: ...\n\n"), as servers that support
                 # Last-Event-ID resume or name their events flush them. Within the limit, so
                 # it cannot be too large; another shape goes on to the line loop below.
-                # The pieces split(b"\n") gives, when few: a split into six pieces at most,
-                # whole when there are fewer (a count of the read's lines scanned every byte
-                # of it, a few instructions each: a read of many events is long).
-                pieces = data.split(b"\n", 5)
-                n = len(pieces)
-                few: list[bytes] | None = pieces if 3 < n < 6 else None
+                # The pieces split(b"\n") gives, when few: six at most (a count of the read's
+                # lines scanned every byte of it, and a read of many events is long).
+                if split5 is None:
+                    split5 = data.split(b"\n", 5)
+                n = len(split5)
+                few: list[bytes] | None = split5 if 3 < n < 6 else None
                 if few is not None and not few[-2] and few[-3][:5] == b"data:":
                     id_ = self.last_event_id  # at a block boundary: equals the ID buffer
                     event_type = b""
