@@ -15,7 +15,7 @@ from typing import Any
 
 import pydantic_core
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from json_path_oracle import at, expected, is_prefix, normalized
 
@@ -73,6 +73,7 @@ def test_every_fragmentation_gives_the_documents_own_events(
 
 @settings(max_examples=150, deadline=None)
 @given(JSON, st.lists(st.integers(0, 400), max_size=20))
+@example(None, [1])  # "n": a prefix that partial mode cannot read at all
 def test_every_completed_path_holds_what_pydantic_partial_mode_finds(
     value: Any, cuts: list[int]
 ) -> None:
@@ -88,7 +89,11 @@ def test_every_completed_path_holds_what_pydantic_partial_mode_finds(
         done += [e for e in parser.out if isinstance(e, PathDone)]
         parser.out.clear()
         start = end
-        again = pydantic_core.from_json(text[:end], allow_partial=True)
+        try:
+            again = pydantic_core.from_json(text[:end], allow_partial=True)
+        except ValueError:  # a top-level scalar cut short ("n", "-"): no value to compare,
+            assert not done, (text[:end], done)  # and none may have been announced
+            continue
         for event in done:
             assert at(again, event.path) == event.value, (text[:end], event)
 
