@@ -63,7 +63,10 @@ _ORDER: list[tuple[int, list[str]]] = [
          "_io.default_client", "_io.attempt", "_io.readahead",
          "_io.client_timeouts", "_io.base_url", "_io.request_builder", "_io.call_options"]),
     (7, ["_io.channel"]),
-    (8, ["_io.reconnect", "_io.failover", "_io.hedge", "_io.stream_end"]),
+    # _io.hedge_reading -> _io.hedge_racers -> _io.hedge_timer -> _io.hedge: a racer read until
+    # content, how each racer ends, the race on asyncio, the entry (and the race on trio)
+    (8, ["_io.reconnect", "_io.failover", "_io.hedge_reading", "_io.hedge_racers",
+         "_io.hedge_timer", "_io.hedge", "_io.stream_end"]),
     (9, ["_io.reader", "_io.structured_output"]),
     (10, ["_io.stream_objects"]),
     (11, ["_stream"]),

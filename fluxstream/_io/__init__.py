@@ -5,7 +5,9 @@ what each resume strategy sends after a drop (``reconnect``), how a stream ends 
 it (``stream_end``), the reader that enforces the deadlines and acts on the decisions of
 :mod:`fluxstream._core.recovery` (``reader``), the move to the next upstream before or after
 content started (``failover``) and the next upstream asked too when the first token is slow
-(``hedge``), the body read in a task of its own for ``text(coalesce=)`` (``readahead``, on
+(``hedge``: a racer read until content, ``hedge_reading``; how each racer ends,
+``hedge_racers``; the race on asyncio under a timer, ``hedge_timer``), the body read in a task
+of its own for ``text(coalesce=)`` (``readahead``, on
 ``tasks``), the stream's structured output (``stream_objects``, ``structured_output``), the one
 generic endpoint every API's requests go through (``endpoint``) and what it is handed: the
 client's configuration as one frozen value (``client_settings``) and a call's options as one

@@ -342,14 +342,14 @@ def test_a_read_into_the_streams_parser_is_decided_as_the_probe_decides_it(
     has read it (its hold keeps an error event and what follows it out of the reply while
     another upstream could take over) exactly as a probe decides it event by event."""
     from fluxstream._core.error_hold import ErrorHold
-    from fluxstream._io.hedge import _decided, _probed
+    from fluxstream._io.hedge_reading import decided, probed
 
     data = b"".join(b"data: " + e + b"\n\n" for e in events)
     probe = StreamParser(content_key="k", format="chat_completions")
-    assert _probed(probe, data) is expected
+    assert probed(probe, data) is expected
     parser = StreamParser(content_key="k", format="chat_completions")
     hold = parser.hold = ErrorHold() if held else None
-    assert _decided(parser, parser.feed(data)) is expected
+    assert decided(parser, parser.feed(data)) is expected
     if held and expected is not True and ERROR in events:
         assert hold is not None and hold.error is not None  # never in the reply yet
         assert parser.reply.error is None
@@ -364,9 +364,11 @@ async def test_the_first_racer_takes_back_only_its_own_interruption() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from fluxstream._io.hedge import Hedge, _Racer
+    from fluxstream._io.hedge_racers import Racers
+    from fluxstream._io.hedge_reading import Racer
+    from fluxstream._io.hedge_timer import TimerRace
 
-    async def racing(stop: list[str]) -> tuple[asyncio.Task[None], _Racer]:
+    async def racing(stop: list[str]) -> tuple[asyncio.Task[None], Racer]:
         connecting = asyncio.Event()
 
         async def connect() -> None:
@@ -374,17 +376,17 @@ async def test_the_first_racer_takes_back_only_its_own_interruption() -> None:
             await asyncio.sleep(LIFE)
 
         channel = SimpleNamespace(connect=connect, recovery=SimpleNamespace(cancelled=False))
-        hedge = Hedge(channel, SimpleNamespace(), 1.0)  # type: ignore[arg-type]
-        racer = _Racer(SimpleNamespace(), None)  # type: ignore[arg-type]
-        task = asyncio.create_task(hedge._run_first(racer))
+        race = TimerRace(Racers(channel, SimpleNamespace()), 1.0)  # type: ignore[arg-type]
+        racer = Racer(SimpleNamespace(), None)  # type: ignore[arg-type]
+        task = asyncio.create_task(race._run_first(racer))
         await connecting.wait()
         for who in stop:
             if who == "hedge":
-                hedge._stop_first()
+                race.stop_first()
             else:
                 task.cancel()
         await asyncio.wait([task], timeout=LIFE)
-        assert task.done() and hedge._first_task is None
+        assert task.done() and race._first_task is None
         return task, racer
 
     task, racer = await racing(["hedge"])

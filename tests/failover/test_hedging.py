@@ -368,10 +368,10 @@ def test_the_race_probe_decides_a_read_as_the_reader_would(
     """The probe reads a racer's read only up to its first content (the rest is the
     reader's), yet decides it as the whole read would: content after an error event in the
     same read is content."""
-    from fluxstream._io.hedge import _probed
+    from fluxstream._io.hedge_reading import probed
     from fluxstream._parser import StreamParser
 
     data = b"".join(b"data: " + e + b"\n\n" for e in events)
     for cut in (data, data.replace(b"\n", b"\r\n")):
         probe = StreamParser(content_key="k", format="chat_completions")
-        assert _probed(probe, cut) is expected
+        assert probed(probe, cut) is expected
