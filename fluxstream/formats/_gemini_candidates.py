@@ -78,6 +78,8 @@ def count(value: object) -> int | None:
 
 
 def opt_str(value: object) -> str | None:
+    """A wire value read as text (a finish or block reason, an error's code or status, which
+    proto3 JSON may send as a number): ``None`` stays ``None``."""
     if value is None:
         return None
     return value if isinstance(value, str) else str(value)
