@@ -35,8 +35,10 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.secret: a masked secret, and token_secret read into a TokenSigner
     (2, ["_events", "_usage", "_core.headers", "_core.token_signature", "_core.secret"]),
     (3, ["formats._contract", "formats._base", "formats._responses_items",
+         "formats._responses_parts", "formats._responses_calls",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
-         "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
+         "formats._gemini_args", "formats._gemini_quick", "formats._gemini_candidates",
+         "formats._gemini_raw", "formats._gemini_usage", "formats.gemini",
          "structured.objects",
          "_json_paths"]),  # path events of streamed JSON: the events and the partial parser
     # _core.resume_check and _core.resume_token import formats._base, which runs the formats

@@ -26,11 +26,13 @@ by ``tests/formats/test_gemini_quick.py::test_built_streams_map_alike`` and
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from msgspec import UNSET, Raw, UnsetType
 
-__all__ = ["NO_USAGE", "QUICK_DECODER", "QuickCall", "QuickCandidate", "QuickContent",
-           "QuickDetail", "QuickPart", "QuickPiece", "QuickResponse", "QuickUsage"]
+__all__ = ["DICT_DECODER", "NO_USAGE", "QUICK_DECODER", "QuickCall", "QuickCandidate",
+           "QuickContent", "QuickDetail", "QuickPart", "QuickPiece", "QuickResponse", "QuickUsage"]
 
 # gc=False: these structs hold only strings, numbers, raw JSON and lists of one another, so
 # they never make a reference cycle, and not tracking them makes building and freeing them
@@ -122,3 +124,8 @@ class QuickResponse(msgspec.Struct, forbid_unknown_fields=True, gc=False):
 #: Decodes a frame into a :class:`QuickResponse` (a :class:`msgspec.DecodeError`, a
 #: ``ValueError``, for anything else).
 QUICK_DECODER: msgspec.json.Decoder[QuickResponse] = msgspec.json.Decoder(QuickResponse)
+
+#: Decodes a frame into dicts and lists, the values ``from_json`` makes whenever it succeeds
+#: (faster than it): the general path of ``feed_many`` for a frame the typed decoder refused
+#: or the fast path declined, and the dict of a usage snapshot the fast path kept as its frame.
+DICT_DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder()

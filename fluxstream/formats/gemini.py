@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import itertools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -59,31 +58,17 @@ import msgspec
 import pydantic_core
 from msgspec import UNSET
 
-from .._events import ErrorEvent, Event, ReasoningBlock, ToolCallDelta, UsageUpdate
+from .._events import ErrorEvent, Event
 from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
-from .._reply import StopReason
-from .._wire import Usage
-from ..errors import LimitExceededError
 from ..sse import ServerSentEvent
-from ._base import (
-    BIG_FRAME,
-    MAX_KEPT_CHARS,
-    USAGE_DROPPED,
-    FormatBase,
-    checked_usage_model,
-    compact,
-    crowded,
-    fill_usage,
-    final_usage,
-    finish_event,
-    reasoning_delta,
-    text_delta,
-    tool_delta,
-)
+from ._base import BIG_FRAME, compact, crowded, final_usage
 from ._contract import Claim
-from ._gemini_args import NO_VALUE, PartialArgs, piece_value, pieces_state, restored_pieces
-from ._gemini_quick import NO_USAGE, QUICK_DECODER, QuickPart, QuickResponse, QuickUsage
-from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
+from ._gemini_args import pieces_state, restored_pieces
+from ._gemini_candidates import MAX_INDEX, STOPS, Call, Candidate, count, opt_str
+from ._gemini_quick import DICT_DECODER, NO_USAGE, QUICK_DECODER, QuickResponse, QuickUsage
+from ._gemini_raw import MAX_RAW_CHARS, RawObject
+from ._gemini_usage import UsageSnapshot, gemini_usage
+from ._surrogates import clean_tree, fallback_loads, fix_surrogates
 
 __all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
 
@@ -93,47 +78,9 @@ _loads = pydantic_core.from_json
 # (tests/formats/test_fast_paths.py::test_the_fast_decoder_gives_from_json_values_or_refuses);
 # anything it refuses, and any frame that might nest deeper than from_json allows
 # (quick_candidate), goes to feed.
-_fast_loads = msgspec.json.Decoder().decode
+_fast_loads = DICT_DECODER.decode
 _MAX_DEPTH = 200
 _SHALLOW = 2 * _MAX_DEPTH + 1
-#: Candidate indices are counts below this (as resume tokens carry them).
-_MAX_INDEX = 2**53
-#: Characters of raw JSON gathered outside ``data:`` lines before the object is given up
-#: (real error bodies are a few hundred bytes; the SSE decoder bounds each line already).
-MAX_RAW_CHARS = 1024 * 1024
-#: Usage fields kept (real ``usageMetadata`` has about ten).
-MAX_USAGE_FIELDS = 64
-
-#: ``finishReason`` -> the unified :data:`~fluxstream._reply.StopReason`. Unknown reasons are
-#: kept raw and read ``other``.
-STOPS: dict[str, StopReason] = {
-    "STOP": "stop",
-    "MAX_TOKENS": "length",
-    "SAFETY": "content_filter",
-    "RECITATION": "content_filter",
-    "BLOCKLIST": "content_filter",
-    "PROHIBITED_CONTENT": "content_filter",
-    "SPII": "content_filter",
-    "IMAGE_SAFETY": "content_filter",
-    "IMAGE_PROHIBITED_CONTENT": "content_filter",
-    "IMAGE_RECITATION": "content_filter",
-    "MALFORMED_FUNCTION_CALL": "error",
-    "UNEXPECTED_TOOL_CALL": "error",
-    "TOO_MANY_TOOL_CALLS": "error",
-    "MALFORMED_RESPONSE": "error",
-    "MISSING_THOUGHT_SIGNATURE": "error",
-    "OTHER": "other",
-    "FINISH_REASON_UNSPECIFIED": "other",
-    "LANGUAGE": "other",
-    "IMAGE_OTHER": "other",
-    "NO_IMAGE": "other",
-}
-#: Part kinds that carry nothing for the reply (Google ran the code itself; media are not text).
-_SKIPPED_PARTS = ("executableCode", "codeExecutionResult", "inlineData", "fileData",
-                  "functionResponse", "toolCall", "toolResponse")
-#: Keys a part may carry beside its content (never a reason to skip it).
-_PART_EXTRAS = frozenset({"thought", "thoughtSignature", "partMetadata", "videoMetadata",
-                          "mediaResolution"})
 #: Keys that mark a payload as Gemini's (see :func:`is_gemini`).
 _MARKS = ("candidates", "promptFeedback", "usageMetadata", "modelVersion")
 
@@ -143,36 +90,6 @@ def is_gemini(obj: Mapping[str, Any]) -> bool:
     ``candidates``, ``promptFeedback``, ``usageMetadata`` or ``modelVersion``, and no
     ``type`` or ``choices`` of the other formats."""
     return "type" not in obj and "choices" not in obj and any(k in obj for k in _MARKS)
-
-
-def _count(value: object) -> int | None:
-    """A count: a plain non-negative ``int`` (not ``bool``, not a string), else ``None``."""
-    if type(value) is int and 0 <= value < _MAX_INDEX:
-        return value
-    return None
-
-
-def gemini_usage(raw: Mapping[str, Any]) -> Usage:
-    """``usageMetadata`` as a :class:`~fluxstream._wire.Usage`: Gemini's own fields kept, and
-    the Chat Completions names filled in. ``completion_tokens`` counts the thoughts too
-    (``candidatesTokenCount + thoughtsTokenCount``), as OpenAI counts reasoning tokens in
-    them; ``total_tokens`` is ``totalTokenCount`` (it also counts tool-use prompt tokens)."""
-    return _filled_usage(raw, checked_usage_model(raw)[2])
-
-
-def _filled_usage(raw: Mapping[str, Any], result: Usage) -> Usage:
-    """:func:`gemini_usage` of ``raw``, whose checked fields ``result`` holds already (a
-    fresh ``Usage``: it is filled in place)."""
-    prompt = _count(raw.get("promptTokenCount"))
-    output = _count(raw.get("candidatesTokenCount"))
-    thoughts = _count(raw.get("thoughtsTokenCount"))
-    cached = _count(raw.get("cachedContentTokenCount"))
-    total = _count(raw.get("totalTokenCount"))
-    completion = None
-    if output is not None or thoughts is not None:
-        completion = (output or 0) + (thoughts or 0)
-    return fill_usage(result, prompt=prompt, completion=completion, total=total,
-                      cached=cached, reasoning=thoughts)
 
 
 def _camel(name: str) -> str:
@@ -200,407 +117,7 @@ def _wire_shape(value: Any, *, data: bool = False) -> Any:
     return value
 
 
-# --------------------------------------------------------------------------- per-candidate state
-
-
-class _Call:
-    """One tool call: identity, delivered length and, while Vertex streams its arguments,
-    the pieces' value and text."""
-
-    __slots__ = ("id", "length", "name", "pieces")
-
-    def __init__(self) -> None:
-        self.id: str | None = None
-        self.name: str | None = None
-        self.length = 0
-        self.pieces: PartialArgs | None = None
-
-
-class _Candidate:
-    """Per-candidate offsets (code points delivered per channel), finish reason, calls."""
-
-    __slots__ = ("calls", "finish", "held", "open", "reasoning", "signatures", "text")
-
-    def __init__(self) -> None:
-        self.text = 0
-        self.reasoning = 0
-        self.finish: str | None = None
-        self.calls: dict[int, _Call] = {}
-        #: The call whose arguments are being streamed (``willContinue``), if any.
-        self.open: int | None = None
-        self.signatures = 0
-        #: High surrogate halves held back per channel ("text", "reasoning").
-        self.held: dict[str, str] | None = None
-
-
-class _RawObject:
-    """Lines outside any ``data:`` line, gathered until the JSON braces balance (outside
-    strings), as google-genai reads a raw error body sent after the stream began."""
-
-    __slots__ = ("depth", "escaped", "in_string", "lines", "size")
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.size = 0
-        self.depth = 0
-        self.in_string = False
-        self.escaped = False
-
-    def add(self, line: str) -> str | None:
-        """Add one line; the object's text once its braces balance."""
-        depth, in_string, escaped = self.depth, self.in_string, self.escaped
-        for char in line:
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-        self.depth, self.in_string, self.escaped = depth, in_string, escaped
-        self.lines.append(line)
-        self.size += len(line)
-        return self.take() if depth <= 0 else None
-
-    def take(self) -> str:
-        text = "\n".join(self.lines)
-        self.__init__()  # type: ignore[misc]
-        return text
-
-
-# --------------------------------------------------------------------------- the format
-
-
-def _opt_str(value: object) -> str | None:
-    if value is None:
-        return None
-    return value if isinstance(value, str) else str(value)
-
-
-class _CandidateReader(FormatBase):
-    """What a candidate's parts become: text, reasoning, kept signatures, whole and streamed
-    function calls, finish reasons, with the per-candidate offsets and surrogate halves.
-    :class:`GeminiFormat` adds the frames, the stream's errors, usage and end."""
-
-    __slots__ = ("_cands", "_holding", "_kept", "_settled")
-
-    def __init__(self, key: str, strict: bool, limits: StreamLimits) -> None:
-        super().__init__(key, strict=strict, limits=limits)
-        self._cands: dict[int, _Candidate] = {}
-        #: Surrogate halves held over all candidates: while any is, every fragment is checked.
-        self._holding = 0
-        #: Characters of never-shown data kept (thought signatures), see MAX_KEPT_CHARS.
-        self._kept = 0
-        #: A candidate finished in the event being read (its usage is the final one).
-        self._settled = False
-
-    # ------------------------------------------------------------------ candidates
-
-    def _candidate(self, cand: dict[str, Any], scan: bool, out: list[Event]) -> None:
-        index = cand.get("index", 0)
-        if index.__class__ is not int or not 0 <= index < _MAX_INDEX:
-            out += self._skip(cand, f"candidate index {index!r} is not a count")
-            return
-        st = self._cands.get(index)
-        if st is None:
-            if len(self._cands) >= self.limits.max_choices:
-                raise LimitExceededError("max_choices", self.limits.max_choices,
-                                         len(self._cands) + 1)
-            st = self._cands[index] = _Candidate()
-            self.new_choices.append(index)
-        content = cand.get("content")
-        if content.__class__ is dict:
-            parts = content.get("parts")
-            if parts.__class__ is list:
-                key = self.key
-                for part in parts:
-                    if part.__class__ is not dict:
-                        out += self._skip(part, "a part that is not an object")
-                        continue
-                    text = part.get("text")
-                    if text.__class__ is str:
-                        if not text:
-                            pass
-                        elif part.get("thought") is True:
-                            if scan or st.held:
-                                text = self._unpaired(st, "reasoning", text)
-                            if text:
-                                out.append(reasoning_delta(key, index, st.reasoning, text))
-                                st.reasoning += len(text)
-                        else:
-                            if scan or st.held:
-                                text = self._unpaired(st, "text", text)
-                            if text:
-                                out.append(text_delta(key, index, st.text, text))
-                                st.text += len(text)
-                    elif len(part) > 1 or "thoughtSignature" not in part:
-                        self._other_part(index, st, part, scan, out)
-                    signature = part.get("thoughtSignature")
-                    if signature:
-                        self._signature(index, st, part, signature, out)
-            elif parts is not None:
-                out += self._skip(cand, "parts is not a list")
-        reason = cand.get("finishReason")
-        if reason is not None and reason != st.finish:
-            reason = _opt_str(reason)
-            if reason:
-                self._finish(index, st, fix_surrogates(reason) if scan else reason, out)
-
-    def _other_part(self, index: int, st: _Candidate, part: dict[str, Any], scan: bool,
-                    out: list[Event]) -> None:
-        call = part.get("functionCall")
-        if call is not None:
-            if call.__class__ is dict:
-                self._function_call(index, st, call, scan, out)
-            else:
-                out += self._skip(part, "functionCall is not an object")
-            return
-        for kind in _SKIPPED_PARTS:
-            if kind in part:
-                out += self._skip(part, f"a {kind} part (nothing for the reply)")
-                return
-        if not all(key in _PART_EXTRAS for key in part):
-            out += self._skip(part, "a part of an unknown kind")
-
-    def _signature(self, index: int, st: _Candidate, part: dict[str, Any], signature: object,
-                   out: list[Event]) -> None:
-        """A ``thoughtSignature``: kept (a :class:`ReasoningBlock`), never shown; the next
-        request must send it back with its part for the model to go on reasoning."""
-        if not isinstance(signature, str):
-            out += self._skip(part, "thoughtSignature is not a string")
-            return
-        if self._kept + len(signature) > MAX_KEPT_CHARS:
-            out += self._skip(part, "kept reasoning data over the limit")
-            return
-        self._kept += len(signature)
-        block: dict[str, Any] = {"type": "thought_signature",
-                                 "thoughtSignature": fix_surrogates(signature)}
-        call = part.get("functionCall")
-        if isinstance(call, Mapping) and st.calls:
-            block["call"] = max(st.calls) if st.open is None else st.open
-        out.append(ReasoningBlock(self.key, index, st.signatures, block))
-        st.signatures += 1
-
-    def _finish(self, index: int, st: _Candidate, reason: str, out: list[Event]) -> None:
-        if st.open is not None:
-            self._close_call(index, st, out)
-        if st.held:
-            self._flush(index, st, out)
-        st.finish = reason
-        self._settled = True
-        stop = STOPS.get(reason, "other")
-        if stop == "stop" and st.calls:
-            stop = "tool_calls"  # Gemini says STOP when it stops to call functions
-        out.append(finish_event(self.key, index, reason, stop))
-
-    # ------------------------------------------------------------------ function calls
-
-    def _function_call(self, index: int, st: _Candidate, fc: dict[str, Any], scan: bool,
-                       out: list[Event]) -> None:
-        name = fc.get("name")
-        name = (fix_surrogates(name) if scan else name) if name and isinstance(name, str) else None
-        cid = fc.get("id")
-        cid = (fix_surrogates(cid) if scan else cid) if cid and isinstance(cid, str) else None
-        more = fc.get("willContinue") is True
-        pieces = fc.get("partialArgs")
-        args = fc.get("args")
-        if scan and args is not None:
-            args = clean_tree(args)
-        if st.open is not None:
-            if name is None:  # the next part of the call being streamed
-                number = st.open
-                self._streamed(index, number, st.calls[number], pieces, args, scan, out)
-                if not more:
-                    self._close_call(index, st, out)
-                return
-            self._close_call(index, st, out)  # a new call: the open one is over
-        if name is None and cid is None and pieces is None and args is None:
-            out += self._skip(fc, "a functionCall part of no call")
-            return
-        calls = st.calls
-        if len(calls) >= self.limits.max_tool_calls:
-            raise LimitExceededError("max_tool_calls", self.limits.max_tool_calls,
-                                     len(calls) + 1)
-        number = max(calls) + 1 if calls else 0
-        call = calls[number] = _Call()
-        call.id, call.name = cid, name
-        if more or pieces is not None:
-            call.pieces = PartialArgs()
-            st.open = number
-            out.append(ToolCallDelta(self.key, index, number, cid, name, "", 0))
-            self._streamed(index, number, call, pieces, args, scan, out)
-            if not more:
-                self._close_call(index, st, out)
-            return
-        text = "{}" if args is None else compact(args)
-        out.append(tool_delta(self.key, index, number, cid, name, text, 0))
-        call.length = len(text)
-
-    def _streamed(self, index: int, number: int, call: _Call, pieces: object, args: object,
-                  scan: bool, out: list[Event]) -> None:
-        """``partialArgs`` pieces (and any whole ``args``) of a call being streamed."""
-        writer = call.pieces
-        if writer is None:  # pragma: no cover - an open call always has its pieces
-            writer = call.pieces = PartialArgs()
-        if isinstance(args, Mapping) and args:
-            writer.root.update(args)  # whole values beside streamed ones: rendered at close
-            writer.ordered = False
-        if pieces is None:
-            return
-        if pieces.__class__ is not list:
-            out += self._skip({"partialArgs": pieces}, "partialArgs is not a list")
-            return
-        for piece in pieces:
-            value, extend = piece_value(piece)
-            steps = writer.steps(piece.get("jsonPath")) if piece.__class__ is dict else None
-            if steps is None or value is NO_VALUE:
-                out += self._skip(piece, "a partialArgs piece without a jsonPath and a value")
-                continue
-            if scan and isinstance(value, str):
-                value = fix_surrogates(value)
-            text = writer.put(steps, value, extend, piece.get("willContinue") is True)
-            if text is None:
-                out += self._skip(piece, "a partialArgs piece whose jsonPath does not fit")
-            elif text:
-                out.append(tool_delta(self.key, index, number, None, None, text, call.length))
-                call.length += len(text)
-
-    def _close_call(self, index: int, st: _Candidate, out: list[Event]) -> None:
-        number = st.open
-        st.open = None
-        if number is None:  # pragma: no cover - callers check
-            return
-        call = st.calls[number]
-        writer, call.pieces = call.pieces, None
-        if writer is None:
-            return
-        text = writer.close()
-        if text:
-            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
-            call.length += len(text)
-        if not writer.ordered:
-            final = writer.final()
-            written = "".join(writer.written)
-            same = 0
-            for a, b in zip(written, final, strict=False):
-                if a != b:
-                    break
-                same += 1
-            out.append(ToolCallDelta(self.key, index, number, None, None, final[same:], same,
-                                     replace=True))
-            call.length = len(final)
-
-    # ------------------------------------------------------------------ the fast path
-
-    def _quick_parts(self, index: int, st: _Candidate, parts: list[QuickPart],
-                     out: list[Event]) -> bool:
-        """A known candidate's parts as the fast path of ``feed_many`` reads them (text and
-        thought text, or the next piece of the string argument being streamed), mapped as
-        :meth:`_candidate` maps them; ``False``, nothing done, for any other."""
-        if len(parts) == 1 and parts[0].functionCall is not UNSET:
-            return self._quick_piece(index, st, parts[0], out)
-        for part in parts:
-            if (part.text.__class__ is not str or part.functionCall is not UNSET
-                    or part.thoughtSignature is not UNSET):
-                return False
-        key = self.key
-        for part in parts:
-            text = part.text
-            if not text:
-                continue
-            if part.thought is True:
-                out.append(reasoning_delta(key, index, st.reasoning, text))
-                st.reasoning += len(text)
-            else:
-                out.append(text_delta(key, index, st.text, text))
-                st.text += len(text)
-        return True
-
-    def _quick_piece(self, index: int, st: _Candidate, part: QuickPart,
-                     out: list[Event]) -> bool:
-        """The next piece of the string argument being streamed, and nothing else."""
-        number = st.open
-        fc = part.functionCall
-        if (number is None or fc is UNSET or part.text is not UNSET or part.thought is not UNSET
-                or part.thoughtSignature is not UNSET or fc.willContinue is not True
-                or fc.name is not UNSET or fc.id is not UNSET or fc.args is not UNSET):
-            return False
-        pieces = fc.partialArgs
-        if pieces is UNSET or len(pieces) != 1:
-            return False
-        piece = pieces[0]
-        value, path = piece.stringValue, piece.jsonPath
-        call = st.calls[number]
-        writer = call.pieces
-        if (writer is None or piece.willContinue is not True or value is UNSET or path is UNSET
-                or piece.numberValue is not UNSET or piece.boolValue is not UNSET
-                or piece.nullValue is not UNSET):
-            return False
-        text = writer.extend(path, value)
-        if text is None:
-            return False
-        if text:
-            out.append(tool_delta(self.key, index, number, None, None, text, call.length))
-            call.length += len(text)
-        return True
-
-    # ------------------------------------------------------------------ surrogate halves
-
-    def _unpaired(self, st: _Candidate, channel: str, text: str) -> str:
-        """``text`` ready to deliver: a held high half in front, a trailing one held back,
-        pairs joined, any other lone half U+FFFD. May return ``""``."""
-        held = st.held
-        if held:
-            before = held.pop(channel, "")
-            if before:
-                self._holding -= 1
-                text = before + text
-        last = text[-1:]
-        if is_high_half(last):
-            if held is None:
-                held = st.held = {}
-            held[channel] = last
-            self._holding += 1
-            text = text[:-1]
-        return fix_surrogates(text)
-
-    def _flush(self, index: int, st: _Candidate, out: list[Event]) -> None:
-        """Held high halves of a candidate that ends: U+FFFD (no low half will come)."""
-        held = st.held or {}
-        st.held = None
-        for channel in held:
-            self._holding -= 1
-            if channel == "text":
-                out.append(text_delta(self.key, index, st.text, REPLACEMENT))
-                st.text += 1
-            else:
-                out.append(reasoning_delta(self.key, index, st.reasoning, REPLACEMENT))
-                st.reasoning += 1
-
-    def _flush_all(self, out: list[Event]) -> None:
-        if self._holding:
-            for index, st in self._cands.items():
-                if st.held:
-                    self._flush(index, st, out)
-
-    # ------------------------------------------------------------------ skipped input
-
-    def _skip(self, obj: object, reason: str) -> list[Event]:
-        """Count something that cannot be used (never raised: the stream goes on)."""
-        return self.skip(reason, obj)
-
-    def _skip_text(self, text: str, reason: str) -> list[Event]:
-        return self.skip(reason, text)
-
-
-
-class GeminiFormat(_CandidateReader):
+class GeminiFormat(UsageSnapshot):
     """Sans-IO: Gemini ``GenerateContentResponse`` events in, normalized events out (see the
     module docstring).
 
@@ -610,15 +127,7 @@ class GeminiFormat(_CandidateReader):
     :param limits: caps on candidates and tool calls (:class:`~fluxstream._limits.StreamLimits`).
     """
 
-    __slots__ = ("_blocked", "_errored", "_raw", "_usage_dict", "_usage_frame", "_usage_sent",
-                 "_usage_typed")
-    #: The last usage snapshot's dict (see :attr:`_usage`), unless it is still only
-    #: ``_usage_frame``: the frame whose ``usageMetadata`` it is, its dict not built yet.
-    _usage_dict: dict[str, Any] | None
-    _usage_frame: str | None
-    #: The snapshot as a typed QuickUsage, when the fast path decoded it (the fast path
-    #: compares the next one with it; ``None``: it compares the dicts, once).
-    _usage_typed: QuickUsage | None
+    __slots__ = ("_errored", "_raw")
 
     @classmethod
     def claims(cls, event: str, payload: Mapping[str, Any] | None) -> Claim:
@@ -645,27 +154,6 @@ class GeminiFormat(_CandidateReader):
         self._errored = False
         self.reset()
 
-    # ------------------------------------------------------------------ the usage kept
-
-    @property
-    def _usage(self) -> dict[str, Any] | None:
-        """The last usage snapshot, as the general path keeps it. The fast path, which reads
-        a snapshot only as a typed :class:`QuickUsage`, keeps the frame it came in instead,
-        and its dict is built from that frame when first read here (the snapshot grows on
-        every event, and is read only when delivered or saved)."""
-        frame = self._usage_frame
-        if frame is not None:
-            self._usage_frame = None
-            kept: dict[str, Any] = _fast_loads(frame)["usageMetadata"]
-            self._usage_dict = kept
-        return self._usage_dict
-
-    @_usage.setter
-    def _usage(self, value: dict[str, Any] | None) -> None:
-        self._usage_dict = value
-        self._usage_frame = None
-        self._usage_typed = None
-
     # ------------------------------------------------------------------ resume hooks
 
     def reset(self) -> None:
@@ -675,24 +163,22 @@ class GeminiFormat(_CandidateReader):
         self._holding = 0
         self._kept = 0
         self._blocked = False
-        #: Whether the last usage snapshot (:attr:`_usage`) was delivered (``None``: none
-        #: came yet).
         self._usage = None
-        self._usage_sent: bool | None = None
-        self._raw = _RawObject()
+        self._usage_sent = None
+        self._raw = RawObject()
 
     def restore(self, offsets: dict[str, Any], calls: dict[int, dict[int, tuple[Any, Any]]],
                 finishes: dict[int, str | None]) -> None:
         """Continue offsets, finish reasons and tool-call identity from a resumed reply."""
         for key, counts in offsets.items():
             index = int(key)
-            st = self._cands.setdefault(index, _Candidate())
+            st = self._cands.setdefault(index, Candidate())
             st.text = int(counts.get("text", 0))
             st.reasoning = int(counts.get("reasoning", 0))
             st.finish = finishes.get(index)
             for call_key, length in (counts.get("tool_calls") or {}).items():
                 number = int(call_key)
-                call = st.calls[number] = _Call()
+                call = st.calls[number] = Call()
                 call.id, call.name = calls.get(index, {}).get(number, (None, None))
                 call.length = int(length)
 
@@ -705,7 +191,7 @@ class GeminiFormat(_CandidateReader):
     def new_connection(self) -> None:
         """A continuation streams on a new connection: lines of a raw object begun on the old
         one belong to nothing now."""
-        self._raw = _RawObject()
+        self._raw = RawObject()
 
     def resume_state(self) -> dict[str, Any]:
         """What a resume token carries beyond the reply: per candidate the thought signatures
@@ -736,7 +222,7 @@ class GeminiFormat(_CandidateReader):
             st = self._cands.get(int(key)) if isinstance(key, str) and key.isdecimal() else None
             if st is None or not isinstance(entry, Mapping):
                 continue
-            signatures = _count(entry.get("signatures"))
+            signatures = count(entry.get("signatures"))
             st.signatures = signatures or 0
             number = entry.get("open")
             if type(number) is int and number in st.calls:
@@ -864,7 +350,7 @@ class GeminiFormat(_CandidateReader):
         index = cand.index
         st = self._cands.get(index)
         content = cand.content
-        if (st is None or content is UNSET or not 0 <= index < _MAX_INDEX
+        if (st is None or content is UNSET or not 0 <= index < MAX_INDEX
                 or (cand.finishReason and cand.finishReason != st.finish)):
             return False
         parts = content.parts
@@ -1007,7 +493,7 @@ class GeminiFormat(_CandidateReader):
             block = feedback.get("blockReason")
             if block:
                 self._blocked = True
-                block = fix_surrogates(_opt_str(block) or "")
+                block = fix_surrogates(opt_str(block) or "")
                 detail = feedback.get("blockReasonMessage")
                 message = f"prompt blocked: {block}"
                 if detail and isinstance(detail, str):
@@ -1031,41 +517,6 @@ class GeminiFormat(_CandidateReader):
             message = error.get("message")
             if not isinstance(message, str) or not message:
                 message = compact(dict(error)) if message is None else str(message)
-            return ErrorEvent(message, _opt_str(error.get("code")),
-                              _opt_str(error.get("status")), None, raw)
+            return ErrorEvent(message, opt_str(error.get("code")),
+                              opt_str(error.get("status")), None, raw)
         return ErrorEvent(str(error) or "error", None, None, None, raw)
-
-    def _note_usage(self, usage: object, obj: Mapping[str, Any], scan: bool,
-                    out: list[Event]) -> None:
-        """A snapshot of the usage so far. It rides on every event and grows; it is delivered
-        when it first comes, when a candidate finishes and when the body ends (validating a
-        snapshot on every event cost as much as the rest of the event; the last one wins)."""
-        if usage.__class__ is not dict:
-            out += self._skip(obj, "usageMetadata is not an object")
-            return
-        if not usage or usage == self._usage:
-            return
-        raw: dict[str, Any] = usage
-        if len(raw) > MAX_USAGE_FIELDS:
-            raw = dict(itertools.islice(raw.items(), MAX_USAGE_FIELDS))
-        self._usage = clean_tree(raw) if scan else raw
-        first = self._usage_sent is None
-        self._usage_sent = False
-        if first:
-            self._send_usage(out)
-
-    def _send_usage(self, out: list[Event]) -> None:
-        """Deliver the last snapshot if it was not yet: final once every candidate finished
-        or the prompt was blocked (before that it counts the output so far, not the
-        reply's)."""
-        if self._usage_sent is not False or self._usage is None:
-            return
-        self._usage_sent = True
-        # Checked and validated once: what is kept fits, so its Usage is gemini_usage's.
-        clean, dropped, checked = checked_usage_model(self._usage)
-        if dropped:
-            out += self._skip(self._usage, USAGE_DROPPED)
-        cands = self._cands.values()
-        final = self._blocked or (
-            bool(cands) and all(st.finish is not None for st in cands))
-        out.append(UsageUpdate(_filled_usage(clean, checked), final))

@@ -61,23 +61,20 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from .._events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
+from .._events import Event, Finish, ReasoningBlock, UsageUpdate
 from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .._reply import StopReason, unified_stop
 from ._base import (
     MAX_SEQUENCE,
-    JsonEventFormat,
-    ToolCallState,
     approx_size,
-    compact,
     error_event,
     normalized_usage,
     text_delta,
     tool_delta,
 )
 from ._contract import Claim
-from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count, item_texts
-from ._surrogates import fix_surrogates
+from ._responses_calls import CallReader
+from ._responses_items import MAX_PARTS, count, item_texts
 
 __all__ = ["MAX_PARTS", "ResponsesFormat"]
 
@@ -112,7 +109,7 @@ _INCOMPLETE: dict[str, StopReason] = {
 }
 
 
-class ResponsesFormat(JsonEventFormat):
+class ResponsesFormat(CallReader):
     """Sans-IO: Responses stream events in, normalized events out (see the module docstring).
 
     :param key: the content key stamped on every keyed event.
@@ -126,8 +123,7 @@ class ResponsesFormat(JsonEventFormat):
     #: Its events carry ``sequence_number`` and the response's id, a re-read's position.
     rereads: ClassVar[bool] = True
 
-    __slots__ = ("_errored", "_parts", "_shown", "_text_part", "items", "live", "ordered",
-                 "replayed", "response_id", "sequence")
+    __slots__ = ("_errored", "live", "ordered", "replayed", "response_id", "sequence")
 
     def __init__(self, key: str, *, strict: bool = False,
                  limits: StreamLimits = DEFAULT_STREAM_LIMITS) -> None:
@@ -175,14 +171,8 @@ class ResponsesFormat(JsonEventFormat):
         return Claim.LIKELY if sequence is not None else Claim.NO
 
     def _new_response(self) -> None:
-        """Parts and items are a response's own (a continuation is a new response)."""
-        #: Parts that received deltas: their ``.done`` text is not shown.
-        self._parts = MarkerSet()
-        #: Parts whose ``.done`` text was shown: a delta of theirs arriving later is not.
-        self._shown = MarkerSet()
-        self._text_part: tuple[object, object, object] | None = None
-        #: Output positions by item id (servers that send no ``output_index``).
-        self.items = OutputItems()
+        """Parts, items and calls are a response's own (a continuation is a new response)."""
+        self._new_parts()
         #: The call streamed last (an argument event naming no item continues it).
         self.last_call = None
 
@@ -377,48 +367,6 @@ class ResponsesFormat(JsonEventFormat):
             return self.skip(f"unknown Responses event type {kind!r}", obj)
         return out
 
-    def _delta(
-        self,
-        channel: str,
-        obj: Mapping[str, Any],
-        out: list[Event],
-        part: str = "content_index",
-        kind: str | None = None,
-    ) -> None:
-        """A streamed fragment of a part; ``kind`` names the part's kind when it is not the
-        channel (summary parts count by ``summary_index``, apart from reasoning-text parts)."""
-        text = obj.get("delta")
-        if text.__class__ is not str or not text:
-            return
-        marker = (kind or channel, self.items.output_of(obj), count(obj.get(part)))
-        if self._shown.has(marker):
-            out += self.skip("delta after its part's .done", obj)
-            return
-        self._parts.add(marker)
-        self.add_to(channel, text, out)
-
-    def _part_done(
-        self,
-        channel: str,
-        obj: Mapping[str, Any],
-        field: str,
-        out: list[Event],
-        part: str = "content_index",
-        kind: str | None = None,
-    ) -> None:
-        """A part's final text, used only when none of it was streamed as deltas (a delta
-        that arrives after it is then dropped: exactly the same part only, as dropping a
-        delta that belongs to another part would lose text)."""
-        marker: Marker = (kind or channel, self.items.output_of(obj), count(obj.get(part)))
-        if self._parts.full() or self._parts.matches(marker):
-            return
-        text = obj.get(field)
-        if text.__class__ is not str or not text:
-            return
-        self._parts.add(marker)
-        self._shown.add(marker)
-        self.add_to(channel, text, out)
-
     def _response(self, response: object) -> Mapping[str, Any] | None:
         if not isinstance(response, Mapping):
             return None
@@ -433,97 +381,6 @@ class ResponsesFormat(JsonEventFormat):
             if model and isinstance(model, str):
                 self.model = model
         return response
-
-    # ------------------------------------------------------------------ tool calls
-
-    def _item(self, obj: Mapping[str, Any], out: list[Event], *, done: bool) -> None:
-        item = obj.get("item")
-        if not isinstance(item, Mapping):
-            out += self.skip("output item is not an object", obj)
-            return
-        kind = item.get("type")
-        index = self.items.position(obj, item.get("id"), new=not done)
-        if kind == "function_call":
-            if index is None:
-                out += self.skip("function_call item without an output_index or an id", obj)
-                return
-            call, fresh = self._call(index)
-            new_id, new_name = self.name_call(call, item.get("call_id"), item.get("name"))
-            args = item.get("arguments")
-            if args is not None and args.__class__ is not str:
-                args = compact(args)
-            if done and args is not None:
-                self._final_arguments(index, call, args, out, new_id, new_name, fresh)
-            elif fresh or new_id or new_name or args:
-                args = args or ""
-                out.append(
-                    ToolCallDelta(self.key, 0, index, new_id, new_name, args, call.add(args))
-                )
-        elif kind == "reasoning" and done and index is not None:
-            self.start()
-            if not self.keep(approx_size(item)):
-                out += self.skip("kept reasoning data over the limit", obj)
-                return
-            out.append(ReasoningBlock(self.key, 0, index, dict(item)))
-
-    def _call(self, index: int) -> tuple[ToolCallState, bool]:
-        call = self.calls.get(index)
-        if call is None:
-            call = self.open_call(index, self.limits)
-            self.start()
-            return call, True
-        return call, False
-
-    def _arguments_delta(self, obj: Mapping[str, Any], out: list[Event]) -> None:
-        text = obj.get("delta")
-        index = self.items.call_of(obj, self.last_call) if isinstance(text, str) else None
-        if index is None or not isinstance(text, str):
-            out += self.skip("function_call_arguments.delta without a string delta and a "
-                             "call (output_index, item_id)", obj)
-            return
-        call, fresh = self._call(index)  # a delta before its item: still this call's text
-        if self.scan:
-            text = self.join(index, text)
-        if not text and not fresh:
-            return
-        out.append(ToolCallDelta(self.key, 0, index, None, None, text, call.add(text)))
-
-    def _arguments_done(self, obj: Mapping[str, Any], out: list[Event]) -> None:
-        args = obj.get("arguments")
-        index = self.items.call_of(obj, self.last_call) if args is not None else None
-        if index is None:
-            out += self.skip("function_call_arguments.done without arguments and a call "
-                             "(output_index, item_id)", obj)
-            return
-        if args.__class__ is not str:
-            args = compact(args)
-        call, fresh = self._call(index)
-        self._final_arguments(index, call, args, out, None, None, fresh)
-
-    def _final_arguments(
-        self,
-        index: int,
-        call: ToolCallState,
-        final: str,
-        out: list[Event],
-        new_id: str | None,
-        new_name: str | None,
-        fresh: bool = False,
-    ) -> None:
-        """The provider's final arguments replace the streamed ones (see module docstring).
-        ``fresh``: the call is new (never announced): it is announced even when there is
-        nothing else to say, so the assembler knows it (and counts it against its limit)."""
-        if self.scan:
-            if self.held:
-                self.held.pop(index, None)  # the final value replaces a held half too
-            final = fix_surrogates(final)
-        settled = call.settle(final)
-        if settled is None:
-            if new_id or new_name or fresh:
-                out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, "", call.length))
-            return
-        rest, offset, replace = settled
-        out.append(ToolCallDelta(self.key, 0, index, new_id, new_name, rest, offset, replace))
 
     # ------------------------------------------------------------------ the end
 

@@ -320,7 +320,9 @@ def test_gemini_usage_validated_once_is_the_usage_validated_again() -> None:
 
     from fluxstream._wire import Usage
     from fluxstream.formats._base import checked_usage, checked_usage_model, fill_usage
-    from fluxstream.formats.gemini import _count, _filled_usage, gemini_usage
+    from fluxstream.formats._gemini_candidates import count as _count
+    from fluxstream.formats._gemini_usage import filled_usage as _filled_usage
+    from fluxstream.formats.gemini import gemini_usage
 
     def validated_again(raw: dict[str, Any]) -> Usage:  # the way it was done before
         clean, _ = checked_usage(raw)
