@@ -1,0 +1,78 @@
+"""The recording side's shortcuts, each against the general path it replaces: an entry's
+JSON written by msgspec against pydantic's serializer (random entries: the bytes stored must
+not change, so followers and old readers read what they read before)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import TypeAdapter
+
+from fluxstream._events import (
+    End,
+    Event,
+    Finish,
+    Outcome,
+    ReasoningDelta,
+    RefusalDelta,
+    TextDelta,
+    ToolCallDelta,
+)
+from fluxstream.relay.codec import decode_entry, entry_json
+
+_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+
+def general(events: list[Any]) -> bytes:
+    """pydantic's serializer for every entry (what ``entry_json`` did before msgspec)."""
+    return b'{"e":' + _EVENTS.dump_json(events) + b"}"
+
+
+# Every code point, surrogates included (msgspec refuses those: pydantic then decides).
+texts = st.text(st.characters(exclude_categories=()), max_size=12)
+numbers = st.integers(min_value=-(2**70), max_value=2**70)
+keys = st.sampled_from(["k", "reply-é", "", "a\"b\\c\x00"])
+deltas = st.one_of(
+    st.builds(TextDelta, keys, numbers, numbers, texts),
+    st.builds(ReasoningDelta, keys, numbers, numbers, texts),
+    st.builds(RefusalDelta, keys, numbers, numbers, texts),
+    st.builds(
+        ToolCallDelta, keys, numbers, numbers, st.none() | texts, st.none() | texts, texts,
+        numbers, st.booleans(),
+    ),
+)
+events = st.one_of(deltas, st.builds(Finish, keys, numbers, st.sampled_from(["stop", "length"])))
+
+
+def outcome(encode: Any, items: list[Any]) -> bytes | str:
+    try:
+        return bytes(encode(items))
+    except Exception as exc:  # noqa: BLE001 - the error itself is compared
+        return f"{type(exc).__name__}: {exc}"
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(events, max_size=5))
+def test_entry_json_writes_what_pydantic_writes(items: list[Any]) -> None:
+    assert outcome(entry_json, items) == outcome(general, items)
+    assert outcome(entry_json, tuple(items)) == outcome(general, items)
+
+
+def test_plain_entries_take_msgspec_and_read_back() -> None:
+    items = [TextDelta("k", 0, 3, "é\u2028</\x01\"\\ 😀"), ToolCallDelta("k", 1, 0, None, "f", "{", 0)]
+    assert entry_json(items) == general(items)
+    assert decode_entry(2, entry_json(items)).events == tuple(items)
+    # A lone surrogate: msgspec refuses it, and pydantic's error is the one raised.
+    with pytest.raises(ValueError, match="surrogates not allowed") as caught:
+        entry_json([TextDelta("k", 0, 0, "\ud800")])
+    assert type(caught.value).__name__ == "PydanticSerializationError"
+
+
+def test_a_terminal_entry_is_unchanged() -> None:
+    end = {"outcome": "done", "reason": None, "reply": {"id": "x"}, "token": {"v": 1}}
+    data = entry_json([End(Outcome.DONE, None)], end)
+    assert data == b'{"e":' + _EVENTS.dump_json([End(Outcome.DONE, None)]) + b',"end":' + (
+        TypeAdapter(dict[str, Any]).dump_json(end)) + b"}"
