@@ -219,10 +219,10 @@ def entry_json(events: list[Event] | tuple[Event, ...], end: dict[str, Any] | No
     # The adapter's serializer itself: ``TypeAdapter.dump_json`` adds a Python call and a
     # dozen default arguments per entry, and the output is the same bytes.
     if end is None:
-        if len(events) == 1 and type(events[0]) in _PLAIN or _all_plain(events):
+        if (len(events) == 1 and type(events[0]) in _PLAIN) or _all_plain(events):
             try:
                 return _PLAIN_JSON({"e": events})
-            except Exception:  # noqa: BLE001, S110 - pydantic's path below decides (and raises)
+            except Exception:  # pydantic's path below decides (and raises)
                 pass
         return b'{"e":' + _TO_JSON(list(events)) + b"}"
     return b'{"e":' + _TO_JSON(list(events)) + b',"end":' + to_json(end) + b"}"
