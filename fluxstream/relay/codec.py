@@ -164,13 +164,19 @@ def _relay_event(position: Position, event: Event) -> RelayEvent:
 
 
 def _entry(number: int, events: tuple[Event, ...]) -> Entry:
-    """``Entry(number, events)`` (no end, no token)."""
+    """``Entry(number, events)`` (no end, no token), without the frozen dataclass's
+    ``object.__setattr__`` per field: a follower decodes, and a producer writes, one per
+    frame."""
     entry: Entry = _new(Entry)
     _set_number(entry, number)
     _set_events(entry, events)
     _set_end(entry, None)
     _set_token(entry, None)
     return entry
+
+
+#: :func:`_entry` for a producer's frame (the name the recorder imports).
+frame_entry = _entry
 
 
 def sse_event(item: RelayEvent) -> bytes:
