@@ -151,6 +151,7 @@ class Writer:
                 await self._wake.wait(max(0.0, min(soonest, self._refresh_scan) - now))
         finally:
             self._running = False
+            self._wake.stop()
             if self._streams:  # cancelled (the loop ends): nothing is left waiting for it
                 for stream in list(self._streams):
                     stream.abandoned()
@@ -209,6 +210,9 @@ class _Wake(Protocol):
 
     async def wait(self, within: float) -> None: ...
 
+    def stop(self) -> None:
+        """The writer stopped: nothing is kept for a next wait."""
+
 
 class _AnyioWake:
     """A wake-up on any event loop anyio runs (trio)."""
@@ -227,17 +231,25 @@ class _AnyioWake:
         with anyio.move_on_after(within):
             await self._event.wait()
 
+    def stop(self) -> None:
+        """Nothing is kept between waits."""
+
 
 class _LoopWake:
-    """A wake-up on an asyncio loop: one future and one timer per wait. An ``anyio.Event``
-    and a cancel scope per wait cost more than the rest of a one-delta frame's bookkeeping
-    (cProfile, ``benchmarks/bench_relay_write.py --batch 1``), and the writer waits once per
-    frame."""
+    """A wake-up on an asyncio loop: one future per wait, and a timer kept between waits.
+    An ``anyio.Event`` and a cancel scope per wait cost more than the rest of a one-delta
+    frame's bookkeeping (cProfile, ``benchmarks/bench_relay_write.py --batch 1``), and the
+    writer waits once per round trip: a new timer each time (made, pushed on the loop's
+    heap, cancelled) was a tenth of a one-write round trip's bytecodes. The timer is kept
+    while it is due no later than the next wait needs (waking early is harmless: the
+    writer scans again and waits on), so it is made again only when a wait needs it
+    sooner, or after it fired."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._set = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def set(self) -> None:
         if self._set:  # woken already (every stream of a frame but the first says so)
@@ -256,15 +268,26 @@ class _LoopWake:
         if within <= 0:
             await asyncio.sleep(0)  # a checkpoint, as a lapsed cancel scope gives
             return
-        waiter = self._waiter = self._loop.create_future()
-        timer = self._loop.call_later(within, _settle, waiter)
+        loop = self._loop
+        at = loop.time() + within
+        timer = self._timer
+        if timer is None or timer.when() > at:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(at, self._fire)
+        waiter = self._waiter = loop.create_future()
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
 
+    def _fire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
-def _settle(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    def stop(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()

@@ -78,3 +78,52 @@ def test_a_terminal_entry_is_unchanged() -> None:
     data = entry_json([End(Outcome.DONE, None)], end)
     assert data == b'{"e":' + _EVENTS.dump_json([End(Outcome.DONE, None)]) + b',"end":' + (
         TypeAdapter(dict[str, Any]).dump_json(end)) + b"}"
+
+
+def test_the_writers_wake_up_keeps_its_timer_and_still_wakes_in_time() -> None:
+    """The asyncio wake-up keeps one timer between waits: a wait that needs to wake sooner
+    than the kept timer still wakes at its own time, a set() still wakes it at once, and a
+    wait after the timer fired gets a new one."""
+    import asyncio
+
+    from fluxstream.relay.writer import _LoopWake
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        wake = _LoopWake(loop)
+        # Woken by set() long before its timer: the timer (60 s out) is kept.
+        waiting = asyncio.ensure_future(wake.wait(60.0))
+        await asyncio.sleep(0)
+        wake.set()
+        await asyncio.wait_for(waiting, 5)
+        kept = wake._timer
+        assert kept is not None and kept.when() > loop.time() + 30
+        # A shorter wait wakes at its own time, not at the kept timer's.
+        wake.clear()
+        started = loop.time()
+        await asyncio.wait_for(wake.wait(0.05), 5)
+        assert 0.04 <= loop.time() - started < 5
+        assert kept.cancelled()
+        # Its timer fired: the next wait makes a new one, and a later one keeps it.
+        assert wake._timer is None
+        waiting = asyncio.ensure_future(wake.wait(0.05))
+        await asyncio.sleep(0)
+        timer = wake._timer
+        await asyncio.wait_for(waiting, 5)
+        assert timer is not None and not timer.cancelled()
+        wake.clear()
+        waiting = asyncio.ensure_future(wake.wait(60.0))
+        await asyncio.sleep(0)
+        assert wake._timer is not None and wake._timer.when() > loop.time() + 30
+        wake.set()
+        await asyncio.wait_for(waiting, 5)
+        wake.clear()
+        held = wake._timer
+        waiting = asyncio.ensure_future(wake.wait(120.0))  # later than the kept one: kept
+        await asyncio.sleep(0)
+        assert wake._timer is held
+        wake.stop()
+        assert held.cancelled() and wake._timer is None
+        waiting.cancel()
+
+    asyncio.run(main())
