@@ -11,19 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from fluxstream._events import (
-    End,
-    Event,
-    Finish,
-    Outcome,
-    ReasoningDelta,
-    RefusalDelta,
-    TextDelta,
-    ToolCallDelta,
-)
+import fluxstream._events as ev
 from fluxstream.relay.codec import decode_entry, entry_json
 
-_EVENTS: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+_EVENTS: TypeAdapter[list[ev.Event]] = TypeAdapter(list[ev.Event])
 
 
 def general(events: list[Any]) -> bytes:
@@ -35,16 +26,16 @@ def general(events: list[Any]) -> bytes:
 texts = st.text(st.characters(exclude_categories=()), max_size=12)
 numbers = st.integers(min_value=-(2**70), max_value=2**70)
 keys = st.sampled_from(["k", "reply-é", "", "a\"b\\c\x00"])
-deltas = st.one_of(
-    st.builds(TextDelta, keys, numbers, numbers, texts),
-    st.builds(ReasoningDelta, keys, numbers, numbers, texts),
-    st.builds(RefusalDelta, keys, numbers, numbers, texts),
-    st.builds(
-        ToolCallDelta, keys, numbers, numbers, st.none() | texts, st.none() | texts, texts,
-        numbers, st.booleans(),
-    ),
+texts_of = [
+    st.builds(kind, keys, numbers, numbers, texts)
+    for kind in (ev.TextDelta, ev.ReasoningDelta, ev.RefusalDelta)
+]
+calls = st.builds(
+    ev.ToolCallDelta, keys, numbers, numbers, st.none() | texts, st.none() | texts, texts,
+    numbers, st.booleans(),
 )
-events = st.one_of(deltas, st.builds(Finish, keys, numbers, st.sampled_from(["stop", "length"])))
+finishes = st.builds(ev.Finish, keys, numbers, st.sampled_from(["stop", "length"]))
+events = st.one_of(*texts_of, calls, finishes)
 
 
 def outcome(encode: Any, items: list[Any]) -> bytes | str:
@@ -63,20 +54,21 @@ def test_entry_json_writes_what_pydantic_writes(items: list[Any]) -> None:
 
 def test_plain_entries_take_msgspec_and_read_back() -> None:
     items = [
-        TextDelta("k", 0, 3, "é\u2028</\x01\"\\ 😀"), ToolCallDelta("k", 1, 0, None, "f", "{", 0),
+        ev.TextDelta("k", 0, 3, "é\u2028</\x01\"\\ 😀"),
+        ev.ToolCallDelta("k", 1, 0, None, "f", "{", 0),
     ]
     assert entry_json(items) == general(items)
     assert decode_entry(2, entry_json(items)).events == tuple(items)
     # A lone surrogate: msgspec refuses it, and pydantic's error is the one raised.
     with pytest.raises(ValueError, match="surrogates not allowed") as caught:
-        entry_json([TextDelta("k", 0, 0, "\ud800")])
+        entry_json([ev.TextDelta("k", 0, 0, "\ud800")])
     assert type(caught.value).__name__ == "PydanticSerializationError"
 
 
 def test_a_terminal_entry_is_unchanged() -> None:
     end = {"outcome": "done", "reason": None, "reply": {"id": "x"}, "token": {"v": 1}}
-    data = entry_json([End(Outcome.DONE, None)], end)
-    assert data == b'{"e":' + _EVENTS.dump_json([End(Outcome.DONE, None)]) + b',"end":' + (
+    data = entry_json([ev.End(ev.Outcome.DONE, None)], end)
+    assert data == b'{"e":' + _EVENTS.dump_json([ev.End(ev.Outcome.DONE, None)]) + b',"end":' + (
         TypeAdapter(dict[str, Any]).dump_json(end)) + b"}"
 
 
