@@ -151,6 +151,8 @@ class WriteCommands:
         #: For :meth:`batch`: key -> its four keys, packed.
         self._keys_packed: dict[str, bytes] = {}
         self._batch_timing: tuple[tuple[float, float] | None, bytes] = (None, b"")
+        #: The frame script's SHA1, and packed.
+        self._sha: tuple[str | None, bytes] = (None, b"")
 
     def args(self, write: Write) -> list[Any]:
         """The command's arguments (for a cluster's pipeliner)."""
@@ -229,9 +231,13 @@ class WriteCommands:
                     ))
         packed_rows = _ROWS(rows)
         blob = b"".join(data)
-        return b"*%d\r\n$7\r\nEVALSHA\r\n%s%s%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
-            8 + 4 * len(writes), bulk(self._shas["writes"]), bulk(4 * len(writes)),
-            b"".join(keys), self._batch_timing[1], len(packed_rows), packed_rows, len(blob), blob,
+        sha = self._shas["writes"]
+        if self._sha[0] is not sha:
+            self._sha = (sha, bulk(sha))
+        count = b"%d" % (4 * len(writes))
+        return b"*%d\r\n$7\r\nEVALSHA\r\n%s$%d\r\n%s\r\n%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            8 + 4 * len(writes), self._sha[1], len(count), count, b"".join(keys),
+            self._batch_timing[1], len(packed_rows), packed_rows, len(blob), blob,
         )
 
     def _batch_keys(self, key: str) -> bytes:
