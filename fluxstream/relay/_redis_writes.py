@@ -6,8 +6,10 @@ one write, and packing its command argument by argument (fifteen of them, eleven
 for every write of a reply: script, keys, owner, lease and TTL) cost about as much CPU as
 the rest of the write together (cProfile, ``benchmarks/bench_relay.py``). Here the constant
 part of a reply's append and lease refresh is packed once, and a write packs only its entry
-number, its entry (JSON bytes, encoded once), its token and its final flag. A cluster's
-pipeliner routes commands by their arguments, so there the arguments are given unpacked.
+number, its entry (JSON bytes, encoded once), its token and its final flag. A frame's script
+call (:data:`WRITES`) goes further: its writes' fields are one MessagePack array, encoded by
+msgspec in one call, and their entries one string. A cluster's pipeliner routes commands by
+their arguments, so there the arguments are given unpacked.
 
 :class:`WriteChannel` sends a frame's commands on a connection the writer keeps, from the
 writer's own task. Through the log's pipeliner a round trip cost a future, a flush task, two
