@@ -6,8 +6,10 @@ one write, and packing its command argument by argument (fifteen of them, eleven
 for every write of a reply: script, keys, owner, lease and TTL) cost about as much CPU as
 the rest of the write together (cProfile, ``benchmarks/bench_relay.py``). Here the constant
 part of a reply's append and lease refresh is packed once, and a write packs only its entry
-number, its entry (JSON bytes, encoded once), its token and its final flag. A cluster's
-pipeliner routes commands by their arguments, so there the arguments are given unpacked.
+number, its entry (JSON bytes, encoded once), its token and its final flag. A frame's script
+call (:data:`WRITES`) goes further: its writes' fields are one MessagePack array, encoded by
+msgspec in one call, and their entries one string. A cluster's pipeliner routes commands by
+their arguments, so there the arguments are given unpacked.
 
 :class:`WriteChannel` sends a frame's commands on a connection the writer keeps, from the
 writer's own task. Through the log's pipeliner a round trip cost a future, a flush task, two
@@ -22,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
+import msgspec
 from pydantic_core import to_json
 from redis.exceptions import ConnectionError
 
@@ -39,8 +42,13 @@ __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 #: every one of which touches a single reply). Each write's keys are declared
 #: (``KEYS[4i+1..4i+4]``), none is built inside.
 #: KEYS: stream, meta, lease, cancel of each write, in order.
-#: ARGV: lease_ms, ttl_ms, the "written" channel ('': none), then per write 'a', owner, id,
-#:   data, token, final (APPEND), 'r', owner (REFRESH) or 'x', owner (RELEASE).
+#: ARGV: lease_ms, ttl_ms, the "written" channel ('': none), the writes, their data.
+#: The writes are one MessagePack array (Redis's own ``cmsgpack`` unpacks it), per write
+#: ['a', owner, entry number, data length, token length, final] (APPEND), ['r', owner]
+#: (REFRESH) or ['x', owner] (RELEASE); the data is every APPEND's entry then its token
+#: ('' when none), in order, one string. Argument by argument in RESP, a write's fields
+#: cost the producer as much CPU as encoding its entry (cMsgPack has no binary type, so
+#: the entries, JSON bytes, travel outside it, cut by their lengths).
 #: Returns the number of writes, then what each one's own script returns; a write that fails
 #: (an entry that exists, a key of the wrong type) gives its error in its place and changes
 #: nothing (its reads come first), as its own EVALSHA would; the others go on. The streams
@@ -50,15 +58,16 @@ __all__ = ["WRITES", "WriteChannel", "WriteCommands"]
 #: writes.
 WRITES = """
 local lease_ms, ttl_ms, channel = ARGV[1], ARGV[2], ARGV[3]
+local rows, blob = cmsgpack.unpack(ARGV[4]), ARGV[5]
 local written = {}
-local function append(s, m, l, c, owner, id, data, token, final)
+local function append(s, m, l, c, owner, number, data, token, final)
   if redis.call('GET', l) ~= owner then return -1 end
-  if redis.call('XLEN', s) < tonumber(string.match(id, '^(%d+)')) - 1 then return -2 end
-  redis.call('XADD', s, id, 'd', data)
+  if redis.call('XLEN', s) < number - 1 then return -2 end
+  redis.call('XADD', s, string.format('%d-0', number), 'd', data)
   redis.call('PEXPIRE', s, ttl_ms)
   redis.call('PEXPIRE', m, ttl_ms)
   if token ~= '' then redis.call('HSET', m, 'token', token) end
-  if final == '1' then
+  if final then
     redis.call('HSET', m, 'ended', '1')
     redis.call('DEL', l)
   else
@@ -78,22 +87,24 @@ local function release(s, m, l, c, owner)
   return 1
 end
 local out = {#KEYS / 4}
-local a = 4
+local at = 1
 for i = 0, #KEYS / 4 - 1 do
   local k = 4 * i
-  local op = ARGV[a]
+  local row = rows[i + 1]
+  local op = row[1]
   local ok, result
   if op == 'a' then
+    local data_end, token_end = at + row[4], at + row[4] + row[5]
+    local data = string.sub(blob, at, data_end - 1)
+    local token = string.sub(blob, data_end, token_end - 1)
+    at = token_end
     ok, result = pcall(append, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-      ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4], ARGV[a + 5])
+      row[2], row[3], data, token, row[6])
     if ok and result >= 0 then written[#written + 1] = #KEYS[k + 1] .. ':' .. KEYS[k + 1] end
-    a = a + 6
   elseif op == 'r' then
-    ok, result = pcall(refresh, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
-    a = a + 2
+    ok, result = pcall(refresh, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], row[2])
   else
-    ok, result = pcall(release, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV[a + 1])
-    a = a + 2
+    ok, result = pcall(release, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], row[2])
   end
   if ok then
     out[#out + 1] = result
@@ -112,6 +123,7 @@ return out
 #: Replies whose packed command prefixes are kept (the replies of one moment).
 _PREFIX_CACHE = 4096
 _FINAL = (bulk("0"), bulk("1"))
+_ROWS = msgspec.msgpack.Encoder().encode
 
 
 class WriteCommands:
@@ -138,9 +150,11 @@ class WriteCommands:
         self._timing = timing
         #: (key, owner) -> (timing, packed append prefix, packed refresh command).
         self._prefixes: dict[tuple[str, str], tuple[tuple[float, float], bytes, bytes]] = {}
-        #: For :meth:`batch`: (key, owner) -> (keys, append, refresh and release heads).
-        self._parts: dict[tuple[str, str], tuple[bytes, bytes, bytes, bytes]] = {}
+        #: For :meth:`batch`: key -> its four keys, packed.
+        self._keys_packed: dict[str, bytes] = {}
         self._batch_timing: tuple[tuple[float, float] | None, bytes] = (None, b"")
+        #: The frame script's SHA1, and packed.
+        self._sha: tuple[str | None, bytes] = (None, b"")
 
     def args(self, write: Write) -> list[Any]:
         """The command's arguments (for a cluster's pipeliner)."""
@@ -180,54 +194,61 @@ class WriteCommands:
     def batch(self, writes: list[Write]) -> bytes:
         """Every write of ``writes`` as one ``EVALSHA`` of :data:`WRITES` in RESP (one Redis,
         not a cluster): one command, one reply and one script call per frame, not one per
-        stream. A reply's four keys and its owner
-        are packed once per reply and owner; a write packs its entry number, entry, token
-        and final flag."""
+        stream. A reply's four keys are packed once per reply and owner; a write's own
+        fields go into one MessagePack array for the whole frame, its entry (and token) into
+        one string."""
         timing = self._timing()
         if self._batch_timing[0] != timing:
             lease_ms, ttl_ms = _ms(timing)
             self._batch_timing = (timing, bulk(lease_ms) + bulk(ttl_ms) + self._written)
-            self._parts.clear()
+            self._keys_packed.clear()
+        known = self._keys_packed
         keys: list[bytes] = []
-        argv: list[bytes] = [self._batch_timing[1]]
-        count = 3
+        rows: list[tuple[Any, ...]] = []
+        data: list[bytes] = []
         for write in writes:
-            parts = self._parts.get((write.key, write.owner))
-            if parts is None:
-                parts = self._batch_parts(write)
-            keys.append(parts[0])
+            packed = known.get(write.key)
+            if packed is None:
+                packed = self._batch_keys(write.key)
+            keys.append(packed)
             entry = write.entry
             if write.release:
-                argv.append(parts[3])
-                count += 2
+                rows.append(("x", write.owner))
             elif entry is None:
-                argv.append(parts[2])
-                count += 2
+                rows.append(("r", write.owner))
             else:
-                number = b"%d-0" % entry.number
-                data = entry_json(entry.events, entry.end)
-                token = _token(write)
-                argv.append(b"%s$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n%s" % (
-                    parts[1], len(number), number, len(data), data, len(token), token,
-                    _FINAL[write.final],
-                ))
-                count += 6
-        return b"*%d\r\n$7\r\nEVALSHA\r\n%s%s%s%s" % (
-            3 + 4 * len(writes) + count, bulk(self._shas["writes"]), bulk(4 * len(writes)),
-            b"".join(keys), b"".join(argv),
+                entry_data = entry_json(entry.events, entry.end)
+                data.append(entry_data)
+                token = write.token
+                if token is None:
+                    rows.append(
+                        ("a", write.owner, entry.number, len(entry_data), 0, bool(write.final))
+                    )
+                else:
+                    token_data = to_json(token)
+                    data.append(token_data)
+                    rows.append((
+                        "a", write.owner, entry.number, len(entry_data), len(token_data),
+                        bool(write.final),
+                    ))
+        packed_rows = _ROWS(rows)
+        blob = b"".join(data)
+        sha = self._shas["writes"]
+        if self._sha[0] is not sha:
+            self._sha = (sha, bulk(sha))
+        count = b"%d" % (4 * len(writes))
+        return b"*%d\r\n$7\r\nEVALSHA\r\n%s$%d\r\n%s\r\n%s%s$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            8 + 4 * len(writes), self._sha[1], len(count), count, b"".join(keys),
+            self._batch_timing[1], len(packed_rows), packed_rows, len(blob), blob,
         )
 
-    def _batch_parts(self, write: Write) -> tuple[bytes, bytes, bytes, bytes]:
-        """A reply's packed keys, and its owner after each operation's letter."""
-        k = self._keys(write.key)
-        owner = bulk(write.owner)
-        made = (
-            b"".join(bulk(k[name]) for name in ("stream", "meta", "lease", "cancel")),
-            bulk("a") + owner, bulk("r") + owner, bulk("x") + owner,
-        )
-        if len(self._parts) >= _PREFIX_CACHE:  # bounded: the replies of one moment
-            self._parts.clear()
-        self._parts[(write.key, write.owner)] = made
+    def _batch_keys(self, key: str) -> bytes:
+        """A reply's four keys, packed."""
+        k = self._keys(key)
+        made = b"".join(bulk(k[name]) for name in ("stream", "meta", "lease", "cancel"))
+        if len(self._keys_packed) >= _PREFIX_CACHE:  # bounded: the replies of one moment
+            self._keys_packed.clear()
+        self._keys_packed[key] = made
         return made
 
     def _prefix(

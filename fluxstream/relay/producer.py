@@ -29,7 +29,7 @@ from .._events import End, Event, Outcome, PathDelta, PathDone, PathStart
 from .._io.tasks import spawn
 from .._stream import ReplyStream
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
-from .codec import Entry, coalesce, end_record
+from .codec import Entry, coalesce, end_record, frame_entry
 from .writer import Write, Writer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -270,6 +270,9 @@ class Recorder:
             )
         events, self._pending = self._pending, []
         end = self._end
+        if end is None and events:  # a frame of events, no end: one write (most of them)
+            self._last_write = now
+            return [self._entry(events, final=False, now=now)]
         writes: list[Write] = []
         if end is not None and end.outcome is Outcome.CANCELLED and self._release_on_cancel:
             if events:
@@ -299,6 +302,12 @@ class Recorder:
 
     def written(self, outcomes: list[tuple[Write, Any]], now: float) -> bool:
         """What this stream's writes of a frame met; ``True`` when its recording is over."""
+        if len(outcomes) == 1:  # a frame's entry, appended, no cancel asked (most of them)
+            write, result = outcomes[0]
+            if result is False and write.entry is not None and not write.final:
+                self._last_io = now
+                self.writes += 1
+                return False
         cancel = False
         for write, result in outcomes:
             if isinstance(result, Exception):
@@ -340,12 +349,13 @@ class Recorder:
             }
             metadata["finish_reasons"] = [c.get("finish_reason") for c in reply.get("choices", [])]
             end = end_record(end_event.outcome, end_event.reason, metadata, token)
-            token = None
-        elif self._last_token == 0.0 or now - self._last_token >= self._log.token_interval:
+            entry = Entry(self._number, tuple(coalesce(events)), end)
+            return Write(self.key, self._owner, entry, None, True)
+        if self._last_token == 0.0 or now - self._last_token >= self._log.token_interval:
             token = self._stream.resume_token()
             self._last_token = now
-        entry = Entry(self._number, tuple(coalesce(events)), end)
-        return Write(self.key, self._owner, entry, token, final)
+        joined = tuple(events) if len(events) < 2 else tuple(coalesce(events))
+        return Write(self.key, self._owner, frame_entry(self._number, joined), token, False)
 
 
 class RecordedStream(ReplyStream):

@@ -498,6 +498,8 @@ class RedisReplyLog(ReplyLog):
 
 def _written(write: Write, reply: Any) -> bool | Exception:
     """What one write's reply means: the cancel flag, or the error."""
+    if type(reply) is int and reply >= 0:  # done: whether a cancel was requested
+        return reply > 0 and not write.release
     if isinstance(reply, ResponseError):
         if write.entry is not None and "XADD" in str(reply):
             error: Exception = RelayLeaseLostError(

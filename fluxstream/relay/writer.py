@@ -35,11 +35,15 @@ from .codec import Entry
 __all__ = ["Recording", "WriteMany", "Write", "Writer", "current_loop"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Write:
     """One write of a producer, for a log's batch write: append ``entry`` (with ``token``;
     ``final`` ends the reply), or with no entry refresh the lease, or with ``release`` drop
-    it."""
+    it.
+
+    Not frozen, though nothing changes it: a frozen dataclass sets each field through
+    ``object.__setattr__``, four times the CPU of a plain one, and a producer makes one
+    per write."""
 
     key: str
     owner: str
@@ -147,6 +151,7 @@ class Writer:
                 await self._wake.wait(max(0.0, min(soonest, self._refresh_scan) - now))
         finally:
             self._running = False
+            self._wake.stop()
             if self._streams:  # cancelled (the loop ends): nothing is left waiting for it
                 for stream in list(self._streams):
                     stream.abandoned()
@@ -156,18 +161,20 @@ class Writer:
     async def _write(self, due: list[Recording]) -> None:
         now = time.monotonic()
         writes: list[Write] = []
-        owners: list[Recording] = []
+        #: Each stream with the end of its writes in ``writes`` (taken together: one run).
+        runs: list[tuple[Recording, int]] = []
+        pop = self._active.pop
         for stream in due:
-            self._active.pop(stream, None)
+            pop(stream, None)
             try:
                 taken = stream.take(now)
             except Exception as exc:  # this stream's entry cannot be built: it stops alone
                 stream.broken(exc)
                 self.remove(stream)
                 continue
-            for write in taken:
-                writes.append(write)
-                owners.append(stream)
+            if taken:
+                writes += taken
+                runs.append((stream, len(writes)))
         if not writes:
             return
         try:
@@ -175,18 +182,15 @@ class Writer:
         except Exception as exc:  # a backend bug: every stream of this frame stops recording
             results = [exc for _ in writes]
         done = time.monotonic()
-        # A stream's writes are next to each other (taken together above): one run each.
-        count = len(writes)
-        if len(results) != count:
-            raise ValueError(f"{len(results)} results for {count} writes")
-        i = 0
-        while i < count:
-            stream = owners[i]
-            j = i + 1
-            while j < count and owners[j] is stream:
-                j += 1
-            outcomes = [(writes[k], results[k]) for k in range(i, j)]
-            i = j
+        if len(results) != len(writes):
+            raise ValueError(f"{len(results)} results for {len(writes)} writes")
+        start = 0
+        for stream, end in runs:
+            if end - start == 1:
+                outcomes = [(writes[start], results[start])]
+            else:
+                outcomes = list(zip(writes[start:end], results[start:end], strict=True))
+            start = end
             try:
                 finished = stream.written(outcomes, done)
             except Exception as exc:  # e.g. its stream's cancel failed: it stops alone
@@ -206,6 +210,9 @@ class _Wake(Protocol):
 
     async def wait(self, within: float) -> None: ...
 
+    def stop(self) -> None:
+        """The writer stopped: nothing is kept for a next wait."""
+
 
 class _AnyioWake:
     """A wake-up on any event loop anyio runs (trio)."""
@@ -224,19 +231,29 @@ class _AnyioWake:
         with anyio.move_on_after(within):
             await self._event.wait()
 
+    def stop(self) -> None:
+        """Nothing is kept between waits."""
+
 
 class _LoopWake:
-    """A wake-up on an asyncio loop: one future and one timer per wait. An ``anyio.Event``
-    and a cancel scope per wait cost more than the rest of a one-delta frame's bookkeeping
-    (cProfile, ``benchmarks/bench_relay_write.py --batch 1``), and the writer waits once per
-    frame."""
+    """A wake-up on an asyncio loop: one future per wait, and a timer kept between waits.
+    An ``anyio.Event`` and a cancel scope per wait cost more than the rest of a one-delta
+    frame's bookkeeping (cProfile, ``benchmarks/bench_relay_write.py --batch 1``), and the
+    writer waits once per round trip: a new timer each time (made, pushed on the loop's
+    heap, cancelled) was a tenth of a one-write round trip's bytecodes. The timer is kept
+    while it is due no later than the next wait needs (waking early is harmless: the
+    writer scans again and waits on), so it is made again only when a wait needs it
+    sooner, or after it fired."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._set = False
         self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     def set(self) -> None:
+        if self._set:  # woken already (every stream of a frame but the first says so)
+            return
         self._set = True
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -251,15 +268,26 @@ class _LoopWake:
         if within <= 0:
             await asyncio.sleep(0)  # a checkpoint, as a lapsed cancel scope gives
             return
-        waiter = self._waiter = self._loop.create_future()
-        timer = self._loop.call_later(within, _settle, waiter)
+        loop = self._loop
+        at = loop.time() + within
+        timer = self._timer
+        if timer is None or timer.when() > at:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(at, self._fire)
+        waiter = self._waiter = loop.create_future()
         try:
             await waiter
         finally:
-            timer.cancel()
             self._waiter = None
 
+    def _fire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
-def _settle(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
+    def stop(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()

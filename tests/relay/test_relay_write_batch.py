@@ -49,13 +49,16 @@ async def state(log: RedisReplyLog, key: str) -> dict[str, Any]:
     }
 
 
-def frames(seed: int) -> list[list[tuple[str, Any]]]:
-    """A random run of frames: per frame, operations on some of the replies."""
+def frames(seed: int, *, repeats: bool = False) -> list[list[tuple[str, Any]]]:
+    """A random run of frames: per frame, operations on some of the replies (``repeats``:
+    several on one reply, as a stream's entry and its end in one frame)."""
     rng = random.Random(seed)
     plan = []
     for _ in range(25):
         frame = []
-        for key in rng.sample(KEYS, rng.randint(1, len(KEYS))):
+        count = rng.randint(1, len(KEYS))
+        chosen = rng.choices(KEYS, k=count + 2) if repeats else rng.sample(KEYS, count)
+        for key in chosen:
             frame.append((key, rng.choices(
                 ["append", "append+token", "refresh", "gap", "again", "steal", "cancel",
                  "final", "release"],
@@ -97,20 +100,23 @@ async def play(log: RedisReplyLog, plan: list[list[tuple[str, Any]]]) -> list[An
                     op, numbers[key] + 1)
                 if op.startswith("append"):
                     numbers[key] = number
-                entry = Entry(number, (TextDelta("text", 0, offset, f"t{offset} é\""),))
+                text = f"t{offset} é\"" if offset % 5 else ""  # an empty one now and then
+                entry = Entry(number, (TextDelta("text", 0, offset, text),))
                 offset += 1
-                token = {"at": offset, "text": "é"} if op == "append+token" else None
+                token = {"at": offset, "text": "é😀"} if op == "append+token" else None
                 writes.append(Write(key, "me", entry, token))
         seen.append([shown(r) for r in await log._write_many(writes)])
         seen.append([await state(log, key) for key in KEYS])
     return seen
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(("seed", "repeats"), [(seed, False) for seed in range(6)] + [
+    (seed, True) for seed in range(6, 10)
+])
 async def test_one_script_per_frame_writes_what_one_script_per_write_does(
-    redis_server: RedisServer, seed: int
+    redis_server: RedisServer, seed: int, repeats: bool
 ) -> None:
-    plan = frames(seed)
+    plan = frames(seed, repeats=repeats)
     batched = RedisReplyLog(redis_server.url, prefix=f"batch{seed}:")
     single = RedisReplyLog(redis_server.url, prefix=f"single{seed}:")
     single._write_channel = None  # each write its own EVALSHA, as on a cluster
