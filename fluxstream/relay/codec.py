@@ -43,6 +43,7 @@ __all__ = [
     "Position",
     "RelayEvent",
     "coalesce",
+    "decode_entries",
     "decode_entry",
     "encode_entry",
     "end_record",
@@ -236,20 +237,35 @@ def decode_entry(number: int, data: str | bytes) -> Entry:
     """
     if isinstance(data, str):
         data = data.encode()
-    decoder = _fast_decoder(data)
-    if decoder is not None:
-        try:
-            events = decoder.decode(data).e
-        except (msgspec.ValidationError, msgspec.DecodeError):
-            pass
+    return decode_entries([number], [data])[0]
+
+
+def decode_entries(numbers: list[int], datas: list[bytes]) -> list[Entry]:
+    """:func:`decode_entry` of each number and its data, in one loop: the entries one read
+    found (a tailer's ``XREAD``, an ``XRANGE``), with no call per entry to find the fast
+    decoder.
+
+    :raises ValueError: a data is not an entry (``pydantic.ValidationError``).
+    """
+    entries: list[Entry] = []
+    for number, data in zip(numbers, datas, strict=True):
+        events: list[Event] | None = None
+        for suffix, decoder in _FAST:
+            if data.endswith(suffix):
+                try:
+                    events = decoder.decode(data).e
+                except (msgspec.ValidationError, msgspec.DecodeError):
+                    events = None
+                break
+        # msgspec fills a missing ``type`` with its default where pydantic refuses the
+        # event: every event must name its type, once (a count of the raw key, which
+        # cannot occur inside a JSON string: its closing quote would be escaped).
+        if events is not None and data.count(b'"type":') == len(events):
+            entries.append(_entry(number, tuple(events)))
         else:
-            # msgspec fills a missing ``type`` with its default where pydantic refuses the
-            # event: every event must name its type, once (a count of the raw key, which
-            # cannot occur inside a JSON string: its closing quote would be escaped).
-            if data.count(b'"type":') == len(events):
-                return _entry(number, tuple(events))
-    raw = _Stored.model_validate_json(data)
-    return Entry(number, tuple(raw.e), raw.end)
+            raw = _Stored.model_validate_json(data)
+            entries.append(Entry(number, tuple(raw.e), raw.end))
+    return entries
 
 
 class _TextEntry(msgspec.Struct):
@@ -280,15 +296,6 @@ _FAST: tuple[tuple[bytes, msgspec.json.Decoder[Any]], ...] = tuple(
         ("tool_call_delta", _ToolCallEntry),
     )
 )
-
-
-def _fast_decoder(data: bytes) -> msgspec.json.Decoder[Any] | None:
-    """The msgspec decoder of an entry whose last event is a delta (a guess: msgspec
-    checks every event's type and refuses an entry of mixed kinds)."""
-    for suffix, decoder in _FAST:
-        if data.endswith(suffix):
-            return decoder
-    return None
 
 
 _Text = TextDelta | ReasoningDelta | RefusalDelta
