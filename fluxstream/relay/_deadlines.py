@@ -13,6 +13,8 @@ import asyncio
 import math
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 __all__ = ["SLOT", "Deadlines", "of_loop"]
 
@@ -25,7 +27,7 @@ class Deadlines:
     :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
     loop: the slots are the loop's own, settled by its own timers."""
 
-    __slots__ = ("_clock", "_slots", "loop")
+    __slots__ = ("_clock", "_new_future", "_slots", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -34,6 +36,13 @@ class Deadlines:
         self._clock: Callable[[], float] = (
             time.monotonic if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time
             else loop.time
+        )
+        #: ``loop.create_future``: the future's own constructor when that is all it does.
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            partial(asyncio.Future, loop=loop)
+            if getattr(loop.create_future, "__func__", None)
+            is asyncio.BaseEventLoop.create_future
+            else loop.create_future
         )
         #: Per slot: the futures whose wait ends then.
         self._slots: dict[int, list[asyncio.Future[bool]]] = {}
@@ -46,6 +55,13 @@ class Deadlines:
             expiring = self._slots[slot] = []
             self.loop.call_at(slot * SLOT, self._expire, slot)
         expiring.append(future)
+
+    def future(self, wait: float) -> asyncio.Future[Any]:
+        """A new future of the loop, settled ``False`` after ``wait`` seconds (see
+        :meth:`add`) unless settled before."""
+        future = self._new_future()
+        self.add(wait, future)
+        return future
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""

@@ -56,8 +56,9 @@ _SUBSCRIBED = 0.5
 _KEEP_SUBSCRIBED = 10.0
 #: Seconds a stream stays watched after its last waiter woke.
 _LINGER = 2.0
-#: Decoded entries the tailer keeps per watched stream (followers a little behind read them
-#: without a round trip; one further behind reads Redis).
+#: Decoded entries the tailer keeps per watched stream, at least (followers a little behind
+#: read them without a round trip; one further behind reads Redis). Up to twice as many are
+#: held before the oldest are dropped: a cut at every entry copied the list each time.
 _CACHE = 32
 #: Seconds between two looks for streams whose linger ended (a look goes over every
 #: watched stream: once per read, it cost more than the read at a hundred streams).
@@ -73,11 +74,11 @@ _XREAD_NOW = pack(("XREAD", "COUNT", _TAIL_COUNT, "STREAMS"))[4:]
 class Tailer:
     """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
     wakes the waiters of a stream when a newer entry appears, and keeps the entries it read
-    (decoded once, the last :data:`_CACHE` per stream) so that the followers it wakes read
-    them without another round trip. A stream added while the read is blocked interrupts it
-    (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for a moment after
-    its last waiter woke (:data:`_LINGER`), so a follower that comes back knows, without
-    asking Redis, that nothing newer exists yet.
+    (decoded once, at least the last :data:`_CACHE` per stream) so that the followers it
+    wakes read them without another round trip. A stream added while the read is blocked
+    interrupts it (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for
+    a moment after its last waiter woke (:data:`_LINGER`), so a follower that comes back
+    knows, without asking Redis, that nothing newer exists yet.
 
     With ``written`` (the log's "written" channel, :mod:`~fluxstream.relay._redis_written_channel`)
     and while its subscription is live, the read does not block: it names only the watched
@@ -187,16 +188,18 @@ class Tailer:
     def waiter(self, stream: str, after: int, wait: float) -> asyncio.Future[Any] | None:
         """A future settled when an entry above ``after`` is known (woken, the waiter taken
         off: the entries the tailer found, or ``True`` when it failed) or after ``wait``
-        seconds (``False``); ``None`` if one is known
-        already. A future that ends otherwise than woken (its time, a cancel) must be given
-        to :meth:`_unwait`."""
+        seconds (``False``); ``None`` if one is known already. A future that ends otherwise
+        than woken (its time, a cancel) must be given to :meth:`_unwait`."""
         latest = self._latest.get(stream)
         if latest is not None and latest > after:
             return None
         if latest != after:
             self._set_latest(stream, after)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:  # of_loop, inline
+            deadlines = self._deadlines = Deadlines(loop)
+        future = deadlines.future(wait)
         waiters = self._waiters.get(stream)
         if waiters is None:
             waiters = self._waiters[stream] = []
@@ -205,10 +208,6 @@ class Tailer:
                 if self._written is not None:
                     self._written.poke()
         waiters.append(future)
-        deadlines = self._deadlines
-        if deadlines is None or deadlines.loop is not loop:  # of_loop, inline
-            deadlines = self._deadlines = Deadlines(loop)
-        deadlines.add(wait, future)
         task = self._task
         if self._closed:  # no new read: the follower's own read reports the closed log
             future.set_result(False)
@@ -449,7 +448,7 @@ class Tailer:
             kept.extend(entries)
         else:  # a list of its own: the one given to the waiters must not grow
             base, kept = asked, entries[:]
-        if len(kept) > _CACHE:
+        if len(kept) > 2 * _CACHE:
             base = kept[-_CACHE - 1].number
             kept = kept[-_CACHE:]
             self._cache[name] = (base, kept)

@@ -126,7 +126,14 @@ def relayed(entry: Entry) -> tuple[RelayEvent, ...]:
         number = entry.number
         events = entry.events
         if len(events) == 1:  # most entries: one frame's deltas, coalesced
-            made = (_relay_event(_position(number, 0), events[0]),)
+            position: Position = _new(Position)  # _position and _relay_event, inline
+            fields = position.__dict__
+            fields["entry"] = number
+            fields["index"] = 0
+            item: RelayEvent = _new(RelayEvent)
+            _set_position(item, position)
+            _set_event(item, events[0])
+            made = (item,)
         else:
             made = tuple([
                 _relay_event(_position(number, index), event)

@@ -235,6 +235,10 @@ def test_values_built_field_by_field_are_the_constructors(items: list[Any], numb
     assert relayed(built) == tuple(
         RelayEvent(Position(number, i), e) for i, e in enumerate(events)
     )
+    for index, item in enumerate(relayed(built)):  # one event: built inline in relayed
+        assert vars(item.position) == vars(Position(number, index))
+        assert hash(item.position) == hash(Position(number, index))
+        assert repr(item) == repr(RelayEvent(Position(number, index), events[index]))
     assert built == general  # the cached items are not part of equality
 
 
