@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 __all__ = ["SLOT", "Deadlines", "of_loop"]
 
@@ -23,22 +27,41 @@ class Deadlines:
     :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
     loop: the slots are the loop's own, settled by its own timers."""
 
-    __slots__ = ("_slots", "loop")
+    __slots__ = ("_clock", "_new_future", "_slots", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        #: ``loop.time``: the clock itself when it is asyncio's own (one call per wait,
+        #: not a Python method around it).
+        self._clock: Callable[[], float] = (
+            time.monotonic if getattr(loop.time, "__func__", None) is asyncio.BaseEventLoop.time
+            else loop.time
+        )
+        #: ``loop.create_future``: the future's own constructor when that is all it does.
+        self._new_future: Callable[[], asyncio.Future[Any]] = (
+            partial(asyncio.Future, loop=loop)
+            if getattr(loop.create_future, "__func__", None)
+            is asyncio.BaseEventLoop.create_future
+            else loop.create_future
+        )
         #: Per slot: the futures whose wait ends then.
         self._slots: dict[int, list[asyncio.Future[bool]]] = {}
 
     def add(self, wait: float, future: asyncio.Future[bool]) -> None:
         """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
-        loop = self.loop
-        slot = math.ceil((loop.time() + wait) / SLOT)
+        slot = math.ceil((self._clock() + wait) / SLOT)
         expiring = self._slots.get(slot)
         if expiring is None:
             expiring = self._slots[slot] = []
-            loop.call_at(slot * SLOT, self._expire, slot)
+            self.loop.call_at(slot * SLOT, self._expire, slot)
         expiring.append(future)
+
+    def future(self, wait: float) -> asyncio.Future[Any]:
+        """A new future of the loop, settled ``False`` after ``wait`` seconds (see
+        :meth:`add`) unless settled before."""
+        future = self._new_future()
+        self.add(wait, future)
+        return future
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""

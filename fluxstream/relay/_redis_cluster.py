@@ -180,7 +180,7 @@ class ClusterTailer(Tailer):
                         raise reply
                     for _, items in xread_streams(reply):
                         if items:
-                            self._found(name, number, items)
+                            self._found(name, number, self._decode(items))
                 await asyncio.sleep(min(_POLL_MAX, _POLL + _POLL_PER_STREAM * len(asked)))
         except asyncio.CancelledError:
             raise

@@ -20,7 +20,7 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from . import _redis_connection
-from ._deadlines import Deadlines, of_loop
+from ._deadlines import Deadlines
 from ._redis_connection import (
     Arg,
     borrow,
@@ -28,7 +28,6 @@ from ._redis_connection import (
     give_back,
     pack,
     round_trip,
-    xread_streams,
 )
 from ._redis_pipeliner import Pipeliner
 from ._redis_written_channel import WrittenNames
@@ -57,8 +56,9 @@ _SUBSCRIBED = 0.5
 _KEEP_SUBSCRIBED = 10.0
 #: Seconds a stream stays watched after its last waiter woke.
 _LINGER = 2.0
-#: Decoded entries the tailer keeps per watched stream (followers a little behind read them
-#: without a round trip; one further behind reads Redis).
+#: Decoded entries the tailer keeps per watched stream, at least (followers a little behind
+#: read them without a round trip; one further behind reads Redis). Up to twice as many are
+#: held before the oldest are dropped: a cut at every entry copied the list each time.
 _CACHE = 32
 #: Seconds between two looks for streams whose linger ended (a look goes over every
 #: watched stream: once per read, it cost more than the read at a hundred streams).
@@ -74,18 +74,18 @@ _XREAD_NOW = pack(("XREAD", "COUNT", _TAIL_COUNT, "STREAMS"))[4:]
 class Tailer:
     """One ``XREAD BLOCK`` over every stream a follower waits on, on a connection of its own;
     wakes the waiters of a stream when a newer entry appears, and keeps the entries it read
-    (decoded once, the last :data:`_CACHE` per stream) so that the followers it wakes read
-    them without another round trip. A stream added while the read is blocked interrupts it
-    (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for a moment after
-    its last waiter woke (:data:`_LINGER`), so a follower that comes back knows, without
-    asking Redis, that nothing newer exists yet.
+    (decoded once, at least the last :data:`_CACHE` per stream) so that the followers it
+    wakes read them without another round trip. A stream added while the read is blocked
+    interrupts it (``CLIENT UNBLOCK``) so it is watched at once. A stream stays watched for
+    a moment after its last waiter woke (:data:`_LINGER`), so a follower that comes back
+    knows, without asking Redis, that nothing newer exists yet.
 
     With ``written`` (the log's "written" channel, :mod:`~fluxstream.relay._redis_written_channel`)
     and while its subscription is live, the read does not block: it names only the watched
     streams a message named, and between messages the tailer waits on the channel."""
 
     def __init__(
-        self, redis: Any, pipeline: Pipeliner, decode: Callable[[Any], Any],
+        self, redis: Any, pipeline: Pipeliner, decode: Callable[[list[Any]], list[Any]],
         written: WrittenNames | None = None,
     ) -> None:
         self._redis = redis
@@ -100,7 +100,7 @@ class Tailer:
         self._pipeline = pipeline
         self._decode = decode
         self._latest: dict[str, int] = {}
-        self._waiters: dict[str, list[asyncio.Future[bool]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[Any]]] = {}
         self._linger: dict[str, float] = {}
         #: Per stream: (base, entries): every entry numbered above ``base``, up to latest.
         self._cache: dict[str, tuple[int, list[Any]]] = {}
@@ -167,35 +167,39 @@ class Tailer:
 
     def next(
         self, stream: str, after: int, wait: float
-    ) -> list[Any] | asyncio.Future[bool] | None:
+    ) -> list[Any] | asyncio.Future[Any] | None:
         """A follower's next step without a coroutine of its own (one per delta): the
         entries above ``after`` when they are cached, else a :meth:`waiter` when the
         follower is :meth:`caught_up` (a read now would find nothing), else ``None`` (read
         Redis)."""
-        entries = self.cached(stream, after)
-        if entries is not None:
-            return entries
         latest = self._latest.get(stream)
+        if latest is None:  # not watched: nothing is cached either
+            return None
+        if latest > after:  # the cache never holds an entry above the latest known
+            return self.cached(stream, after)
         task = self._task
         if (  # what caught_up checks, inline: this runs once per delta and follower
-            latest is None or latest > after or task is None or task.done()
+            task is None or task.done()
             or (stream not in self._waiters and stream not in self._linger)
         ):
             return None
         return self.waiter(stream, after, wait)
 
-    def waiter(self, stream: str, after: int, wait: float) -> asyncio.Future[bool] | None:
-        """A future settled when an entry above ``after`` is known (``True``: woken, the
-        waiter taken off) or after ``wait`` seconds (``False``); ``None`` if one is known
-        already. A future that ends otherwise than woken (its time, a cancel) must be given
-        to :meth:`_unwait`."""
+    def waiter(self, stream: str, after: int, wait: float) -> asyncio.Future[Any] | None:
+        """A future settled when an entry above ``after`` is known (woken, the waiter taken
+        off: the entries the tailer found, or ``True`` when it failed) or after ``wait``
+        seconds (``False``); ``None`` if one is known already. A future that ends otherwise
+        than woken (its time, a cancel) must be given to :meth:`_unwait`."""
         latest = self._latest.get(stream)
         if latest is not None and latest > after:
             return None
         if latest != after:
             self._set_latest(stream, after)
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:  # of_loop, inline
+            deadlines = self._deadlines = Deadlines(loop)
+        future = deadlines.future(wait)
         waiters = self._waiters.get(stream)
         if waiters is None:
             waiters = self._waiters[stream] = []
@@ -204,17 +208,16 @@ class Tailer:
                 if self._written is not None:
                     self._written.poke()
         waiters.append(future)
-        deadlines = self._deadlines = of_loop(self._deadlines, loop)
-        deadlines.add(wait, future)
+        task = self._task
         if self._closed:  # no new read: the follower's own read reports the closed log
             future.set_result(False)
-        elif self._task is None or self._task.done():
+        elif task is None or task.done():
             self._task = loop.create_task(self._run())
         elif self._blocked_on and stream not in self._blocked_on:
             self._interrupt()  # a read is out without this stream: cut it short
         return future
 
-    def _unwait(self, stream: str, future: asyncio.Future[bool]) -> None:
+    def _unwait(self, stream: str, future: asyncio.Future[Any]) -> None:
         """A wait that ended without a wake-up (its time, the log closed, a cancel): this
         waiter leaves the stream's; the last one starts its linger."""
         waiters = self._waiters.get(stream)
@@ -226,7 +229,8 @@ class Tailer:
                 self._linger[stream] = time.monotonic() + _LINGER
 
     def _wake(self, stream: str) -> None:
-        """Wake every follower waiting on ``stream`` (``True``: the waiter was taken off)."""
+        """Wake every follower waiting on ``stream`` (``True``: the waiter was taken off,
+        it reads what is known)."""
         futures = self._waiters.pop(stream, None)
         if futures is None:
             return
@@ -392,14 +396,29 @@ class Tailer:
         return found
 
     def _took(self, found: Any, asked: dict[str, int]) -> None:
-        """What an ``XREAD`` reply found: each stream's entries after the number it was
-        ``asked`` after; a stream that filled the ``COUNT`` is read again without a message."""
-        for name, items in xread_streams(found):
-            name = name.decode() if isinstance(name, bytes) else name
+        """What an ``XREAD`` reply found (a list in RESP2, a map in RESP3, nothing when the
+        block time passed): each stream's entries after the number it was ``asked`` after,
+        decoded in one call for the whole reply; a stream that filled the ``COUNT`` is read
+        again without a message."""
+        if not found:
+            return
+        streams: list[tuple[str, int]] = []
+        raw: list[Any] = []
+        for name, items in found.items() if isinstance(found, dict) else found:
             if items:
-                self._found(name, asked[name], items)
-                if len(items) >= _TAIL_COUNT:  # more may follow
-                    self._again.add(name)
+                streams.append((name.decode() if isinstance(name, bytes) else name, len(items)))
+                raw += items
+        if not raw:
+            return
+        entries = self._decode(raw)
+        again = self._again
+        start = 0
+        for name, count in streams:
+            end = start + count
+            self._found(name, asked[name], entries[start:end])
+            if count >= _TAIL_COUNT:  # more may follow
+                again.add(name)
+            start = end
 
     async def _failed(self, exc: Exception) -> None:
         """The read failed: wake everyone (their own reads report the failure) and forget
@@ -418,23 +437,36 @@ class Tailer:
         self._version += 1
         await asyncio.sleep(0.05)
 
-    def _found(self, name: str, asked: int, items: list[Any]) -> None:
-        """``items``: the entries of stream ``name`` right after entry ``asked``."""
-        entries = [self._decode(item) for item in items]
+    def _found(self, name: str, asked: int, entries: list[Any]) -> None:
+        """``entries``: the decoded entries of stream ``name`` right after entry ``asked``.
+        Its waiters are woken with them (a follower right at ``asked`` takes them as they
+        are, without looking in the cache)."""
         newest = entries[-1].number
         held = self._cache.get(name)
         if held is not None and (held[1][-1].number if held[1] else held[0]) == asked:
             base, kept = held
             kept.extend(entries)
-        else:
-            base, kept = asked, entries
-        if len(kept) > _CACHE:
+        else:  # a list of its own: the one given to the waiters must not grow
+            base, kept = asked, entries[:]
+        if len(kept) > 2 * _CACHE:
             base = kept[-_CACHE - 1].number
             kept = kept[-_CACHE:]
-        self._cache[name] = (base, kept)
-        if newest > self._latest.get(name, -1):
-            self._set_latest(name, newest)
-            self._wake(name)
+            self._cache[name] = (base, kept)
+        elif kept is not (held[1] if held is not None else None):
+            self._cache[name] = (base, kept)
+        latest = self._latest
+        if newest > latest.get(name, -1):
+            latest[name] = newest  # _set_latest and _wake, inline: once per entry found
+            at = self._index.get(name)
+            if at is not None:
+                self._nums[at] = newest
+                self._ids[at] = _bulk_id(newest)
+            futures = self._waiters.pop(name, None)
+            if futures is not None:
+                self._linger[name] = time.monotonic() + _LINGER
+                for future in futures:
+                    if not future.done():
+                        future.set_result(entries)
 
     async def _drop_connection(self, *, broken: bool) -> None:
         connection, self._connection, self._client_id = self._connection, None, None
@@ -465,7 +497,7 @@ class StreamTail:
 
     def __init__(self, tailer: Tailer, stream: str) -> None:
         self.known: Callable[[int], list[Any] | None] = partial(tailer.cached, stream)
-        self.next: Callable[[int, float], list[Any] | asyncio.Future[bool] | None] = (
+        self.next: Callable[[int, float], list[Any] | asyncio.Future[Any] | None] = (
             partial(tailer.next, stream)
         )
         self.unwait: Callable[[Any], None] = partial(tailer._unwait, stream)

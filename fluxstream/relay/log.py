@@ -69,10 +69,13 @@ class Tail(Protocol):
     def known(self, after: int) -> list[Entry] | None:
         """The entries above ``after`` if they are known without I/O (at least one)."""
 
-    def next(self, after: int, wait: float) -> list[Entry] | Awaitable[bool] | None:
+    def next(
+        self, after: int, wait: float
+    ) -> list[Entry] | Awaitable[list[Entry] | bool] | None:
         """What :meth:`known` gives, or else something to await until an entry above
-        ``after`` is known (``True``) or ``wait`` seconds passed (``False``), or ``None``:
-        the follower must read."""
+        ``after`` is known (``True``, or the entries newly known: the follower takes them
+        as they are when the first follows ``after``) or ``wait`` seconds passed
+        (``False``), or ``None``: the follower must read."""
 
     def unwait(self, waiter: Any) -> None:
         """``waiter`` ended without being woken (its time, a cancel): forget it."""
@@ -277,7 +280,9 @@ class ReplyLog(ABC):
                     except BaseException:
                         tail.unwait(step)
                         raise
-                    if woken:
+                    if type(woken) is list and woken[0].number == cursor + 1:
+                        entries = woken  # what the tail found, all of it after the cursor
+                    elif woken:
                         entries = tail.known(cursor)
                     else:
                         tail.unwait(step)
@@ -290,9 +295,10 @@ class ReplyLog(ABC):
                     number = entry.number
                     # The events after ``position``: all of a later entry, the rest of its
                     # own (compared as numbers once per entry, not as positions per event).
-                    # The items are the entry's own, shared with every other follower.
+                    # The items are the entry's own, shared with every other follower
+                    # (kept with it once made: no call per entry and follower then).
                     if number > position.entry:
-                        for item in relayed(entry):
+                        for item in getattr(entry, "_memo", None) or relayed(entry):
                             yield item
                     elif number == position.entry:
                         if position.index >= len(entry.events):

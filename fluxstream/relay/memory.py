@@ -24,7 +24,7 @@ from .._events import Event
 from .._io.tasks import on_asyncio
 from ..errors import RelayKeyError, RelayLeaseLostError, show_key
 from ._deadlines import Deadlines, of_loop
-from .codec import Entry
+from .codec import Entry, relayed
 from .log import LogState, ReplyLog
 
 __all__ = ["MemoryReplyLog"]
@@ -133,6 +133,7 @@ class MemoryReplyLog(ReplyLog):
         self, key: str, owner: str, entry: Entry, *, token: dict[str, Any] | None, final: bool
     ) -> bool:
         reply = self._owned(key, owner)
+        relayed(entry)  # its followed items, made once here: each follower takes them as made
         reply.entries.append(entry)
         if token is not None:
             reply.token = token

@@ -81,7 +81,7 @@ from ._redis_scripts import (
 from ._redis_tailer import StreamTail, Tailer
 from ._redis_writes import WRITES, WriteChannel, WriteCommands
 from ._redis_written_channel import WrittenNames
-from .codec import Entry, decode_entry, encode_entry
+from .codec import Entry, decode_entries, decode_entry, encode_entry
 from .log import LogState, ReplyLog, Write
 
 __all__ = ["RedisReplyLog"]
@@ -162,8 +162,8 @@ class RedisReplyLog(ReplyLog):
         self._loading: asyncio.Task[None] | None = None
         self._ranges: dict[tuple[str, int], asyncio.Task[list[Entry]]] = {}
         self._tailer: Tailer = (
-            ClusterTailer(redis, self._pipeline, _decode) if self.cluster
-            else Tailer(redis, self._pipeline, _decode, WrittenNames(redis, self._written))
+            ClusterTailer(redis, self._pipeline, _decode_all) if self.cluster
+            else Tailer(redis, self._pipeline, _decode_all, WrittenNames(redis, self._written))
         )
         #: Cancels published for this process's producers: one pub/sub connection for all.
         self._cancels = CancelWatch(redis, lambda: self.lease)
@@ -416,7 +416,7 @@ class RedisReplyLog(ReplyLog):
                     raw = await self._call(
                         "XRANGE", stream, f"({after}-0", "+", "COUNT", _READ_COUNT
                     )
-                    return [_decode(item) for item in raw]
+                    return _decode_all(raw)
                 finally:
                     self._ranges.pop(slot, None)
 
@@ -540,13 +540,27 @@ def _entries_lost(key: str, number: int) -> RelayUnavailableError:
     )
 
 
+def _decode_all(items: list[Any]) -> list[Entry]:
+    """The entries of a raw ``XRANGE`` reply, or of one stream of an ``XREAD`` reply:
+    decoded together (:func:`~fluxstream.relay.codec.decode_entries`) when each is what the
+    log writes (RESP2, bytes, the one field), else one at a time by :func:`_decode`."""
+    numbers: list[int] = []
+    datas: list[bytes] = []
+    for item in items:
+        entry_id, fields = item
+        if type(entry_id) is bytes and type(fields) is list and len(fields) == 2 and (
+            fields[0] == b"d" and type(fields[1]) is bytes
+        ):
+            numbers.append(int(entry_id.partition(b"-")[0]))
+            datas.append(fields[1])
+        else:
+            return [_decode(item) for item in items]
+    return decode_entries(numbers, datas)
+
+
 def _decode(item: Any) -> Entry:
     """An entry of a raw ``XRANGE`` / ``XREAD`` reply: ``[id, [field, value, ...]]``."""
     entry_id, fields = item
-    if type(entry_id) is bytes and type(fields) is list and len(fields) == 2 and (
-        fields[0] == b"d"
-    ):  # what the log writes (RESP2, bytes): one field
-        return decode_entry(int(entry_id.partition(b"-")[0]), fields[1])
     if isinstance(entry_id, bytes):
         entry_id = entry_id.decode()
     number = entry_number(entry_id)

@@ -26,12 +26,14 @@ from fluxstream._events import (
     TextDelta,
     ToolCallDelta,
 )
+from fluxstream.errors import RelayError
 from fluxstream.relay import Position, RelayEvent, to_sse
 from fluxstream.relay.codec import (
     Entry,
     _entry,
     _position,
     _relay_event,
+    decode_entries,
     decode_entry,
     encode_entry,
     end_record,
@@ -131,6 +133,67 @@ def test_the_fast_path_refuses_what_pydantic_refuses() -> None:
         assert (entry.events, entry.end) == expected
 
 
+def _stored_forms(items: list[Any], kind: str) -> bytes:
+    """An entry as the log may hold it: its encoding, an end entry, or a damaged copy."""
+    if kind == "end":
+        return encode_entry([End(Outcome.DONE, None)], end_record(Outcome.DONE, None, None, None)
+                            ).encode()
+    data = encode_entry(items).encode()
+    if kind == "no type":  # what msgspec alone would accept: an event without its type
+        return data.replace(b',"type":', b',"typ":', 1)
+    return data
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.lists(events, min_size=1, max_size=3),
+                          st.sampled_from(["plain", "plain", "end", "no type"])),
+                min_size=1, max_size=6),
+       st.integers(1, 10**9))
+def test_entries_decoded_together_are_each_decoded_alone(
+    stored: list[tuple[list[Any], str]], first: int
+) -> None:
+    """One read's entries decoded in one loop (a tailer's ``XREAD``, an ``XRANGE``) are
+    what each entry's own decoding gives, in order; one that decoding alone refuses is
+    refused."""
+    numbers = [first + at for at in range(len(stored))]
+    datas = [_stored_forms(items, kind) for items, kind in stored]
+    alone: list[Any] = []
+    for number, data in zip(numbers, datas, strict=True):
+        try:
+            alone.append(decode_entry(number, data))
+        except ValueError:
+            with pytest.raises(ValueError):
+                decode_entries(numbers, datas)
+            return
+    together = decode_entries(numbers, datas)
+    assert together == alone
+    assert [(e.number, e.events, e.end, e.token) for e in together] == [
+        (e.number, e.events, e.end, e.token) for e in alone
+    ]
+
+
+def test_raw_entries_decode_together_as_one_at_a_time() -> None:
+    """The tailer's and ``XRANGE``'s raw entries: every shape a Redis reply may take
+    (RESP2 bytes, text under ``decode_responses``, RESP3 maps, extra fields) decodes as
+    :func:`_decode` decodes each; one without data fails alike."""
+    from fluxstream.relay.redis_log import _decode, _decode_all
+
+    text = encode_entry([TextDelta("k", 0, 0, "a")]).encode()
+    end = encode_entry([End(Outcome.DONE, None)], end_record(Outcome.DONE, None, None, None))
+    shapes: list[list[Any]] = [
+        [[b"1-0", [b"d", text]], [b"2-0", [b"d", end.encode()]]],
+        [["1-0", ["d", text.decode()]], ["2-0", ["d", end]]],
+        [[b"1-0", {b"d": text}], [b"2-0", [b"x", b"1", b"d", end.encode()]]],
+        [[b"1-0", [b"d", text]], [b"2-0", {"d": end}]],
+    ]
+    for items in shapes:
+        assert _decode_all(items) == [_decode(item) for item in items]
+    with pytest.raises(RelayError):
+        _decode_all([[b"1-0", [b"d", text]], [b"2-0", [b"x", b"1"]]])
+    with pytest.raises(RelayError):
+        _decode([b"2-0", [b"x", b"1"]])
+
+
 def test_end_entries_and_other_events_take_the_general_path() -> None:
     end = end_record(Outcome.DONE, None, {"id": "x"}, {"t": 1})
     data = encode_entry([End(Outcome.DONE, None)], end)
@@ -172,6 +235,10 @@ def test_values_built_field_by_field_are_the_constructors(items: list[Any], numb
     assert relayed(built) == tuple(
         RelayEvent(Position(number, i), e) for i, e in enumerate(events)
     )
+    for index, item in enumerate(relayed(built)):  # one event: built inline in relayed
+        assert vars(item.position) == vars(Position(number, index))
+        assert hash(item.position) == hash(Position(number, index))
+        assert repr(item) == repr(RelayEvent(Position(number, index), events[index]))
     assert built == general  # the cached items are not part of equality
 
 

@@ -181,3 +181,42 @@ def test_a_memory_log_on_one_loop_after_another_times_its_waits_out_on_each() ->
     assert asyncio.run(wait_once()) is False
     assert loops[0] is not loops[1]
     assert log._replies["k"].waiting == []
+
+
+def test_the_waits_use_the_loops_own_clock_and_futures_when_it_has_its_own() -> None:
+    """A wait reads ``time.monotonic`` and makes an ``asyncio.Future`` itself only when those
+    are what the loop's ``time`` and ``create_future`` do; a loop with a clock and futures of
+    its own (here an hour behind the monotonic clock) is asked for them, so its waits still
+    end on time: by the monotonic clock this one's would end an hour late."""
+    import asyncio
+
+    from fluxstream.relay._deadlines import Deadlines
+
+    made: list[Any] = []
+
+    class OwnClock(asyncio.SelectorEventLoop):
+        def time(self) -> float:
+            return super().time() - 3600.0
+
+        def create_future(self) -> asyncio.Future[Any]:
+            future = super().create_future()
+            made.append(future)
+            return future
+
+    async def wait_on(loop: asyncio.AbstractEventLoop) -> tuple[Any, Any]:
+        future = Deadlines(loop).future(0.01)
+        return future, await asyncio.wait_for(future, 10)
+
+    own = OwnClock()
+    try:
+        future, result = own.run_until_complete(wait_on(own))
+    finally:
+        own.close()
+    assert result is False and made[0] is future  # the loop's own future, timed out
+    plain = asyncio.new_event_loop()
+    try:  # asyncio's own loop: the shortcuts, the same result
+        assert plain.run_until_complete(wait_on(plain))[1] is False
+        deadlines = Deadlines(plain)
+        assert deadlines.future(1.0).get_loop() is plain
+    finally:
+        plain.close()
