@@ -241,7 +241,12 @@ async def recorded_end(redis_url: str, key: str) -> Any:
 
 
 def test_a_killed_worker_is_taken_over_and_the_page_shows_the_reply(redis_server: Any) -> None:
-    with ServerThread(profile="openai", faults="drip=0.03") as upstream:
+    # The first request stalls after 24 events until the kill (a model still writing): the
+    # kill waits for the page to follow, and under load a headless browser may take longer to
+    # start than the whole reply takes, which ended the reply before the kill. The second
+    # worker's resume is served cleanly (``fail-first=1``).
+    faults = "drip=0.03,stall=120,stall-after-events=24,fail-first=1"
+    with ServerThread(profile="openai", faults=faults) as upstream:
         first, second = Worker(upstream.base_url, redis_server.url), Worker(
             upstream.base_url, redis_server.url)
         try:
