@@ -47,6 +47,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (4, ["formats.auto", "formats", "_assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
          "_core.carried", "_core.stream_position",
+         "_core.stream_moves",  # a parser's moves between connections and upstreams
          "_core.length_budget",  # what is left of a length cap: reads the reply, its usage
          "_core.think_tags"]),  # reasoning in tags split out of text deltas: reads events
     (5, ["_parser", "structured.track", "structured", "_core.recovery", "_core.progress",
