@@ -34,7 +34,11 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.token_signature: the HMAC of resume tokens (raises ResumeTokenError)
     # _core.secret: a masked secret, and token_secret read into a TokenSigner
     (2, ["_events", "_usage", "_core.headers", "_core.token_signature", "_core.secret"]),
-    (3, ["formats._contract", "formats._base", "formats._responses_items",
+    # what the formats share: _base (FormatBase, the helpers), _event_makers, _usage_fields,
+    # _choice_state and _json_event (the base of the event-typed formats)
+    (3, ["formats._contract", "formats._event_makers", "formats._usage_fields",
+         "formats._choice_state", "formats._base", "formats._json_event",
+         "formats._responses_items",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats.gemini",
          "structured.objects",

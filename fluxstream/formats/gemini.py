@@ -68,22 +68,16 @@ from ..sse import ServerSentEvent
 from ._base import (
     BIG_FRAME,
     MAX_KEPT_CHARS,
-    USAGE_DROPPED,
     FormatBase,
-    checked_usage_model,
     compact,
     crowded,
-    fill_usage,
-    final_usage,
-    finish_event,
-    reasoning_delta,
-    text_delta,
-    tool_delta,
 )
 from ._contract import Claim
+from ._event_makers import finish_event, reasoning_delta, text_delta, tool_delta
 from ._gemini_args import NO_VALUE, PartialArgs, piece_value, pieces_state, restored_pieces
 from ._gemini_quick import NO_USAGE, QUICK_DECODER, QuickPart, QuickResponse, QuickUsage
 from ._surrogates import REPLACEMENT, clean_tree, fallback_loads, fix_surrogates, is_high_half
+from ._usage_fields import USAGE_DROPPED, checked_usage_model, fill_usage, final_usage
 
 __all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
 

@@ -66,18 +66,17 @@ from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .._reply import StopReason, unified_stop
 from ._base import (
     MAX_SEQUENCE,
-    JsonEventFormat,
-    ToolCallState,
     approx_size,
     compact,
     error_event,
-    normalized_usage,
-    text_delta,
-    tool_delta,
 )
+from ._choice_state import ToolCallState
 from ._contract import Claim
+from ._event_makers import text_delta, tool_delta
+from ._json_event import JsonEventFormat
 from ._responses_items import MAX_PARTS, Marker, MarkerSet, OutputItems, count, item_texts
 from ._surrogates import fix_surrogates
+from ._usage_fields import normalized_usage
 
 __all__ = ["MAX_PARTS", "ResponsesFormat"]
 
