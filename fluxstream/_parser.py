@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._assembly import ReplyAssembler
 from ._core.carried import Carried
-from ._core.echo import EchoFilter, continuation
+from ._core.echo import EchoFilter
 from ._core.reread import RereadChecks
-from ._core.resume_token import go_on_from
-from ._core.stream_position import StreamPosition
+from ._core.stream_moves import StreamMoves
 from ._core.think_tags import TagSplitter, ThinkTags
 from ._events import Event
 from ._json_paths import PathTracker
@@ -95,7 +94,7 @@ class OptInReading:
             self._tags.restore(self._assembler.choices())
 
 
-class StreamParser(OptInReading, StreamPosition):
+class StreamParser(OptInReading, StreamMoves):
     """Sans-IO: feed bytes (or SSE events, or decoded chunks); get normalized events.
 
     :param content_key: stable key of the logical request, stamped on every keyed event
@@ -278,6 +277,12 @@ class StreamParser(OptInReading, StreamPosition):
     def _shift(self, by: int) -> None:
         self._format.shift_text(0, by)
 
+    def _take_lines(self) -> list[Event]:
+        """The lines outside any SSE field the decoder collected, read by the format."""
+        decoder = self._decoder
+        lines, decoder.foreign_lines = decoder.foreign_lines or [], []
+        return self._format.feed_lines([line.decode("utf-8", "replace") for line in lines])
+
     def _apply(
         self, events: list[Event], *, end: bool = True, final: bool = False
     ) -> list[Event]:
@@ -392,142 +397,6 @@ class StreamParser(OptInReading, StreamPosition):
         it. An I/O layer ends the stream with it (:meth:`fail`) at once instead of waiting
         for more bytes."""
         return self._deferred
-
-    def new_connection(self, *, resume_after: str | None = None) -> None:
-        """A reconnect: a fresh SSE decoder (keeping the last event ID and retry time); the
-        assembly state and offsets stay, so the reply continues.
-
-        ``resume_after``: the ``Last-Event-ID`` the transport sends; recorded as the last event
-        ID (the server continues after it). When it is numeric, events the new connection
-        carries at or below it are dropped as already delivered, so a server that ignores
-        the header and starts over never shows text twice.
-        """
-        carried = self._carried
-        carried.reconnection_time = self.reconnection_time
-        carried.decoder_replaced(self._decoder, self.last_event_id)
-        self._checks.resume = None
-        if resume_after is not None:
-            carried.last_event_id = resume_after
-            # A throwaway format decodes replayed events without touching the reply.
-            shadow = self._format_class(self.content_key, strict=False, limits=self.limits)
-            if self._generation_start is not None:
-                go_on_from(shadow, *self._generation_start)
-            reply, tags = self.reply, self._tags
-            self._checks.reconnected(resume_after, reply, shadow.feed,
-                                     None if tags is None else tags.delivered(reply.choices))
-        self._decoder = self._new_decoder()
-        # Anthropic restates ``message_start`` on a continuation; Responses re-reads events
-        # it delivered already: each format knows what a new connection means for it.
-        self._format.new_connection()
-        self._expect_sequence()
-
-    def _expect_sequence(self) -> None:
-        """A Responses stream read again after ``N`` (a re-read, a token): check that it
-        goes on at ``N + 1`` (see :class:`~fluxstream._core.resume_check.SequenceCheck`)."""
-        self._checks.expect_sequence(self.sequence)
-
-    def _new_decoder(self) -> SSEDecoder:
-        decoder = SSEDecoder(
-            max_event_bytes=self.max_event_bytes,
-            max_bytes_without_event=self.limits.max_bytes_without_event,
-        )
-        # Lines outside any SSE field go to the format (Gemini sends an error as a raw JSON
-        # object on lines of their own); the others ignore them, as the spec says.
-        decoder.foreign_lines = []
-        return decoder
-
-    def _take_lines(self) -> list[Event]:
-        """The lines outside any SSE field the decoder collected, read by the format."""
-        decoder = self._decoder
-        lines, decoder.foreign_lines = decoder.foreign_lines or [], []
-        return self._format.feed_lines([line.decode("utf-8", "replace") for line in lines])
-
-    def reset(self, attempt: int, reason: str) -> list[Event]:
-        """A restart (a new generation replaces the old one): fresh decoder, format and
-        assembly state, announced by a :class:`~fluxstream._events.Reset` event."""
-        self.new_connection()
-        self._format.reset()
-        if self._tags is not None:
-            self._tags.reset()
-        self._checks.expect_sequence(None)  # a new generation: its numbers start over
-        self._generation_start = None
-        if self.paths is not None:
-            self.paths.reset()
-        return self._assembler.reset(attempt, reason)
-
-    def forget_reads(self) -> None:
-        """Back to the parser as it was before anything was fed: for a parser read nothing
-        before these reads (a stream's first response), when they must leave nothing in the
-        reply (that upstream lost a hedged race, or the race was cancelled before any of its
-        events was delivered). Its id and model, counts, event id and ``retry:`` time, usage
-        and what the hold holds are gone; its settings, wire format (a fresh one of the same
-        API), think tags and path tracking stay, and so do the I/O layer's parts (segments,
-        rate limits)."""
-        self._decoder = self._new_decoder()
-        self._format = self._format_class(self.content_key, strict=self.strict, limits=self.limits)
-        self._assembler = ReplyAssembler(
-            self.content_key, require_finish_reason=self.require_finish_reason,
-            limits=self.limits,
-        )
-        self._events = 0
-        self._carried = Carried()
-        self._checks.forget_connection()
-        self._deferred = None
-        if self._tags is not None:
-            self._tags.reset()
-        if self.paths is not None:
-            self.paths.reset()
-        if self.hold is not None:
-            self.hold.drop()
-
-    def switch_format(self, format: str) -> None:
-        """Another upstream, maybe of another API, goes on with this reply: its wire format
-        reads the next connection, starting at the offsets delivered so far (the reply, its
-        offsets and its id stay). Call before :meth:`begin_continuation` or :meth:`reset`."""
-        format_cls = FORMATS[format]
-        if self._tags is not None and not self._assembler.saw_content:
-            self._tags.reset()  # nothing shown: what it held is no part of the next reply
-        old = self._format
-        new: WireFormat = format_cls(self.content_key, strict=self.strict, limits=self.limits)
-        start = self._generation_start = (self.reply, self._assembler.offsets())
-        go_on_from(new, *start)
-        new.id, new.model = old.id, old.model
-        self._carried.format_replaced(old)
-        self._format = new
-        # Replays after a Last-Event-ID reconnect are decoded (and checked) in this API now.
-        self._format_class = format_cls
-        self.new_connection()
-        self._checks.new_generation()  # another server: its ids and completion id are its own
-
-    # ------------------------------------------------------------------ resume support
-
-    def continuable(self) -> bool:
-        """A continuation (re-request with the partial text as an assistant prefix) can
-        extend this reply: one choice with text, no tool call, refusal, finish reason or
-        error, and not ended."""
-        return self._assembler.continuable()
-
-    def begin_continuation(self, *, min_overlap: int = 8) -> str:
-        """Prepare for a continuation request; returns the assistant prefix to send.
-
-        A fresh SSE decoder is used; the reply and offsets go on. The prefix is sent without
-        trailing whitespace, and what the provider echoes of it at the start (a suffix of at
-        least ``min_overlap`` code points, or the whole prefix if shorter, or the whitespace
-        not sent) is cut, so nothing is shown twice (:mod:`fluxstream._core.echo`).
-        """
-        if not self.continuable():
-            raise ValueError("this reply cannot be continued (see StreamParser.continuable)")
-        # With tags the model goes on after its text as sent, its reasoning in its tags.
-        tags, asm = self._tags, self._assembler
-        text = asm.text_of(0) if tags is None else tags.wire_of(asm.choices()[0])
-        sent, self._echo = continuation(text, min_overlap)
-        self._generation_start = (self.reply, asm.offsets())
-        self.new_connection()
-        # A continuation is a new response (Responses API: sequence numbers from 0 again).
-        self._format.continued()
-        self._checks.expect_sequence(None)  # a new response: its numbers start over
-        self._checks.new_generation()  # and its event ids and completion id are its own
-        return sent
 
     # ------------------------------------------------------------------ state
 

@@ -34,8 +34,11 @@ _ORDER: list[tuple[int, list[str]]] = [
     # _core.token_signature: the HMAC of resume tokens (raises ResumeTokenError)
     # _core.secret: a masked secret, and token_secret read into a TokenSigner
     (2, ["_events", "_usage", "_core.headers", "_core.token_signature", "_core.secret"]),
-    (3, ["formats._contract", "formats._base", "formats._responses_items",
-         "formats._responses_parts", "formats._responses_calls",
+    # what the formats share: _base (FormatBase, the helpers), _event_makers, _usage_fields,
+    # _choice_state and _json_event (the base of the event-typed formats)
+    (3, ["formats._contract", "formats._event_makers", "formats._usage_fields",
+         "formats._choice_state", "formats._base", "formats._json_event",
+         "formats._responses_items", "formats._responses_parts", "formats._responses_calls",
          "formats.chat_completions", "formats.responses", "formats.anthropic_messages",
          "formats._gemini_args", "formats._gemini_quick", "formats._gemini_candidates",
          "formats._gemini_raw", "formats._gemini_usage", "formats.gemini",
@@ -49,6 +52,7 @@ _ORDER: list[tuple[int, list[str]]] = [
     (4, ["formats.auto", "formats", "_assembly", "structured.reply", "_core.resume_check",
          "_core.resume_token", "_core.reread", "_core.echo", "_core.error_hold",
          "_core.carried", "_core.stream_position",
+         "_core.stream_moves",  # a parser's moves between connections and upstreams
          "_core.length_budget",  # what is left of a length cap: reads the reply, its usage
          "_core.think_tags"]),  # reasoning in tags split out of text deltas: reads events
     (5, ["_parser", "structured.track", "structured", "_core.recovery", "_core.progress",

@@ -26,9 +26,10 @@ structured-output engine ``Reply.parse`` runs; its home is :mod:`fluxstream.stru
 decoder's event, ``sse_event`` (its home is :mod:`fluxstream.sse`), and its run shortcuts,
 ``sse_runs``. Beside the parser sit what it uses but is not parsing: ``echo``, what a
 continuation's echo is and how it is cut, ``carried``, the counts and SSE state of the decoders
-and wire formats a parser replaced, and ``stream_position``, where a parser's stream stands as
-a resume needs it (the parser inherits it), and ``think_tags``, which splits reasoning a
-server sends inside the text between tags out of it. ``rate_limits`` reads what a response's
+and wire formats a parser replaced, ``stream_position``, where a parser's stream stands as a
+resume needs it, ``stream_moves``, its moves between connections and upstreams (the parser
+inherits both), and ``think_tags``, which splits reasoning a server sends inside the text
+between tags out of it. ``rate_limits`` reads what a response's
 headers say (rate limits, retry advice, the request id), only when asked. Under everything
 sit ``deprecation`` (a warning attributed to the user's line), ``moved_modules`` (the paths
 0.1 made public that are private now, still importing, with that warning) and ``extras`` (an

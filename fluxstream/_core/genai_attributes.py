@@ -39,8 +39,8 @@ REQUEST_NUMBERS = {
 }
 #: OTLP carries integer attributes as int64: a larger count cannot be encoded (the exporter
 #: would fail the whole batch), so none is set. The formats drop counts long before this
-#: (:data:`fluxstream.formats._base.MAX_TOKEN_COUNT`); a reply built elsewhere (by hand, read
-#: back from a relay or a resume token) may still hold one.
+#: (:data:`fluxstream.formats._usage_fields.MAX_TOKEN_COUNT`); a reply built elsewhere (by
+#: hand, read back from a relay or a resume token) may still hold one.
 INT64_MAX = 2**63 - 1
 #: The structured-output types that mean JSON (Chat Completions' ``response_format.type``,
 #: Responses' ``text.format.type``, Anthropic's ``output_format.type``).

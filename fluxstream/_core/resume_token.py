@@ -438,7 +438,7 @@ def _calls(reply: Reply, index: int) -> dict[int, str]:
 
 def _held_of_one_choice(held: object, reply: Reply, format: str) -> None:
     """UTF-16 high halves held back, ``[channel, None, unit]`` or ``["tool", call, unit]``
-    (:meth:`~fluxstream.formats._base.ChoiceState.held_state`)."""
+    (:meth:`~fluxstream.formats._choice_state.ChoiceState.held_state`)."""
     calls = _calls(reply, 0)
     for entry in _entries(held, format, "held"):
         channel, index, unit = entry

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from .._events import Event, Finish, ReasoningDelta, TextDelta
 from .._reply import Choice
-from ..formats._base import reasoning_delta, text_delta
+from ..formats._event_makers import reasoning_delta, text_delta
 
 __all__ = ["ThinkTags", "TagSplitter"]
 

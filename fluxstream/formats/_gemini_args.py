@@ -8,7 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ._base import compact, fold
+from ._base import compact
+from ._choice_state import fold
 
 __all__ = ["NO_VALUE", "PartialArgs", "parse_path", "piece_value", "pieces_state",
            "restored_pieces"]
@@ -78,7 +79,7 @@ class PartialArgs:
         #: extending a string in place on every piece copied it every time, quadratic).
         self.continuing: tuple[str | int, ...] | None = None
         self.run: list[str] = []
-        #: The text written so far (folded as it grows, see :func:`~._base.fold`).
+        #: The text written so far (folded as it grows, see :func:`~._choice_state.fold`).
         self.written: list[str] = []
         self.fold_at = 256
         #: ``jsonPath`` strings already parsed (the same few paths come again and again).

@@ -20,15 +20,8 @@ from .._events import Event, ReasoningBlock, ToolCallDelta
 from .._limits import StreamLimits
 from .._reply import StopReason
 from ..errors import LimitExceededError
-from ._base import (
-    MAX_KEPT_CHARS,
-    FormatBase,
-    compact,
-    finish_event,
-    reasoning_delta,
-    text_delta,
-    tool_delta,
-)
+from ._base import MAX_KEPT_CHARS, FormatBase, compact
+from ._event_makers import finish_event, reasoning_delta, text_delta, tool_delta
 from ._gemini_args import NO_VALUE, PartialArgs, piece_value
 from ._gemini_quick import QuickPart
 from ._surrogates import REPLACEMENT, clean_tree, fix_surrogates, is_high_half

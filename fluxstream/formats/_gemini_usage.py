@@ -19,10 +19,10 @@ from typing import Any
 
 from .._events import Event, UsageUpdate
 from .._wire import Usage
-from ._base import USAGE_DROPPED, checked_usage_model, fill_usage
 from ._gemini_candidates import CandidateReader, count
 from ._gemini_quick import DICT_DECODER, QuickUsage
 from ._surrogates import clean_tree
+from ._usage_fields import USAGE_DROPPED, checked_usage_model, fill_usage
 
 __all__ = ["MAX_USAGE_FIELDS", "UsageSnapshot", "filled_usage", "gemini_usage"]
 

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._events import Event, ReasoningBlock, ToolCallDelta
-from ._base import ToolCallState, approx_size, compact
+from ._base import approx_size, compact
+from ._choice_state import ToolCallState
 from ._responses_parts import PartReader
 from ._surrogates import fix_surrogates
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._events import Event
-from ._base import JsonEventFormat
+from ._json_event import JsonEventFormat
 from ._responses_items import Marker, MarkerSet, OutputItems, count
 
 __all__ = ["PartReader"]

@@ -6,10 +6,10 @@ is then valid JSON for ``json.loads`` (which keeps lone halves) but not for
 ``pydantic_core.from_json`` (which rejects them), and a Python ``str`` holding a lone half
 cannot be encoded to UTF-8 (``model_dump_json`` refuses it).
 
-How a format uses this (the joining itself is :class:`fluxstream.formats._base.ChoiceState`'s,
-for every format): decode with the fast ``from_json``; only when it raises, try
-:func:`fallback_loads`, and from then on treat the payload's strings as possibly holding
-halves. Per channel (choice + text/reasoning/refusal/
+How a format uses this (the joining itself is
+:class:`fluxstream.formats._choice_state.ChoiceState`'s, for every format): decode with the
+fast ``from_json``; only when it raises, try :func:`fallback_loads`, and from then on treat
+the payload's strings as possibly holding halves. Per channel (choice + text/reasoning/refusal/
 tool call) the format holds a trailing high half (:func:`is_high_half`) back and puts it in
 front of the channel's next fragment, so the pair is delivered as one code point (offsets
 count it once); every fragment then goes through :func:`fix_surrogates`. A half still held

@@ -44,22 +44,17 @@ import msgspec
 from .._events import Event, Finish, ReasoningBlock, ToolCallDelta, UsageUpdate
 from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .._reply import unified_stop
-from . import _base
-from ._base import (
+from . import _choice_state
+from ._base import approx_size, compact, error_event, is_error_object
+from ._choice_state import (
     _FOLD,  # thinking fragments are folded like arguments (see ``fold``)
-    JsonEventFormat,
     ToolCallState,
-    approx_size,
-    compact,
-    error_event,
-    final_usage,
     fold,
-    is_error_object,
-    normalized_usage,
-    text_delta,
-    tool_delta,
 )
 from ._contract import Claim
+from ._event_makers import text_delta, tool_delta
+from ._json_event import JsonEventFormat
+from ._usage_fields import final_usage, normalized_usage
 
 __all__ = ["AnthropicMessagesFormat"]
 
@@ -194,8 +189,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
         for index, block in self._blocks.items():
             entry: dict[str, Any] = {"kind": block.kind}
             if block.kind == "thinking":
-                entry["thinking"] = _base._join(block.parts)
-                entry["signature"] = _base._join(block.signature)
+                entry["thinking"] = _choice_state._join(block.parts)
+                entry["signature"] = _choice_state._join(block.signature)
             elif block.kind == "tool":
                 call = self.calls.get(index)
                 start = call.start_input if call is not None and call.length == 0 else None
@@ -506,8 +501,8 @@ class AnthropicMessagesFormat(JsonEventFormat):
     def _close(self, index: int, block: _Block, out: list[Event]) -> None:
         kind = block.kind
         if kind == "thinking":
-            kept = {"type": "thinking", "thinking": _base._join(block.parts),
-                    "signature": _base._join(block.signature)}
+            kept = {"type": "thinking", "thinking": _choice_state._join(block.parts),
+                    "signature": _choice_state._join(block.signature)}
             out.append(ReasoningBlock(self.key, 0, index, kept))
         elif kind == "tool":
             call = self.calls[index]

@@ -71,22 +71,12 @@ from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from .._reply import unified_stop
 from ..errors import LimitExceededError
 from ..sse import ServerSentEvent
-from ._base import (
-    BIG_FRAME,
-    CHOICE_SLOTS,
-    KEEPALIVES,
-    ChoiceState,
-    FormatBase,
-    compact,
-    excerpt,
-    final_usage,
-    finish_event,
-    opt_str,
-    text_delta,
-    tool_delta,
-)
+from ._base import BIG_FRAME, KEEPALIVES, FormatBase, compact, excerpt, opt_str
+from ._choice_state import CHOICE_SLOTS, ChoiceState
 from ._contract import FORMATS, Claim
+from ._event_makers import finish_event, text_delta, tool_delta
 from ._surrogates import clean_tree, fallback_loads, fix_surrogates
+from ._usage_fields import final_usage
 
 __all__ = ["ChatCompletionsFormat"]
 

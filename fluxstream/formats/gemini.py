@@ -61,7 +61,7 @@ from msgspec import UNSET
 from .._events import ErrorEvent, Event
 from .._limits import DEFAULT_STREAM_LIMITS, StreamLimits
 from ..sse import ServerSentEvent
-from ._base import BIG_FRAME, compact, crowded, final_usage
+from ._base import BIG_FRAME, compact, crowded
 from ._contract import Claim
 from ._gemini_args import pieces_state, restored_pieces
 from ._gemini_candidates import MAX_INDEX, STOPS, Call, Candidate, count, opt_str
@@ -69,6 +69,7 @@ from ._gemini_quick import DICT_DECODER, NO_USAGE, QUICK_DECODER, QuickResponse,
 from ._gemini_raw import MAX_RAW_CHARS, RawObject
 from ._gemini_usage import UsageSnapshot, gemini_usage
 from ._surrogates import clean_tree, fallback_loads, fix_surrogates
+from ._usage_fields import final_usage
 
 __all__ = ["STOPS", "GeminiFormat", "gemini_usage", "is_gemini"]
 

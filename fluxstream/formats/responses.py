@@ -68,13 +68,12 @@ from ._base import (
     MAX_SEQUENCE,
     approx_size,
     error_event,
-    normalized_usage,
-    text_delta,
-    tool_delta,
 )
 from ._contract import Claim
+from ._event_makers import text_delta, tool_delta
 from ._responses_calls import CallReader
 from ._responses_items import MAX_PARTS, count, item_texts
+from ._usage_fields import normalized_usage
 
 __all__ = ["MAX_PARTS", "ResponsesFormat"]
 

@@ -466,9 +466,9 @@ def test_memory_does_not_grow_with_empty_block_starts() -> None:
 def test_never_shown_data_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Signatures and redacted thinking are not reply text, so max_reply_chars does not bound
     them: the format's own budget does (skipped and counted past it)."""
-    from fluxstream.formats import _base
+    from fluxstream.formats import _json_event
 
-    monkeypatch.setattr(_base, "MAX_KEPT_CHARS", 100)
+    monkeypatch.setattr(_json_event, "MAX_KEPT_CHARS", 100)
     sig = delta(0, type="signature_delta", signature="s" * 40)
     _, reply = go(start(), block(0, type="thinking", thinking=""), sig, sig, sig,
                   stop_block(0), block(1, type="redacted_thinking", data="d" * 50),

@@ -226,20 +226,20 @@ def test_fast_event_makers_build_the_same_frozen_events() -> None:
         TextDelta,
         ToolCallDelta,
     )
-    from fluxstream.formats import _base
+    from fluxstream.formats import _event_makers as makers
 
     pairs = [
-        (_base.text_delta("k", 1, 2, "hé"), TextDelta("k", 1, 2, "hé")),
-        (_base.reasoning_delta("k", 0, 3, "r"), ReasoningDelta("k", 0, 3, "r")),
-        (_base.refusal_delta("k", 0, 4, "n"), RefusalDelta("k", 0, 4, "n")),
-        (_base.tool_delta("k", 0, 2, None, "f", "{}", 7),
+        (makers.text_delta("k", 1, 2, "hé"), TextDelta("k", 1, 2, "hé")),
+        (makers.reasoning_delta("k", 0, 3, "r"), ReasoningDelta("k", 0, 3, "r")),
+        (makers.refusal_delta("k", 0, 4, "n"), RefusalDelta("k", 0, 4, "n")),
+        (makers.tool_delta("k", 0, 2, None, "f", "{}", 7),
          ToolCallDelta("k", 0, 2, None, "f", "{}", 7)),
-        (_base.finish_event("k", 0, "stop", None), Finish("k", 0, "stop")),
-        (_base.finish_event("k", 1, "tool_use", "tool_calls"),
+        (makers.finish_event("k", 0, "stop", None), Finish("k", 0, "stop")),
+        (makers.finish_event("k", 1, "tool_use", "tool_calls"),
          Finish("k", 1, "tool_use", "tool_calls")),
     ]
     # On CPython the makers are the fast ones, not a fallback to the class.
-    assert _base.text_delta is not TextDelta and _base.finish_event is not Finish
+    assert makers.text_delta is not TextDelta and makers.finish_event is not Finish
     adapter = pydantic.TypeAdapter(Event)
     for fast, slow in pairs:
         assert type(fast) is type(slow) and fast == slow and hash(fast) == hash(slow)

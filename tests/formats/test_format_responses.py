@@ -487,9 +487,9 @@ def test_memory_does_not_grow_with_deltas_naming_new_parts() -> None:
 
 
 def test_kept_reasoning_items_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fluxstream.formats import _base
+    from fluxstream.formats import _json_event
 
-    monkeypatch.setattr(_base, "MAX_KEPT_CHARS", 250)  # two items of ~108 characters
+    monkeypatch.setattr(_json_event, "MAX_KEPT_CHARS", 250)  # two items of ~108 characters
     items = [item(i, True, type="reasoning", id=f"rs_{i}", encrypted_content="e" * 60)
              for i in range(4)]
     _, reply = go(created(), *items, terminal())

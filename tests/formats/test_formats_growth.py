@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from fluxstream.formats import _base
+from fluxstream.formats import _choice_state
 from fluxstream.formats.anthropic_messages import AnthropicMessagesFormat
 from fluxstream.formats.responses import ResponsesFormat
 
@@ -81,13 +81,13 @@ def _count_joins(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
         copied += len(joined)
         return joined
 
-    monkeypatch.setattr(_base, "_join", counting)
+    monkeypatch.setattr(_choice_state, "_join", counting)
     return lambda: copied
 
 
 def test_the_fold_copies_each_character_once(monkeypatch: pytest.MonkeyPatch) -> None:
     copied = _count_joins(monkeypatch)
-    call = _base.ToolCallState()
+    call = _choice_state.ToolCallState()
     for _ in range(100_000):
         call.add("xy")
     assert call.fragments is not None and "".join(call.fragments) == "xy" * 100_000

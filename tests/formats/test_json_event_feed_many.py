@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from fluxstream._events import Event, TextDelta, ToolCallDelta
 from fluxstream._limits import StreamLimits
 from fluxstream.errors import FluxstreamError
-from fluxstream.formats._base import JsonEventFormat
+from fluxstream.formats._json_event import JsonEventFormat
 from fluxstream.formats.anthropic_messages import AnthropicMessagesFormat
 from fluxstream.formats.responses import ResponsesFormat
 from fluxstream.sse import ServerSentEvent

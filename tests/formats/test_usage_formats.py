@@ -265,7 +265,7 @@ def _hostile_usage_shapes() -> list[dict[str, Any]]:
     and past them, subclasses of dict and list, and a seeded random mix of them."""
     import random
 
-    from fluxstream.formats._base import MAX_TOKEN_COUNT
+    from fluxstream.formats._usage_fields import MAX_TOKEN_COUNT
 
     class Sub(dict):  # type: ignore[type-arg]
         pass
@@ -296,7 +296,7 @@ def test_the_one_pass_check_equals_the_per_field_one() -> None:
     from pydantic import ValidationError
 
     from fluxstream._wire import Usage
-    from fluxstream.formats._base import _counts_fit, _usage_fits, checked_usage_model
+    from fluxstream.formats._usage_fields import _counts_fit, _usage_fits, checked_usage_model
 
     for raw in _hostile_usage_shapes():
         per_field = {k: v for k, v in raw.items() if _counts_fit(v)}
@@ -319,9 +319,9 @@ def test_gemini_usage_validated_once_is_the_usage_validated_again() -> None:
     import random
 
     from fluxstream._wire import Usage
-    from fluxstream.formats._base import checked_usage, checked_usage_model, fill_usage
     from fluxstream.formats._gemini_candidates import count as _count
     from fluxstream.formats._gemini_usage import filled_usage as _filled_usage
+    from fluxstream.formats._usage_fields import checked_usage, checked_usage_model, fill_usage
     from fluxstream.formats.gemini import gemini_usage
 
     def validated_again(raw: dict[str, Any]) -> Usage:  # the way it was done before
@@ -365,7 +365,7 @@ def test_usage_normalized_from_its_checked_model_is_the_usage_checked_again(
     when it was checked gives the same ``Usage`` (fields set included) as checking it again."""
     import random
 
-    from fluxstream.formats._base import checked_usage_model, normalized_usage
+    from fluxstream.formats._usage_fields import checked_usage_model, normalized_usage
 
     rng = random.Random(42)
     names = ["input_tokens", "output_tokens", "cache_read_input_tokens",

@@ -24,7 +24,7 @@ from fluxstream import replay
 from fluxstream._events import UsageUpdate
 from fluxstream._parser import StreamParser
 from fluxstream._usage import ModelPrice, UsageLedger
-from fluxstream.formats._base import MAX_TOKEN_COUNT
+from fluxstream.formats._usage_fields import MAX_TOKEN_COUNT
 
 
 def usages(parser: StreamParser, reads: list[bytes], *, close: bool = True) -> list[UsageUpdate]:
