@@ -228,18 +228,20 @@ class Tailer:
                 del self._waiters[stream]
                 self._linger[stream] = time.monotonic() + _LINGER
 
-    def _wake(self, stream: str) -> None:
-        """Wake every follower waiting on ``stream`` (``True``: the waiter was taken off,
-        it reads what is known)."""
+    def _wake(self, stream: str, found: list[Any] | None = None) -> None:
+        """Wake every follower waiting on ``stream``: with ``found``, the entries a read
+        just found (a follower right before them takes them as they are), else ``True``
+        (the waiter was taken off, it reads what is known)."""
         futures = self._waiters.pop(stream, None)
         if futures is None:
             return
         # Still watched while the woken followers come back (else the read loop, finding no
         # waiter left, would end and every wake-up would cost a new read and a new task).
         self._linger[stream] = time.monotonic() + _LINGER
+        result: list[Any] | bool = True if found is None else found
         for future in futures:
             if not future.done():
-                future.set_result(True)
+                future.set_result(result)
 
     def _watched(self) -> list[str]:
         self._sweep(time.monotonic())
@@ -445,28 +447,20 @@ class Tailer:
         held = self._cache.get(name)
         if held is not None and (held[1][-1].number if held[1] else held[0]) == asked:
             base, kept = held
-            kept.extend(entries)
+            kept.extend(entries)  # in place: the cache holds this list already
+            stored = True
         else:  # a list of its own: the one given to the waiters must not grow
             base, kept = asked, entries[:]
+            stored = False
         if len(kept) > 2 * _CACHE:
             base = kept[-_CACHE - 1].number
             kept = kept[-_CACHE:]
+            stored = False
+        if not stored:
             self._cache[name] = (base, kept)
-        elif kept is not (held[1] if held is not None else None):
-            self._cache[name] = (base, kept)
-        latest = self._latest
-        if newest > latest.get(name, -1):
-            latest[name] = newest  # _set_latest and _wake, inline: once per entry found
-            at = self._index.get(name)
-            if at is not None:
-                self._nums[at] = newest
-                self._ids[at] = _bulk_id(newest)
-            futures = self._waiters.pop(name, None)
-            if futures is not None:
-                self._linger[name] = time.monotonic() + _LINGER
-                for future in futures:
-                    if not future.done():
-                        future.set_result(entries)
+        if newest > self._latest.get(name, -1):
+            self._set_latest(name, newest)
+            self._wake(name, entries)
 
     async def _drop_connection(self, *, broken: bool) -> None:
         connection, self._connection, self._client_id = self._connection, None, None

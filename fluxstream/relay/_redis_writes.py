@@ -218,19 +218,12 @@ class WriteCommands:
                 rows.append(("r", write.owner))
             else:
                 entry_data = entry_json(entry.events, entry.end)
-                data.append(entry_data)
-                token = write.token
-                if token is None:
-                    rows.append(
-                        ("a", write.owner, entry.number, len(entry_data), 0, bool(write.final))
-                    )
-                else:
-                    token_data = to_json(token)
-                    data.append(token_data)
-                    rows.append((
-                        "a", write.owner, entry.number, len(entry_data), len(token_data),
-                        bool(write.final),
-                    ))
+                token_data = _token(write)
+                data += (entry_data, token_data)
+                rows.append((
+                    "a", write.owner, entry.number, len(entry_data), len(token_data),
+                    bool(write.final),
+                ))
         packed_rows = _ROWS(rows)
         blob = b"".join(data)
         sha = self._shas["writes"]

@@ -49,6 +49,7 @@ __all__ = [
     "end_record",
     "entry_json",
     "parse_position",
+    "plain_entry",
     "relayed",
     "sse_event",
 ]
@@ -172,7 +173,7 @@ def _relay_event(position: Position, event: Event) -> RelayEvent:
     return item
 
 
-def _entry(number: int, events: tuple[Event, ...]) -> Entry:
+def plain_entry(number: int, events: tuple[Event, ...]) -> Entry:
     """``Entry(number, events)`` (no end, no token), without the frozen dataclass's
     ``object.__setattr__`` per field: a follower decodes, and a producer writes, one per
     frame."""
@@ -183,10 +184,6 @@ def _entry(number: int, events: tuple[Event, ...]) -> Entry:
     _set_token(entry, None)
     _set_memo(entry, None)  # not made yet: a follower's look for it then raises nothing
     return entry
-
-
-#: :func:`_entry` for a producer's frame (the name the recorder imports).
-frame_entry = _entry
 
 
 def sse_event(item: RelayEvent) -> bytes:
@@ -294,7 +291,7 @@ def decode_entries(numbers: list[int], datas: list[bytes]) -> list[Entry]:
         # event: every event must name its type, once (a count of the raw key, which
         # cannot occur inside a JSON string: its closing quote would be escaped).
         if events is not None and data.count(b'"type":') == len(events):
-            entries.append(_entry(number, tuple(events)))
+            entries.append(plain_entry(number, tuple(events)))
         else:
             raw = _Stored.model_validate_json(data)
             entries.append(Entry(number, tuple(raw.e), raw.end))

@@ -29,7 +29,7 @@ from .._events import End, Event, Outcome, PathDelta, PathDone, PathStart
 from .._io.tasks import spawn
 from .._stream import ReplyStream
 from ..errors import RelayError, RelayLeaseLostError, RelayUnavailableError, show_key
-from .codec import Entry, coalesce, end_record, frame_entry
+from .codec import Entry, coalesce, end_record, plain_entry
 from .writer import Write, Writer
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -355,7 +355,7 @@ class Recorder:
             token = self._stream.resume_token()
             self._last_token = now
         joined = tuple(events) if len(events) < 2 else tuple(coalesce(events))
-        return Write(self.key, self._owner, frame_entry(self._number, joined), token, False)
+        return Write(self.key, self._owner, plain_entry(self._number, joined), token, False)
 
 
 class RecordedStream(ReplyStream):

@@ -30,13 +30,13 @@ from fluxstream.errors import RelayError
 from fluxstream.relay import Position, RelayEvent, to_sse
 from fluxstream.relay.codec import (
     Entry,
-    _entry,
     _position,
     _relay_event,
     decode_entries,
     decode_entry,
     encode_entry,
     end_record,
+    plain_entry,
     relayed,
     sse_event,
 )
@@ -218,7 +218,7 @@ def test_values_built_field_by_field_are_the_constructors(items: list[Any], numb
     their frozen dataclasses' ``__init__``: equal, alike in ``repr``, hash and order, each
     field the one given, and later cached values still kept off equality."""
     events = tuple(items)
-    built, general = _entry(number, events), Entry(number, events)
+    built, general = plain_entry(number, events), Entry(number, events)
     assert built == general and repr(built) == repr(general)
     assert (built.number, built.events, built.end, built.token) == (number, events, None, None)
     for index, event in enumerate(events):
