@@ -95,7 +95,10 @@ def current_loop() -> object:
 
 
 class Writer:
-    """Writes the entries, lease refreshes and ends of the streams recorded into one log."""
+    """Writes the entries, lease refreshes and ends of the streams recorded into one log.
+
+    :param spacing: seconds from one round trip's start before the next may start (the
+        log's ``write_spacing``; 0: each as soon as something is due)."""
 
     def __init__(
         self, write_many: WriteMany, lease: float, loop: object, spacing: float = 0.0
@@ -273,8 +276,6 @@ class _LoopWake:
         self._loop = loop
         self._set = False
         self._waiter: asyncio.Future[None] | None = None
-        #: A pause's future (:meth:`pause`), which only the timer completes.
-        self._paused: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
     def set(self) -> None:
@@ -294,25 +295,6 @@ class _LoopWake:
         if within <= 0:
             await asyncio.sleep(0)  # a checkpoint, as a lapsed cancel scope gives
             return
-        self._arm(within)
-        waiter = self._waiter = self._loop.create_future()
-        try:
-            await waiter
-        finally:
-            self._waiter = None
-
-    async def pause(self, within: float) -> None:
-        """The kept timer's wait, which :meth:`set` does not end (it may end early, at a
-        kept timer due sooner: the writer then scans and pauses again)."""
-        self._arm(within)
-        paused = self._paused = self._loop.create_future()
-        try:
-            await paused
-        finally:
-            self._paused = None
-
-    def _arm(self, within: float) -> None:
-        """Have the timer fire within ``within`` seconds (the kept one if it does)."""
         loop = self._loop
         at = loop.time() + within
         timer = self._timer
@@ -320,10 +302,27 @@ class _LoopWake:
             if timer is not None:
                 timer.cancel()
             self._timer = loop.call_at(at, self._fire)
+        waiter = self._waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    async def pause(self, within: float) -> None:
+        """A wait of ``within`` seconds that :meth:`set` does not end, on a timer of its
+        own: taking the kept timer for it would make that timer again at the next wait
+        (twice the timers per round trip)."""
+        paused = self._loop.create_future()
+        timer = self._loop.call_later(within, _resolve, paused)
+        try:
+            await paused
+        except BaseException:
+            timer.cancel()
+            raise
 
     def _fire(self) -> None:
         self._timer = None
-        waiter = self._waiter or self._paused
+        waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -331,3 +330,8 @@ class _LoopWake:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -249,10 +249,10 @@ async def test_the_end_and_a_lease_refresh_still_go_under_spacing(anyio_backend:
     assert calls.keys[-1] == ["idle!"]
 
 
-def test_the_asyncio_pause_ignores_set_and_keeps_the_timer() -> None:
+def test_the_asyncio_pause_ignores_set_and_leaves_the_kept_timer() -> None:
     """A pause ends at its time, not at a ``set()`` (a stream woken meanwhile joins the
-    next round trip without a scan per wake-up); it keeps a timer due sooner, and a later
-    wait still wakes on ``set()``."""
+    next round trip without a scan per wake-up), on a timer of its own: the timer kept
+    between waits stays as it was, and a later wait still wakes on ``set()``."""
     import asyncio
 
     from fluxstream.relay.writer import _LoopWake
@@ -260,6 +260,12 @@ def test_the_asyncio_pause_ignores_set_and_keeps_the_timer() -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         wake = _LoopWake(loop)
+        waiting = asyncio.ensure_future(wake.wait(60.0))
+        await asyncio.sleep(0)
+        kept = wake._timer
+        wake.set()
+        await asyncio.wait_for(waiting, 5)
+        wake.clear()
         started = loop.time()
         pausing = asyncio.ensure_future(wake.pause(0.1))
         await asyncio.sleep(0)
@@ -268,25 +274,24 @@ def test_the_asyncio_pause_ignores_set_and_keeps_the_timer() -> None:
         assert not pausing.done()
         await asyncio.wait_for(pausing, 5)
         assert loop.time() - started >= 0.1 - 0.002
-        assert wake._timer is None and wake._paused is None
+        assert wake._timer is kept and kept is not None and not kept.cancelled()
         # Set during the pause: the next wait returns at once.
         await asyncio.wait_for(wake.wait(60.0), 5)
         wake.clear()
-        waiting = asyncio.ensure_future(wake.wait(60.0))
+        # A cancelled pause takes its timer away.
+        def live() -> list[asyncio.TimerHandle]:
+            return [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+
+        assert live() == [kept]
+        pausing = asyncio.ensure_future(wake.pause(120.0))
         await asyncio.sleep(0)
-        kept = wake._timer
-        wake.set()
-        await asyncio.wait_for(waiting, 5)
-        wake.clear()
-        pausing = asyncio.ensure_future(wake.pause(120.0))  # the kept 60 s timer is sooner
-        await asyncio.sleep(0)
-        assert wake._timer is kept
+        assert len(live()) == 2
         pausing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await pausing
-        assert wake._paused is None
+        assert live() == [kept]
         wake.stop()
-        assert kept is not None and kept.cancelled()
+        assert kept.cancelled()
 
     asyncio.run(main())
 
