@@ -99,8 +99,16 @@ class Calls:
                 await self._changed.wait()
 
 
-def writer_of(calls: Calls, spacing: float, *, lease: float = 600.0) -> Writer:
-    return Writer(calls, lease, current_loop(), spacing)
+def writing(
+    spacing: float, names: list[str], *, lease: float = 600.0
+) -> tuple[Calls, Writer, list[Hand]]:
+    """A writer with ``spacing`` on a noting batch write, writing for a stream per name."""
+    calls = Calls()
+    writer = Writer(calls, lease, current_loop(), spacing)
+    streams = [Hand(name) for name in names]
+    for stream in streams:
+        writer.add(stream)
+    return calls, writer, streams
 
 
 def count_pauses(writer: Writer) -> list[float]:
@@ -136,11 +144,7 @@ async def test_writes_due_in_consecutive_passes_within_the_spacing_share_a_round
     anyio_backend: str,
 ) -> None:
     spacing = 0.5
-    calls = Calls()
-    writer = writer_of(calls, spacing)
-    streams = [Hand(f"k{i}") for i in range(4)]
-    for stream in streams:
-        writer.add(stream)
+    calls, writer, streams = writing(spacing, [f"k{i}" for i in range(4)])
     streams[0].due(writer)
     await calls.reach(1)
     for stream in streams[1:]:  # each in its own pass, as upstream deltas arrive
@@ -158,12 +162,8 @@ async def test_writes_due_in_consecutive_passes_within_the_spacing_share_a_round
 @BOTH
 async def test_a_write_after_a_quiet_spell_goes_at_once(anyio_backend: str) -> None:
     spacing = 0.2
-    calls = Calls()
-    writer = writer_of(calls, spacing)
+    calls, writer, (first, second) = writing(spacing, ["first", "second"])
     pauses = count_pauses(writer)
-    first, second = Hand("first"), Hand("second")
-    writer.add(first)
-    writer.add(second)
     first.due(writer)  # no round trip before it: at once
     await calls.reach(1)
     # The spacing passes with nothing due.
@@ -186,11 +186,7 @@ async def test_round_trips_are_spaced_and_nothing_waits_longer_than_the_spacing(
     share them, and no write waits much beyond the spacing after it became due (the bound
     is generous for a loaded machine; the spacing between starts is exact)."""
     spacing = 0.03
-    calls = Calls()
-    writer = writer_of(calls, spacing)
-    streams = [Hand(f"s{i}") for i in range(20)]
-    for stream in streams:
-        writer.add(stream)
+    calls, writer, streams = writing(spacing, [f"s{i}" for i in range(20)])
     draw = random.Random(40)
     for _ in range(150):
         draw.choice(streams).due(writer)
@@ -211,12 +207,8 @@ async def test_round_trips_are_spaced_and_nothing_waits_longer_than_the_spacing(
 async def test_spacing_zero_never_waits(anyio_backend: str) -> None:
     """With no spacing the writer is what it was: each write goes in the writer's next pass
     after it became due (or with the round trip out, in the next one), never paused."""
-    calls = Calls()
-    writer = writer_of(calls, 0.0)
+    calls, writer, streams = writing(0.0, [f"z{i}" for i in range(3)])
     pauses = count_pauses(writer)
-    streams = [Hand(f"z{i}") for i in range(3)]
-    for stream in streams:
-        writer.add(stream)
     for i in range(9):
         streams[i % 3].due(writer)
         await calls.reach(i + 1)
@@ -229,22 +221,19 @@ async def test_spacing_zero_never_waits(anyio_backend: str) -> None:
 @BOTH
 async def test_the_end_and_a_lease_refresh_still_go_under_spacing(anyio_backend: str) -> None:
     spacing = 0.2
-    calls = Calls()
-    writer = writer_of(calls, spacing, lease=0.3)  # a refresh scan every 0.05 s
-    writing, idle = Hand("writing"), Hand("idle")
-    writer.add(writing)
-    writer.add(idle)
-    writing.due(writer)
+    # A lease of 0.3 s: a refresh scan every 0.05 s.
+    calls, writer, (busy, idle) = writing(spacing, ["busy", "idle"], lease=0.3)
+    busy.due(writer)
     await calls.reach(1)
     idle.refresh = True  # its refresh is found by the next scan, once the spacing passed
-    writing.end(writer)  # its end, as soon as the spacing allows
+    busy.end(writer)  # its end, as soon as the spacing allows
     await calls.reach(2)
-    assert sorted(calls.keys[1]) == ["idle", "writing!"]
+    assert sorted(calls.keys[1]) == ["busy!", "idle"]
     assert calls.started[1] - calls.started[0] >= spacing - 0.002
     with anyio.fail_after(10):  # the round trip's outcome reaches the stream
-        await writing.done.wait()
+        await busy.done.wait()
     assert not idle.ended
-    assert calls.started[1] - writing.held[-1][0] < spacing + 0.5
+    assert calls.started[1] - busy.held[-1][0] < spacing + 0.5
     await finish(writer, [idle])
     assert calls.keys[-1] == ["idle!"]
 
