@@ -93,7 +93,7 @@ _READ_COUNT = 1000
 #: Replies whose Redis key names a log remembers (every write and read needs them).
 _KEY_CACHE = 4096
 #: The default spacing of the writer's round trips (seconds; see :class:`RedisReplyLog`).
-#: A one-write round trip costs the producer about 280k instructions, each further write in
+#: A one-write round trip costs the producer about 260k instructions, each further write in
 #: it about 45k, and a spacing's pause about 75k: at 5,000 writes/s 2 ms gathers ~10 writes
 #: per round trip (~80k a write) where 1 ms gathers ~5 (~105k) and none 1-2 (~200k); 2 ms
 #: is an eighth of the default frame, which already holds a stream's writes up to 16 ms.
