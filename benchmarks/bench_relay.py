@@ -315,13 +315,18 @@ async def record_streams(
     """Record ``keys``' streams into a log of this process: create every reply, ``await
     gate()`` (the followers are ready), then consume them (opened over ``--ramp``). What each
     delta met, per key, and this process's CPU, loop lag and GC over the streaming phase."""
-    log = RedisReplyLog(url, cluster=cluster, frame=args.frame, lease=5.0)
+    spacing = {} if args.write_spacing is None else {"write_spacing": args.write_spacing}
+    log = RedisReplyLog(url, cluster=cluster, frame=args.frame, lease=5.0, **spacing)
     profiler = cpu_profiler() if args.profile else None
     # Stages: when each entry's write was sent and acknowledged (by its first offset).
     appends: dict[str, list[tuple[int, float, float]]] = {}
     write_many = getattr(log, "_write_many", None)
 
+    round_trips = 0
+
     async def timed_write_many(writes: list[Any]) -> list[Any]:
+        nonlocal round_trips
+        round_trips += 1
         sent = time.monotonic()
         assert write_many is not None
         results = await write_many(writes)
@@ -409,7 +414,7 @@ async def record_streams(
     return {
         "delivered": delivered, "appends": appends, "durations": durations,
         "cpu": cpu, "wall": wall, "wall0": wall0, "lags": sorted(lags), "gc": pauses.summary(),
-        "writes": sum(r.writes + r.refreshes for r in recorded),
+        "writes": sum(r.writes + r.refreshes for r in recorded), "round_trips": round_trips,
         "errors": sum(1 for r in recorded if r.log_error is not None),
     }
 
@@ -561,6 +566,7 @@ def forwarded_options(args: argparse.Namespace) -> list[str]:
     return [
         "--tokens", str(args.tokens), "--rate", str(args.rate), "--ramp", str(args.ramp),
         "--frame", str(args.frame),
+        *(["--write-spacing", str(args.write_spacing)] if args.write_spacing is not None else []),
         *(["--profile", args.profile] if args.profile else []),
         *(["--uvloop"] if args.uvloop else []),
         *(["--gc-freeze"] if args.gc_freeze else []),
@@ -622,6 +628,7 @@ def summarize(
     written.sort()
     deltas = sum(len(p) for p in delivered.values())
     writes = sum(p["writes"] for p in produced)
+    round_trips = sum(p.get("round_trips", 0) for p in produced)
     frames = sum(d / args.frame for d in durations)
     errors = sum(p["errors"] for p in produced)
 
@@ -640,6 +647,7 @@ def summarize(
         # Producers, the followers' process, the upstream and every Redis server.
         "processes": len(produced) + 2 + len(nodes),
         "tokens": args.tokens, "rate_per_stream": args.rate, "frame_s": args.frame,
+        "write_spacing_s": args.write_spacing,
         "upstream": args.upstream, "uvloop": args.uvloop, "gc_freeze": args.gc_freeze,
         "total_deltas_per_s": round(deltas / wall), "load_average": os.getloadavg(),
         "exact": exact, "log_errors": errors, "deltas": deltas,
@@ -660,6 +668,8 @@ def summarize(
         "log_writes": writes,
         "writes_per_stream_per_frame": round(writes / frames, 3),
         "writes_per_delta": round(writes / deltas, 3),
+        # The writer's batch writes (one Redis round trip each, on one Redis).
+        "writes_per_round_trip": round(writes / round_trips, 2) if round_trips else None,
         "producer_cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
         "followers_cpu_us_per_delta_followed": round(
             result["cpu"] / (deltas * args.followers) * 1e6, 1),
@@ -745,6 +755,10 @@ def main() -> None:
         help="gc.freeze() after set-up in the producer and the followers (a server setting)",
     )
     parser.add_argument("--frame", type=float, default=0.016)
+    parser.add_argument(
+        "--write-spacing", type=float, default=None,
+        help="the producer log's write_spacing in seconds (default: the log's own)",
+    )
     parser.add_argument("--cluster", action="store_true",
                         help="a local Redis Cluster (3 masters, 3 replicas) instead of one node")
     parser.add_argument(
@@ -814,7 +828,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "rounds": args.compare, "streams": args.streams, "followers_per_stream": args.followers,
         "tokens": args.tokens, "rate_per_stream": args.rate,
-        "redis": recorded[0]["redis"],
+        "write_spacing_s": args.write_spacing, "redis": recorded[0]["redis"],
         "producer_cpu_us_per_delta_bare": spread([b["producer_cpu_us_per_delta"] for b in bare]),
         "producer_cpu_us_per_delta_recorded": spread(
             [r["producer_cpu_us_per_delta"] for r in recorded]),
@@ -824,7 +838,10 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             [r["followers_cpu_us_per_delta_followed"] for r in recorded]),
         "redis_cpu_us_per_delta": spread([r["redis_cpu_us_per_delta"] for r in recorded]),
         "writes_per_delta": spread([r["writes_per_delta"] for r in recorded]),
+        "writes_per_round_trip": spread([r["writes_per_round_trip"] or 0 for r in recorded]),
+        "redis_commands_per_s": spread([r["redis_commands_per_s"] for r in recorded]),
         "added_latency_p50_ms": spread([r["added_latency_ms"]["p50"] for r in recorded]),
+        "added_latency_p90_ms": spread([r["added_latency_ms"]["p90"] for r in recorded]),
         "added_latency_p99_ms": spread([r["added_latency_ms"]["p99"] for r in recorded]),
         "producer_loop_lag_p99_ms": spread([r["producer_loop_lag_ms"]["p99"] for r in recorded]),
         "exact": all(r["exact"] for r in recorded),

@@ -9,8 +9,13 @@ and steadier than the end-to-end benchmark on a shared machine::
     python benchmarks/bench_relay_write.py --streams 100 --rounds 200 --runs 3
 
 ``--batch B`` spreads each round's streams over rounds of B (B writes per round trip, as
-when deltas arrive spread out over a frame). ``--profile FILE`` writes cProfile statistics
-(on CPU time). Prints JSON: ``us_per_write`` (median and every run).
+when deltas arrive spread out over a frame). ``--write-spacing S --passes`` gives the log a
+write spacing and feeds each group's B deltas one per event-loop pass, as upstream deltas
+arrive: the writer sends the first group's at once, then pauses for the spacing while each
+later group's arrive (S must exceed the B passes' time: 0.02 s under cachegrind), so each
+round trip still carries B writes, now gathered by the spacing (its pause and wake-ups
+counted). ``--profile FILE`` writes cProfile statistics (on CPU time). Prints JSON:
+``us_per_write`` (median and every run) and ``writes_per_round_trip``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from fluxstream._events import End, Outcome, TextDelta
 from fluxstream.relay import RedisReplyLog
@@ -84,18 +90,24 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
     return process, f"redis://127.0.0.1:{port}/0"
 
 
-async def one_run(url: str, args: argparse.Namespace, run: int, profiler: Any) -> float:
-    log = RedisReplyLog(url, frame=0.0, lease=30.0, prefix=f"bw{run}:")
+async def one_run(
+    url: str, args: argparse.Namespace, run: int, profiler: Any, shared: list[float]
+) -> float:
+    log = RedisReplyLog(
+        url, frame=0.0, lease=30.0, prefix=f"bw{run}:", write_spacing=args.write_spacing
+    )
     sources = [Source(f"k{i}") for i in range(args.streams)]
     written = 0
     acked = 0
     target = 0
     settled = anyio.Event()
+    round_trips = 0
     write_many = log._write_many
 
     async def counted(writes: list[Any]) -> list[Any]:
         # Told when a round trip's writes are back, not found by polling every recorder.
-        nonlocal acked, settled
+        nonlocal acked, settled, round_trips
+        round_trips += 1
         results = await write_many(writes)
         acked += len(writes)
         if acked >= target:
@@ -123,6 +135,7 @@ async def one_run(url: str, args: argparse.Namespace, run: int, profiler: Any) -
     if profiler is not None:
         profiler.enable()
     cpu = time.process_time()
+    round_trips = 0
     for n in range(1, args.rounds + 1):
         text = f"tok{n} "
         for start in range(0, len(recorders), args.batch):
@@ -132,11 +145,14 @@ async def one_run(url: str, args: argparse.Namespace, run: int, profiler: Any) -
                 source.text.append(text)
                 recorder.on_event(TextDelta("text", 0, source.length, text))
                 source.length += len(text)
+                if args.passes:  # the next delta in the next pass
+                    await anyio.lowlevel.checkpoint()
             written += len(group)
             await settle(written)
     cpu = time.process_time() - cpu
     if profiler is not None:
         profiler.disable()
+    shared.append(args.rounds * len(recorders) / round_trips)
     for recorder in recorders:
         recorder.on_event(End(Outcome.DONE, None))
     for recorder in recorders:
@@ -153,12 +169,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=0, help="writes per round trip (0: all)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--profile")
+    parser.add_argument("--write-spacing", type=float, default=0.0,
+                        help="the log's write_spacing (seconds)")
+    parser.add_argument("--passes", action="store_true",
+                        help="feed each group's deltas one per event-loop pass")
     args = parser.parse_args()
     args.batch = args.batch or args.streams
     process, url = start_redis()
     profiler = cProfile.Profile(time.process_time) if args.profile else None
     try:
-        runs = [anyio.run(one_run, url, args, i, profiler) for i in range(args.runs)]
+        shared: list[float] = []
+        runs = [anyio.run(one_run, url, args, i, profiler, shared) for i in range(args.runs)]
     finally:
         os.kill(process.pid, signal.SIGTERM)
         process.wait(10)
@@ -166,6 +187,8 @@ def main() -> None:
         profiler.dump_stats(args.profile)
     print(json.dumps({
         "streams": args.streams, "rounds": args.rounds, "batch": args.batch,
+        "write_spacing": args.write_spacing, "passes": args.passes,
+        "writes_per_round_trip": [round(w, 2) for w in shared],
         "us_per_write": round(statistics.median(runs), 1),
         "runs": [round(r, 1) for r in runs], "load_average": os.getloadavg(),
     }))

@@ -28,8 +28,7 @@ import msgspec
 from pydantic_core import to_json
 from redis.exceptions import ConnectionError
 
-from . import _redis_connection
-from ._redis_connection import borrow, bulk, deadline, give_back, pack, round_trip
+from ._redis_connection import RoundTrips, borrow, bulk, give_back, pack
 from .codec import entry_json
 from .writer import Write
 
@@ -299,6 +298,8 @@ class WriteChannel:
         self._socket_timeout: float | None = None
         self._busy = False
         self._closed = False
+        #: Each round trip's bound (a timer kept between them).
+        self._round_trips = RoundTrips()
 
     async def send(self, commands: list[bytes]) -> list[Any]:
         """The raw replies of ``commands`` (an error reply as its exception), in one round
@@ -315,8 +316,7 @@ class WriteChannel:
             if connection is None:
                 connection = await self._borrow()
             try:
-                async with deadline(_redis_connection.ROUND_TRIP):
-                    await round_trip(connection, commands, results)
+                await self._round_trips.send(connection, commands, results)
             except ConnectionError:
                 await self._drop()
                 if results or self._closed:
@@ -324,8 +324,7 @@ class WriteChannel:
                     # twice, on a connection nothing closes any more.
                     raise
                 connection = await self._borrow()
-                async with deadline(_redis_connection.ROUND_TRIP):
-                    await round_trip(connection, commands, results)
+                await self._round_trips.send(connection, commands, results)
             return results
         except BaseException:
             await self._drop()
@@ -360,4 +359,5 @@ class WriteChannel:
         """Give the kept connection back to the pool (closed if a round trip is out, which
         then fails); every later round trip fails."""
         self._closed = True
+        self._round_trips.close()
         await self._give_back(broken=self._busy)

@@ -16,6 +16,7 @@ reply taken over by another worker never forks.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -91,16 +92,28 @@ class ReplyLog(ABC):
         of a reply, and the end, are written at once).
     :param token_interval: how often (seconds) a producer stores the stream's resume token
         for a takeover; a takeover that starts from an older token trims what is stored.
+    :param write_spacing: seconds from the start of one batch write (a round trip) before
+        the next may start: under load what becomes due meanwhile waits (at most this long)
+        and shares the next one; after a quiet spell a write goes at once. A backend whose
+        batch write costs a round trip sets it (0: each write goes as soon as it is due).
     """
 
     def __init__(
-        self, *, lease: float = 5.0, frame: float = 0.016, token_interval: float = 1.0
+        self,
+        *,
+        lease: float = 5.0,
+        frame: float = 0.016,
+        token_interval: float = 1.0,
+        write_spacing: float = 0.0,
     ) -> None:
         if lease <= 0 or frame < 0 or token_interval <= 0:
             raise ValueError("lease and token_interval must be positive, frame not negative")
+        if not 0 <= write_spacing < math.inf:  # NaN fails both comparisons
+            raise ValueError(f"write_spacing must be finite and not negative: {write_spacing!r}")
         self.lease = lease
         self.frame = frame
         self.token_interval = token_interval
+        self.write_spacing = write_spacing
         #: The writer of the streams this log records (see :mod:`fluxstream.relay.writer`).
         self._writer: Writer | None = None
 
@@ -233,7 +246,9 @@ class ReplyLog(ABC):
         loop = current_loop()
         writer = self._writer
         if writer is None or writer.loop is not loop:
-            writer = self._writer = Writer(self._write_many, self.lease, loop)
+            writer = self._writer = Writer(
+                self._write_many, self.lease, loop, self.write_spacing
+            )
         return writer
 
     # ------------------------------------------------------------------ following

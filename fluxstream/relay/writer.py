@@ -10,9 +10,14 @@ of a writer of its own: an event is written at once when the stream's last write
 old, else at that frame's end (at most one write per stream per frame, never held longer
 than a frame); the lease is refreshed when there is nothing to write; the terminal entry is
 written as soon as the stream ends. (A shared frame clock instead made every delta wait half
-a frame on average.) What each write means (cancel requested, lease lost, log failed) goes
-back to its stream (:meth:`Recording.written`), so one stream's failure never stops
-another's recording.
+a frame on average.) Round trips are spaced: one starts no sooner than the log's
+``write_spacing`` after the previous one started. Under load, writes that become due in
+separate event-loop passes (each upstream delta arrives in its own) would otherwise each get a
+round trip, whose fixed cost is several times a further write's in the same one; a write that
+becomes due after a quiet spell still goes at once (so spacing only delays what shares a round
+trip, by at most the spacing, as Kafka's ``linger.ms``). What each write means (cancel
+requested, lease lost, log failed) goes back to its stream (:meth:`Recording.written`), so
+one stream's failure never stops another's recording.
 
 The writer knows a log only as the batch write it is given, and a stream only as a
 :class:`Recording`: it stands below the log and the recorder, which both use it.
@@ -90,11 +95,20 @@ def current_loop() -> object:
 
 
 class Writer:
-    """Writes the entries, lease refreshes and ends of the streams recorded into one log."""
+    """Writes the entries, lease refreshes and ends of the streams recorded into one log.
 
-    def __init__(self, write_many: WriteMany, lease: float, loop: object) -> None:
+    :param spacing: seconds from one round trip's start before the next may start (the
+        log's ``write_spacing``; 0: each as soon as something is due)."""
+
+    def __init__(
+        self, write_many: WriteMany, lease: float, loop: object, spacing: float = 0.0
+    ) -> None:
         self._write_many = write_many
         self._lease = lease
+        #: Seconds from a round trip's start before the next may start (0: none).
+        self._spacing = spacing
+        #: When the last round trip started (``-inf``: none yet).
+        self._started = -math.inf
         self.loop = loop
         self._streams: dict[Recording, None] = {}
         #: Streams with something to write (events or the end), in the order they got it.
@@ -140,15 +154,21 @@ class Writer:
                         soonest = min(soonest, ready)
                 for stream in idle:
                     del self._active[stream]
-                if now >= self._refresh_scan:
+                # Within the spacing of the last round trip's start nothing is sent: what is
+                # due waits (without a scan per wake-up), joined by what becomes due meanwhile.
+                hold = self._started + self._spacing - now
+                if hold <= 0 and now >= self._refresh_scan:
                     # Lease refreshes: a scan of every stream a few times per lease.
                     active = self._active
                     due.extend(s for s in self._streams if s not in active and s.idle_due(now))
                     self._refresh_scan = now + self._lease / 6
                 if due:
+                    if hold > 0:
+                        await self._wake.pause(hold)
+                        continue
                     await self._write(due)
                     continue
-                await self._wake.wait(max(0.0, min(soonest, self._refresh_scan) - now))
+                await self._wake.wait(max(0.0, hold, min(soonest, self._refresh_scan) - now))
         finally:
             self._running = False
             self._wake.stop()
@@ -177,6 +197,7 @@ class Writer:
                 runs.append((stream, len(writes)))
         if not writes:
             return
+        self._started = now
         try:
             results = await self._write_many(writes)
         except Exception as exc:  # a backend bug: every stream of this frame stops recording
@@ -210,6 +231,9 @@ class _Wake(Protocol):
 
     async def wait(self, within: float) -> None: ...
 
+    async def pause(self, within: float) -> None:
+        """Wait ``within`` seconds, whatever is set meanwhile (the round trips' spacing)."""
+
     def stop(self) -> None:
         """The writer stopped: nothing is kept for a next wait."""
 
@@ -230,6 +254,9 @@ class _AnyioWake:
     async def wait(self, within: float) -> None:
         with anyio.move_on_after(within):
             await self._event.wait()
+
+    async def pause(self, within: float) -> None:
+        await anyio.sleep(within)
 
     def stop(self) -> None:
         """Nothing is kept between waits."""
@@ -281,6 +308,18 @@ class _LoopWake:
         finally:
             self._waiter = None
 
+    async def pause(self, within: float) -> None:
+        """A wait of ``within`` seconds that :meth:`set` does not end, on a timer of its
+        own: taking the kept timer for it would make that timer again at the next wait
+        (twice the timers per round trip)."""
+        paused = self._loop.create_future()
+        timer = self._loop.call_later(within, _resolve, paused)
+        try:
+            await paused
+        except BaseException:
+            timer.cancel()
+            raise
+
     def _fire(self) -> None:
         self._timer = None
         waiter = self._waiter
@@ -291,3 +330,8 @@ class _LoopWake:
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
