@@ -68,14 +68,9 @@ class _Fields(NamedTuple):
     names: frozenset[str]
 
 
-#: The counts an int64 attribute carries (``in`` it is one C call for an ``int``; only ever
-#: asked of an exact ``int``: a float or another type is looked for by iterating).
-_COUNTS = range(INT64_MAX + 1)
-
-
 def _count(value: int | None) -> int | None:
     """A token count an attribute can carry: an ``int`` from 0 to :data:`INT64_MAX`."""
-    return value if type(value) is int and value in _COUNTS else None
+    return value if type(value) is int and 0 <= value <= INT64_MAX else None
 
 
 @lru_cache(maxsize=16)
@@ -219,7 +214,7 @@ def response_attributes(
     details = usage.prompt_tokens_details if usage is not None else None
     if details is not None:
         cached = details.cached_tokens
-        if type(cached) is int and cached in _COUNTS:  # _count, inline: every stream
+        if type(cached) is int and 0 <= cached <= INT64_MAX:  # _count, inline: every stream
             out["gen_ai.usage.cache_read.input_tokens"] = cached
     if reply.cost is not None:
         out["fluxstream.cost"] = float(reply.cost)
@@ -248,8 +243,8 @@ def tokens_of(reply: Reply) -> tuple[int | None, int | None, bool]:
     if usage is not None:  # the usual case, _count inline (once per stream, every stream)
         inputs, outputs = usage.prompt_tokens, usage.completion_tokens
         return (
-            inputs if type(inputs) is int and inputs in _COUNTS else None,
-            outputs if type(outputs) is int and outputs in _COUNTS else None,
+            inputs if type(inputs) is int and 0 <= inputs <= INT64_MAX else None,
+            outputs if type(outputs) is int and 0 <= outputs <= INT64_MAX else None,
             False,
         )
     return None, None, False
