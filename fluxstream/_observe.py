@@ -96,6 +96,11 @@ class SendInfo:
     strategy: str | None = None
 
 
+#: A stream's first request, the usual one (frozen: one value serves every stream, where
+#: making a frozen dataclass costs a call per field).
+FIRST_SEND = SendInfo(1, "first")
+
+
 @runtime_checkable
 class StreamObserver(Protocol):
     """Told when a stream opens, of every event it delivers, and once when it ends.

@@ -53,11 +53,11 @@ from ._core.genai_attributes import (
     error_type,
     input_messages,
     output_messages,
-    request_attributes,
+    read_request,
     response_attributes,
     tokens_of,
 )
-from ._events import ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
+from ._events import Outcome, ReasoningDelta, RefusalDelta, TextDelta, ToolCallDelta
 from ._observe import SendInfo, StreamInfo, StreamObserver
 
 with needs_extra("otel", "fluxstream.otel", "opentelemetry"):
@@ -120,10 +120,6 @@ class _Instruments:
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
         self.outcomes = _outcome_counter(meter, meter_provider)
-
-    def count_outcome(self, key: tuple[tuple[str, Any], ...]) -> None:
-        """One more stream ended with the attributes ``key`` (``tuple(attributes.items())``)."""
-        self.outcomes.add(key)
 
 
 #: OpenTelemetry's attribute set for what a metric counts past its cardinality limit.
@@ -241,6 +237,10 @@ class OpenTelemetryObserver(StreamObserver):
         self.capture_content = capture_content
         self.provider_name = provider_name
         self.every_chunk = every_chunk
+        self._span_class = ChunkTimedSpan if every_chunk else StreamSpan
+        #: Whether spans are known to record: a tracer provider, once it is an SDK's, stays
+        #: the same (one given never changes, and the global one is set once a process).
+        self._traces = False
         #: The attributes streams share, made once per server and model rather than per
         #: stream (a metric's attribute set is per series anyway).
         self._series: dict[tuple[Any, ...], Series] = {}
@@ -251,14 +251,17 @@ class OpenTelemetryObserver(StreamObserver):
         an application replaces when it configures tracing. A span that cannot record
         keeps nothing, so its attributes are not worked out (its trace context still goes
         on to the request)."""
+        if self._traces:
+            return True
         provider = self._tracer_provider
         if provider is None or isinstance(provider, trace.ProxyTracerProvider):
             provider = trace.get_tracer_provider()  # the application's, once it set one
-        return not isinstance(provider, _UNTRACED)
+        self._traces = traces = not isinstance(provider, _UNTRACED)
+        return traces
 
     def for_stream(self) -> StreamObserver:
         """Each stream gets its own span (one observer serves every stream of a client)."""
-        return ChunkTimedSpan(self) if self.every_chunk else StreamSpan(self)
+        return self._span_class(self)
 
     def series(self, info: StreamInfo) -> Series:
         """The attributes every stream to ``info``'s server and model shares."""
@@ -305,7 +308,7 @@ class Series:
     and each metric's attribute set by response model and error, made once and never
     changed (the metric SDK copies what it is given)."""
 
-    __slots__ = ("_records", "common", "span_name")
+    __slots__ = ("_records", "common", "opening", "span_name")
 
     def __init__(self, key: tuple[Any, ...]) -> None:
         operation, provider, model, address, port = key
@@ -323,6 +326,8 @@ class Series:
         if port is not None:
             common["server.port"] = port
         self.common = common
+        #: A span's first attributes: ``common`` and what every stream's request is.
+        self.opening: dict[str, Any] = {**common, "gen_ai.request.stream": True}
         self._records: dict[tuple[str | None, str | None, bool], Records] = {}
 
     def records(self, model: str | None, error: str | None, estimated: bool) -> Records:
@@ -344,7 +349,7 @@ class Series:
 class Records:
     """Each metric's attributes for one kind of stream end (see :class:`Series`)."""
 
-    __slots__ = ("_outcomes", "input_tokens", "outcome", "output_tokens", "timed")
+    __slots__ = ("input_tokens", "outcome", "outcomes", "output_tokens", "timed")
 
     def __init__(
         self, common: dict[str, Any], model: str | None, error: str | None, estimated: bool
@@ -359,13 +364,14 @@ class Records:
         self.output_tokens = {**tokens, "gen_ai.token.type": "output"}
         #: The outcome counter's key, less the outcome.
         self.outcome = tuple(base.items())
-        self._outcomes: dict[str, tuple[tuple[str, Any], ...]] = {}
+        #: The outcome counter's keys made so far, by outcome (see :meth:`outcome_key`).
+        self.outcomes: dict[str, tuple[tuple[str, Any], ...]] = {}
 
     def outcome_key(self, outcome: str) -> tuple[tuple[str, Any], ...]:
         """The outcome counter's key for a stream that ended ``outcome``."""
-        key = self._outcomes.get(outcome)
+        key = self.outcomes.get(outcome)
         if key is None:
-            key = self._outcomes[outcome] = (*self.outcome, ("fluxstream.outcome", outcome))
+            key = self.outcomes[outcome] = (*self.outcome, ("fluxstream.outcome", outcome))
         return key
 
 
@@ -407,26 +413,33 @@ class StreamSpan(StreamObserver):
 
     __slots__ = ("_context", "_owner", "_series", "_span", "_started", "_traceparent")
 
+    # ``_series`` and ``_started`` are set by ``on_open`` (the seam calls ``on_end`` only
+    # after it), ``_traceparent`` with ``_context`` at the first request.
+    _series: Series
+    _started: float
+    _traceparent: dict[str, str]
+    #: Each chunk's gap after the first (:class:`ChunkTimedSpan`); ``None``: the stream's
+    #: mean time per chunk is recorded instead.
+    _gaps: list[float] | None = None
+
     def __init__(self, owner: OpenTelemetryObserver) -> None:
         self._owner = owner
         self._span: trace.Span | None = None
-        self._series: Series | None = None
-        self._started = 0.0
-        #: The span's context and the headers that carry it, made at the first request.
+        #: The span's context (and the headers that carry it), made at the first request.
         self._context: otel_context.Context | None = None
-        self._traceparent: dict[str, str] = {}
 
     def on_open(self, info: StreamInfo) -> None:
         owner = self._owner
         series = self._series = owner.series(info)
-        body = info.body
         self._started = time.monotonic()
         if not owner.traces():
             self._span = owner.tracer.start_span(series.span_name, kind=SpanKind.CLIENT)
             return
         # Every attribute known now is given at the start, in one dict: samplers see them,
         # and the SDK takes them in one go.
-        attributes = {**series.common, **request_attributes(body, info.api)}
+        attributes = series.opening.copy()
+        body = info.body
+        read_request(body, info.api, attributes)
         attributes["fluxstream.content_key"] = info.content_key
         attributes["fluxstream.resuming"] = info.resuming
         if owner.capture_content:
@@ -446,6 +459,7 @@ class StreamSpan(StreamObserver):
         if context is None:
             context = self._context = trace.set_span_in_context(span)
             # The configured propagator's headers for this span: the same for each request.
+            self._traceparent = {}
             propagate.inject(self._traceparent, context=context)
         if info.kind != "first" and span.is_recording():
             event: dict[str, Any] = {"fluxstream.attempt": info.attempt}
@@ -460,16 +474,15 @@ class StreamSpan(StreamObserver):
         if span is None:
             return
         self._span = None
-        outcome = reply.outcome.value if reply.outcome is not None else "cancelled"
-        error = _cut(error_type(reply, stats), MAX_VALUE_LENGTH)
+        outcome = _OUTCOMES.get(reply.outcome, "cancelled")  # None: the caller cancelled it
+        error = _cut(error_type(reply, stats), MAX_VALUE_LENGTH) if outcome in _ERRED else None
         tokens = tokens_of(reply)
         # The span ends and the stream is measured even when describing it fails: that is
         # exactly the stream someone will look for.
         try:
             if span.is_recording():  # a span sampled out is only ended: nothing reads it
                 attributes = response_attributes(
-                    reply, stats, tokens, MAX_VALUE_LENGTH, MAX_REASON_LENGTH)
-                attributes["fluxstream.outcome"] = outcome
+                    reply, stats, tokens, outcome, MAX_VALUE_LENGTH, MAX_REASON_LENGTH)
                 if error is not None:
                     attributes["error.type"] = error
                 if self._owner.capture_content:
@@ -487,10 +500,10 @@ class StreamSpan(StreamObserver):
         tokens: tuple[int | None, int | None, bool],
     ) -> None:
         instruments = self._owner.instruments
-        series = self._series
-        assert series is not None  # set with the span
         inputs, outputs, estimated = tokens
-        records = series.records(_cut(reply.model, MAX_VALUE_LENGTH), error, estimated)
+        model = reply.model
+        records = self._series.records(
+            model[:MAX_VALUE_LENGTH] if model else model, error, estimated)
         timed = records.timed
         duration = stats.duration
         instruments.duration.record(
@@ -499,18 +512,19 @@ class StreamSpan(StreamObserver):
         first = stats.time_to_first_token
         if first is not None:
             instruments.first_chunk.record(first, timed)
-        self._chunk_times(stats, timed)
+        gaps = self._gaps
+        if gaps is None:  # one measurement: the stream's mean time per chunk
+            per_chunk = stats.time_per_chunk
+            if per_chunk is not None:
+                instruments.per_chunk.record(per_chunk, timed)
+        else:
+            for gap in gaps:
+                instruments.per_chunk.record(gap, timed)
         if inputs is not None:
             instruments.tokens.record(inputs, records.input_tokens)
         if outputs is not None:
             instruments.tokens.record(outputs, records.output_tokens)
-        instruments.count_outcome(records.outcome_key(outcome))
-
-    def _chunk_times(self, stats: StreamStats, timed: dict[str, Any]) -> None:
-        """One measurement: the stream's mean time per chunk."""
-        per_chunk = stats.time_per_chunk
-        if per_chunk is not None:
-            self._owner.instruments.per_chunk.record(per_chunk, timed)
+        instruments.outcomes.add(records.outcomes.get(outcome) or records.outcome_key(outcome))
 
 
 class ChunkTimedSpan(StreamSpan):
@@ -532,10 +546,11 @@ class ChunkTimedSpan(StreamSpan):
                 self._gaps.append(now - last)
             self._last = now
 
-    def _chunk_times(self, stats: StreamStats, timed: dict[str, Any]) -> None:
-        record = self._owner.instruments.per_chunk.record
-        for gap in self._gaps:
-            record(gap, timed)
+
+#: Each outcome's attribute value (``.value`` is a descriptor call on every read).
+_OUTCOMES: dict[Outcome | None, str] = {outcome: outcome.value for outcome in Outcome}
+#: The outcomes with an ``error.type`` (see :func:`~fluxstream._core.genai_attributes.error_type`).
+_ERRED = frozenset({Outcome.FAILED.value, Outcome.TRUNCATED.value})
 
 
 def _json(value: Any) -> str:

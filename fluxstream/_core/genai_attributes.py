@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .progress import StreamStats
 
 __all__ = [
-    "error_type", "input_messages", "output_messages", "request_attributes",
+    "error_type", "input_messages", "output_messages", "read_request", "request_attributes",
     "response_attributes", "tokens_of",
 ]
 
@@ -45,6 +45,10 @@ INT64_MAX = 2**63 - 1
 #: The structured-output types that mean JSON (Chat Completions' ``response_format.type``,
 #: Responses' ``text.format.type``, Anthropic's ``output_format.type``).
 JSON_FORMATS = frozenset({"json_object", "json_schema"})
+#: Every field :func:`output_type` reads (in the body, or where the API keeps its settings).
+OUTPUT_FIELDS = frozenset({
+    "response_format", "output_format", "text", "responseMimeType", "response_mime_type",
+})
 
 
 #: How a field's value becomes its attribute's (:func:`_reading`): a number, stop
@@ -62,10 +66,6 @@ class _Fields(NamedTuple):
     #: Each field's readings: (attribute, its rank among the attribute's fields, kind).
     readings: dict[str, tuple[tuple[str, int, int], ...]]
     names: frozenset[str]
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _count(value: int | None) -> int | None:
@@ -107,17 +107,28 @@ def request_attributes(body: Mapping[str, Any], api: str | None) -> dict[str, An
     request of no registered API (``None``, an unknown name) has none read. Of the fields
     that may hold one parameter, the first (in the API's order) with a usable value wins."""
     out: dict[str, Any] = {"gen_ai.request.stream": True}
+    read_request(body, api, out)
+    return out
+
+
+def read_request(body: Mapping[str, Any], api: str | None, out: dict[str, Any]) -> None:
+    """:func:`request_attributes` but ``gen_ai.request.stream``, into ``out`` (a span's
+    attributes, begun with the ones every stream of its series shares: one dict a stream)."""
     reading = _reading(api)
-    settings = body if reading is None else reading[0].request_settings(body)
-    if reading is not None:
-        fields = reading[1]
+    if reading is None:
+        settings = body
+    else:
+        known, fields = reading
+        settings = known.request_settings(body)
         present = fields.names.intersection(settings)
         if present:
             _read_parameters(settings, present, fields.readings, out)
-    output = output_type(body, settings)
-    if output is not None:
-        out["gen_ai.output.type"] = output
-    return out
+    # Most requests ask for no format: the fields are looked for before they are read.
+    if not (OUTPUT_FIELDS.isdisjoint(body)
+            and (settings is body or OUTPUT_FIELDS.isdisjoint(settings))):
+        output = output_type(body, settings)
+        if output is not None:
+            out["gen_ai.output.type"] = output
 
 
 def _read_parameters(
@@ -126,6 +137,7 @@ def _read_parameters(
 ) -> None:
     """The parameters the ``present`` fields of ``settings`` hold, into ``out``."""
     taken: dict[str, int] = {}  # attribute: the rank of the field it was read from
+    choices = False
     for name in present:
         value = settings[name]
         for attribute, rank, kind in readings[name]:
@@ -133,16 +145,18 @@ def _read_parameters(
                 continue  # an earlier field of the API's holds it
             read: Any
             if kind == _NUMBER:
-                read = value if _number(value) else None
+                read = value if isinstance(value, (int, float)) \
+                    and not isinstance(value, bool) else None
             elif kind == _STOP:
                 read = _stop_sequences(value)
             else:
                 read = value if isinstance(value, int) and not isinstance(value, bool) \
                     else None
+                choices = True
             if read is not None:
                 taken[attribute] = rank
                 out[attribute] = read
-    if out.get(CHOICES_ATTRIBUTE) == 1:  # recorded only when not 1, the default
+    if choices and out.get(CHOICES_ATTRIBUTE) == 1:  # recorded only when not 1, the default
         del out[CHOICES_ATTRIBUTE]
 
 
@@ -164,42 +178,50 @@ def output_type(body: Mapping[str, Any], settings: Mapping[str, Any]) -> str | N
 
 def response_attributes(
     reply: Reply, stats: StreamStats, tokens: tuple[int | None, int | None, bool],
-    max_value: int, max_reason: int,
+    outcome: str, max_value: int, max_reason: int,
 ) -> dict[str, Any]:
     """The conventions' response attributes and fluxstream's own, at the end (``tokens``:
-    :func:`tokens_of` the reply, worked out once by the caller for the metrics too). What
-    the server chose is cut: its model, id and finish reasons to ``max_value`` characters,
-    the end reason (which may quote its error message) to ``max_reason``."""
-    out: dict[str, Any] = {}
+    :func:`tokens_of` the reply, worked out once by the caller for the metrics too;
+    ``outcome``: ``fluxstream.outcome``). What the server chose is cut: its model, id and
+    finish reasons to ``max_value`` characters, the end reason (which may quote its error
+    message) to ``max_reason``."""
+    inputs, outputs, estimated = tokens
+    # What every stream has, in one display; then what only some have.
+    out: dict[str, Any] = {
+        "fluxstream.outcome": outcome,
+        "fluxstream.usage.estimated": estimated, "fluxstream.attempts": stats.attempts,
+        "fluxstream.resumes": stats.resumes, "fluxstream.skipped_frames": stats.skipped_frames,
+        "fluxstream.content_events": stats.content_events,
+    }
     if reply.model:
         out["gen_ai.response.model"] = reply.model[:max_value]
     if reply.id:
         out["gen_ai.response.id"] = reply.id[:max_value]
-    reasons = [c.finish_reason[:max_value] for c in reply.choices
-               if c.finish_reason is not None]
-    if reasons:
-        out["gen_ai.response.finish_reasons"] = reasons
-    inputs, outputs, estimated = tokens
+    choices = reply.choices
+    if len(choices) == 1:  # the usual reply: no list built to be filtered
+        reason = choices[0].finish_reason
+        if reason is not None:
+            out["gen_ai.response.finish_reasons"] = [reason[:max_value]]
+    else:
+        reasons = [c.finish_reason[:max_value] for c in choices if c.finish_reason is not None]
+        if reasons:
+            out["gen_ai.response.finish_reasons"] = reasons
     if inputs is not None:
         out["gen_ai.usage.input_tokens"] = inputs
     if outputs is not None:
         out["gen_ai.usage.output_tokens"] = outputs
     usage = reply.usage
     details = usage.prompt_tokens_details if usage is not None else None
-    cached = _count(details.cached_tokens) if details is not None else None
-    if cached is not None:
-        out["gen_ai.usage.cache_read.input_tokens"] = cached
-    out["fluxstream.usage.estimated"] = estimated
+    if details is not None:
+        cached = details.cached_tokens
+        if type(cached) is int and 0 <= cached <= INT64_MAX:  # _count, inline: every stream
+            out["gen_ai.usage.cache_read.input_tokens"] = cached
     if reply.cost is not None:
         out["fluxstream.cost"] = float(reply.cost)
     first = stats.time_to_first_token
     if first is not None:
         out["fluxstream.time_to_first_token"] = first
         out["gen_ai.response.time_to_first_chunk"] = first
-    out["fluxstream.attempts"] = stats.attempts
-    out["fluxstream.resumes"] = stats.resumes
-    out["fluxstream.skipped_frames"] = stats.skipped_frames
-    out["fluxstream.content_events"] = stats.content_events
     if reply.end_reason:
         out["fluxstream.end_reason"] = reply.end_reason[:max_reason]
     return out
@@ -218,8 +240,13 @@ def tokens_of(reply: Reply) -> tuple[int | None, int | None, bool]:
     if estimate is not None:
         return _count(estimate.input_tokens), _count(estimate.output_tokens), True
     usage = reply.usage
-    if usage is not None:
-        return _count(usage.prompt_tokens), _count(usage.completion_tokens), False
+    if usage is not None:  # the usual case, _count inline (once per stream, every stream)
+        inputs, outputs = usage.prompt_tokens, usage.completion_tokens
+        return (
+            inputs if type(inputs) is int and 0 <= inputs <= INT64_MAX else None,
+            outputs if type(outputs) is int and 0 <= outputs <= INT64_MAX else None,
+            False,
+        )
     return None, None, False
 
 

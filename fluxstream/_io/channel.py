@@ -28,7 +28,7 @@ from .._core.progress import DeadlinePassed, Progress
 from .._core.rate_limits import RateLimits
 from .._core.recovery import Decision, DropState, Recovery, is_transient_error
 from .._events import ErrorEvent, Event
-from .._observe import SendInfo
+from .._observe import FIRST_SEND, SendInfo
 from .._parser import StreamParser
 from .._timeouts import Deadline
 from ..errors import APIConnectionError, APIStatusError, APITimeoutError, one_line, show_key
@@ -166,7 +166,7 @@ class Channel:
         attempts = self.recovery.attempts
         strategy = self.resuming_by if resume else None
         if attempts == 1:
-            return SendInfo(attempts, "first", strategy)
+            return FIRST_SEND if strategy is None else SendInfo(attempts, "first", strategy)
         return SendInfo(attempts, "resume" if resume and tries == 1 else "retry", strategy)
 
     def _headers_of(self, attempt: Attempt) -> None:

@@ -19,7 +19,7 @@ import anyio
 from .._core.failover import reason_of
 from .._core.progress import CONTENT_EVENTS
 from .._events import ErrorEvent, Event
-from .._observe import SendInfo
+from .._observe import FIRST_SEND
 from .._parser import StreamParser
 from ..errors import FluxstreamError
 from .attempt import Attempt, RequestSpec
@@ -188,7 +188,7 @@ def hedge_connect(
             await attempt.open(max_json_bytes=limit)
         else:  # observers that take part in requests (trace headers) see it too
             own: dict[str, str] = {}
-            with spec.sending(own, SendInfo(1, "first")):
+            with spec.sending(own, FIRST_SEND):
                 await attempt.open(headers=own, max_json_bytes=limit)
         return attempt
 

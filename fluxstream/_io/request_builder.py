@@ -189,8 +189,11 @@ class RequestBuilder:
         timeouts of ``timeouts``."""
         if url is None:
             url = self.url if api is None else self.url.for_api(api)
-        if headers:
-            all_headers = self.merged(body is not None, headers, api=api)
+        if headers:  # what ``merged`` makes, from the merge made once per API
+            all_headers = {
+                **self._stock_headers(body is not None, api),
+                **{name.lower(): value for name, value in headers.items()},
+            }
             self._authenticate(all_headers, api, url)
         else:  # the usual case: only the client's own headers (and the API's), merged once
             all_headers = self._stock_headers(body is not None, api)
