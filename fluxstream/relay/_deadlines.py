@@ -27,7 +27,7 @@ class Deadlines:
     :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
     loop: the slots are the loop's own, settled by its own timers."""
 
-    __slots__ = ("_clock", "_new_future", "_slots", "loop")
+    __slots__ = ("_clock", "_high", "_last", "_low", "_new_future", "_slots", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -46,28 +46,49 @@ class Deadlines:
         )
         #: Per slot: the futures whose wait ends then.
         self._slots: dict[int, list[asyncio.Future[bool]]] = {}
+        #: The slot of the last wait, pending: its futures, and the span of ``end / SLOT``
+        #: that rounds up to it (``_low < end / SLOT <= _high``, as ``math.ceil`` decides):
+        #: the waits of one wake-up end in one slot, found by two comparisons.
+        self._last: list[asyncio.Future[bool]] = []
+        self._low = self._high = -math.inf
 
     def add(self, wait: float, future: asyncio.Future[bool]) -> None:
         """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
-        slot = math.ceil((self._clock() + wait) / SLOT)
-        expiring = self._slots.get(slot)
-        if expiring is None:
-            expiring = self._slots[slot] = []
-            self.loop.call_at(slot * SLOT, self._expire, slot)
-        expiring.append(future)
+        at = (self._clock() + wait) / SLOT
+        if self._low < at <= self._high:
+            self._last.append(future)
+        else:
+            self._add_at(at, future)
 
     def future(self, wait: float) -> asyncio.Future[Any]:
         """A new future of the loop, settled ``False`` after ``wait`` seconds (see
         :meth:`add`) unless settled before."""
         future = self._new_future()
-        self.add(wait, future)
+        at = (self._clock() + wait) / SLOT  # add, inline: one per follower and delta
+        if self._low < at <= self._high:
+            self._last.append(future)
+        else:
+            self._add_at(at, future)
         return future
+
+    def _add_at(self, at: float, future: asyncio.Future[bool]) -> None:
+        """Settle ``future`` in the slot ``at`` (the wait's end over :data:`SLOT`) rounds up
+        to, which becomes the last slot."""
+        slot = math.ceil(at)
+        expiring = self._slots.get(slot)
+        if expiring is None:
+            expiring = self._slots[slot] = []
+            self.loop.call_at(slot * SLOT, self._expire, slot)
+        expiring.append(future)
+        self._last, self._low, self._high = expiring, slot - 1, slot
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""
         return [f for futures in self._slots.values() for f in futures if not f.done()]
 
     def _expire(self, slot: int) -> None:
+        if slot == self._high:  # no wait may join a slot whose time is up
+            self._low = self._high = -math.inf
         for future in self._slots.pop(slot, ()):
             if not future.done():
                 future.set_result(False)
