@@ -48,7 +48,8 @@ class Deadlines:
         self._slots: dict[int, list[asyncio.Future[bool]]] = {}
         #: The slot of the last wait, pending: its futures, and the span of ``end / SLOT``
         #: that rounds up to it (``_low < end / SLOT <= _high``, as ``math.ceil`` decides):
-        #: the waits of one wake-up end in one slot, found by two comparisons.
+        #: the waits of one wake-up end in one slot, found by two comparisons
+        #: (tests/relay/test_relay_follow_waits.py holds it to ``math.ceil``).
         self._last: list[asyncio.Future[bool]] = []
         self._low = self._high = -math.inf
 

@@ -171,7 +171,8 @@ class Tailer:
         """A follower's next step without a coroutine of its own (one per delta): the
         entries above ``after`` when they are cached, else a :meth:`waiter` when the
         follower is :meth:`caught_up` (a read now would find nothing), else ``None`` (read
-        Redis)."""
+        Redis). A follower at the latest entry of a watched stream gets its waiter made
+        here (tests/relay/test_relay_follow_waits.py holds it to :meth:`waiter`)."""
         latest = self._latest.get(stream)
         if latest is None:  # not watched: nothing is cached either
             return None
