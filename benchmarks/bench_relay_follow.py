@@ -58,8 +58,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def redis_binary() -> str:
@@ -202,6 +203,21 @@ def start_writer(args: argparse.Namespace, url: str, keys: list[str]) -> subproc
     return proc
 
 
+def ticker(stdin: IO[str], per_tick: int) -> Callable[[], None]:
+    """What a follower calls per delta in lockstep: the writer is told ``next`` once every
+    follower counted the entry (``per_tick`` deltas in all)."""
+    ticked = [0]
+
+    def got() -> None:
+        ticked[0] += 1
+        if ticked[0] == per_tick:
+            ticked[0] = 0
+            stdin.write("next\n")
+            stdin.flush()
+
+    return got
+
+
 async def follow_all(
     args: argparse.Namespace, url: str, keys: list[str], proc: subprocess.Popen[str],
     redis_pid: int,
@@ -212,16 +228,7 @@ async def follow_all(
     assert proc.stdin is not None
     log = RedisReplyLog(url)
     counts: list[int] = []
-    per_tick = (1 if args.stagger else args.streams) * args.followers * args.per_entry
-    ticked = [0]
-    stdin = proc.stdin
-
-    def got() -> None:  # lockstep: the next entry once every follower has this one
-        ticked[0] += 1
-        if ticked[0] == per_tick:
-            ticked[0] = 0
-            stdin.write("next\n")
-            stdin.flush()
+    got = ticker(proc.stdin, (1 if args.stagger else args.streams) * args.followers * args.per_entry)
 
     async def follower(key: str) -> None:
         count = 0
@@ -262,6 +269,26 @@ async def follow_all(
             break
         await asyncio.sleep(0.1)
     reads["state"] = reads["range"] = 0
+    result = await measured(args, proc, redis_pid, tasks, counts)
+    await log.aclose()
+    return {
+        "streams": args.streams, "followers": args.followers, "entries": args.entries,
+        "per_entry": args.per_entry, "rate": args.rate, "sse": args.sse, **result,
+        # Round trips of followers beyond the tailer's reads: a poll that timed out (a
+        # follower then reads its reply's state) or a follower that fell behind the cache.
+        "state_reads": reads["state"], "range_reads": reads["range"],
+    }
+
+
+async def measured(
+    args: argparse.Namespace, proc: subprocess.Popen[str], redis_pid: int,
+    tasks: list[asyncio.Future[None]], counts: list[int],
+) -> dict[str, Any]:
+    """Say ``go`` to the writer and wait for the followers' ``tasks`` (the collector frozen
+    first with ``--gc-freeze``, under cProfile with ``--profile``): whether each follower
+    counted every delta, this process's CPU per delta and per entry followed, and its and
+    Redis's share of a core meanwhile."""
+    assert proc.stdin is not None
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
@@ -280,19 +307,15 @@ async def follow_all(
     cpu = time.process_time() - cpu
     wall = time.monotonic() - wall
     redis_cpu = cpu_of(redis_pid) - redis_cpu
-    await log.aclose()
     followed = args.streams * args.followers * args.entries * args.per_entry
-    exact = all(c == args.entries * args.per_entry for c in counts) and len(counts) == len(tasks)
+    exact = all(c == args.entries * args.per_entry for c in counts) and (
+        len(counts) == args.streams * args.followers
+    )
     return {
-        "streams": args.streams, "followers": args.followers, "entries": args.entries,
-        "per_entry": args.per_entry, "rate": args.rate, "sse": args.sse, "exact": exact,
-        "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
+        "exact": exact, "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
         "cpu_us_per_entry_followed": round(
             cpu / (args.streams * args.followers * args.entries) * 1e6, 2
         ),
-        # Round trips of followers beyond the tailer's reads: a poll that timed out (a
-        # follower then reads its reply's state) or a follower that fell behind the cache.
-        "state_reads": reads["state"], "range_reads": reads["range"],
         "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
         "cpu_share": round(cpu / wall, 3), "redis_cpu_share": round(redis_cpu / wall, 3),
         "load_average": os.getloadavg(),
@@ -392,16 +415,7 @@ async def follow_floor(
     waiters: dict[bytes, list[asyncio.Future[list[Entry]]]] = {name: [] for name in streams}
     xread = pack(("XREAD", "COUNT", 8, "STREAMS"))[4:]
     counts: list[int] = []
-    per_tick = args.streams * args.followers * args.per_entry
-    ticked = [0]
-    stdin = proc.stdin
-
-    def got() -> None:  # the next entry once every follower has this one
-        ticked[0] += 1
-        if ticked[0] == per_tick:
-            ticked[0] = 0
-            stdin.write("next\n")
-            stdin.flush()
+    got = ticker(proc.stdin, args.streams * args.followers * args.per_entry)
 
     async def follower(name: bytes) -> None:
         count = 0
@@ -474,39 +488,16 @@ async def follow_floor(
     tasks = [
         asyncio.ensure_future(follower(name)) for name in streams for _ in range(args.followers)
     ]
+    reading = asyncio.ensure_future(reader())  # waits for the first message
     await asyncio.sleep(0)  # every follower waiting on its first future
-    if args.gc_freeze:
-        gc.collect()
-        gc.freeze()
-    profiler = cProfile.Profile(time.process_time) if args.profile else None
-    redis_cpu = cpu_of(redis_pid)
-    cpu = time.process_time()
-    wall = time.monotonic()
-    if profiler is not None:
-        profiler.enable()
-    reading = asyncio.ensure_future(reader())
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
-    await asyncio.wait_for(asyncio.gather(reading, *tasks), 600)
-    if profiler is not None:
-        profiler.disable()
-        profiler.dump_stats(args.profile)
-    cpu = time.process_time() - cpu
-    wall = time.monotonic() - wall
-    redis_cpu = cpu_of(redis_pid) - redis_cpu
+    result = await measured(args, proc, redis_pid, [reading, *tasks], counts)
     await subscription.disconnect()
     await pool.release(connection)
     await log.aclose()
-    followed = args.streams * args.followers * args.entries * args.per_entry
-    exact = all(c == args.entries * args.per_entry for c in counts) and len(counts) == len(tasks)
     return {
         "log": "redis-floor", "streams": args.streams, "followers": args.followers,
-        "entries": args.entries, "per_entry": args.per_entry, "exact": exact,
-        "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
+        "entries": args.entries, "per_entry": args.per_entry, **result,
         "state_reads": 0, "range_reads": 0,
-        "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
-        "cpu_share": round(cpu / wall, 3), "redis_cpu_share": round(redis_cpu / wall, 3),
-        "load_average": os.getloadavg(),
     }
 
 
