@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -20,6 +21,12 @@ __all__ = ["SLOT", "Deadlines", "of_loop"]
 
 #: Granularity (seconds) of the waits' ends.
 SLOT = 0.05
+#: Seconds after a slot got its first wait when the futures of its waits that were settled
+#: meanwhile (woken: most of them) are let go, once: a slot held every wait's future, and
+#: the entries it was woken with, until its time was up (a follower's poll, a second), and
+#: at a wait per delta those were a third of what the garbage collector's young passes
+#: went over.
+COMPACT_AFTER = 0.25
 
 
 class Deadlines:
@@ -27,7 +34,9 @@ class Deadlines:
     :data:`SLOT`); a future settled otherwise before then is left as it is. One per event
     loop: the slots are the loop's own, settled by its own timers."""
 
-    __slots__ = ("_clock", "_high", "_last", "_low", "_new_future", "_slots", "loop")
+    __slots__ = (
+        "_clock", "_filling", "_high", "_last", "_low", "_new_future", "_slots", "loop",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -52,6 +61,8 @@ class Deadlines:
         #: (tests/relay/test_relay_follow_waits.py holds it to ``math.ceil``).
         self._last: list[asyncio.Future[bool]] = []
         self._low = self._high = -math.inf
+        #: The slots' lists by when their settled futures are let go (:data:`COMPACT_AFTER`).
+        self._filling: deque[tuple[float, list[asyncio.Future[bool]]]] = deque()
 
     def add(self, wait: float, future: asyncio.Future[bool]) -> None:
         """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
@@ -80,8 +91,19 @@ class Deadlines:
         if expiring is None:
             expiring = self._slots[slot] = []
             self.loop.call_at(slot * SLOT, self._expire, slot)
+            self._compact(expiring)
         expiring.append(future)
         self._last, self._low, self._high = expiring, slot - 1, slot
+
+    def _compact(self, new: list[asyncio.Future[bool]]) -> None:
+        """Let go of the settled futures of the slots that got their first wait
+        :data:`COMPACT_AFTER` ago or more (each slot once), and note ``new``'s time."""
+        now = self._clock()
+        filling = self._filling
+        while filling and filling[0][0] <= now:
+            futures = filling.popleft()[1]
+            futures[:] = [future for future in futures if not future.done()]
+        filling.append((now + COMPACT_AFTER, new))
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""
@@ -90,9 +112,11 @@ class Deadlines:
     def _expire(self, slot: int) -> None:
         if slot == self._high:  # no wait may join a slot whose time is up
             self._low = self._high = -math.inf
-        for future in self._slots.pop(slot, ()):
+        futures = self._slots.pop(slot, [])
+        for future in futures:
             if not future.done():
                 future.set_result(False)
+        futures.clear()  # a list still to be compacted holds nothing meanwhile
 
 
 def of_loop(deadlines: Deadlines | None, loop: asyncio.AbstractEventLoop) -> Deadlines:

@@ -138,3 +138,43 @@ def test_a_waits_time_out_joins_the_slot_math_ceil_gives_it(seed: int) -> None:
                 future.cancel()
     finally:
         loop.close()
+
+
+def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
+    """A slot's settled futures (woken waits) are let go once the slot got its first wait
+    :data:`COMPACT_AFTER` ago, where they were held until the slot's time was up (with the
+    entries they were woken with); the waits not settled stay and still time out, each in
+    its own slot, and nothing else is settled."""
+    import weakref
+
+    from fluxstream.relay._deadlines import COMPACT_AFTER
+
+    loop = asyncio.new_event_loop()
+    try:
+        deadlines = Deadlines(loop)
+        clock = deadlines._clock = _Clock(5000.0)  # type: ignore[assignment]
+        draw = random.Random(3)
+        pending: list[tuple[int, asyncio.Future[Any]]] = []
+        woken: list[weakref.ref[asyncio.Future[Any]]] = []
+        for _ in range(400):
+            clock.now += draw.choice([0.0, 0.004, 0.02])
+            future = deadlines.future(1.0)
+            slot = math.ceil((clock.now + 1.0) / SLOT)
+            if draw.random() < 0.8:
+                future.set_result([object()])  # woken with its entries
+                woken.append(weakref.ref(future))
+            else:
+                pending.append((slot, future))
+            del future
+        clock.now += COMPACT_AFTER + SLOT
+        deadlines.future(1.0).cancel()  # a new slot: the old ones are looked at
+        assert woken and all(ref() is None for ref in woken)
+        assert all(
+            any(f is future for f in deadlines._slots[slot]) for slot, future in pending
+        )
+        for slot in sorted(deadlines._slots):
+            deadlines._expire(slot)
+        assert all(future.result() is False for _, future in pending)
+        assert not deadlines._slots and not deadlines.pending()
+    finally:
+        loop.close()
