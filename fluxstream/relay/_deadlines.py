@@ -22,11 +22,12 @@ __all__ = ["SLOT", "Deadlines", "of_loop"]
 #: Granularity (seconds) of the waits' ends.
 SLOT = 0.05
 #: Seconds after a slot got its first wait when the futures of its waits that were settled
-#: meanwhile (woken: most of them) are let go, once: a slot held every wait's future, and
-#: the entries it was woken with, until its time was up (a follower's poll, a second), and
-#: at a wait per delta those were a third of what the garbage collector's young passes
-#: went over.
+#: meanwhile (woken: most of them) are let go, and again as long again later, up to
+#: :data:`COMPACTIONS` times while some are left: a slot held every wait's future, and the
+#: entries it was woken with, until its time was up (a follower's poll, a second), and at a
+#: wait per delta those were a third of what the garbage collector's young passes went over.
 COMPACT_AFTER = 0.25
+COMPACTIONS = 3
 
 
 class Deadlines:
@@ -61,8 +62,9 @@ class Deadlines:
         #: (tests/relay/test_relay_follow_waits.py holds it to ``math.ceil``).
         self._last: list[asyncio.Future[bool]] = []
         self._low = self._high = -math.inf
-        #: The slots' lists by when their settled futures are let go (:data:`COMPACT_AFTER`).
-        self._filling: deque[tuple[float, list[asyncio.Future[bool]]]] = deque()
+        #: The slots' lists by when their settled futures are let go next
+        #: (:data:`COMPACT_AFTER`), with the looks left.
+        self._filling: deque[tuple[float, list[asyncio.Future[bool]], int]] = deque()
 
     def add(self, wait: float, future: asyncio.Future[bool]) -> None:
         """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
@@ -96,14 +98,18 @@ class Deadlines:
         self._last, self._low, self._high = expiring, slot - 1, slot
 
     def _compact(self, new: list[asyncio.Future[bool]]) -> None:
-        """Let go of the settled futures of the slots that got their first wait
-        :data:`COMPACT_AFTER` ago or more (each slot once), and note ``new``'s time."""
+        """Let go of the settled futures of the slots whose look is due (each slot looked at
+        every :data:`COMPACT_AFTER` from its first wait on, :data:`COMPACTIONS` times at
+        most, while some of its waits are left), and note ``new``'s first look."""
         now = self._clock()
         filling = self._filling
+        due = now + COMPACT_AFTER  # every look is due as long after this one: in order
         while filling and filling[0][0] <= now:
-            futures = filling.popleft()[1]
+            _, futures, left = filling.popleft()
             futures[:] = [future for future in futures if not future.done()]
-        filling.append((now + COMPACT_AFTER, new))
+            if futures and left > 1:
+                filling.append((due, futures, left - 1))
+        filling.append((due, new, COMPACTIONS))
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""

@@ -142,9 +142,9 @@ def test_a_waits_time_out_joins_the_slot_math_ceil_gives_it(seed: int) -> None:
 
 def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
     """A slot's settled futures (woken waits) are let go once the slot got its first wait
-    :data:`COMPACT_AFTER` ago, where they were held until the slot's time was up (with the
-    entries they were woken with); the waits not settled stay and still time out, each in
-    its own slot, and nothing else is settled."""
+    :data:`COMPACT_AFTER` ago (and those settled later at its next look), where they were
+    held until the slot's time was up (with the entries they were woken with); the waits not
+    settled stay and still time out, each in its own slot, and nothing else is settled."""
     import weakref
 
     from fluxstream.relay._deadlines import COMPACT_AFTER
@@ -156,8 +156,8 @@ def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
         draw = random.Random(3)
         pending: list[tuple[int, asyncio.Future[Any]]] = []
         woken: list[weakref.ref[asyncio.Future[Any]]] = []
-        for _ in range(400):
-            clock.now += draw.choice([0.0, 0.004, 0.02])
+        for _ in range(400):  # within a few slots, before any is looked at
+            clock.now += draw.choice([0.0, 0.0001, 0.0005])
             future = deadlines.future(1.0)
             slot = math.ceil((clock.now + 1.0) / SLOT)
             if draw.random() < 0.8:
@@ -169,9 +169,18 @@ def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
         clock.now += COMPACT_AFTER + SLOT
         deadlines.future(1.0).cancel()  # a new slot: the old ones are looked at
         assert woken and all(ref() is None for ref in woken)
+        assert len({slot for slot, _ in pending}) > 1
         assert all(
             any(f is future for f in deadlines._slots[slot]) for slot, future in pending
         )
+        # Woken after the first look: let go at the next one (a slot is looked at again).
+        late = [weakref.ref(future) for _, future in pending[1:]]
+        for _, future in pending[1:]:
+            future.set_result([object()])
+        del pending[1:], future
+        clock.now += COMPACT_AFTER + SLOT
+        deadlines.future(1.0).cancel()
+        assert late and all(ref() is None for ref in late)
         for slot in sorted(deadlines._slots):
             deadlines._expire(slot)
         assert all(future.result() is False for _, future in pending)
