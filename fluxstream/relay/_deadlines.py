@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -21,13 +20,13 @@ __all__ = ["SLOT", "Deadlines", "of_loop"]
 
 #: Granularity (seconds) of the waits' ends.
 SLOT = 0.05
-#: Seconds after a slot got its first wait when the futures of its waits that were settled
-#: meanwhile (woken: most of them) are let go, and again as long again later, up to
-#: :data:`COMPACTIONS` times while some are left: a slot held every wait's future, and the
-#: entries it was woken with, until its time was up (a follower's poll, a second), and at a
-#: wait per delta those were a third of what the garbage collector's young passes went over.
-COMPACT_AFTER = 0.25
-COMPACTIONS = 3
+#: Futures the slots hold, settled ones included, before the settled ones (woken waits: most
+#: of them) are let go: four times as many as were left the last time, and this many more.
+#: A slot held every wait's future, and the entries it was woken with, until its time was up
+#: (a follower's poll, a second): at a wait per delta those were a third of what the garbage
+#: collector's young passes went over. Counted, not timed: the work is at most about one
+#: look per wait, whatever the speed.
+HELD = 64
 
 
 class Deadlines:
@@ -36,7 +35,7 @@ class Deadlines:
     loop: the slots are the loop's own, settled by its own timers."""
 
     __slots__ = (
-        "_clock", "_filling", "_high", "_last", "_low", "_new_future", "_slots", "loop",
+        "_clock", "_held", "_high", "_last", "_limit", "_low", "_new_future", "_slots", "loop",
     )
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -62,27 +61,23 @@ class Deadlines:
         #: (tests/relay/test_relay_follow_waits.py holds it to ``math.ceil``).
         self._last: list[asyncio.Future[bool]] = []
         self._low = self._high = -math.inf
-        #: The slots' lists by when their settled futures are let go next
-        #: (:data:`COMPACT_AFTER`), with the looks left.
-        self._filling: deque[tuple[float, list[asyncio.Future[bool]], int]] = deque()
+        #: The futures the slots hold, and how many they may before the settled ones are
+        #: let go (:data:`HELD`).
+        self._held = 0
+        self._limit = HELD
 
-    def add(self, wait: float, future: asyncio.Future[bool]) -> None:
-        """Settle ``future`` ``False`` after ``wait`` seconds (or up to :data:`SLOT` more)."""
+    def future(self, wait: float) -> asyncio.Future[Any]:
+        """A new future of the loop, settled ``False`` after ``wait`` seconds (or up to
+        :data:`SLOT` more) unless settled before."""
+        future = self._new_future()
         at = (self._clock() + wait) / SLOT
         if self._low < at <= self._high:
             self._last.append(future)
         else:
             self._add_at(at, future)
-
-    def future(self, wait: float) -> asyncio.Future[Any]:
-        """A new future of the loop, settled ``False`` after ``wait`` seconds (see
-        :meth:`add`) unless settled before."""
-        future = self._new_future()
-        at = (self._clock() + wait) / SLOT  # add, inline: one per follower and delta
-        if self._low < at <= self._high:
-            self._last.append(future)
-        else:
-            self._add_at(at, future)
+        self._held += 1
+        if self._held >= self._limit:
+            self._let_go()
         return future
 
     def _add_at(self, at: float, future: asyncio.Future[bool]) -> None:
@@ -93,23 +88,17 @@ class Deadlines:
         if expiring is None:
             expiring = self._slots[slot] = []
             self.loop.call_at(slot * SLOT, self._expire, slot)
-            self._compact(expiring)
         expiring.append(future)
         self._last, self._low, self._high = expiring, slot - 1, slot
 
-    def _compact(self, new: list[asyncio.Future[bool]]) -> None:
-        """Let go of the settled futures of the slots whose look is due (each slot looked at
-        every :data:`COMPACT_AFTER` from its first wait on, :data:`COMPACTIONS` times at
-        most, while some of its waits are left), and note ``new``'s first look."""
-        now = self._clock()
-        filling = self._filling
-        due = now + COMPACT_AFTER  # every look is due as long after this one: in order
-        while filling and filling[0][0] <= now:
-            _, futures, left = filling.popleft()
+    def _let_go(self) -> None:
+        """Let go of the settled futures of every slot (see :data:`HELD`)."""
+        held = 0
+        for futures in self._slots.values():
             futures[:] = [future for future in futures if not future.done()]
-            if futures and left > 1:
-                filling.append((due, futures, left - 1))
-        filling.append((due, new, COMPACTIONS))
+            held += len(futures)
+        self._held = held
+        self._limit = 4 * held + HELD
 
     def pending(self) -> list[asyncio.Future[bool]]:
         """The futures not settled yet (for tests: none may be left behind)."""
@@ -118,11 +107,11 @@ class Deadlines:
     def _expire(self, slot: int) -> None:
         if slot == self._high:  # no wait may join a slot whose time is up
             self._low = self._high = -math.inf
-        futures = self._slots.pop(slot, [])
+        futures = self._slots.pop(slot, ())
+        self._held -= len(futures)
         for future in futures:
             if not future.done():
                 future.set_result(False)
-        futures.clear()  # a list still to be compacted holds nothing meanwhile
 
 
 def of_loop(deadlines: Deadlines | None, loop: asyncio.AbstractEventLoop) -> Deadlines:

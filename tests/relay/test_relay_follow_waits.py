@@ -119,11 +119,7 @@ def test_a_waits_time_out_joins_the_slot_math_ceil_gives_it(seed: int) -> None:
             wait = draw.choice([0.0, 0.05, 0.3, 1.0, draw.uniform(0, 2)])
             at = (clock.now + wait) / SLOT
             edges += at == math.floor(at)
-            if draw.random() < 0.5:
-                future: asyncio.Future[Any] = deadlines.future(wait)
-            else:
-                future = loop.create_future()
-                deadlines.add(wait, future)
+            future = deadlines.future(wait)
             slot = math.ceil(at)
             assert any(f is future for f in deadlines._slots[slot]), (clock.now, wait)
             if draw.random() < 0.1:  # the timers of the slots whose time is up fire
@@ -141,13 +137,14 @@ def test_a_waits_time_out_joins_the_slot_math_ceil_gives_it(seed: int) -> None:
 
 
 def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
-    """A slot's settled futures (woken waits) are let go once the slot got its first wait
-    :data:`COMPACT_AFTER` ago (and those settled later at its next look), where they were
-    held until the slot's time was up (with the entries they were woken with); the waits not
-    settled stay and still time out, each in its own slot, and nothing else is settled."""
+    """The slots let go of their settled futures (woken waits, with the entries they were
+    woken with) once they hold :data:`HELD` more than four times those left the last time,
+    where they held them until the slot's time was up: what they hold stays bounded by the
+    waits not settled, each of which stays in its own slot and still times out; nothing
+    else is settled, and a wait settled later is let go at a later look."""
     import weakref
 
-    from fluxstream.relay._deadlines import COMPACT_AFTER
+    from fluxstream.relay._deadlines import HELD
 
     loop = asyncio.new_event_loop()
     try:
@@ -156,34 +153,34 @@ def test_settled_waits_are_let_go_and_the_others_still_time_out() -> None:
         draw = random.Random(3)
         pending: list[tuple[int, asyncio.Future[Any]]] = []
         woken: list[weakref.ref[asyncio.Future[Any]]] = []
-        for _ in range(400):  # within a few slots, before any is looked at
+        for _ in range(2000):  # no slot's time comes: only letting go frees a future
             clock.now += draw.choice([0.0, 0.0001, 0.0005])
             future = deadlines.future(1.0)
             slot = math.ceil((clock.now + 1.0) / SLOT)
-            if draw.random() < 0.8:
+            if draw.random() < 0.9:
                 future.set_result([object()])  # woken with its entries
                 woken.append(weakref.ref(future))
             else:
                 pending.append((slot, future))
             del future
-        clock.now += COMPACT_AFTER + SLOT
-        deadlines.future(1.0).cancel()  # a new slot: the old ones are looked at
-        assert woken and all(ref() is None for ref in woken)
+            held = sum(map(len, deadlines._slots.values()))
+            assert held <= 4 * len(pending) + HELD
+        assert sum(ref() is not None for ref in woken) <= 4 * len(pending) + HELD < len(woken) / 2
         assert len({slot for slot, _ in pending}) > 1
         assert all(
             any(f is future for f in deadlines._slots[slot]) for slot, future in pending
         )
-        # Woken after the first look: let go at the next one (a slot is looked at again).
         late = [weakref.ref(future) for _, future in pending[1:]]
         for _, future in pending[1:]:
             future.set_result([object()])
         del pending[1:], future
-        clock.now += COMPACT_AFTER + SLOT
-        deadlines.future(1.0).cancel()
+        for _ in range(HELD + 4 * len(late) + 1):
+            deadlines.future(1.0).cancel()
         assert late and all(ref() is None for ref in late)
         for slot in sorted(deadlines._slots):
             deadlines._expire(slot)
         assert all(future.result() is False for _, future in pending)
         assert not deadlines._slots and not deadlines.pending()
+        assert deadlines._held == 0
     finally:
         loop.close()
