@@ -28,6 +28,18 @@ out, a follower behind the tailer's cache): such a run's count moved with timing
 ``--log memory`` follows a :class:`~fluxstream.relay.MemoryReplyLog` instead (no Redis, no
 writer process: the entries are appended in this process, always in lockstep, and its CPU
 includes the appends), timed or with ``--instructions``.
+
+``--log redis-floor`` is the least any follower of the same stored entries must do on Redis
+with this stack, in the same harness (the same writer, entries and "written" messages, counted
+the same way): one task reads the "written" channel on a raw redis-py connection (hiredis, as
+the log's own subscription does), sends one ``XREAD`` naming the streams each message names
+(their RESP names packed once, the ids kept as RESP), reads the reply on a pool connection,
+decodes its entries with the log's codec (:func:`~fluxstream.relay.codec.decode_entries`:
+msgspec into the same event types) and hands each stream's entries to each follower through
+one future; a follower is a plain loop awaiting its next future. No tailer, cache, deadline,
+position, async generator or hand-off between tasks; no time limit on a round trip::
+
+    python benchmarks/bench_relay_follow.py --streams 100 --followers 2 --entries 20 --instructions --pairs 3 --log redis-floor
 """
 
 from __future__ import annotations
@@ -46,8 +58,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
 def redis_binary() -> str:
@@ -190,6 +203,21 @@ def start_writer(args: argparse.Namespace, url: str, keys: list[str]) -> subproc
     return proc
 
 
+def ticker(stdin: IO[str], per_tick: int) -> Callable[[], None]:
+    """What a follower calls per delta in lockstep: the writer is told ``next`` once every
+    follower counted the entry (``per_tick`` deltas in all)."""
+    ticked = [0]
+
+    def got() -> None:
+        ticked[0] += 1
+        if ticked[0] == per_tick:
+            ticked[0] = 0
+            stdin.write("next\n")
+            stdin.flush()
+
+    return got
+
+
 async def follow_all(
     args: argparse.Namespace, url: str, keys: list[str], proc: subprocess.Popen[str],
     redis_pid: int,
@@ -200,16 +228,7 @@ async def follow_all(
     assert proc.stdin is not None
     log = RedisReplyLog(url)
     counts: list[int] = []
-    per_tick = (1 if args.stagger else args.streams) * args.followers * args.per_entry
-    ticked = [0]
-    stdin = proc.stdin
-
-    def got() -> None:  # lockstep: the next entry once every follower has this one
-        ticked[0] += 1
-        if ticked[0] == per_tick:
-            ticked[0] = 0
-            stdin.write("next\n")
-            stdin.flush()
+    got = ticker(proc.stdin, (1 if args.stagger else args.streams) * args.followers * args.per_entry)
 
     async def follower(key: str) -> None:
         count = 0
@@ -250,6 +269,26 @@ async def follow_all(
             break
         await asyncio.sleep(0.1)
     reads["state"] = reads["range"] = 0
+    result = await measured(args, proc, redis_pid, tasks, counts)
+    await log.aclose()
+    return {
+        "streams": args.streams, "followers": args.followers, "entries": args.entries,
+        "per_entry": args.per_entry, "rate": args.rate, "sse": args.sse, **result,
+        # Round trips of followers beyond the tailer's reads: a poll that timed out (a
+        # follower then reads its reply's state) or a follower that fell behind the cache.
+        "state_reads": reads["state"], "range_reads": reads["range"],
+    }
+
+
+async def measured(
+    args: argparse.Namespace, proc: subprocess.Popen[str], redis_pid: int,
+    tasks: list[asyncio.Future[None]], counts: list[int],
+) -> dict[str, Any]:
+    """Say ``go`` to the writer and wait for the followers' ``tasks`` (the collector frozen
+    first with ``--gc-freeze``, under cProfile with ``--profile``): whether each follower
+    counted every delta, this process's CPU per delta and per entry followed, and its and
+    Redis's share of a core meanwhile."""
+    assert proc.stdin is not None
     if args.gc_freeze:
         gc.collect()
         gc.freeze()
@@ -268,19 +307,15 @@ async def follow_all(
     cpu = time.process_time() - cpu
     wall = time.monotonic() - wall
     redis_cpu = cpu_of(redis_pid) - redis_cpu
-    await log.aclose()
     followed = args.streams * args.followers * args.entries * args.per_entry
-    exact = all(c == args.entries * args.per_entry for c in counts) and len(counts) == len(tasks)
+    exact = all(c == args.entries * args.per_entry for c in counts) and (
+        len(counts) == args.streams * args.followers
+    )
     return {
-        "streams": args.streams, "followers": args.followers, "entries": args.entries,
-        "per_entry": args.per_entry, "rate": args.rate, "sse": args.sse, "exact": exact,
-        "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
+        "exact": exact, "cpu_us_per_delta_followed": round(cpu / followed * 1e6, 2),
         "cpu_us_per_entry_followed": round(
             cpu / (args.streams * args.followers * args.entries) * 1e6, 2
         ),
-        # Round trips of followers beyond the tailer's reads: a poll that timed out (a
-        # follower then reads its reply's state) or a follower that fell behind the cache.
-        "state_reads": reads["state"], "range_reads": reads["range"],
         "cpu_s": round(cpu, 3), "wall_s": round(wall, 2),
         "cpu_share": round(cpu / wall, 3), "redis_cpu_share": round(redis_cpu / wall, 3),
         "load_average": os.getloadavg(),
@@ -354,6 +389,118 @@ async def follow_memory(args: argparse.Namespace, keys: list[str]) -> dict[str, 
     }
 
 
+async def follow_floor(
+    args: argparse.Namespace, url: str, keys: list[str], proc: subprocess.Popen[str],
+    redis_pid: int,
+) -> dict[str, Any]:
+    """``--log redis-floor``: the least a follower process does for the same entries (see the
+    module docstring): one task, woken by each "written" message, reads and decodes what it
+    names and settles each follower's future with the entries."""
+    import math
+
+    from fluxstream._events import TextDelta
+    from fluxstream.relay import RedisReplyLog
+    from fluxstream.relay._redis_connection import pack
+    from fluxstream.relay.codec import Entry, decode_entries
+
+    assert proc.stdin is not None
+    log = RedisReplyLog(url)  # for its client (made as the log makes it) and its key names
+    client = log.redis
+    streams = [log.keys(key)["stream"].encode() for key in keys]
+    loop = asyncio.get_running_loop()
+    # Per stream, by its name as Redis sends it (bytes: nothing decoded): its name and the
+    # id of its last entry as RESP bulk strings, and the futures of its waiting followers.
+    packed = {name: b"$%d\r\n%s\r\n" % (len(name), name) for name in streams}
+    ids = {name: b"$3\r\n0-0\r\n" for name in streams}
+    waiters: dict[bytes, list[asyncio.Future[list[Entry]]]] = {name: [] for name in streams}
+    xread = pack(("XREAD", "COUNT", 8, "STREAMS"))[4:]
+    counts: list[int] = []
+    got = ticker(proc.stdin, args.streams * args.followers * args.per_entry)
+
+    async def follower(name: bytes) -> None:
+        count = 0
+        waiting = waiters[name]
+        new_future = loop.create_future
+        while True:
+            future: asyncio.Future[list[Entry]] = new_future()
+            waiting.append(future)
+            for entry in await future:
+                for event in entry.events:
+                    if isinstance(event, TextDelta):
+                        count += 1
+                        got()
+                if entry.end is not None:
+                    counts.append(count)
+                    return
+
+    # The "written" channel, on a connection made as the log's subscription makes it.
+    pool = client.connection_pool
+    options = {
+        name: value for name, value in pool.connection_kwargs.items()
+        if not name.startswith("maint_notifications")
+    }
+    options.update(protocol=2, decode_responses=False, health_check_interval=0)
+    subscription = pool.connection_class(**options)
+    await subscription.connect()
+    await subscription.send_packed_command(pack(("SUBSCRIBE", log.prefix + "written")))
+    assert (await subscription.read_response(timeout=math.inf))[0] == b"subscribe"
+    connection = await pool.get_connection()
+
+    async def reader() -> None:
+        ended = 0
+        while ended < len(streams):
+            message = await subscription.read_response(timeout=math.inf)
+            data = message[2]
+            named: list[bytes] = []
+            at, size = 0, len(data)
+            while at < size:  # the netstrings of the message, kept as bytes
+                colon = data.index(b":", at)
+                start = colon + 1
+                at = start + int(data[at:colon])
+                named.append(data[start:at])
+            command = [b"*%d\r\n%s" % (4 + 2 * len(named), xread)]
+            command += [packed[name] for name in named]
+            command += [ids[name] for name in named]
+            await connection.send_packed_command(b"".join(command))
+            found = await connection.read_response(timeout=math.inf)
+            runs: list[tuple[bytes, int]] = []
+            numbers: list[int] = []
+            datas: list[bytes] = []
+            for name, items in found.items() if isinstance(found, dict) else found:
+                runs.append((name, len(items)))
+                for entry_id, fields in items:
+                    numbers.append(int(entry_id.partition(b"-")[0]))
+                    datas.append(fields[1])
+            entries = decode_entries(numbers, datas)
+            start = 0
+            for name, count in runs:
+                mine = entries[start:start + count]
+                start += count
+                last = b"%d-0" % mine[-1].number
+                ids[name] = b"$%d\r\n%s\r\n" % (len(last), last)
+                waiting = waiters[name]
+                for future in waiting:
+                    future.set_result(mine)
+                waiting.clear()
+                if mine[-1].end is not None:
+                    ended += 1
+
+    tasks = [
+        asyncio.ensure_future(follower(name)) for name in streams for _ in range(args.followers)
+    ]
+    reading = asyncio.ensure_future(reader())  # waits for the first message
+    await asyncio.sleep(0)  # every follower waiting on its first future
+    result = await measured(args, proc, redis_pid, [reading, *tasks], counts)
+    await subscription.disconnect()
+    await pool.release(connection)
+    await log.aclose()
+    return {
+        "log": "redis-floor", "streams": args.streams, "followers": args.followers,
+        "entries": args.entries, "per_entry": args.per_entry, **result,
+        "state_reads": 0, "range_reads": 0,
+    }
+
+
 def _instructions(args: argparse.Namespace, entries: int) -> int:
     """Instructions of this script's follower process, ``--lockstep``, ``entries`` entries."""
     cmd = [
@@ -422,8 +569,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=1, help="with --instructions: N/3N pairs")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() before following")
     parser.add_argument(
-        "--log", choices=["redis", "memory"], default="redis",
-        help="memory: a MemoryReplyLog, appended in this process, in lockstep",
+        "--log", choices=["redis", "memory", "redis-floor"], default="redis",
+        help="memory: a MemoryReplyLog, appended in this process, in lockstep; redis-floor: "
+        "the least a follower of the same Redis entries does (--lockstep only)",
     )
     parser.add_argument("--role", default="bench")
     parser.add_argument("--redis")
@@ -439,6 +587,8 @@ def main() -> None:
         print(json.dumps(count_instructions(args)))
         return
     keys = [f"follow-{i}" for i in range(args.streams)]
+    if args.log == "redis-floor" and (not args.lockstep or args.stagger or args.sse):
+        parser.error("--log redis-floor runs in --lockstep only (without --stagger or --sse)")
     if args.log == "memory":
         print(json.dumps(asyncio.run(follow_memory(args, keys))))
         return
@@ -448,7 +598,8 @@ def main() -> None:
     try:
         writer_process = start_writer(args, url, keys)
         try:
-            result = asyncio.run(follow_all(args, url, keys, writer_process, redis_process.pid))
+            follow = follow_floor if args.log == "redis-floor" else follow_all
+            result = asyncio.run(follow(args, url, keys, writer_process, redis_process.pid))
             writer_process.wait(30)
         finally:
             stop(writer_process)

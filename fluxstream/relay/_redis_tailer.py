@@ -171,19 +171,38 @@ class Tailer:
         """A follower's next step without a coroutine of its own (one per delta): the
         entries above ``after`` when they are cached, else a :meth:`waiter` when the
         follower is :meth:`caught_up` (a read now would find nothing), else ``None`` (read
-        Redis)."""
+        Redis). A follower at the latest entry of a watched stream gets its waiter made
+        here (tests/relay/test_relay_follow_waits.py holds it to :meth:`waiter`)."""
         latest = self._latest.get(stream)
         if latest is None:  # not watched: nothing is cached either
             return None
         if latest > after:  # the cache never holds an entry above the latest known
             return self.cached(stream, after)
         task = self._task
-        if (  # what caught_up checks, inline: this runs once per delta and follower
-            task is None or task.done()
-            or (stream not in self._waiters and stream not in self._linger)
-        ):
+        if task is None or task.done():  # what caught_up checks, inline
             return None
-        return self.waiter(stream, after, wait)
+        waiters = self._waiters.get(stream)
+        if waiters is None and stream not in self._linger:
+            return None
+        if latest != after or self._closed:
+            return self.waiter(stream, after, wait)
+        # What waiter does for a follower at the latest entry of a stream read now (this
+        # runs once per delta and follower): its future joins the stream's waiters; the
+        # first one back since a wake-up ends the stream's linger.
+        loop = asyncio.get_running_loop()
+        deadlines = self._deadlines
+        if deadlines is None or deadlines.loop is not loop:
+            deadlines = self._deadlines = Deadlines(loop)
+        future = deadlines.future(wait)
+        if waiters is None:
+            del self._linger[stream]
+            self._waiters[stream] = [future]
+        else:
+            waiters.append(future)
+        blocked = self._blocked_on
+        if blocked and stream not in blocked:
+            self._interrupt()  # a read is out without this stream: cut it short
+        return future
 
     def waiter(self, stream: str, after: int, wait: float) -> asyncio.Future[Any] | None:
         """A future settled when an entry above ``after`` is known (woken, the waiter taken

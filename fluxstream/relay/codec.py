@@ -141,7 +141,7 @@ def relayed(entry: Entry) -> tuple[RelayEvent, ...]:
                 for index, event in enumerate(events)
             ])
         # A cache on a frozen instance: equality and hashing ignore the field.
-        object.__setattr__(entry, "_memo", made)
+        _set_memo(entry, made)
     return made
 
 
@@ -198,7 +198,7 @@ def sse_event(item: RelayEvent) -> bytes:
             item.position.entry, item.position.index, event.type.encode(),
             _EVENT.dump_json(event),
         )
-        object.__setattr__(item, "_memo", made)
+        _set_memo(item, made)
     return made
 
 

@@ -277,7 +277,8 @@ class ReplyLog(ABC):
         position = parse_position(after if after is not None else last_event_id)
         await self._stored(key, position)
         poll = min(1.0, self.lease / 4)
-        cursor = max(0, position.entry - 1)
+        start = position.entry
+        cursor = max(0, start - 1)
         took_over: Callable[[], None] | None = None
         finished = False
         tail = self._tail(key)
@@ -286,7 +287,9 @@ class ReplyLog(ABC):
                 # Everything already known at once, with one wait when nothing is: a
                 # follower's wake-up costs one future, not a read coroutine per delta.
                 step = tail.next(cursor, poll) if tail is not None else None
-                if step is None or isinstance(step, list):
+                if step is None:
+                    entries = await self._read(key, cursor, poll)
+                elif isinstance(step, list):
                     entries = step
                 else:
                     assert tail is not None
@@ -297,25 +300,23 @@ class ReplyLog(ABC):
                         raise
                     if type(woken) is list and woken[0].number == cursor + 1:
                         entries = woken  # what the tail found, all of it after the cursor
-                    elif woken:
-                        entries = tail.known(cursor)
                     else:
-                        tail.unwait(step)
-                        entries = None
-                    if entries is None:
-                        entries = await self._read(key, cursor, 0)
-                if entries is None:
-                    entries = await self._read(key, cursor, poll)
+                        if woken:
+                            known = tail.known(cursor)
+                        else:
+                            tail.unwait(step)
+                            known = None
+                        entries = known if known is not None else await self._read(key, cursor, 0)
                 for entry in entries:
                     number = entry.number
                     # The events after ``position``: all of a later entry, the rest of its
                     # own (compared as numbers once per entry, not as positions per event).
                     # The items are the entry's own, shared with every other follower
                     # (kept with it once made: no call per entry and follower then).
-                    if number > position.entry:
+                    if number > start:
                         for item in getattr(entry, "_memo", None) or relayed(entry):
                             yield item
-                    elif number == position.entry:
+                    elif number == start:
                         if position.index >= len(entry.events):
                             message = f"position {position} is past the end of {show_key(key)}"
                             raise RelayPositionError(message)

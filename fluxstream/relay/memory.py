@@ -274,11 +274,11 @@ class _ReplyTail:
             return None  # ``_read`` says it is gone
         if len(reply.entries) > after:
             return reply.entries[after:]
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[bool] = loop.create_future()
+        deadlines = self._log._deadlines = of_loop(
+            self._log._deadlines, asyncio.get_running_loop()
+        )
+        future: asyncio.Future[bool] = deadlines.future(wait)
         reply.waiting.append(future)
-        deadlines = self._log._deadlines = of_loop(self._log._deadlines, loop)
-        deadlines.add(wait, future)
         return future
 
     def unwait(self, waiter: Any) -> None:
