@@ -348,7 +348,10 @@ async def record_streams(
     """Record ``keys``' streams into a log of this process: create every reply, ``await
     gate()`` (the followers are ready), then consume them (opened over ``--ramp``). What each
     delta met, per key, and this process's CPU, loop lag and GC over the streaming phase."""
-    spacing = {} if args.write_spacing is None else {"write_spacing": args.write_spacing}
+    spacing: dict[str, float] = (
+        {} if args.write_spacing is None else {"write_spacing": args.write_spacing})
+    if args.token_interval is not None:  # e.g. under valgrind at a slow rate: the tokens per
+        spacing["token_interval"] = args.token_interval  # delta of the real rate
     log = RedisReplyLog(url, cluster=cluster, frame=args.frame, lease=5.0, **spacing)
     profiler = cpu_profiler() if args.profile else None
     # Stages: when each entry's write was sent and acknowledged (by its first offset).
@@ -858,6 +861,10 @@ def main() -> None:
     parser.add_argument(
         "--no-stages", dest="stages", action="store_false",
         help="do not time each write's stages (sent, acknowledged): --compare's runs",
+    )
+    parser.add_argument(
+        "--token-interval", type=float, default=None,
+        help="the producer log's token_interval in seconds (default: the log's own)",
     )
     parser.add_argument(
         "--stub-writes", type=float, default=None, metavar="S",
