@@ -868,7 +868,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--stub-writes", type=float, default=None, metavar="S",
-        help="the log's batch write answered after S seconds with no Redis I/O (attribution)",
+        help="the log's batch write answered after S seconds, no Redis I/O (with --followers 0)",
     )
     parser.add_argument(
         "--pin", action="store_true",
