@@ -42,6 +42,7 @@ import gc
 import json
 import math
 import os
+import resource
 import signal
 import socket
 import statistics
@@ -67,6 +68,29 @@ def proc_cpu(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` so far (children not included)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+class CPUClock:
+    """This process's user and system CPU and context switches over a phase (``os.times``,
+    ``getrusage``): system time is the kernel's share (socket reads and writes, epoll), which
+    a profile of the Python code does not show."""
+
+    def __init__(self) -> None:
+        self._start = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float, int, int]:
+        times = os.times()
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return times.user, times.system, usage.ru_nvcsw, usage.ru_nivcsw
+
+    def since(self) -> dict[str, float]:
+        end = self._now()
+        return {
+            "user": end[0] - self._start[0], "system": end[1] - self._start[1],
+            "voluntary_switches": end[2] - self._start[2],
+            "involuntary_switches": end[3] - self._start[3],
+        }
 
 
 class GCPauses:
@@ -198,6 +222,14 @@ class Backend:
             self._local.stop()
 
 
+def pin(pids: list[int], alone: bool) -> None:
+    """``--pin``: ``pids`` on CPU 0 (``alone``: the producer) or on every other CPU, so that
+    no other process of the benchmark runs on the producer's core."""
+    cpus = set(range(os.cpu_count() or 1))
+    for pid in pids:
+        os.sched_setaffinity(pid, {0} if alone else (cpus - {0} or cpus))
+
+
 def urlport(url: str) -> int:
     return int(url.rsplit(":", 1)[1].split("/")[0])
 
@@ -248,6 +280,7 @@ async def run_followers(
     seen: dict[str, list[list[tuple[int, int, float]]]] = {key: [] for key in keys}
 
     remaining = len(keys) * per_key
+    probing = remaining > 0  # --followers 0: the producer's work alone, no follower's load
 
     async def follower(key: str) -> None:
         nonlocal remaining, probing
@@ -315,20 +348,33 @@ async def record_streams(
     """Record ``keys``' streams into a log of this process: create every reply, ``await
     gate()`` (the followers are ready), then consume them (opened over ``--ramp``). What each
     delta met, per key, and this process's CPU, loop lag and GC over the streaming phase."""
-    spacing = {} if args.write_spacing is None else {"write_spacing": args.write_spacing}
+    spacing: dict[str, float] = (
+        {} if args.write_spacing is None else {"write_spacing": args.write_spacing})
+    if args.token_interval is not None:  # e.g. under valgrind at a slow rate: the tokens per
+        spacing["token_interval"] = args.token_interval  # delta of the real rate
     log = RedisReplyLog(url, cluster=cluster, frame=args.frame, lease=5.0, **spacing)
     profiler = cpu_profiler() if args.profile else None
     # Stages: when each entry's write was sent and acknowledged (by its first offset).
     appends: dict[str, list[tuple[int, float, float]]] = {}
     write_many = getattr(log, "_write_many", None)
+    if args.stub_writes is not None:  # no Redis I/O: what the recorder and writer cost alone
+        import asyncio
+
+        async def stub_write_many(writes: list[Any]) -> list[Any]:
+            await asyncio.sleep(args.stub_writes)  # a round trip's time: the same batching
+            return [False] * len(writes)
+
+        write_many = stub_write_many
 
     round_trips = 0
 
     async def timed_write_many(writes: list[Any]) -> list[Any]:
         nonlocal round_trips
         round_trips += 1
-        sent = time.monotonic()
         assert write_many is not None
+        if not args.stages:  # counted only: the stages' bookkeeping is CPU of its own
+            return await write_many(writes)
+        sent = time.monotonic()
         results = await write_many(writes)
         acked = time.monotonic()
         for write in writes:
@@ -377,13 +423,14 @@ async def record_streams(
         if args.gc_freeze:  # the set-up's objects are never scanned again
             gc.collect()
             gc.freeze()
+        pauses = GCPauses()
+        clock = CPUClock()
         cpu0 = time.process_time()
         wall0 = time.monotonic()
         if profiler is not None:
             profiler.enable()
         lags: list[float] = []
         probing = True
-        pauses = GCPauses()
 
         async def probe() -> None:  # how late the producer's loop runs a 5 ms timer
             if os.environ.get("BENCH_RELAY_HEAP"):  # what the GC scans, mid-run
@@ -410,10 +457,13 @@ async def record_streams(
             profiler.dump_stats(str(Path(args.profile) / profile_name))
         wall = time.monotonic() - wall0
         cpu = time.process_time() - cpu0
+        split = clock.since()
+        gc.callbacks.remove(pauses._callback)
     await log.aclose()
     return {
         "delivered": delivered, "appends": appends, "durations": durations,
         "cpu": cpu, "wall": wall, "wall0": wall0, "lags": sorted(lags), "gc": pauses.summary(),
+        "cpu_split": split,
         "writes": sum(r.writes + r.refreshes for r in recorded), "round_trips": round_trips,
         "errors": sum(1 for r in recorded if r.log_error is not None),
     }
@@ -454,6 +504,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     followers_proc = None
     parts: list[subprocess.Popen[str]] = []
     tmp = tempfile.mkdtemp()
+    if args.pin:
+        pin([0], alone=True)
+        pin([upstream.pid, *backend.pids().values()], alone=False)
     try:
         wait_port(port)
         if args.bare:
@@ -475,6 +528,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 *(["--cluster"] if args.cluster else []),
                 stdout=subprocess.PIPE, text=True,
             )
+            if args.pin:
+                pin([proc.pid], alone=False)
             return proc
 
         def mark_start() -> None:
@@ -653,7 +708,7 @@ def summarize(
         "exact": exact, "log_errors": errors, "deltas": deltas,
         "wall_s": round(wall, 2), "stream_duration_p50_s": round(statistics.median(durations), 2),
         "added_latency_ms": {"p50": round(pct(0.50), 2), "p90": round(pct(0.90), 2),
-                             "p99": round(pct(0.99), 2), "max": round(latencies[-1] * 1000, 2)},
+                             "p99": round(pct(0.99), 2), "max": round(pct(1.0), 2)},
         "steady_added_latency_ms": {p: round(pct(q, steady), 2) for p, q in PCT},
         "ramp_s": args.ramp,
         # Producer-side stages of the same deltas: until its entry's write was sent, and
@@ -671,8 +726,12 @@ def summarize(
         # The writer's batch writes (one Redis round trip each, on one Redis).
         "writes_per_round_trip": round(writes / round_trips, 2) if round_trips else None,
         "producer_cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
+        # The producer's CPU per delta split: user, system (the kernel's), the garbage
+        # collector's passes (within user), and context switches per delta.
+        "producer_split_per_delta": split_per_delta(
+            [p["cpu_split"] for p in produced], gcs, deltas),
         "followers_cpu_us_per_delta_followed": round(
-            result["cpu"] / (deltas * args.followers) * 1e6, 1),
+            result["cpu"] / (deltas * args.followers) * 1e6, 1) if args.followers else None,
         "upstream_cpu_us_per_delta": round(cpu_others["upstream"] / deltas * 1e6, 1),
         "redis_cpu_us_per_delta": round(redis_cpu / deltas * 1e6, 1),
         # Where Redis's time went, per delta: the commands taking over 2% of it (a script's
@@ -702,36 +761,81 @@ def summarize(
 PCT = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 
+def split_per_delta(
+    splits: list[dict[str, float]], gcs: list[dict[str, Any]], deltas: int
+) -> dict[str, float]:
+    """CPU of the producer processes per delta: user and system µs, the GC's passes' µs (part
+    of user), and context switches (voluntary: the loop slept in epoll; involuntary:
+    preempted by another process on the machine's cores)."""
+    def total(name: str) -> float:
+        return sum(s[name] for s in splits)
+
+    return {
+        "user_us": round(total("user") / deltas * 1e6, 1),
+        "system_us": round(total("system") / deltas * 1e6, 1),
+        "gc_us": round(sum(g["total_cpu_ms"] for g in gcs) / deltas * 1e3, 2),
+        "gc_collections": sum(g["collections"] for g in gcs),
+        "gc_gen2": sum(g["gen2"] for g in gcs),
+        "voluntary_switches": round(total("voluntary_switches") / deltas, 3),
+        "involuntary_switches": round(total("involuntary_switches") / deltas, 3),
+    }
+
+
 async def run_bare(args: argparse.Namespace, base_url: str, upstream_pid: int) -> dict[str, Any]:
     """The same streams and upstream with no relay (``--bare``): what the client alone costs,
-    so that the relay's share of the producer's CPU per delta shows."""
+    so that the relay's share of the producer's CPU per delta shows. The benchmark's own work
+    is the recorded run's: each delta's time noted, the same loop-lag probe, GC watched."""
     request = {"model": "m@fill-max-tokens", "messages": [{"role": "user", "content": "bench"}],
                "max_tokens": args.tokens}
-    deltas = 0
+    delivered: dict[str, list[tuple[int, int, float]]] = {}
+    lags: list[float] = []
+    probing = True
 
     async def consume(client: fluxstream.AsyncClient, key: str, delay: float) -> None:
-        nonlocal deltas
         await anyio.sleep(delay)
+        got = delivered[key] = []
         async with client.chat.stream(content_key=key, **request) as stream:
             async for event in stream:
                 if isinstance(event, fluxstream.TextDelta):
-                    deltas += 1
+                    got.append((event.offset, len(event.text), time.monotonic()))
+
+    async def probe() -> None:  # as the recorded run's (a 5 ms timer)
+        while probing:
+            t = time.monotonic()
+            await anyio.sleep(0.005)
+            lags.append(time.monotonic() - t - 0.005)
 
     async with fluxstream.AsyncClient(base_url) as client:
+        if args.gc_freeze:
+            gc.collect()
+            gc.freeze()
+        pauses = GCPauses()
+        clock = CPUClock()
         upstream0 = proc_cpu(upstream_pid)
         cpu0 = time.process_time()
         wall0 = time.monotonic()
         async with anyio.create_task_group() as tg:
-            for i in range(args.streams):
-                tg.start_soon(consume, client, f"bare-{i}", args.ramp * i / args.streams)
+            tg.start_soon(probe)
+            async with anyio.create_task_group() as streams:
+                for i in range(args.streams):
+                    streams.start_soon(
+                        consume, client, f"bare-{i}", args.ramp * i / args.streams)
+            probing = False
         wall = time.monotonic() - wall0
         cpu = time.process_time() - cpu0
+        split = clock.since()
+        gc.callbacks.remove(pauses._callback)
         upstream_cpu = proc_cpu(upstream_pid) - upstream0
+    deltas = sum(len(got) for got in delivered.values())
+    lags.sort()
     return {
         "bare": True, "streams": args.streams, "rate_per_stream": args.rate,
         "upstream": args.upstream, "uvloop": args.uvloop, "deltas": deltas,
         "total_deltas_per_s": round(deltas / wall), "wall_s": round(wall, 2),
         "producer_cpu_us_per_delta": round(cpu / deltas * 1e6, 1),
+        "producer_split_per_delta": split_per_delta([split], [pauses.summary()], deltas),
+        "producer_loop_lag_ms": {p: round(lags[min(len(lags) - 1, int(q * len(lags)))] * 1000, 2)
+                                 for p, q in PCT} if lags else {},
         "upstream_cpu_us_per_delta": round(upstream_cpu / deltas * 1e6, 1),
         "cpu_share_of_wall": {"producer": round(cpu / wall, 2),
                               "upstream": round(upstream_cpu / wall, 2)},
@@ -753,6 +857,22 @@ def main() -> None:
     parser.add_argument(
         "--gc-freeze", action="store_true",
         help="gc.freeze() after set-up in the producer and the followers (a server setting)",
+    )
+    parser.add_argument(
+        "--no-stages", dest="stages", action="store_false",
+        help="do not time each write's stages (sent, acknowledged): --compare's runs",
+    )
+    parser.add_argument(
+        "--token-interval", type=float, default=None,
+        help="the producer log's token_interval in seconds (default: the log's own)",
+    )
+    parser.add_argument(
+        "--stub-writes", type=float, default=None, metavar="S",
+        help="the log's batch write answered after S seconds, no Redis I/O (with --followers 0)",
+    )
+    parser.add_argument(
+        "--pin", action="store_true",
+        help="the producer on CPU 0, every other process on the others (no core shared)",
     )
     parser.add_argument("--frame", type=float, default=0.016)
     parser.add_argument(
@@ -812,7 +932,7 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
         order = [True, False] if round_ % 2 == 0 else [False, True]
         for is_bare in order:
             done = subprocess.run(
-                [sys.executable, __file__, *argv, *(["--bare"] if is_bare else [])],
+                [sys.executable, __file__, *argv, *(["--bare"] if is_bare else ["--no-stages"])],
                 capture_output=True, text=True, check=True,
             )
             (bare if is_bare else recorded).append(json.loads(done.stdout))
@@ -834,8 +954,17 @@ def compare(args: argparse.Namespace) -> dict[str, Any]:
             [r["producer_cpu_us_per_delta"] for r in recorded]),
         # The target: at most 0.5 (recording adds at most half the client's own CPU).
         "recording_added_fraction": spread(added),
+        # User, system (kernel) and GC µs per delta, context switches per delta.
+        "producer_split_bare": {
+            name: spread([b["producer_split_per_delta"][name] for b in bare])
+            for name in bare[0]["producer_split_per_delta"]
+        },
+        "producer_split_recorded": {
+            name: spread([r["producer_split_per_delta"][name] for r in recorded])
+            for name in recorded[0]["producer_split_per_delta"]
+        },
         "follower_cpu_us_per_delta": spread(
-            [r["followers_cpu_us_per_delta_followed"] for r in recorded]),
+            [r["followers_cpu_us_per_delta_followed"] or 0 for r in recorded]),
         "redis_cpu_us_per_delta": spread([r["redis_cpu_us_per_delta"] for r in recorded]),
         "writes_per_delta": spread([r["writes_per_delta"] for r in recorded]),
         "writes_per_round_trip": spread([r["writes_per_round_trip"] or 0 for r in recorded]),

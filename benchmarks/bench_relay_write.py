@@ -102,6 +102,7 @@ async def one_run(
     target = 0
     settled = anyio.Event()
     round_trips = 0
+    stub(log, args.stub)
     write_many = log._write_many
 
     async def counted(writes: list[Any]) -> list[Any]:
@@ -162,6 +163,35 @@ async def one_run(
     return cpu / (args.rounds * len(recorders)) * 1e6
 
 
+def stub(log: RedisReplyLog, part: str) -> None:
+    """``--stub``: leave out part of the write path, to attribute its cost by difference.
+    ``redis``: the round trip itself (the command is packed, an answer of the right shape
+    comes back at the next checkpoint, and is read as Redis's); ``writes``: the log's whole
+    batch write (no command packed, every write answered ``False``); ``none``: all of it."""
+    if part == "redis":
+        built = log._commands
+        pack_batch = built.batch
+        count = 0
+
+        def batch(writes: list[Any]) -> bytes:
+            nonlocal count
+            count = len(writes)
+            return pack_batch(writes)
+
+        async def scripted(commands: list[Any], send: Any) -> list[Any]:
+            await anyio.lowlevel.checkpoint()
+            return [[count] + [0] * count]
+
+        built.batch = batch  # type: ignore[method-assign]
+        log._scripted = scripted  # type: ignore[method-assign]
+    elif part == "writes":
+        async def write_many(writes: list[Any]) -> list[Any]:
+            await anyio.lowlevel.checkpoint()
+            return [False] * len(writes)
+
+        log._write_many = write_many  # type: ignore[method-assign]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=100)
@@ -171,6 +201,8 @@ def main() -> None:
     parser.add_argument("--profile")
     parser.add_argument("--write-spacing", type=float, default=0.0,
                         help="the log's write_spacing (seconds)")
+    parser.add_argument("--stub", choices=["none", "redis", "writes"], default="none",
+                        help="leave out the round trip (redis) or the whole batch write")
     parser.add_argument("--passes", action="store_true",
                         help="feed each group's deltas one per event-loop pass")
     args = parser.parse_args()
@@ -187,7 +219,7 @@ def main() -> None:
         profiler.dump_stats(args.profile)
     print(json.dumps({
         "streams": args.streams, "rounds": args.rounds, "batch": args.batch,
-        "write_spacing": args.write_spacing, "passes": args.passes,
+        "write_spacing": args.write_spacing, "passes": args.passes, "stub": args.stub,
         "writes_per_round_trip": [round(w, 2) for w in shared],
         "us_per_write": round(statistics.median(runs), 1),
         "runs": [round(r, 1) for r in runs], "load_average": os.getloadavg(),

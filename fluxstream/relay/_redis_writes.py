@@ -205,24 +205,30 @@ class WriteCommands:
         keys: list[bytes] = []
         rows: list[tuple[Any, ...]] = []
         data: list[bytes] = []
+        # Bound once: this loop runs once per write of every stream the process records.
+        add_keys, add_row, add_data = keys.append, rows.append, data.append
         for write in writes:
             packed = known.get(write.key)
             if packed is None:
                 packed = self._batch_keys(write.key)
-            keys.append(packed)
+            add_keys(packed)
             entry = write.entry
             if write.release:
-                rows.append(("x", write.owner))
+                add_row(("x", write.owner))
             elif entry is None:
-                rows.append(("r", write.owner))
+                add_row(("r", write.owner))
             else:
                 entry_data = entry_json(entry.events, entry.end)
-                token_data = _token(write)
-                data += (entry_data, token_data)
-                rows.append((
-                    "a", write.owner, entry.number, len(entry_data), len(token_data),
-                    bool(write.final),
-                ))
+                add_data(entry_data)
+                if write.token is None:  # most writes: a token goes once per token_interval
+                    add_row(("a", write.owner, entry.number, len(entry_data), 0, write.final))
+                else:
+                    token_data = to_json(write.token)
+                    add_data(token_data)
+                    add_row((
+                        "a", write.owner, entry.number, len(entry_data), len(token_data),
+                        write.final,
+                    ))
         packed_rows = _ROWS(rows)
         blob = b"".join(data)
         sha = self._shas["writes"]

@@ -388,7 +388,7 @@ class RedisReplyLog(ReplyLog):
             return [exc for _ in writes]
         if self._write_channel is not None:
             replies = _unbatched(replies[0], len(writes))
-        return [_written(write, reply) for write, reply in zip(writes, replies, strict=True)]
+        return _results(writes, replies)
 
     async def _refresh(self, key: str, owner: str) -> bool:
         k = self.keys(key)
@@ -534,6 +534,16 @@ def _written(write: Write, reply: Any) -> bool | Exception:
     if reply == ENTRIES_LOST and write.entry is not None:
         return _entries_lost(write.key, write.entry.number)
     return bool(reply) and not write.release
+
+
+def _results(writes: list[Write], replies: list[Any]) -> list[bool | Exception]:
+    """What each write's reply means (:func:`_written`). Nearly every frame's replies are all
+    0 (written, no cancel asked), which :func:`_written` reads as ``False`` whatever the
+    write: counted in one pass, with no call per write."""
+    count = len(writes)
+    if len(replies) == count and replies.count(0) == count:
+        return [False] * count
+    return [_written(write, reply) for write, reply in zip(writes, replies, strict=True)]
 
 
 def _unbatched(reply: Any, count: int) -> list[Any]:

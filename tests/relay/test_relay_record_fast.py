@@ -119,3 +119,70 @@ def test_the_writers_wake_up_keeps_its_timer_and_still_wakes_in_time() -> None:
         waiting.cancel()
 
     asyncio.run(main())
+
+
+# ---------------------------------------------------------------- a frame's write results
+
+def _shown(results: list[Any]) -> list[Any]:
+    """Results comparable: an error as its type and message (each call makes new ones)."""
+    return [
+        (type(r).__name__, str(r)) if isinstance(r, Exception) else (type(r).__name__, r)
+        for r in results
+    ]
+
+
+def _write(kind: str) -> Any:
+    from fluxstream.relay.codec import plain_entry
+    from fluxstream.relay.writer import Write
+
+    entry = plain_entry(7, (ev.TextDelta("k", 0, 0, "x"),))
+    return {
+        "append": Write("k", "me", entry),
+        "final": Write("k", "me", entry, None, True),
+        "refresh": Write("k", "me"),
+        "release": Write("k", "me", release=True),
+    }[kind]
+
+
+def _reply(kind: str) -> Any:
+    from redis.exceptions import ResponseError
+
+    return {
+        "0": 0, "1": 1, "-1": -1, "-2": -2, "false": False, "0.0": 0.0,
+        "xadd": ResponseError("ERR XADD id equal or smaller"), "wrongtype": ResponseError("WRONG"),
+        "error": OSError("gone"), "other": b"0",
+    }[kind]
+
+
+_WRITE_KINDS = st.sampled_from(["append", "final", "refresh", "release"])
+# Mostly zeros, as a frame's replies are: the shortcut and the general path both run.
+_REPLY_KINDS = st.sampled_from(
+    ["0"] * 8 + ["1", "-1", "-2", "false", "0.0", "xadd", "wrongtype", "error", "other"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_WRITE_KINDS, _REPLY_KINDS), max_size=8))
+def test_a_frames_results_read_as_each_writes_own(pairs: list[tuple[str, str]]) -> None:
+    from fluxstream.relay.redis_log import _results, _written
+
+    writes = [_write(w) for w, _ in pairs]
+    replies = [_reply(r) for _, r in pairs]
+    general = [_written(w, r) for w, r in zip(writes, replies, strict=True)]
+    assert _shown(_results(writes, replies)) == _shown(general)
+
+
+def test_results_of_all_zero_replies_are_false_and_a_cancel_is_not_lost() -> None:
+    from fluxstream.relay.redis_log import _results
+
+    writes = [_write("append") for _ in range(5)]
+    assert _results(writes, [0] * 5) == [False] * 5
+    assert _results(writes, [0, 0, 1, 0, 0]) == [False, False, True, False, False]
+
+
+def test_results_of_a_reply_count_that_is_not_the_writes_raise() -> None:
+    from fluxstream.relay.redis_log import _results
+
+    for replies in ([0, 0, 0], [0, 0, 1], [0]):
+        with pytest.raises(ValueError):  # as zip(strict=True): never read as all written
+            _results([_write("append")] * 2, replies)
