@@ -8,6 +8,7 @@ made by the test and deleted after it."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -178,8 +179,11 @@ async def _record_follow_and_cancel(
 
 async def _take_over(url: str, prefix: str, upstream: ServerThread, *, cluster: bool) -> None:
     """A reply whose producer died before its first entry (its lease lapses in 0.2 s) is
-    taken over by a follower: the request sent again, the reply exact."""
-    log = RedisReplyLog(url, prefix=prefix, cluster=cluster, lease=0.2)
+    taken over by a follower: the request sent again, the reply exact. The taker records
+    with the default lease: a 0.2 s lease of its own lapsed whenever a loaded worker's loop
+    stalled that long (the stall below makes it certain)."""
+    died = RedisReplyLog(url, prefix=prefix, cluster=cluster, lease=0.2)
+    log = RedisReplyLog(url, prefix=prefix, cluster=cluster)
     req = request(tokens=20)
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
@@ -187,13 +191,35 @@ async def _take_over(url: str, prefix: str, upstream: ServerThread, *, cluster: 
             base = stream.resume_token()
             base.pop("reply", None)
             await stream.aclose()
-            await log._create("taken", "died-at-once", base)  # what start() stores
-            seen = await follow_all(log, "taken", takeover=client)
+            await died._create("taken", "died-at-once", base)  # what start() stores
+            followed: list[Any] = []
+
+            async def follow() -> None:
+                followed.append(await follow_all(log, "taken", takeover=client))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                await _stall_once_taken(log, "taken", followed)
+            [seen] = followed
     finally:
+        await died.aclose()
         await log.aclose()
     seen.check()
     assert seen.text == expected_text(req)
     assert seen.end.outcome is fluxstream.Outcome.DONE
+
+
+async def _stall_once_taken(log: RedisReplyLog, key: str, followed: list[Any]) -> None:
+    """Once another producer holds ``key``'s lease, stall the event loop for 0.5 s, as a
+    loaded test worker does now and then (its lease must outlive that); not once the
+    follower is done (``followed``: the taker has released the lease then)."""
+    lease = log.keys(key)["lease"]
+    with anyio.fail_after(20):
+        while not followed:
+            if (await log._call("GET", lease)) not in (None, b"died-at-once", "died-at-once"):
+                time.sleep(0.5)  # noqa: ASYNC251 - the stall is the point
+                return
+            await anyio.sleep(0.002)
 
 
 async def test_a_user_without_script_sends_each_script_once_by_its_text(
