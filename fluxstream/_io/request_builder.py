@@ -90,8 +90,8 @@ class RequestBuilder:
         self.owns_http = owns_http
         # Merged once: most requests add no headers of their own (see ``build``). Without
         # the key: it is revealed only when a request is built.
-        self._post_headers = self.merged(True, {})
-        self._get_headers = self.merged(False, {})
+        self._post_headers = self._stock(True, None)
+        self._get_headers = self._stock(False, None)
         #: The same, with each API's own headers (Anthropic's version pin), made on the
         #: API's first request: ``(post, API name) -> headers``, without credentials.
         self._api_headers: dict[tuple[bool, str], dict[str, str]] = {}
@@ -143,22 +143,28 @@ class RequestBuilder:
         # Header names are case-insensitive: merge them lowercased, so a caller's own
         # Authorization (a proxy's token) replaces ours instead of being sent beside it.
         return {
+            **self._stock_headers(post, api),
+            **{name.lower(): value for name, value in headers.items()},
+        }
+
+    def _stock(self, post: bool, api: Api | None) -> dict[str, str]:
+        """The headers of a request that adds none of its own: ours, the client's, the
+        API's."""
+        return {
             "accept": "text/event-stream",
             **({"content-type": "application/json"} if post else {}),
             "user-agent": _USER_AGENT,
             **self.headers,
             **(api.headers if api is not None else {}),
-            **{name.lower(): value for name, value in headers.items()},
         }
 
     def _stock_headers(self, post: bool, api: Api | None) -> dict[str, str]:
-        """The headers of a request that adds none of its own, without credentials, merged
-        once per API (shared: never changed after)."""
+        """:meth:`_stock`, merged once per API (shared: never changed after)."""
         if api is None or not api.headers:
             return self._post_headers if post else self._get_headers
         merged = self._api_headers.get((post, api.name))
         if merged is None:
-            merged = self._api_headers[(post, api.name)] = self.merged(post, {}, api=api)
+            merged = self._api_headers[(post, api.name)] = self._stock(post, api)
         return merged
 
     def _authenticate(self, headers: dict[str, str], api: Api | None, url: BaseURL) -> None:
@@ -189,11 +195,8 @@ class RequestBuilder:
         timeouts of ``timeouts``."""
         if url is None:
             url = self.url if api is None else self.url.for_api(api)
-        if headers:  # what ``merged`` makes, from the merge made once per API
-            all_headers = {
-                **self._stock_headers(body is not None, api),
-                **{name.lower(): value for name, value in headers.items()},
-            }
+        if headers:
+            all_headers = self.merged(body is not None, headers, api=api)
             self._authenticate(all_headers, api, url)
         else:  # the usual case: only the client's own headers (and the API's), merged once
             all_headers = self._stock_headers(body is not None, api)

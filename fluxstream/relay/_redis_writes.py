@@ -219,16 +219,13 @@ class WriteCommands:
                 add_row(("r", write.owner))
             else:
                 entry_data = entry_json(entry.events, entry.end)
+                token_data = _token(write)
                 add_data(entry_data)
-                if write.token is None:  # most writes: a token goes once per token_interval
-                    add_row(("a", write.owner, entry.number, len(entry_data), 0, write.final))
-                else:
-                    token_data = to_json(write.token)
-                    add_data(token_data)
-                    add_row((
-                        "a", write.owner, entry.number, len(entry_data), len(token_data),
-                        write.final,
-                    ))
+                add_data(token_data)
+                add_row((
+                    "a", write.owner, entry.number, len(entry_data), len(token_data),
+                    write.final,
+                ))
         packed_rows = _ROWS(rows)
         blob = b"".join(data)
         sha = self._shas["writes"]
