@@ -181,6 +181,16 @@ async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
             n, tb = n + 1, tb.tb_next
         return n
 
+    async def settled(before: int, *, within: float = 10.0) -> int:
+        """How many more there are than ``before`` once closed connections are let go: a closed
+        transport drops its protocol (and the body reader it holds) a loop pass or more later,
+        longer on a loaded machine. Waits for the count, not for a fixed time; a real leak
+        never settles and is reported when ``within`` runs out."""
+        with anyio.move_on_after(within):
+            while alive() - before > 2:
+                await anyio.sleep(0.01)
+        return alive() - before
+
     http: Any = None
     if client_kind == "injected":
         pytest.importorskip("httpx_aiohttp")
@@ -188,10 +198,10 @@ async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
 
         http = HttpxAiohttpClient(limits=httpx.Limits(max_connections=16), timeout=10.0)
     limits = httpx.Limits(max_connections=16)
+    before, tb_before = alive(), shared_traceback()
     async with fluxstream.AsyncClient(
         base_url=server.base_url, http_client=http, limits=limits
     ) as client:
-        before, tb_before = alive(), shared_traceback()
 
         async def one(i: int) -> None:
             async with client.chat.stream(
@@ -208,9 +218,12 @@ async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
             async with anyio.create_task_group() as tg:
                 for i in range(16):
                     tg.start_soon(one, round_ * 16 + i)
-        await anyio.sleep(0.05)  # let aiohttp's transports finish closing
-        grown, tb_grown = alive() - before, shared_traceback() - tb_before
+    # Counted once the pool is closed: a connection kept in the pool holds the body reader of
+    # the last response it carried (bounded by the pool, not a leak). When the whole body
+    # arrived before the ``break`` (a loaded machine reads late), the connection goes back to
+    # the pool instead of being closed, so counting with the pool open measured the load.
     if http is not None:
         await http.aclose()
+    grown, tb_grown = await settled(before), shared_traceback() - tb_before
     assert grown <= 2, f"{grown} aiohttp responses/readers kept alive after 64 streams"
     assert tb_grown <= 4, f"aiohttp's shared error grew {tb_grown} traceback entries"
