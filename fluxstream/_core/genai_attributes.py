@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .progress import StreamStats
 
 __all__ = [
-    "error_type", "input_messages", "output_messages", "read_request", "request_attributes",
+    "error_type", "input_messages", "output_messages", "read_request",
     "response_attributes", "tokens_of",
 ]
 
@@ -101,19 +101,13 @@ def _stop_sequences(value: object) -> list[str] | None:
     return None
 
 
-def request_attributes(body: Mapping[str, Any], api: str | None) -> dict[str, Any]:
-    """The conventions' request parameters found in a request body (never its content), as
-    the request's API (``api``: its registered name) names them, where it keeps them; a
-    request of no registered API (``None``, an unknown name) has none read. Of the fields
-    that may hold one parameter, the first (in the API's order) with a usable value wins."""
-    out: dict[str, Any] = {"gen_ai.request.stream": True}
-    read_request(body, api, out)
-    return out
-
-
 def read_request(body: Mapping[str, Any], api: str | None, out: dict[str, Any]) -> None:
-    """:func:`request_attributes` but ``gen_ai.request.stream``, into ``out`` (a span's
-    attributes, begun with the ones every stream of its series shares: one dict a stream)."""
+    """The conventions' request parameters found in a request body (never its content), as
+    the request's API (``api``: its registered name) names them, where it keeps them, into
+    ``out`` (a span's attributes, begun with the ones every stream of its series shares: one
+    dict a stream). A request of no registered API (``None``, an unknown name) has none read.
+    Of the fields that may hold one parameter, the first (in the API's order) with a usable
+    value wins."""
     reading = _reading(api)
     if reading is None:
         settings = body
