@@ -142,7 +142,10 @@ def test_reload_mid_reply_shows_the_reply_exactly() -> None:
 
 
 def test_stop_cancels_the_upstream() -> None:
-    with ServerThread(profile="openai", faults="drip=0.004") as upstream, \
+    # The reply drips for 6 s: Stop, pressed after 30 characters, lands mid-reply however
+    # late a loaded machine delivers it (at 4 ms a drip, the whole reply took 0.8 s and was
+    # sometimes all shown before Stop reached the app).
+    with ServerThread(profile="openai", faults="drip=0.03") as upstream, \
             page_app(upstream) as port:
         title, text = rendered(chromium(
             f"http://127.0.0.1:{port}/?auto={PROMPT}&stop=30", "--dump-dom"))
