@@ -262,9 +262,10 @@ async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps
 
     # The trimming (2.5 s) outlasts the lease (1.2 s) twice over; the lease, refreshed every
     # 0.4 s, outlasts a loaded worker's stalled loop (one of 0.3 s lapsed under a stall of
-    # 0.2 s). The reply (4 s at the drip) outlasts the trimming.
+    # 0.2 s). The reply (4 s at the drip) outlasts the trimming. No resume token is due
+    # meanwhile (its write would refresh the lease too): only the refresh keeps the lease.
     lease, trimming = 1.2, 2.5
-    log = make_log(lease=lease)
+    log = make_log(lease=lease, token_interval=60.0)
     req = request(tokens=400)
     started = time.monotonic()
 
