@@ -14,7 +14,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from relay_support import RedisServer, died_at_once, expected_text, follow_all, request
+from relay_support import (
+    RedisServer,
+    died_at_once,
+    expected_text,
+    follow_all,
+    lapse_lease,
+    request,
+)
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
@@ -451,6 +458,34 @@ async def test_a_recorded_stream_nobody_consumes_loses_its_lease(
     assert seen.end.reason == "producer lost"
     gc.collect()
     assert gone() is None, gc.get_referrers(gone())
+
+
+async def test_an_unconsumed_stream_whose_lease_is_lost_is_let_go(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    """The other way an unconsumed stream stops recording: its lease lapses first (a loaded
+    worker's loop stalled past it, before the abandonment bound). The recording stopped,
+    but the log's cancel watch still held the recorder, and through it the stream, its
+    request and its upstream connection, for as long as the log lived. (Seen as the test
+    above failing under load: its lease of 0.1 s lapsed before the bound of 1 s.)"""
+    import gc
+    import weakref
+
+    log = make_log()
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = log.record(client.chat.stream(content_key="lapsed", **request(tokens=20)))
+        await recorded.start()
+        gone = weakref.ref(recorded)
+        del recorded
+        await lapse_lease(log, "lapsed")  # as a stall past the lease does
+        seen = await follow_all(log, "lapsed")
+        assert seen.end.reason == "producer lost"
+        # The writer's next refresh (a third of the lease on) finds the lease lost.
+        with anyio.move_on_after(10):
+            while gone() is not None:
+                gc.collect()
+                await anyio.sleep(0.05)
+        assert gone() is None, "the log still holds a stream whose recording stopped"
 
 
 async def test_a_slow_consumer_keeps_recording(
