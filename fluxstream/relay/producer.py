@@ -225,7 +225,13 @@ class Recorder:
     # ------------------------------------------------------------------ the log's writer
 
     def broken(self, exc: BaseException, *, cancelled: bool = False) -> None:
-        """Recording stopped on ``exc`` (``cancelled``: and so did the stream)."""
+        """Recording stopped on ``exc`` (``cancelled``: and so did the stream). The cancel
+        watch goes with it: the log's watch would otherwise hold this recorder, and so the
+        stream, its request and its connection, for as long as the log lives when nobody
+        consumes or closes the stream (its lease lapsed before it was abandoned)."""
+        if self._stop_watch is not None:
+            self._stop_watch()
+            self._stop_watch = None
         if self.log_error is None:
             self.log_error = exc
             logger.warning(
@@ -260,9 +266,6 @@ class Recorder:
             :data:`_ABANDONED_MIN`): the writer stops recording it, and the lease lapses.
         """
         if now - self._consumed_at > self._abandon and self._unconsumed(now):
-            if self._stop_watch is not None:
-                self._stop_watch()
-                self._stop_watch = None
             bound = self._abandon_after()
             raise RelayError(
                 f"nobody consumed the stream of {show_key(self.key)} for {bound:g} s:"

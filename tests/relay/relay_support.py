@@ -180,6 +180,24 @@ def steal_lease(log: ReplyLog, key: str) -> Any:
     return log.redis.set(log.keys(key)["lease"], "another worker", px=60_000)  # type: ignore[attr-defined]
 
 
+async def died_at_once(log: ReplyLog, key: str, base: dict[str, Any]) -> None:
+    """A reply whose producer created it (``base``: what ``start()`` stores) and died before
+    its first entry, its lease already lapsed -- at once, not after a short lease waited
+    out: a log made with a short lease for that would give its takers the same short lease,
+    which a loaded worker's stalled loop lets lapse under them (a second takeover, a
+    request sent twice, a reply ended ``producer lost``)."""
+    await log._create(key, "died-at-once", base)
+    await lapse_lease(log, key)
+
+
+async def lapse_lease(log: ReplyLog, key: str) -> None:
+    """End the lease of ``key``'s producer now, as its lapse after the producer died does."""
+    if isinstance(log, MemoryReplyLog):
+        log._replies[key].lease_until = time.monotonic()  # lapsed now (not long ago: forgotten)
+    else:
+        await log.redis.delete(log.keys(key)["lease"])  # type: ignore[attr-defined]
+
+
 async def cancel_after(
     recorded: Any, stopper: ReplyLog, deltas: int, *, during: Any = None
 ) -> tuple[list[Any], float]:

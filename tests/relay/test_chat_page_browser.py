@@ -142,7 +142,10 @@ def test_reload_mid_reply_shows_the_reply_exactly() -> None:
 
 
 def test_stop_cancels_the_upstream() -> None:
-    with ServerThread(profile="openai", faults="drip=0.004") as upstream, \
+    # The reply drips for 6 s: Stop, pressed after 30 characters, lands mid-reply however
+    # late a loaded machine delivers it (at 4 ms a drip, the whole reply took 0.8 s and was
+    # sometimes all shown before Stop reached the app).
+    with ServerThread(profile="openai", faults="drip=0.03") as upstream, \
             page_app(upstream) as port:
         title, text = rendered(chromium(
             f"http://127.0.0.1:{port}/?auto={PROMPT}&stop=30", "--dump-dom"))
@@ -154,11 +157,14 @@ def test_stop_cancels_the_upstream() -> None:
 @pytest.mark.parametrize(("heartbeat", "cut"), [(0.25, False), (60.0, True)],
                          ids=["heartbeats", "control-without"])
 def test_a_proxy_idle_cut_is_kept_away_by_heartbeats(heartbeat: float, cut: bool) -> None:
-    """The model pauses 4 s mid-reply; the proxy cuts what is idle for 1.5 s."""
-    faults = "drip=0.003,stall=4,stall-after-events=25"
+    """The model pauses 6 s mid-reply; the proxy cuts what is idle for 3 s: twelve
+    heartbeats' worth, so a loaded machine that stalls the app's thread for a second or two
+    does not let the heartbeats' connection go idle (with a limit of 1.5 s it had only 1.25 s
+    of slack), and the pause is still twice the limit for the control."""
+    faults = "drip=0.003,stall=6,stall-after-events=25"
     with ServerThread(profile="openai", faults=faults) as upstream, \
             page_app(upstream, heartbeat=heartbeat) as port, \
-            IdleCuttingProxy([port], idle=1.5) as proxy:
+            IdleCuttingProxy([port], idle=3.0) as proxy:
         title, text = rendered(chromium(
             f"http://127.0.0.1:{proxy.port}/?auto={PROMPT}", "--dump-dom"))
     assert title == "ended: done"

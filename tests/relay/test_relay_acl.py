@@ -69,7 +69,7 @@ async def test_a_cancel_whose_wake_up_is_refused_reports_the_reply_it_stopped(
     url = acl_user("acl-nochannels", "~*", "resetchannels", "+@all")
     producer = RedisReplyLog(url, prefix="acl-cancel:")
     stopper = RedisReplyLog(url, prefix="acl-cancel:")
-    req = request(tokens=500)  # 5 s at the drip: the cancel lands mid-reply
+    req = request(tokens=1000)  # 10 s at the drip: the cancel lands mid-reply
     try:
         async with fluxstream.AsyncClient(upstream.base_url) as client:
             recorded = producer.record(client.chat.stream(content_key="stop", **req))
@@ -84,9 +84,10 @@ async def test_a_cancel_whose_wake_up_is_refused_reports_the_reply_it_stopped(
     assert stopper.wake_ups_failed == 1
     assert any("wake-up" in r.getMessage() for r in caplog.records)
     # The producer saw the flag with a write of its own (one frame of 16 ms while the model
-    # streams), not at the end of the reply.
-    record = await upstream.records.wait_disconnect(2.0, completed=False)
-    assert record.time - asked < 0.5, record.time - asked
+    # streams), not at the end of the reply (10 s after the cancel); the bound leaves a
+    # loaded machine's stalled loop its slack.
+    record = await upstream.records.wait_disconnect(10.0, completed=False)
+    assert record.time - asked < 3.0, record.time - asked
     assert seen.end.outcome is fluxstream.Outcome.CANCELLED
     assert expected_text(req).startswith(seen.text) and seen.text != expected_text(req)
 
@@ -96,8 +97,10 @@ async def test_a_cancel_without_a_wake_up_reaches_a_silent_producer_within_half_
 ) -> None:
     """The same user, the model silent (thinking: no delta, so no write): the producer's lease
     refresh reads the flag, at most half a lease after the cancel (a refresh is due a third of
-    a lease after the last write, looked for every sixth)."""
-    lease = 0.6
+    a lease after the last write, looked for every sixth). The lease is long enough that
+    half of it tells the refresh apart from the upstream's own end (20 s) with a loaded
+    machine's slack on top: a lease of 0.6 s left 0.4 s for a stalled loop."""
+    lease = 4.0
     upstream = server_factory(profile="openai", faults="stall=20,stall-after-events=3")
     url = acl_user("acl-silent", "~*", "resetchannels", "+@all")
     producer = RedisReplyLog(url, prefix="acl-silent:", lease=lease)
@@ -111,8 +114,8 @@ async def test_a_cancel_without_a_wake_up_reaches_a_silent_producer_within_half_
         await producer.aclose()
     assert outcome == [fluxstream.Outcome.CANCELLED]
     assert recorded.outcome is fluxstream.Outcome.CANCELLED
-    record = await upstream.records.wait_disconnect(2.0, completed=False)
-    assert record.time - asked < lease / 2 + 0.4, record.time - asked
+    record = await upstream.records.wait_disconnect(10.0, completed=False)
+    assert record.time - asked < lease / 2 + 2.0, record.time - asked
 
 
 async def _script_calls(redis_server: RedisServer) -> dict[str, int]:

@@ -99,7 +99,10 @@ async def test_what_is_due_together_is_written_in_one_batch(make_log: MakeLog) -
     round trip on Redis), however many streams."""
     from fluxstream.relay.producer import Recorder
 
-    log = make_log()
+    # No lease refresh falls due while the test runs (a third of the lease after each
+    # start), however slow a loaded machine makes the forty starts: it would be a batch of
+    # its own.
+    log = make_log(lease=600.0)
     sizes = count_batches(log)
     recorders = [Recorder(HeldStream(f"held-{i}"), log._access()) for i in range(40)]  # type: ignore[arg-type]
     for recorder in recorders:
@@ -257,12 +260,17 @@ async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps
     about one run in three)."""
     from fluxstream.relay.producer import RecordedStream, Recorder
 
-    log = make_log(lease=0.3)
-    req = request(tokens=100)
+    # The trimming (2.5 s) outlasts the lease (1.2 s) twice over; the lease, refreshed every
+    # 0.4 s, outlasts a loaded worker's stalled loop (one of 0.3 s lapsed under a stall of
+    # 0.2 s). The reply (4 s at the drip) outlasts the trimming. No resume token is due
+    # meanwhile (its write would refresh the lease too): only the refresh keeps the lease.
+    lease, trimming = 1.2, 2.5
+    log = make_log(lease=lease, token_interval=60.0)
+    req = request(tokens=400)
     started = time.monotonic()
 
-    def trim(event: Any) -> list[Any]:  # the first 0.8 s repeat stored text: all dropped
-        if time.monotonic() - started < 0.8 and not isinstance(event, fluxstream.End):
+    def trim(event: Any) -> list[Any]:  # the first seconds repeat stored text: all dropped
+        if time.monotonic() - started < trimming and not isinstance(event, fluxstream.End):
             return []
         return [event]
 
@@ -273,11 +281,11 @@ async def test_a_stream_whose_events_are_all_trimmed_longer_than_the_lease_keeps
         recorded = RecordedStream.adopt(
             stream, Recorder(stream, log._access(), key="trimmed", transform=trim)
         )
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             async with recorded:
                 async for _event in recorded:
                     pass
-    assert time.monotonic() - started > 0.8  # the stream outlasted the trimming
+    assert time.monotonic() - started > trimming  # the stream outlasted the trimming
     assert recorded.log_error is None
     assert recorded.refreshes >= 1
     assert recorded.reply.outcome is fluxstream.Outcome.DONE

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,29 @@ PROMPT = "browser"
 pytestmark = needs_chromium
 
 
-@pytest.fixture
-def app_server() -> Iterator[tuple[str, ServerThread]]:
+@contextmanager
+def app_with_upstream(drip: float) -> Iterator[tuple[str, ServerThread]]:
+    """The example app at its URL, its upstream dripping an event every ``drip`` seconds."""
     example = load_example("relay_app")
-    with ServerThread(profile="openai", faults="drip=0.003") as upstream:
+    with ServerThread(profile="openai", faults=f"drip={drip}") as upstream:
         app = example.make_app(MemoryReplyLog(), upstream.base_url)
         with serve_app(app) as port:
             yield f"http://127.0.0.1:{port}/", upstream
+
+
+@pytest.fixture
+def app_server() -> Iterator[tuple[str, ServerThread]]:
+    with app_with_upstream(0.003) as served:
+        yield served
+
+
+@pytest.fixture
+def slow_app_server() -> Iterator[tuple[str, ServerThread]]:
+    """The reply lasts 6 s: Stop, pressed after its first 30 characters, lands mid-reply
+    however late a loaded machine delivers it (at a 3 ms drip the whole reply took 0.6 s
+    and was sometimes all there before Stop reached the app)."""
+    with app_with_upstream(0.03) as served:
+        yield served
 
 
 def expected_text() -> str:
@@ -63,8 +80,8 @@ def test_page_reload_mid_reply_resumes(app_server: tuple[str, ServerThread]) -> 
     assert text == expected_text()
 
 
-def test_stop_button_ends_the_upstream(app_server: tuple[str, ServerThread]) -> None:
-    base, upstream = app_server
+def test_stop_button_ends_the_upstream(slow_app_server: tuple[str, ServerThread]) -> None:
+    base, upstream = slow_app_server
     title, text = rendered(chromium(base + f"?auto={PROMPT}&stop=30", "--dump-dom"))
     assert title == "ended: cancelled"
     assert expected_text().startswith(text) and 30 <= len(text) < len(expected_text())

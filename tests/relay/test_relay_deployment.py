@@ -26,14 +26,15 @@ FOLLOWERS = 2
 
 
 def start_producers(
-    redis_url: str, base_url: str, run: str, *, lease: float, tokens: int, drip: float
+    redis_url: str, base_url: str, run: str, *, lease: float, tokens: int, drip: float,
+    slow: dict[str, float] | None = None,
 ) -> list[tuple[Worker, list[str]]]:
     """Two producer processes of ``STREAMS`` replies each, every reply created once both
-    said ``ready``."""
+    said ``ready``; the replies named in ``slow`` drip at their own pace."""
     producers = []
     for name in ("a", "b"):
         keys = [f"deploy-{run}-{name}{i}" for i in range(STREAMS)]
-        drips = ",".join(str(drip) for _ in keys)
+        drips = ",".join(str((slow or {}).get(key, drip)) for key in keys)
         worker = Worker("produce", redis_url, base_url, str(lease), ",".join(keys), str(tokens),
                         drips)
         producers.append((worker, keys))
@@ -53,16 +54,21 @@ async def test_two_producer_processes_one_redis_followers_of_both_and_a_cancel(
     redis_server: RedisServer, upstream: ServerThread, workers: list[Worker]
 ) -> None:
     run = "two-and-a-cancel"
-    tokens = 200  # ~1.2 s per reply at a 6 ms drip: the cancel lands mid-reply
+    tokens = 200  # ~1.2 s per reply at a 6 ms drip
     req = request(tokens=tokens)
     expected = expected_text(req)
+    # One reply of the second process, cancelled by its first follower after 10 deltas: it
+    # drips for 10 s, so the cancel lands mid-reply however late a loaded machine starts the
+    # followers (at the others' pace it had sometimes ended before its follower's cancel).
+    cancelled = f"deploy-{run}-b1"
     producers = start_producers(
-        redis_server.url, upstream.base_url, run, lease=5.0, tokens=tokens, drip=0.006
+        redis_server.url, upstream.base_url, run, lease=5.0, tokens=tokens, drip=0.006,
+        slow={cancelled: 0.05},
     )
     workers += [worker for worker, _ in producers]
     for worker, _ in producers:
         assert worker.line() == "ready"
-    cancelled = producers[1][1][1]  # one reply of the second process
+    assert cancelled == producers[1][1][1]
     log = RedisReplyLog(redis_server.url)
     results: dict[str, list[Followed]] = {}
 
@@ -124,6 +130,9 @@ async def test_one_of_two_producer_processes_killed_mid_reply(
     (victim, lost_keys), (survivor, kept_keys) = producers
     takeover_keys = set(lost_keys[:2])
     log = RedisReplyLog(redis_server.url, lease=lease)
+    # Takers record with the default lease: one of 0.6 s can lapse under a loaded machine's
+    # stall, and the reply then ends cut short for its followers.
+    takers = RedisReplyLog(redis_server.url)
     results: dict[str, list[tuple[Followed, float]]] = {}
     killed_at = 0.0
     seen_of_victim = 0
@@ -133,7 +142,7 @@ async def test_one_of_two_producer_processes_killed_mid_reply(
         nonlocal seen_of_victim
         seen = Followed()
         with anyio.fail_after(30):
-            async for item in log.follow(key, takeover=takeover):
+            async for item in (takers if takeover else log).follow(key, takeover=takeover):
                 seen.events.append(item)
                 if key in lost_keys and isinstance(item.event, fluxstream.TextDelta):
                     seen_of_victim += 1
@@ -155,6 +164,7 @@ async def test_one_of_two_producer_processes_killed_mid_reply(
                 for _ in range(FOLLOWERS):
                     tg.start_soon(follower, key, client if key in takeover_keys else None)
     await log.aclose()
+    await takers.aclose()
     assert killed_at > 0
     outcomes = done_lines(survivor, len(kept_keys))
     survivor.finish()

@@ -14,7 +14,14 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from relay_support import RedisServer, expected_text, follow_all, request
+from relay_support import (
+    RedisServer,
+    died_at_once,
+    expected_text,
+    follow_all,
+    lapse_lease,
+    request,
+)
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
@@ -45,7 +52,7 @@ async def test_a_takeover_before_the_first_entry_resends_to_the_same_endpoint(
     meant for. It used to send every such request to Chat Completions: a Responses reply
     ended ``producer lost`` (``Chat.stream()`` wants ``messages``), a Messages request went to
     the wrong API."""
-    log = make_log(lease=0.2)
+    log = make_log()  # the taker's lease: the default, which a stalled loop does not outlast
     key = f"early-{endpoint}"
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         direct = await getattr(client, endpoint).complete(model="m", **kwargs)
@@ -53,7 +60,7 @@ async def test_a_takeover_before_the_first_entry_resends_to_the_same_endpoint(
         base = stream.resume_token()
         base.pop("reply", None)
         await stream.aclose()
-        await log._create(key, "died-at-once", base)  # what RecordedStream.start() stores
+        await died_at_once(log, key, base)
         before = len(upstream.records.requests)
         seen = await follow_all(log, key, takeover=client)
     assert seen.end.outcome is fluxstream.Outcome.DONE, seen.end
@@ -170,9 +177,12 @@ async def test_a_reply_silent_longer_than_the_ttl_is_not_forgotten_while_its_pro
     On Redis the refresh did not push the reply's TTL back, so a silence longer than ``ttl``
     expired the reply under a live producer: followers got ``RelayKeyError`` and the
     producer's next write made a reply without its request or first entries."""
+    # The silence (3.5 s) outlasts the TTL (2 s) by far; the lease (1.5 s, refreshed every
+    # half second) outlasts a loaded worker's stalled loop, and so does the TTL each refresh
+    # pushes back. (A lease of 0.3 s lapsed whenever the loop stalled 0.2 s.)
     req = request(tokens=40)
-    with ServerThread(faults="stall=1.2,stall-after-events=5") as stalling:
-        log = make_log(ttl=0.5, lease=0.3)
+    with ServerThread(faults="stall=3.5,stall-after-events=5") as stalling:
+        log = make_log(ttl=2.0, lease=1.5)
         async with fluxstream.AsyncClient(stalling.base_url) as client:
             async with anyio.create_task_group() as tg:
                 seen: list[Any] = []
@@ -249,10 +259,22 @@ async def test_a_follower_of_a_recreated_reply_waits_after_the_tailer_failed(
 
         log._range = counting_range  # type: ignore[method-assign]
         seen: list[Any] = []
-        with anyio.move_on_after(0.6):
+
+        async def follow() -> None:
             async for item in log.follow("again"):
                 seen.append(item)
+                arrived.set()
+
+        arrived = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow)
+            with anyio.fail_after(10):  # the entry there is, however late the machine
+                await arrived.wait()
+            counted_from = reads
+            await anyio.sleep(0.6)  # the reply silent: the follower waits, not reads
+            tg.cancel_scope.cancel()
         assert [item.event.text for item in seen] == ["y"]
+        reads -= counted_from
         assert reads < 30, f"{reads} reads of Redis in 0.6 s of a silent reply"
     finally:
         await probe.aclose()
@@ -296,7 +318,9 @@ async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothi
     ended the reply ``truncated`` / ``producer lost`` -- or took it over again, sending the
     request upstream once more after Stop. (A race: 3 runs of this test in 4 failed.)"""
     req = {"messages": [{"role": "user", "content": "stop my taker"}], "max_tokens": 400}
-    log, stopper = make_log(lease=0.3), make_log(lease=0.3)
+    # The takers' lease is the default: one of 0.3 s lapsed under a taker whose loop a loaded
+    # machine stalled, and another follower took the reply over -- a request sent twice.
+    log, stopper = make_log(), make_log()
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         for round_ in range(5):
             key = f"stop-taker-{round_}"
@@ -304,7 +328,7 @@ async def test_stop_during_a_takeover_ends_the_reply_cancelled_and_resumes_nothi
             base = stream.resume_token()
             base.pop("reply", None)
             await stream.aclose()
-            await log._create(key, "died-at-once", base)
+            await died_at_once(log, key, base)
             before = len(upstream.records.requests)
             outcomes: list[Any] = []
             results: dict[int, Any] = {}
@@ -436,6 +460,34 @@ async def test_a_recorded_stream_nobody_consumes_loses_its_lease(
     assert gone() is None, gc.get_referrers(gone())
 
 
+async def test_an_unconsumed_stream_whose_lease_is_lost_is_let_go(
+    make_log: MakeLog, upstream: ServerThread
+) -> None:
+    """The other way an unconsumed stream stops recording: its lease lapses first (a loaded
+    worker's loop stalled past it, before the abandonment bound). The recording stopped,
+    but the log's cancel watch still held the recorder, and through it the stream, its
+    request and its upstream connection, for as long as the log lived. (Seen as the test
+    above failing under load: its lease of 0.1 s lapsed before the bound of 1 s.)"""
+    import gc
+    import weakref
+
+    log = make_log()
+    async with fluxstream.AsyncClient(upstream.base_url) as client:
+        recorded = log.record(client.chat.stream(content_key="lapsed", **request(tokens=20)))
+        await recorded.start()
+        gone = weakref.ref(recorded)
+        del recorded
+        await lapse_lease(log, "lapsed")  # as a stall past the lease does
+        seen = await follow_all(log, "lapsed")
+        assert seen.end.reason == "producer lost"
+        # The writer's next refresh (a third of the lease on) finds the lease lost.
+        with anyio.move_on_after(10):
+            while gone() is not None:
+                gc.collect()
+                await anyio.sleep(0.05)
+        assert gone() is None, "the log still holds a stream whose recording stopped"
+
+
 async def test_a_slow_consumer_keeps_recording(
     make_log: MakeLog, upstream: ServerThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -444,19 +496,22 @@ async def test_a_slow_consumer_keeps_recording(
     from fluxstream.relay import producer
 
     monkeypatch.setattr(producer, "_ABANDONED_MIN", 0.3, raising=False)
-    # Each pause (0.5 s) outlasts the lease (0.2 s) by 2.5 times, so the recording lives
-    # only through the writer's refreshes while nobody reads, and stays a quarter of the
-    # abandonment bound (10 leases, 2 s). A lease of 50 ms (refreshed every ~17 ms, lost
-    # after a 33 ms stall) once lapsed under scheduler noise on a machine at load 6; at
-    # 0.2 s a stall must pass ~100 ms before a refresh comes too late.
-    lease, pause = 0.2, 0.5
+    # Each pause (2 s) outlasts the lease (1.5 s), so the recording lives only through the
+    # writer's refreshes while nobody reads, and stays well within the abandonment bound
+    # (10 leases, 15 s). The lease is refreshed every half second, so a loaded worker's
+    # loop stalled for up to a second loses nothing; leases of 50 ms and then 0.2 s lapsed
+    # under scheduler noise (a stall of 33 ms, then of ~130 ms). Two pauses are enough.
+    lease, pause, pauses = 1.5, 2.0, 2
     log = make_log(lease=lease)
     assert lease < pause < 10 * lease / 2  # what the test is about, whatever the numbers
     req = request(tokens=6)
     async with fluxstream.AsyncClient(upstream.base_url) as client:
         async with log.record(client.chat.stream(content_key="slow", **req)) as recorded:
+            events = 0
             async for _ in recorded:
-                await anyio.sleep(pause)
+                events += 1
+                if events <= pauses:
+                    await anyio.sleep(pause)
     assert recorded.log_error is None
     seen = await follow_all(log, "slow")
     assert seen.text == expected_text(req)

@@ -50,9 +50,10 @@ async def test_followers_through_the_tail_yield_what_reads_alone_yield(
     of what is stored so far; every follower gets exactly the stored events after its
     position, in order, once, and the two paths the same."""
     draw = random.Random(seed)
-    # A poll of lease / 4 = 0.3 s: pauses of 0.35 s make waits time out mid-reply, and
-    # the lease outlives a pause on a loaded machine (a lapse would end the reply early).
-    log, other = make_log(lease=1.2), make_log(lease=1.2)
+    # A poll of lease / 4 = 0.6 s: pauses of 0.7 s make waits time out mid-reply, and the
+    # lease outlives a pause and a loaded machine's stall of a second and a half on top (a
+    # lapse would end the reply early; with a lease of 1.2 s, a stall of 0.85 s would).
+    log, other = make_log(lease=2.4), make_log(lease=2.4)
     general = reads_alone(other)
     key = f"tail-{seed}"
     assert log._tail(key) is not None and general._tail(key) is None
@@ -77,7 +78,7 @@ async def test_followers_through_the_tail_yield_what_reads_alone_yield(
                 )
                 await log._append(key, owner, Entry(number, events), token=None, final=False)
                 stored.extend((f"{number}-{i}", event) for i, event in enumerate(events))
-                pause = draw.choice([0, 0, 0, 0, 0.001, 0.02, 0.35])
+                pause = draw.choice([0, 0, 0, 0, 0.001, 0.02, 0.7])
                 if pause:
                     await anyio.sleep(pause)
                 else:

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.anyio
 
 MakeLog = Callable[..., ReplyLog]
 
-#: Tokens of the reply, at the drip below: 5 s, so the lease is lost mid-reply.
-TOKENS = 500
+#: Tokens of the reply, at the drip below: 10 s, so the lease is lost mid-reply, and the
+#: reply's end is far from the cut whatever a loaded machine adds.
+TOKENS = 1000
 DRIP = 0.01
 
 
@@ -48,8 +49,9 @@ async def _steal_after(log: ReplyLog, key: str, entries: int) -> float:
 async def _cut_short(upstream: ServerThread, stolen_at: float) -> None:
     """The upstream saw the client hang up mid-reply, soon after the lease was lost (the
     producer learns it with its next write, a frame later), and wrote no more."""
-    record = await upstream.records.wait_disconnect(2.0, completed=False)
-    assert record.time - stolen_at < 1.0, record.time - stolen_at
+    record = await upstream.records.wait_disconnect(10.0, completed=False)
+    # At once (plus a loaded machine's slack), not at the reply's end, 10 s after the steal.
+    assert record.time - stolen_at < 3.0, record.time - stolen_at
     [response] = upstream.records.responses
     assert response.ending == "client-disconnect"
     assert response.events < TOKENS / 2

@@ -13,7 +13,14 @@ from typing import Any
 
 import anyio
 import pytest
-from relay_support import Followed, cancel_after, expected_text, follow_all, request
+from relay_support import (
+    Followed,
+    cancel_after,
+    expected_text,
+    follow_all,
+    lapse_lease,
+    request,
+)
 
 import fluxstream
 from fluxstream.errors import RelayKeyError, RelayPositionError
@@ -98,7 +105,7 @@ async def test_cancel_from_another_worker_stops_the_upstream_and_ends_every_foll
 ) -> None:
     upstream = server_factory(profile="openai", faults="drip=0.01")
     producer_log, other = make_log(), make_log()
-    req = request(tokens=400)
+    req = request(tokens=1000)  # 10 s at the drip: the cancel lands long before the end
     followers: list[Followed] = []
 
     async def follower() -> None:
@@ -112,8 +119,10 @@ async def test_cancel_from_another_worker_stops_the_upstream_and_ends_every_foll
             tg.start_soon(follower)
 
         _, asked = await cancel_after(recorded, other, 10, during=follow)
-    record = await upstream.records.wait_disconnect(timeout=2.0)
-    assert record.time - asked < 0.2, record.time - asked
+    record = await upstream.records.wait_disconnect(timeout=10.0)
+    # Stopped at once, not at the reply's end (10 s after the cancel): the bound leaves a
+    # loaded machine's stalled loop its slack.
+    assert record.time - asked < 3.0, record.time - asked
     assert not record.completed
     assert recorded.outcome is fluxstream.Outcome.CANCELLED
     assert len(followers) == 2
@@ -145,8 +154,9 @@ async def test_a_producer_that_stops_writing_is_reported_lost(make_log: MakeLog)
     seen = await follow_all(log, "lost")
     assert seen.end.outcome is fluxstream.Outcome.TRUNCATED
     assert seen.end.reason == "producer lost"
-    # Within the lease (plus one poll and scheduling slack, as in the SIGKILL test).
-    assert time.monotonic() - started < 0.3 + 0.5
+    # Within the lease (plus one poll and a loaded machine's slack, as in the SIGKILL test;
+    # unnoticed, the follow would end with the reply's TTL of an hour, or never).
+    assert time.monotonic() - started < 0.3 + 2.0
 
 
 async def test_eventsource_reconnects_with_last_event_id_on_the_other_worker(
@@ -271,10 +281,13 @@ async def test_a_takeover_that_cannot_resume_leaves_the_reply_lost_not_broken(
             def resume(token: Any) -> Any:
                 raise ValueError("unsupported resume token version")
 
-    log = make_log(lease=0.2)
+    # The producer's lease lapses once it wrote its entry, not on a clock that a stalled
+    # loop could let run out before the entry is written.
+    log = make_log()
     await log._create("cannot", "gone", {"key": "cannot", "body": {}})
     entry = fluxstream.relay.Entry(1, (fluxstream.TextDelta("cannot", 0, 0, "Hel"),))
     await log._append("cannot", "gone", entry, token={"version": 99, "key": "cannot"}, final=False)
+    await lapse_lease(log, "cannot")
     seen = await follow_all(log, "cannot", takeover=Unresumable())
     assert seen.text == "Hel"
     assert seen.end.outcome is fluxstream.Outcome.TRUNCATED

@@ -237,7 +237,9 @@ async def test_the_recipes_endpoints_work_as_written(
     assert (read["failed"], read["errors"], read["finishReason"]) == (None, [], "stop")
     assert joined(read, "text") == expected and len(expected) > 40
     assert refused.status_code == 400
-    with ServerThread(profile="openai", faults="drip=0.02") as slow:  # to leave mid-reply
+    # To leave mid-reply, and to come back before its end however late a loaded machine
+    # runs the page's reconnect (about 2.5 s of reply; at 0.02 s a drip it was under one).
+    with ServerThread(profile="openai", faults="drip=0.06") as slow:
         async with recipe_app(resumable, slow) as (base, namespace):
             [left] = await read_in_node(ai_sdk, [
                 {"url": f"{base}/api/chat", "chatId": "c2", "leaveAfter": 3, "prompt": "recipe"}],

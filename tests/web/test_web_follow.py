@@ -4,8 +4,10 @@ memory log and on Redis; every untrusted ``Last-Event-ID`` gets its documented s
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import anyio
 import httpx
@@ -61,17 +63,36 @@ def reply_text(max_tokens: int) -> str:
     }).text
 
 
+async def in_step_with(page: Page, deltas: int, stream: Any, log: ReplyLog) -> None:
+    """Record ``stream`` into ``log``, its first ``deltas`` text deltas in step with ``page``:
+    the next is read once the page shows the text so far. Each is then an entry and an
+    event of its own while the reply is live, whatever a loaded machine does to the timing
+    (left to the clock, a producer stalled behind the page joined the deltas into a few
+    entries, or the reply had ended before the page came, and the page was cut only thrice).
+    """
+    text = ""
+    async with log.record(stream) as recorded:
+        async for event in recorded:
+            if isinstance(event, fluxstream.TextDelta) and deltas > 0:
+                deltas -= 1
+                text += event.text
+                with anyio.fail_after(10):
+                    while len(page.shown) < len(text):  # noqa: ASYNC110 - the page's own list
+                        await anyio.sleep(0.002)
+
+
 async def start_reply(
     client: fluxstream.AsyncClient, log: ReplyLog, tasks: anyio.abc.TaskGroup,
-    max_tokens: int, drip: float,
+    max_tokens: int, drip: float, *, producer: Callable[[Any, ReplyLog], Awaitable[Any]] = produce,
 ) -> str:
-    """A reply produced into ``log`` in the background; its key, once it exists."""
+    """A reply produced into ``log`` in the background (by ``producer(stream, log)``); its
+    key, once it exists."""
     key = uuid.uuid4().hex
     stream = client.chat.stream(
         model="m@fill-max-tokens", messages=messages(), max_tokens=max_tokens, content_key=key,
         extra_headers={"X-Fluxstream-Fault": f"drip={drip}"},
     )
-    tasks.start_soon(produce, stream, log)
+    tasks.start_soon(producer, stream, log)
     with anyio.fail_after(10):
         while True:
             try:
@@ -86,12 +107,13 @@ async def start_reply(
 async def test_a_page_cut_again_and_again_shows_the_reply_exactly_once(
     server: str, app_kind: str, upstream: ServerThread, log: ReplyLog,
 ) -> None:
+    page = Page()
     async with fluxstream.AsyncClient(upstream.base_url, api_key="k") as client:
         async with anyio.create_task_group() as tasks:
-            key = await start_reply(client, log, tasks, 60, 0.004)
+            key = await start_reply(client, log, tasks, 60, 0.004,
+                                    producer=functools.partial(in_step_with, page, 20))
             app = make_app(app_kind, Backing(client, log))
             async with serving(server, app) as base, httpx.AsyncClient(base_url=base) as http:
-                page = Page()
                 connections = 0
                 while page.outcome is None:
                     connections += 1
