@@ -199,8 +199,10 @@ async def test_break_without_async_with_is_observed_when_collected(
             del stream
             gc.collect()
         assert any(issubclass(w.category, ResourceWarning) for w in caught)
-        await anyio.sleep(0.05)  # the finalizer's close runs in the loop
-    reply, stats = seen.ended()
+        # Observed by the finalizer itself, not by a close it leaves to the loop: checked
+        # before anything else runs, so a late end fails here instead of racing a sleep.
+        seen.ended()
+    reply, stats = seen.ended()  # still the one end once the client closed
     assert reply.outcome is Outcome.CANCELLED and stats.duration is not None
 
 
