@@ -99,7 +99,9 @@ async def test_coalesced_text_works_without_async_with(server: Any) -> None:
         stream = client.chat.stream(
             model="m", messages=MSG, extra_headers={"X-Fluxstream-Fault": "drip=0.003"}
         )
-        pieces = [p async for p in stream.text(coalesce=0.02)]
+        # 30 deltas 3 ms apart, joined per 0.2 s: 20 pieces would take 4 s of delivery,
+        # which no loaded machine's slowness reaches (0.02 s frames did: 0.4 s)
+        pieces = [p async for p in stream.text(coalesce=0.2)]
         assert "".join(pieces) == stream.reply.text and stream.outcome == "done"
         assert len(pieces) < 20
 
