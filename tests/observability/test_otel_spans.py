@@ -198,7 +198,8 @@ async def test_a_client_closed_under_a_stream_ends_the_span(
                 if isinstance(event, fluxstream.TextDelta) and closed_at is None:
                     closed_at = time.monotonic()
                     await client.aclose()
-    assert closed_at is not None and time.monotonic() - closed_at < 1.0
+    # at once: well under the 10 s the reply would take (1 s left a loaded worker too little)
+    assert closed_at is not None and time.monotonic() - closed_at < 3.0
     span = attrs(telemetry.span())
     assert span["fluxstream.outcome"] == "truncated"
 
