@@ -191,7 +191,7 @@ async def test_closing_early_over_aiohttp_keeps_no_responses_alive(
         longer on a loaded machine. Waits for the count, not for a fixed time; a real leak
         never settles and is reported when ``within`` runs out."""
         with anyio.move_on_after(within):
-            while alive() - before > 2:  # noqa: ASYNC110 - a count, not an event
+            while alive() - before > 2:  # noqa: ASYNC110 - nothing to wait on but the gc
                 await anyio.sleep(0.01)
         return alive() - before
 
