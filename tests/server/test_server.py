@@ -315,7 +315,7 @@ async def test_disconnect_detected_while_server_stalls(aserver: Server) -> None:
 
 async def test_shutdown_is_prompt_with_clients_connected(anyio_backend: str) -> None:
     started = time.monotonic()
-    with anyio.fail_after(5):
+    with anyio.fail_after(20):  # the stall is 60 s
         async with serve() as server:
             stream = await anyio.connect_tcp("127.0.0.1", server.port)
             payload = json.dumps(chat()).encode()
@@ -326,7 +326,7 @@ async def test_shutdown_is_prompt_with_clients_connected(anyio_backend: str) -> 
             )
             await stream.receive()
             idle = await anyio.connect_tcp("127.0.0.1", server.port)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < PROMPT * 2  # not the 60 s stall
         with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError)):
             for _ in range(100):
                 await stream.receive()
@@ -420,7 +420,7 @@ def test_server_thread_backends_and_prompt_stop(backend: str) -> None:
         next(chunks)
         started = time.monotonic()
         server.stop()
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < PROMPT * 2  # not the 60 s stall
         with pytest.raises(httpx.HTTPError):
             for _ in chunks:
                 pass
