@@ -35,15 +35,16 @@ from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
-LIFE = 12.0
+LIFE = 20.0
 #: The grace of the bound test (a trickle that never makes an event ends within eleven).
 GRACE = 0.3
 #: The grace of the trickle tests: each silence between two pieces may last one grace, so it
-#: leaves a loaded worker's stall room (a 0.3 s grace against a 0.1 s gap did not).
-TRICKLE_GRACE = 1.0
+#: leaves a loaded worker's stall room (a 0.3 s grace against 0.1 s gaps did not, nor did
+#: 1 s against 0.25 s in a loaded trio run).
+TRICKLE_GRACE = 2.0
 #: Each trickled piece follows the previous one this much later: a trickle of the sentinel
-#: lasts about 3.5 s, of the usage chunk 4.4 s, over three times the grace.
-GAP = 0.25
+#: lasts about 7 s, of the usage chunk 9 s, over three times the grace.
+GAP = 0.5
 
 Script = Callable[[anyio.abc.SocketStream], Awaitable[None]]
 
