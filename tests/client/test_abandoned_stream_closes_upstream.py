@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 import pytest
+from waiting import WITHIN
 
 import fluxstream
 
@@ -42,8 +43,9 @@ async def test_a_dropped_stream_closes_its_connection_and_warns(
             await read_first_delta_and_drop(client, how)
             gc.collect()
         dropped = time.monotonic()
-        record = await server.records.wait_disconnect(timeout=2.0, completed=False)
-    assert record.time - dropped < 1.0
+        # a stream left open is closed only with the client, or completes: never matched here
+        record = await server.records.wait_disconnect(timeout=WITHIN, completed=False)
+    assert record.time - dropped < 2.0  # the server's thread, on a loaded machine
     (response,) = server.records.responses
     assert response.ending == "client-disconnect"
 

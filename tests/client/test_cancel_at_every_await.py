@@ -6,7 +6,7 @@ inside a half-sent head, between two reads, in the ``finish_grace`` wait, in the
 ``first_token_timeout`` wait, in a retry backoff, in a resume's reconnection delay, waiting for
 a retry's or a resume's head, a read-ahead of ``text(coalesce=)`` — then cancels it from another
 task. The upstream is a raw socket script (:func:`upstream`) that notes when the client's end of
-each connection closed: it must within 200 ms of ``cancel()``, the iteration must end as soon,
+each connection closed: it must within ``PROMPT`` of ``cancel()``, the iteration must end as soon,
 nothing more may be sent, and the outcome is ``cancelled``. Runs on asyncio (aiohttp by
 default, httpx with ``--transport httpx``) and on trio (httpx).
 """
@@ -172,7 +172,7 @@ async def test_cancel_from_another_task_closes_the_upstream_at_once(
                 ended_at = time.monotonic()
                 connections = up.connections
                 if must_close >= 0:
-                    with anyio.move_on_after(1):
+                    with anyio.move_on_after(2 * PROMPT):
                         await up.wait_closed(must_close)
             assert stream.outcome is fluxstream.Outcome.CANCELLED, stream.reply.error
             assert ended_at - cancelled_at < PROMPT, "the iteration outlived the cancel"
@@ -227,7 +227,7 @@ async def test_no_cancel_leaves_a_connection_checked_out(by: str, anyio_backend:
         current[0] = finish_grace
         first[0] = up.connections
         up.parked = anyio.Event()
-        with anyio.fail_after(3):
+        with anyio.fail_after(LIFE - 1):  # a connection left checked out: PoolTimeout at 1 s
             stream = c.chat.stream(model="m", messages=MSG)
             async with stream:
                 async for event in stream:
@@ -299,7 +299,7 @@ async def test_cancel_while_a_whole_body_is_read_is_a_cancel_not_a_failure(
                 tg.start_soon(canceller)
                 await consume(stream, "events")
             ended_at = time.monotonic()
-            with anyio.move_on_after(1):
+            with anyio.move_on_after(2 * PROMPT):
                 await up.wait_closed(0)
         assert stream.outcome is fluxstream.Outcome.CANCELLED, stream.reply.error
         assert ended_at - cancelled_at < PROMPT

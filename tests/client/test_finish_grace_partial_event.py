@@ -35,11 +35,16 @@ from fluxstream._retry import RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
-LIFE = 8.0
+LIFE = 20.0
+#: The grace of the bound test (a trickle that never makes an event ends within eleven).
 GRACE = 0.3
+#: The grace of the trickle tests: each silence between two pieces may last one grace, so it
+#: leaves a loaded worker's stall room (a 0.3 s grace against 0.1 s gaps did not, nor did
+#: 1 s against 0.25 s in a loaded trio run).
+TRICKLE_GRACE = 2.0
 #: Each trickled piece follows the previous one this much later: a trickle of the sentinel
-#: lasts about 1.3 s, over four times the grace.
-GAP = 0.1
+#: lasts about 7 s, of the usage chunk 9 s, over three times the grace.
+GAP = 0.5
 
 Script = Callable[[anyio.abc.SocketStream], Awaitable[None]]
 
@@ -74,9 +79,9 @@ async def read_all(c: fluxstream.AsyncClient) -> fluxstream.Reply:
     return stream.reply
 
 
-def client(base: str) -> fluxstream.AsyncClient:
+def client(base: str, grace: float = GRACE) -> fluxstream.AsyncClient:
     return fluxstream.AsyncClient(
-        base, retry=RetryPolicy.off(), timeouts=Timeouts(finish_grace=GRACE)
+        base, retry=RetryPolicy.off(), timeouts=Timeouts(finish_grace=grace)
     )
 
 
@@ -87,7 +92,7 @@ async def test_a_sentinel_still_arriving_when_the_grace_ends_is_read_to_its_end(
         await sock.send(HEAD + TEXT + FINISH + USAGE)
         await trickle(sock, DONE, 1)
 
-    async with raw_server(script) as base, client(base) as c:
+    async with raw_server(script) as base, client(base, TRICKLE_GRACE) as c:
         with anyio.fail_after(LIFE - 2):
             reply = await read_all(c)
     assert (reply.outcome, reply.end_reason, reply.text) == (
@@ -105,7 +110,7 @@ async def test_a_usage_chunk_still_arriving_when_the_grace_ends_is_not_dropped(
         await trickle(sock, USAGE, 7)
         await sock.send(DONE)
 
-    async with raw_server(script) as base, client(base) as c:
+    async with raw_server(script) as base, client(base, TRICKLE_GRACE) as c:
         with anyio.fail_after(LIFE - 2):
             reply = await read_all(c)
     assert reply.outcome is fluxstream.Outcome.DONE, reply.end_reason

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from waiting import WITHIN, until
 
 import fluxstream
 from fluxstream.server import FAULT_HEADER, ServerThread
@@ -31,24 +32,27 @@ async def test_aclose_from_another_task_before_the_response_head_returns_the_con
         limits=httpx.Limits(max_connections=1), timeout=httpx.Timeout(10.0, pool=2.0)
     )
     async with fluxstream.AsyncClient(base_url=server.base_url, http_client=http) as client:
-        for _ in range(2):
+        for i in range(2):
             stream = client.chat.stream(
                 model="fluxstream-echo", messages=MESSAGES, max_tokens=20,
-                extra_headers={FAULT_HEADER: "delay=0.2"},  # the head comes after 0.2 s
+                extra_headers={FAULT_HEADER: "delay=30"},  # the head never comes in time
             )
 
-            async def close_soon(stream: fluxstream.ReplyStream = stream) -> None:
-                await anyio.sleep(0.05)  # while the request waits for the head
+            async def close_soon(stream: fluxstream.ReplyStream = stream, i: int = i) -> None:
+                # while the request waits for the head: the server has it, holds the answer
+                await until(lambda: len(server.records.requests) > i, f"request {i} received")
                 await stream.aclose()
 
-            with anyio.fail_after(1.5):  # not the 2 s pool timeout
+            # A connection left checked out fails the second stream with the 2 s pool
+            # timeout (the outcome below); this bound only stops a hang.
+            with anyio.fail_after(WITHIN):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(close_soon)
                     async with stream:
                         async for _ in stream:
                             pass
             assert stream.reply.outcome is fluxstream.Outcome.CANCELLED
-        with anyio.fail_after(1.5):
+        with anyio.fail_after(WITHIN):
             reply = await client.chat.complete(
                 model="fluxstream-echo", messages=MESSAGES, max_tokens=5
             )

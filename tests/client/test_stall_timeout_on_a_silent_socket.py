@@ -25,14 +25,21 @@ from fluxstream.errors import StallTimeoutError
 pytestmark = pytest.mark.anyio
 
 STALL = 0.5
+#: The silent-server test's stall timeout and the pause between its two pieces of content:
+#: the pause leaves a loaded worker 1.5 s before it would count as a stall (0.2 s against
+#: 0.5 s left 0.3 s), and a stall counted from the first content would end 0.5 s early.
+SILENT_STALL = 2.0
+PAUSE = 0.5
+#: How long the server stays silent after its content, and the connection's life.
+SILENCE = 12.0
 
 
 async def text_then_silence(sock: anyio.abc.SocketStream, i: int) -> None:
     await read_request(sock)
     await sock.send(HEAD + text("Hel"))
-    await anyio.sleep(0.2)
+    await anyio.sleep(PAUSE)
     await sock.send(text("lo"))
-    await anyio.sleep(6)
+    await anyio.sleep(SILENCE)
 
 
 async def silent_prompt_then_text(sock: anyio.abc.SocketStream, i: int) -> None:
@@ -44,13 +51,13 @@ async def silent_prompt_then_text(sock: anyio.abc.SocketStream, i: int) -> None:
 
 @pytest.mark.parametrize("how", ["events", "coalesced-text"])
 async def test_a_silent_server_after_content_is_a_stall(how: str, anyio_backend: str) -> None:
-    async with upstream(text_then_silence) as up, fluxstream.AsyncClient(
+    async with upstream(text_then_silence, life=SILENCE) as up, fluxstream.AsyncClient(
         up.base, retry=RetryPolicy.off(), resume=ResumePolicy.off(),
-        timeouts=Timeouts(stall=STALL),
+        timeouts=Timeouts(stall=SILENT_STALL),
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         started = time.monotonic()
-        with anyio.fail_after(4), pytest.raises(StallTimeoutError) as info:
+        with anyio.fail_after(SILENCE - 2), pytest.raises(StallTimeoutError) as info:
             async with stream:
                 if how == "events":
                     async for _ in stream:
@@ -59,7 +66,8 @@ async def test_a_silent_server_after_content_is_a_stall(how: str, anyio_backend:
                     async for _ in stream.text(coalesce=0.016):
                         pass
         took = time.monotonic() - started
-    assert 0.2 + STALL - 0.05 < took < 0.2 + STALL + 0.4, took  # from the last content
+    # from the last content; well before the server's silence ends
+    assert PAUSE + SILENT_STALL - 0.05 < took < PAUSE + SILENT_STALL + 3.0, took
     assert info.value.reply is not None and info.value.reply.text == "Hello"
     assert stream.outcome is fluxstream.Outcome.FAILED
 

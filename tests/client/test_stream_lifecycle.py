@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 from sse_frames import chat_text
+from waiting import WITHIN, until
 
 import fluxstream
 from fluxstream import Timeouts
@@ -26,6 +27,10 @@ from fluxstream.server import serve
 pytestmark = pytest.mark.anyio
 
 MSG = [{"role": "user", "content": "hi there"}]
+#: A wait (backoff, delayed response, stall) that a prompt cancel or close must not sit out.
+BACKOFF = 10.0
+#: "Prompt": well under ``BACKOFF``, with room for a loaded worker's stalls.
+PROMPT = 2.0
 SSE = {"content-type": "text/event-stream"}
 
 
@@ -73,7 +78,7 @@ async def test_an_abandoned_wrapping_generator_does_not_cancel_the_caller(
         await anyio.sleep(0.2)  # the caller's task is still alive and uncancelled
         reply = await client.chat.complete(model="m", messages=MSG)
         assert reply.outcome is fluxstream.Outcome.DONE
-        await server.wait_disconnect(timeout=1.0, completed=False)
+        await server.wait_disconnect(timeout=WITHIN, completed=False)
 
 
 async def test_streams_may_close_out_of_order_and_from_another_task(server: Any) -> None:
@@ -94,7 +99,9 @@ async def test_coalesced_text_works_without_async_with(server: Any) -> None:
         stream = client.chat.stream(
             model="m", messages=MSG, extra_headers={"X-Fluxstream-Fault": "drip=0.003"}
         )
-        pieces = [p async for p in stream.text(coalesce=0.02)]
+        # 30 deltas 3 ms apart, joined per 0.2 s: 20 pieces would take 4 s of delivery,
+        # which no loaded machine's slowness reaches (0.02 s frames did: 0.4 s)
+        pieces = [p async for p in stream.text(coalesce=0.2)]
         assert "".join(pieces) == stream.reply.text and stream.outcome == "done"
         assert len(pieces) < 20
 
@@ -105,24 +112,28 @@ async def test_coalesced_text_works_without_async_with(server: Any) -> None:
 async def test_cancel_during_a_retry_backoff_is_prompt_and_sends_nothing_more(
     server: Any,
 ) -> None:
-    policy = RetryPolicy(max_attempts=3, base_delay=2, max_delay=2)
+    policy = RetryPolicy(max_attempts=3, base_delay=BACKOFF, max_delay=BACKOFF)
     async with fluxstream.AsyncClient(server.base_url, retry=policy) as client:
         stream = client.chat.stream(
             model="m", messages=MSG,
-            extra_headers={"X-Fluxstream-Fault": "status=503,retry-after=2,fail-first=1"},
+            extra_headers={
+                "X-Fluxstream-Fault": f"status=503,retry-after={BACKOFF:g},fail-first=1"
+            },
         )
+        cancelled_at: list[float] = []
 
         async def canceller() -> None:
-            await anyio.sleep(0.3)
+            # once the 503 is written: the client is then in (or entering) its backoff
+            await until(lambda: server.records.responses, "the 503 answered")
+            cancelled_at.append(time.monotonic())
             stream.cancel()
 
-        started = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(canceller)
             async with stream:
                 async for _ in stream:
                     pass
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - cancelled_at[0] < PROMPT  # not after the backoff
         assert stream.outcome is fluxstream.Outcome.CANCELLED
         assert len(server.records.requests) == 1
 
@@ -139,19 +150,21 @@ async def test_cancel_before_open_sends_nothing_and_cancel_while_waiting_is_prom
         assert server.records.requests == []
 
         stream = client.chat.stream(
-            model="m", messages=MSG, extra_headers={"X-Fluxstream-Fault": "delay=3"}
+            model="m", messages=MSG, extra_headers={"X-Fluxstream-Fault": f"delay={BACKOFF:g}"}
         )
+        cancelled_at: list[float] = []
 
         async def canceller() -> None:
-            await anyio.sleep(0.2)
+            # once the request is in: the client then waits for the (delayed) response
+            await until(lambda: server.records.requests, "the request received")
+            cancelled_at.append(time.monotonic())
             stream.cancel()
 
-        started = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(canceller)
             async with stream:
                 pass
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - cancelled_at[0] < PROMPT  # not when the response came
         assert stream.outcome is fluxstream.Outcome.CANCELLED
 
 
@@ -159,19 +172,21 @@ async def test_aclose_from_another_task_is_never_resumed(server: Any) -> None:
     async with fluxstream.AsyncClient(server.base_url) as client:
         stream = client.chat.stream(
             model="m", messages=MSG,
-            extra_headers={"X-Fluxstream-Fault": "stall=3,stall-after-events=3"},
+            extra_headers={"X-Fluxstream-Fault": f"stall={BACKOFF:g},stall-after-events=3"},
         )
+        reading = anyio.Event()
+        closed_at: list[float] = []
 
         async def closer() -> None:
-            await anyio.sleep(0.3)
+            await reading.wait()  # the stream is open; its reads then wait in the stall
+            closed_at.append(time.monotonic())
             await stream.aclose()
 
-        started = time.monotonic()
         async with anyio.create_task_group() as tg:
             tg.start_soon(closer)
             async for _ in stream:
-                pass
-        assert time.monotonic() - started < 1.5
+                reading.set()
+        assert time.monotonic() - closed_at[0] < PROMPT  # not at the stall's end
         assert stream.outcome is fluxstream.Outcome.CANCELLED
         assert stream.stats.attempts == 1 and len(server.records.requests) == 1
 
@@ -295,7 +310,7 @@ async def test_total_timeout_bounds_all_retries(server: Any) -> None:
     async with fluxstream.AsyncClient(server.base_url, retry=policy) as client:
         with pytest.raises(fluxstream.APIStatusError):
             await client.chat.complete(model="m", messages=MSG, extra_headers=headers)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5  # without the time budget: 10 s of backoffs
     assert len(server.records.requests) < 50  # without the time budget: all 50
 
 

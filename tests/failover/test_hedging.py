@@ -1,9 +1,10 @@
 """Hedged first tokens on real sockets, two embedded servers with scripted delays: a slow
 first upstream loses to the hedge (text exact, ``Handoff``, segments, its connection closed
-within 200 ms as the server sees it); a fast one sends no hedge; the first upstream winning
-after the hedge was sent closes the hedge; failures on either side (the other goes on, no
-third request); both failing; the caller cancelling mid-race (both connections closed). Run
-on asyncio and trio, and on httpx with ``--transport httpx``.
+while the winner's reply is read, within ``CLOSE_WITHIN`` as the server sees it); a fast one
+sends no hedge; the first upstream winning after the hedge was sent closes the hedge; failures
+on either side (the other goes on, no third request); both failing; the caller cancelling
+mid-race (both connections closed). Run on asyncio and trio, and on httpx with
+``--transport httpx``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from waiting import WITHIN, until
 
 import fluxstream
 from fluxstream import Failover, Handoff, Outcome, Upstream
@@ -25,8 +27,10 @@ from fluxstream.server import ServerThread
 pytestmark = pytest.mark.anyio
 
 MSG = [{"role": "user", "content": "hello there"}]
-#: The loser's connection must be closed within this of the winner's first content.
-CLOSE_WITHIN = 0.2
+#: The loser's connection must be closed within this of the winner's first content (with room
+#: for a loaded worker's stalls: 0.2 s was overrun by one). That it is closed by the winner's
+#: first content, not at the stream's end, is proven by ``read(loser=)`` waiting for it there.
+CLOSE_WITHIN = 1.0
 #: A first token slower than any test waits for: such a server only ever loses. (5 s was not:
 #: a loaded run outlasted it, the slow server went on and was never seen to be closed.)
 SLOW = "stall=60,stall-after-events=1"
@@ -51,9 +55,13 @@ async def answer_of(server: ServerThread, **extra: Any) -> str:
     return reply.text
 
 
-async def read(stream: fluxstream.ReplyStream) -> tuple[str, list[Any], float]:
+async def read(
+    stream: fluxstream.ReplyStream, loser: ServerThread | None = None
+) -> tuple[str, list[Any], float]:
     """The text as ``buf[offset:]`` shows it, the other events, and when the first text
-    came (``time.monotonic``, the clock of the servers' disconnect records)."""
+    came (``time.monotonic``, the clock of the servers' disconnect records). With ``loser``,
+    the first text is held until that server saw its connection close: a loser closed only
+    when the stream ends (or the client closes) fails here, however fast the machine."""
     shown = ""
     others: list[Any] = []
     first = math.nan
@@ -63,6 +71,9 @@ async def read(stream: fluxstream.ReplyStream) -> tuple[str, list[Any], float]:
                 assert event.offset == len(shown)
                 if not shown:
                     first = time.monotonic()
+                    if loser is not None:
+                        await until(lambda: loser.find_disconnect() is not None,
+                                    "the losing upstream closed while the winner is read")
                 shown += event.text
             else:
                 others.append(event)
@@ -96,9 +107,11 @@ async def test_a_slow_first_upstream_loses_to_the_hedge(clean: ServerThread) -> 
                 model="m", messages=MSG, max_tokens=1024,
                 failover=Failover(hedge_after=0.3),
             )
-            shown, others, first = await read(stream)
-        closed = await primary.wait_disconnect(30.0, completed=False)
-        assert requests_to(primary, "/messages") == 1
+            shown, others, first = await read(stream, loser=primary)
+        # Any close of it: it never completes (SLOW). Its request may not have been read by
+        # then on a loaded machine (the client's segments count the one request it sent).
+        closed = await primary.wait_disconnect(WITHIN)
+        assert requests_to(primary, "/messages") <= 1
         assert requests_to(fallback) == before + 1
     assert 0.3 <= first - started < 3.0  # the hedge's first token, not the primary's
     assert closed.time - first < CLOSE_WITHIN, closed.time - first
@@ -137,9 +150,9 @@ async def test_the_first_upstream_winning_after_the_hedge_was_sent_closes_the_he
             ServerThread(profile="openai", faults=SLOW) as fallback:
         async with client_of(primary, fallback, hedge_after=0.2) as client:
             stream = client.chat.stream(model="m", messages=MSG)
-            shown, others, first = await read(stream)
-        closed = await fallback.wait_disconnect(30.0, completed=False)
-        assert requests_to(fallback) == 1
+            shown, others, first = await read(stream, loser=fallback)
+        closed = await fallback.wait_disconnect(WITHIN)  # SLOW: any close is the abort
+        assert requests_to(fallback) <= 1  # sent (see the segments), maybe not read yet
     assert closed.time - first < CLOSE_WITHIN, closed.time - first
     reply = stream.reply
     assert shown == reply.text == expected and reply.outcome is Outcome.DONE
@@ -151,7 +164,9 @@ async def test_the_first_upstream_winning_after_the_hedge_was_sent_closes_the_he
 
 
 async def test_a_failing_hedge_leaves_the_first_upstream_going() -> None:
-    with ServerThread(profile="openai", faults="stall=0.6,stall-after-events=1") as primary, \
+    # the hedge's 503 must come before the primary's content: 2 s of stall leave a loaded
+    # worker room (0.6 s left 0.5 s)
+    with ServerThread(profile="openai", faults="stall=2,stall-after-events=1") as primary, \
             ServerThread(profile="openai", faults="status=503") as fallback:
         async with client_of(primary, fallback, hedge_after=0.1, cooldown_failures=1) as client:
             stream = client.chat.stream(model="m", messages=MSG, retry=FAST_RETRY)
@@ -173,8 +188,10 @@ async def test_the_first_upstream_failing_while_hedging_hands_over_to_the_hedge(
     clean: ServerThread,
 ) -> None:
     expected = await answer_of(clean)
+    # the primary's 503 (at 0.5 s) must come before the hedge's content (2.1 s): room for a
+    # loaded worker (0.7 s left 0.2 s)
     with ServerThread(profile="openai", faults="delay=0.5,status=503") as primary, \
-            ServerThread(profile="openai", faults="stall=0.6,stall-after-events=1") as fallback:
+            ServerThread(profile="openai", faults="stall=2,stall-after-events=1") as fallback:
         async with client_of(
             primary, fallback, hedge_after=0.1, per_upstream_attempts=1
         ) as client:
@@ -192,7 +209,8 @@ async def test_the_first_upstream_failing_while_hedging_hands_over_to_the_hedge(
 
 
 async def test_both_failing_ends_the_stream_with_both_requests_counted() -> None:
-    with ServerThread(profile="openai", faults="delay=0.3,status=503") as primary, \
+    # the hedge (at 0.1 s) fails before the primary's first 503 (at 1 s): the segments' order
+    with ServerThread(profile="openai", faults="delay=1,status=503") as primary, \
             ServerThread(profile="openai", faults="status=503") as fallback:
         async with client_of(primary, fallback, hedge_after=0.1) as client:
             stream = client.chat.stream(model="m", messages=MSG, retry=FAST_RETRY)
@@ -242,7 +260,7 @@ async def test_cancelling_mid_race_closes_both_connections(how: str) -> None:
                 cancelled_at = time.monotonic()
             await stream.aclose()
             for server in (primary, fallback):
-                closed = await server.wait_disconnect(30.0, completed=False)
+                closed = await server.wait_disconnect(WITHIN)  # SLOW: any close is the abort
                 assert closed.time - cancelled_at < CLOSE_WITHIN, (how, closed.time)
         assert requests_to(primary) == 1 and requests_to(fallback) == 1
     reply = stream.reply
@@ -298,9 +316,12 @@ async def test_a_handoff_before_content_hedges_the_next_pair_too(clean: ServerTh
         async with three(primary, second, third, hedge_after=0.3) as client:
             started = time.monotonic()
             stream = client.chat.stream(model="m", messages=MSG)
-            shown, others, first = await read(stream)
-        closed = await second.wait_disconnect(30.0, completed=False)
-        assert [requests_to(s) for s in (primary, second, third)] == [1, 1, 1]
+            shown, others, first = await read(stream, loser=second)
+        # SLOW: any close is the abort. The third may win before the second's server read
+        # the request on a loaded machine (the client's segments and handoffs show it asked).
+        closed = await second.wait_disconnect(WITHIN)
+        assert [requests_to(s) for s in (primary, third)] == [1, 1]
+        assert requests_to(second) <= 1
     assert first - started < 3.0  # the third's first token, not the second's
     assert closed.time - first < CLOSE_WITHIN, closed.time - first
     reply = stream.reply

@@ -140,9 +140,13 @@ async def test_a_cancelled_task_ends_the_span_cancelled(
     async with fluxstream.AsyncClient(server.base_url, observers=[telemetry.observer()]) as c:
         stream = c.chat.stream(model="m", messages=MSG, max_tokens=200,
                                extra_headers={"X-Fluxstream-Fault": "drip=0.05"})
-        with anyio.move_on_after(0.4):
-            async for _ in stream:
-                pass
+        # Cancelled once text came (a fixed time could pass before any did on a loaded
+        # machine, and the estimate below needs a token).
+        with anyio.CancelScope() as scope:
+            async for event in stream:
+                if isinstance(event, fluxstream.TextDelta):
+                    scope.cancel()
+        assert scope.cancelled_caught
         assert len(telemetry.spans()) == 1  # ended at once, not when collected
         await stream.aclose()
     span = telemetry.span()
@@ -163,8 +167,10 @@ async def test_break_without_async_with_ends_the_span_when_collected(
             warnings.simplefilter("ignore", ResourceWarning)
             del stream
             gc.collect()
-        await anyio.sleep(0.05)
-    assert attrs(telemetry.span())["fluxstream.outcome"] == "cancelled"
+        # Ended by the finalizer itself, not by a close left to the loop: checked before
+        # anything else runs, so a late end fails here instead of racing a sleep.
+        assert attrs(telemetry.span())["fluxstream.outcome"] == "cancelled"
+    telemetry.span()  # still the one span once the client closed
 
 
 async def test_break_inside_async_with_ends_the_span(
@@ -192,7 +198,8 @@ async def test_a_client_closed_under_a_stream_ends_the_span(
                 if isinstance(event, fluxstream.TextDelta) and closed_at is None:
                     closed_at = time.monotonic()
                     await client.aclose()
-    assert closed_at is not None and time.monotonic() - closed_at < 1.0
+    # at once: well under the 10 s the reply would take (1 s left a loaded worker too little)
+    assert closed_at is not None and time.monotonic() - closed_at < 3.0
     span = attrs(telemetry.span())
     assert span["fluxstream.outcome"] == "truncated"
 

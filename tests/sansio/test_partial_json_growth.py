@@ -17,11 +17,11 @@ def _feed_time(text: str) -> float:
     best = float("inf")
     for _ in range(3):
         parser = PartialJSON()
-        start = time.perf_counter()
+        start = time.process_time()  # CPU time: other processes on a loaded machine do not count
         for char in text:
             parser.feed(char)
         parser.value()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, time.process_time() - start)
     return best
 
 

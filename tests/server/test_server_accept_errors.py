@@ -33,7 +33,7 @@ CHILD = textwrap.dedent(
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         time.sleep(0.3)
         body = {"model": "m", "messages": [{"role": "user", "content": "still there?"}]}
-        response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=5)
+        response = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=30)
         print("status", response.status_code, "held", len(held))
     """
 )

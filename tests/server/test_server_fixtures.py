@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from test_server_support import accumulate, assert_matches, chat, parse_sse
+from waiting import WITHIN
 
 from fluxstream.server import Server, ServerThread, expected_reply
 
@@ -15,12 +16,12 @@ async def test_server_fixture_under_pytest_asyncio(server: ServerThread) -> None
     async with (
         httpx.AsyncClient(base_url=server.base_url) as client,
         client.stream(
-            "POST", "/chat/completions", json=chat(), headers={"X-Fluxstream-Fault": "drip=0.02"}
+            "POST", "/chat/completions", json=chat(), headers={"X-Fluxstream-Fault": "drip=5"}
         ) as response,
     ):
         async for _ in response.aiter_bytes():
-            break
-    record = await server.wait_disconnect(1.0, completed=False)
+            break  # mid-response, however late: the next event is 5 s away
+    record = await server.wait_disconnect(WITHIN, completed=False)
     assert record.bytes_written > 0
 
 
@@ -35,7 +36,7 @@ async def test_server_fixture_under_anyio(server: ServerThread, anyio_backend: s
 async def test_aserver_fixture_runs_in_the_test_loop(aserver: Server, anyio_backend: str) -> None:
     async with httpx.AsyncClient(base_url=aserver.base_url) as client:
         assert (await client.get("/models")).status_code == 200
-    assert (await aserver.wait_disconnect(1.0)).completed
+    assert (await aserver.wait_disconnect(WITHIN)).completed
 
 
 def test_keyed_server_and_factory(

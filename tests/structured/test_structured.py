@@ -680,10 +680,10 @@ def test_deep_recursive_documents_stay_cheap_per_delta() -> None:
     for level in range(depth):
         text = f'{{"name": "n{level}", "children": [{text}]}}'
     builder: ObjectBuilder[Node] = ObjectBuilder(Node)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded machine's other processes do not count
     for ch in text:
         builder.feed(ch)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert builder.finish().value == Node.model_validate_json(text)
     assert elapsed < 2.0, elapsed
 

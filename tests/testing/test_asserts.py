@@ -8,6 +8,7 @@ import logging
 
 import httpx
 import pytest
+from waiting import WITHIN, until_sync
 
 from fluxstream.testing import (
     Upstream,
@@ -69,9 +70,12 @@ def test_a_whole_reply_then_a_close_is_not_a_mid_reply_close(
 ) -> None:
     httpx.post(fluxstream_upstream.base_url + "/chat/completions",
                json={"model": "m", "messages": [], "stream": True})
+    # the server's thread records the answer's end after its last write, maybe after the
+    # client read it: waited for, so the message below names it on a loaded machine too
+    until_sync(lambda: fluxstream_upstream.responses, "the answer's end recorded")
     with pytest.raises(AssertionError, match=r"answers ended: complete"):
         assert_upstream_closed(fluxstream_upstream, timeout=0.2)
-    assert assert_upstream_closed(fluxstream_upstream, mid_reply=False).completed
+    assert assert_upstream_closed(fluxstream_upstream, timeout=WITHIN, mid_reply=False).completed
 
 
 def test_a_clean_log_passes(fluxstream_upstream: Upstream,

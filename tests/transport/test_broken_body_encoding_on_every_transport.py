@@ -15,7 +15,7 @@ import zlib
 import anyio
 import anyio.abc
 import pytest
-from raw_upstream import MSG, read_request, text, upstream
+from raw_upstream import LIFE, MSG, Script, read_request, text, upstream
 
 import fluxstream
 from fluxstream.errors import StreamFailedError
@@ -28,28 +28,37 @@ GZIP_HEAD = (
 )
 
 
-async def gzip_then_garbage(sock: anyio.abc.SocketStream, i: int) -> None:
-    await read_request(sock)
-    compressor = zlib.compressobj(wbits=31)
-    good = compressor.compress(text("Hel", "1")) + compressor.flush(zlib.Z_SYNC_FLUSH)
-    await sock.send(GZIP_HEAD + good)
-    await anyio.sleep(0.1)
-    await sock.send(b"\xff" * 64)  # not deflate data
-    await anyio.sleep(0.5)
+def gzip_then_garbage(shown: anyio.Event) -> Script:
+    """Good gzip with ``Hel``, then garbage once the client has it (``shown``, set by the
+    test: a fixed pause let both come in one read on a loaded machine)."""
+
+    async def script(sock: anyio.abc.SocketStream, i: int) -> None:
+        await read_request(sock)
+        compressor = zlib.compressobj(wbits=31)
+        good = compressor.compress(text("Hel", "1")) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        await sock.send(GZIP_HEAD + good)
+        with anyio.move_on_after(LIFE):  # the test's own bound reports a hang
+            await shown.wait()
+        await sock.send(b"\xff" * 64)  # not deflate data
+        await anyio.sleep(0.5)
+
+    return script
 
 
 @pytest.mark.parametrize("transport", ["auto", "httpx"])
 async def test_a_broken_gzip_body_fails_with_the_partial_reply(
     transport: str, anyio_backend: str
 ) -> None:
-    async with upstream(gzip_then_garbage) as up, fluxstream.AsyncClient(
+    shown = anyio.Event()
+    async with upstream(gzip_then_garbage(shown)) as up, fluxstream.AsyncClient(
         up.base, transport=transport
     ) as c:
         stream = c.chat.stream(model="m", messages=MSG)
         with anyio.fail_after(4), pytest.raises(StreamFailedError) as info:
             async with stream:
-                async for _ in stream:
-                    pass
+                async for event in stream:
+                    if isinstance(event, fluxstream.TextDelta):
+                        shown.set()
         assert up.connections == 1  # not a drop: nothing to resume
     assert stream.outcome is fluxstream.Outcome.FAILED
     assert info.value.reply is not None and info.value.reply.text == "Hel"

@@ -92,10 +92,15 @@ async def test_max_keepalive_connections_bounds_the_idle_pool(
         with anyio.fail_after(LIFE):  # the records fill in the server's thread: polled
             while len(server.records.disconnects) < 2:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
-        await anyio.sleep(0.2)  # time for a third close, if the pool were to make one
+        # The kept connection is still open: the next request goes over it (a pool that had
+        # closed the third too would open a fourth). An event, not a wait for a third close.
+        with anyio.fail_after(LIFE):
+            again = await client.chat.stream(model="m", messages=MSG).until_done()
         closed = len(server.records.disconnects)
         assert {s.outcome for s in streams} == {fluxstream.Outcome.DONE}
-    assert len({r.connection for r in server.records.requests}) == 3
+        assert again.outcome is fluxstream.Outcome.DONE
+    assert len(server.records.requests) == 4
+    assert len({r.connection for r in server.records.requests}) == 3, "the idle one reused"
     assert closed == 2, "one idle connection kept, the two others closed"
 
 
