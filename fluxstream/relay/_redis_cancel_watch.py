@@ -41,6 +41,11 @@ class CancelWatch:
         self._watchers: dict[str, list[Callable[[], None]]] = {}
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
+        #: Unsubscribes under way, each a task of its own (a watch is let go synchronously).
+        #: The close ends them first: one that ran after the connection was closed would
+        #: make ``PubSub`` open a new one, which nobody would close.
+        self._unsubscribing: set[asyncio.Task[Any]] = set()
+        self._closed = False
         #: Redis refused this log's user the cancel channels: its producers read cancels
         #: from the flag every write returns, and nothing subscribes any more.
         self.channels_refused = False
@@ -75,22 +80,32 @@ class CancelWatch:
             self._unsubscribe(channel)
 
     async def aclose(self) -> None:
-        """Stop the listener and close the connection."""
+        """Stop the listener and the unsubscribes under way, then close the connection."""
+        self._closed = True
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
                 await self._listener
             self._listener = None
-        if self._pubsub is not None:
+        while self._unsubscribing:  # bounded: no new one starts once closed
+            task = self._unsubscribing.pop()
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
             with contextlib.suppress(Exception):
-                await self._pubsub.aclose()
-            self._pubsub = None
+                await pubsub.aclose()
 
     def _unsubscribe(self, channel: str) -> None:
-        if self._pubsub is not None:
-            pubsub = self._pubsub
-            task = asyncio.get_running_loop().create_task(pubsub.unsubscribe(channel))
-            task.add_done_callback(ignore_result)
+        if self._pubsub is not None and not self._closed:
+            task = asyncio.get_running_loop().create_task(self._pubsub.unsubscribe(channel))
+            self._unsubscribing.add(task)
+            task.add_done_callback(self._unsubscribed)
+
+    def _unsubscribed(self, task: asyncio.Task[Any]) -> None:
+        self._unsubscribing.discard(task)
+        ignore_result(task)
 
     def _fire(self, channel: str) -> None:
         callbacks = self._watchers.pop(channel, [])

@@ -213,3 +213,46 @@ async def test_a_log_closed_while_a_read_is_out_keeps_no_connection(
         if stopped:
             os.kill(server.process.pid, signal.SIGCONT)
         await log.aclose()
+
+
+async def test_a_watch_let_go_while_the_log_closes_opens_no_connection(
+    own_redis: tuple[RedisServer, Redis],
+) -> None:
+    """A recording that stops while its log closes lets its cancel watch go: the channel's
+    unsubscribe, sent from a task of its own, ran after the pub/sub connection was closed,
+    and redis-py's ``PubSub`` opened a new connection for it, which nobody closed (a
+    descriptor and a Redis client per close; seen under load as a client whose last command
+    was ``unsubscribe``)."""
+    from fluxstream.relay._redis_cancel_watch import CancelWatch
+
+    server, probe = own_redis
+    redis = Redis.from_url(server.url)
+    watch = CancelWatch(redis, lambda: 1.0)
+
+    async def not_flagged() -> bool:
+        return False
+
+    def cancelled() -> None:
+        raise AssertionError("nobody cancels")
+
+    try:
+        await watch.watch("{p}:x", cancelled, not_flagged)
+        closing = asyncio.get_running_loop().create_task(watch.aclose())
+        # Until the close is past its listener, into closing the pub/sub connection: a loop
+        # pass at a time, so the watch is let go while that close is under way.
+        for _ in range(10_000):
+            if watch._listener is None:
+                break
+            await asyncio.sleep(0)
+        else:
+            raise AssertionError("the close never stopped the listener")
+        running = asyncio.all_tasks()
+        watch.unwatch("{p}:x", cancelled)
+        started = asyncio.all_tasks() - running  # the unsubscribe's own task, if any
+        with anyio.fail_after(FAILED_WITHIN):
+            await closing
+            if started:
+                await asyncio.wait(started)
+        assert await other_clients(probe) == []
+    finally:
+        await redis.aclose()
