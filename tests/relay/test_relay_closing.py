@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError
 from relay_support import RedisServer, expected_text, request
+from waiting import until
 
 import fluxstream
 from fluxstream.errors import RelayUnavailableError
@@ -75,15 +76,6 @@ async def other_clients(probe: Redis) -> list[dict[str, str]]:
             break
         await anyio.sleep(0.02)
     return others
-
-
-async def until(check: Callable[[], bool], what: str) -> None:
-    """Until ``check()`` holds (bounded: 5 s)."""
-    for _ in range(500):
-        if check():
-            return
-        await anyio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def test_a_write_channel_closed_mid_round_trip_fails_it_and_sends_nothing_again(
