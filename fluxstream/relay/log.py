@@ -40,6 +40,9 @@ __all__ = ["LogState", "ReplyLog", "Write"]
 
 logger = logging.getLogger("fluxstream.relay")
 
+#: Seconds at most between a waiting follower's own reads of its reply (a quarter lease when
+#: that is less): how soon it sees a producer's death, or an entry whose wake-up was missed.
+_FOLLOW_POLL = 1.0
 #: The reason of the ``truncated`` end recorded when a producer's lease lapsed.
 PRODUCER_LOST = "producer lost"
 #: The reason of the ``cancelled`` end recorded by :meth:`ReplyLog.cancel`.
@@ -276,7 +279,7 @@ class ReplyLog(ABC):
         """
         position = parse_position(after if after is not None else last_event_id)
         await self._stored(key, position)
-        poll = min(1.0, self.lease / 4)
+        poll = min(_FOLLOW_POLL, self.lease / 4)
         start = position.entry
         cursor = max(0, start - 1)
         took_over: Callable[[], None] | None = None
