@@ -45,7 +45,6 @@ class CancelWatch:
         #: The close ends them first: one that ran after the connection was closed would
         #: make ``PubSub`` open a new one, which nobody would close.
         self._unsubscribing: set[asyncio.Task[Any]] = set()
-        self._closed = False
         #: Redis refused this log's user the cancel channels: its producers read cancels
         #: from the flag every write returns, and nothing subscribes any more.
         self.channels_refused = False
@@ -80,25 +79,25 @@ class CancelWatch:
             self._unsubscribe(channel)
 
     async def aclose(self) -> None:
-        """Stop the listener and the unsubscribes under way, then close the connection."""
-        self._closed = True
+        """Stop the listener and the unsubscribes under way, then close the connection (taken
+        off first: no unsubscribe starts on it meanwhile)."""
+        pubsub, self._pubsub = self._pubsub, None
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(BaseException):
                 await self._listener
             self._listener = None
-        while self._unsubscribing:  # bounded: no new one starts once closed
+        while self._unsubscribing:  # bounded: none starts without the connection
             task = self._unsubscribing.pop()
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        pubsub, self._pubsub = self._pubsub, None
         if pubsub is not None:
             with contextlib.suppress(Exception):
                 await pubsub.aclose()
 
     def _unsubscribe(self, channel: str) -> None:
-        if self._pubsub is not None and not self._closed:
+        if self._pubsub is not None:
             task = asyncio.get_running_loop().create_task(self._pubsub.unsubscribe(channel))
             self._unsubscribing.add(task)
             task.add_done_callback(self._unsubscribed)
